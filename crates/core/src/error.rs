@@ -1,0 +1,273 @@
+//! The one error type of the store contract (DESIGN.md section 4).
+//!
+//! Every store maps its driver errors into [`Error`] in exactly one place, so callers (runner, HTTP,
+//! CLI) decide what to do from the variant alone: retry with backoff on [`Error::Unavailable`],
+//! stop on [`Error::Fatal`], report the rest to the user.
+
+use std::fmt;
+
+use crate::job::JobId;
+use crate::state::JobState;
+
+/// A boxed error used as the `source` of transient and fatal store errors.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Shorthand for results whose error is the contract's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The errors a [`JobStore`](crate::JobStore) (and therefore the runner, the CLI and the HTTP API)
+/// can return. Messages are short, lowercase and never contain job args, results or secrets.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The named entity does not exist (or is not visible to the caller).
+    #[error("{entity} {id} not found")]
+    NotFound {
+        /// What was looked up.
+        entity: Entity,
+        /// Its id or name as the caller gave it.
+        id: String,
+    },
+
+    /// The request contradicts stored state: an idempotency key reused with a different request,
+    /// an idempotency key stored without a request hash (legacy row), or a unique key held by
+    /// another live job when an operator retries.
+    #[error("conflict: {reason}")]
+    Conflict {
+        /// Why, in words an operator can act on.
+        reason: String,
+        /// The job that holds the key, when there is one.
+        existing: Option<JobId>,
+    },
+
+    /// An enqueue (or operator retry) would push pending jobs (queued, running or reconciling)
+    /// past a quota. Nothing was stored.
+    #[error("quota exceeded: {quota} allows {max} pending jobs and {current} are pending")]
+    QuotaExceeded {
+        /// Which quota refused the request.
+        quota: Quota,
+        /// Pending jobs counted against that quota before this request.
+        current: u64,
+        /// The quota's bound.
+        max: u64,
+    },
+
+    /// A worker write presented a fencing token that is stale, or the lease had expired. The
+    /// write was not applied; the worker must stop working on the job.
+    #[error("lease lost for job {job_id}")]
+    LeaseLost {
+        /// The job whose lease the caller no longer holds.
+        job_id: JobId,
+    },
+
+    /// The event is not allowed from the job's current state (DESIGN.md section 3).
+    #[error("cannot {event} a job that is {from}")]
+    InvalidTransition {
+        /// The job's state when the event arrived.
+        from: JobState,
+        /// The refused event.
+        event: EventName,
+    },
+
+    /// A field of the request breaks a rule. Nothing was stored.
+    #[error("invalid {field}: {reason}")]
+    InvalidInput {
+        /// The field, as the caller named it (`kind`, `args`, `jobs[3].queue`, ...).
+        field: String,
+        /// The rule it breaks.
+        reason: String,
+    },
+
+    /// A transient failure (connection lost, database restarting, deadlock, serialization
+    /// failure). The operation may be retried with backoff; it was not applied, or was applied
+    /// atomically and the caller cannot tell (writes are idempotent under fencing).
+    #[error("store unavailable: {message}")]
+    Unavailable {
+        /// Short description.
+        message: String,
+        /// The driver error.
+        #[source]
+        source: Option<BoxError>,
+    },
+
+    /// A non-transient failure that retrying will not fix, such as a missing schema. The message
+    /// says what to do.
+    #[error("{message}")]
+    Fatal {
+        /// What went wrong and what to do about it.
+        message: String,
+        /// The driver error.
+        #[source]
+        source: Option<BoxError>,
+    },
+}
+
+impl Error {
+    /// Builds an [`Error::InvalidInput`].
+    pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Error::InvalidInput {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Builds an [`Error::NotFound`] for a job.
+    pub fn job_not_found(id: JobId) -> Self {
+        Error::NotFound {
+            entity: Entity::Job,
+            id: id.to_string(),
+        }
+    }
+
+    /// Builds an [`Error::Unavailable`] without a source.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Error::Unavailable {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// Builds an [`Error::Fatal`] without a source.
+    pub fn fatal(message: impl Into<String>) -> Self {
+        Error::Fatal {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// True for errors worth retrying with backoff ([`Error::Unavailable`]).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Unavailable { .. })
+    }
+
+    /// Prefixes the field of an [`Error::InvalidInput`] (`kind` becomes `jobs[3].kind`); other
+    /// variants are returned unchanged.
+    pub fn in_field(self, prefix: &str) -> Self {
+        match self {
+            Error::InvalidInput { field, reason } => Error::InvalidInput {
+                field: format!("{prefix}.{field}"),
+                reason,
+            },
+            other => other,
+        }
+    }
+
+    /// A stable snake_case code for the variant, used in HTTP error bodies and `--json` output.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::NotFound { .. } => "not_found",
+            Error::Conflict { .. } => "conflict",
+            Error::QuotaExceeded { .. } => "quota_exceeded",
+            Error::LeaseLost { .. } => "lease_lost",
+            Error::InvalidTransition { .. } => "invalid_transition",
+            Error::InvalidInput { .. } => "invalid_input",
+            Error::Unavailable { .. } => "unavailable",
+            Error::Fatal { .. } => "fatal",
+        }
+    }
+}
+
+/// What an [`Error::NotFound`] was looking for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Entity {
+    /// A job, by id.
+    Job,
+    /// A queue, by name.
+    Queue,
+    /// A limit policy, by key.
+    Limit,
+    /// A cron schedule, by name.
+    Schedule,
+    /// A worker, by id.
+    Worker,
+}
+
+impl fmt::Display for Entity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Entity::Job => "job",
+            Entity::Queue => "queue",
+            Entity::Limit => "limit",
+            Entity::Schedule => "schedule",
+            Entity::Worker => "worker",
+        })
+    }
+}
+
+/// Which quota refused a request (DESIGN.md section 7, Quotas).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Quota {
+    /// All pending jobs of the cluster (`DROVER_MAX_PENDING`).
+    Global,
+    /// Pending jobs of one tenant (`DROVER_MAX_TENANT_PENDING`).
+    Tenant(String),
+}
+
+impl Quota {
+    /// The quota's setting name: `max_pending` or `max_tenant_pending`.
+    pub fn setting(&self) -> &'static str {
+        match self {
+            Quota::Global => "max_pending",
+            Quota::Tenant(_) => "max_tenant_pending",
+        }
+    }
+}
+
+impl fmt::Display for Quota {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Quota::Global => f.write_str("max_pending"),
+            Quota::Tenant(t) => write!(f, "max_tenant_pending of tenant {t}"),
+        }
+    }
+}
+
+/// The events of the state machine, named for error messages (DESIGN.md section 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum EventName {
+    /// A worker claims a queued job.
+    Claim,
+    /// A worker extends its lease.
+    Heartbeat,
+    /// A worker records success.
+    Complete,
+    /// A worker records a failure.
+    Fail,
+    /// A worker asks to run the job again later without spending an attempt.
+    Snooze,
+    /// A worker gives the job back during shutdown.
+    Release,
+    /// A worker records that the handler stopped on cancellation.
+    Cancelled,
+    /// The rescuer found the lease expired.
+    Rescue,
+    /// A reconcile sweep takes a reconciling job.
+    ReconcileClaim,
+    /// A reconciler resolved (or could not resolve) a job.
+    Reconcile,
+    /// An operator or client cancels.
+    Cancel,
+    /// An operator retries a finished job.
+    Retry,
+}
+
+impl fmt::Display for EventName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            EventName::Claim => "claim",
+            EventName::Heartbeat => "heartbeat",
+            EventName::Complete => "complete",
+            EventName::Fail => "fail",
+            EventName::Snooze => "snooze",
+            EventName::Release => "release",
+            EventName::Cancelled => "record cancellation of",
+            EventName::Rescue => "rescue",
+            EventName::ReconcileClaim => "reconcile-claim",
+            EventName::Reconcile => "reconcile",
+            EventName::Cancel => "cancel",
+            EventName::Retry => "retry",
+        })
+    }
+}

@@ -1,0 +1,178 @@
+//! JSON rules shared by every store: size and NUL checks on stored JSON, the canonical form used
+//! for request hashes, and the containment test behind meta filters (PostgreSQL's `jsonb @>`).
+
+use std::io;
+
+use serde_json::Value;
+
+use crate::error::Error;
+
+/// Checks that `value` serializes to at most `max_bytes` of JSON text and holds no NUL
+/// character (`\u0000`) in any string or object key: PostgreSQL's `jsonb` cannot store one,
+/// so every store refuses it the same way (DESIGN.md section 9).
+///
+/// # Errors
+/// [`Error::InvalidInput`] naming `field` when the value is too large or holds a NUL.
+pub fn check_value(field: &str, value: &Value, max_bytes: usize) -> Result<(), Error> {
+    let size = json_len(value);
+    if size > max_bytes {
+        return Err(Error::invalid(
+            field,
+            format!("is {size} bytes of JSON; the limit is {max_bytes} bytes"),
+        ));
+    }
+    if has_nul(value) {
+        return Err(Error::invalid(
+            field,
+            "must not contain the NUL character (\\u0000) in any string or key",
+        ));
+    }
+    Ok(())
+}
+
+/// The length in bytes of `value`'s compact JSON text, computed without building the text.
+pub fn json_len(value: &Value) -> usize {
+    struct Counter(usize);
+    impl io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    // Writing a `Value` to an in-memory sink cannot fail.
+    let _ = serde_json::to_writer(&mut counter, value);
+    counter.0
+}
+
+/// True when any string or object key inside `value` contains U+0000.
+pub fn has_nul(value: &Value) -> bool {
+    match value {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(has_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+        _ => false,
+    }
+}
+
+/// The canonical JSON text of `value`: compact, object keys sorted bytewise at every depth,
+/// whatever order the map kept them in. Used for request hashes.
+pub fn canonical(value: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                write_canonical(&map[key], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+/// Checks a meta filter: it must be a JSON object without NUL characters, at most 64 KiB.
+///
+/// # Errors
+/// [`Error::InvalidInput`] with field `meta` otherwise.
+pub fn check_meta_filter(filter: &Value) -> Result<(), Error> {
+    if !filter.is_object() {
+        return Err(Error::invalid(
+            "meta",
+            "a meta filter must be a JSON object, e.g. {\"customer\": \"acme\"}",
+        ));
+    }
+    check_value("meta", filter, 64 * 1024)
+}
+
+/// PostgreSQL `jsonb` containment (`container @> contained`) for the shapes Drover filters on:
+/// an object contains another when every key of the second is present with a contained value;
+/// an array contains another when every element of the second is contained in some element of
+/// the first (order and repeats ignored); scalars must be equal (numbers compared by value, so
+/// `1` equals `1.0`); values of different types never contain each other.
+pub fn contains(container: &Value, contained: &Value) -> bool {
+    match (container, contained) {
+        (Value::Object(a), Value::Object(b)) => b
+            .iter()
+            .all(|(k, vb)| a.get(k).is_some_and(|va| contains(va, vb))),
+        (Value::Array(a), Value::Array(b)) => {
+            b.iter().all(|eb| a.iter().any(|ea| contains(ea, eb)))
+        }
+        (Value::Number(a), Value::Number(b)) => numbers_equal(a, b),
+        (a, b) => a == b,
+    }
+}
+
+fn numbers_equal(a: &serde_json::Number, b: &serde_json::Number) -> bool {
+    if let (Some(x), Some(y)) = (a.as_i64(), b.as_i64()) {
+        return x == y;
+    }
+    if let (Some(x), Some(y)) = (a.as_u64(), b.as_u64()) {
+        return x == y;
+    }
+    match (a.as_f64(), b.as_f64()) {
+        (Some(x), Some(y)) => x == y,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn containment_follows_jsonb() {
+        let doc = json!({"a": 1, "tags": ["x", "y", {"k": 2}], "o": {"p": true, "q": null}});
+        assert!(contains(&doc, &json!({})));
+        assert!(contains(&doc, &json!({"a": 1})));
+        assert!(contains(&doc, &json!({"a": 1.0})));
+        assert!(contains(&doc, &json!({"tags": ["y"]})));
+        assert!(contains(&doc, &json!({"tags": ["y", "x", "y"]})));
+        assert!(contains(&doc, &json!({"tags": [{}]})));
+        assert!(contains(&doc, &json!({"o": {"q": null}})));
+        assert!(!contains(&doc, &json!({"a": "1"})));
+        assert!(!contains(&doc, &json!({"tags": "x"})));
+        assert!(!contains(&doc, &json!({"o": {"r": null}})));
+        assert!(!contains(&doc, &json!({"missing": 1})));
+    }
+
+    #[test]
+    fn canonical_sorts_keys() {
+        let a = json!({"b": [1, {"d": 1, "c": 2}], "a": "x"});
+        assert_eq!(canonical(&a), r#"{"a":"x","b":[1,{"c":2,"d":1}]}"#);
+    }
+
+    #[test]
+    fn nul_and_size_are_checked() {
+        assert!(check_value("args", &json!({"k\u{0}": 1}), 100).is_err());
+        assert!(check_value("args", &json!("ok"), 100).is_ok());
+        assert!(check_value("args", &json!("toolong"), 5).is_err());
+        assert_eq!(json_len(&json!({"a": [1, 2]})), r#"{"a":[1,2]}"#.len());
+    }
+}

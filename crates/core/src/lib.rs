@@ -1,0 +1,38 @@
+//! Drover's pure core: the job model, the state machine, the [`JobStore`] contract and its one
+//! error type.
+//!
+//! Nothing here does I/O, reads the system clock in its logic, or knows a database: stores
+//! implement [`JobStore`], the runner drives it, and every rule that must hold the same way in
+//! every store (transitions, validation, backoff, limit admission, cron ticks, JSON
+//! containment) lives here once. See ARCHITECTURE.md and DESIGN.md.
+
+pub mod clock;
+pub mod error;
+pub mod job;
+pub mod json;
+pub mod lease;
+pub mod limits;
+pub mod names;
+pub mod queue;
+pub mod retry;
+pub mod schedule;
+pub mod state;
+pub mod store;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use error::{BoxError, Entity, Error, EventName, Quota, Result};
+pub use job::{AttemptError, EnqueueStatus, Enqueued, Job, JobId, NewJob, RunAt, SizeLimits};
+pub use lease::FencingToken;
+pub use limits::{Admission, LimitPolicy, LimitState, LimitStatus, Rate};
+pub use names::{JobKind, LimitKey, QueueName, ScheduleName, TenantId, WorkerId};
+pub use queue::{QueueInfo, QueueSnapshot, Snapshot, WorkerInfo, WorkerRegistration};
+pub use retry::Backoff;
+pub use schedule::{CronSpec, NewSchedule, Schedule};
+pub use state::{apply, Event, JobState, Resolution, Retry, Transition};
+#[cfg(feature = "mock")]
+pub use store::MockJobStore;
+pub use store::{
+    CancelEffect, CancelOutcome, ClaimJobs, ClaimReconciling, EventStream, Finish, FinishItem,
+    FinishReply, FireSchedule, HeartbeatItem, HeartbeatJobs, HeartbeatReply, JobPage, JobStore,
+    ListJobs, PruneJobs, Quotas, RescueExpired, Rescued, StoreConfig, StoreEvent,
+};

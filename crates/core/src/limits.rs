@@ -1,0 +1,377 @@
+//! Limit policies (DESIGN.md section 4, Limits): cluster-wide bounds per key on how many jobs run
+//! at once (`max_running`) and how many claims happen per period (`rate`).
+//!
+//! The admission rule is pure and shared: both stores feed [`Admission`] the policies, the
+//! current running counts and the rate state, and claim only the candidates it admits, in
+//! order, without touching the rest. Rates use GCRA (the generic cell rate algorithm): one
+//! timestamp per policy ("theoretical arrival time"), bursts of up to `count` claims, then one
+//! claim every `period / count`.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+use crate::names::LimitKey;
+
+/// Largest accepted `max_running`.
+pub const MAX_RUNNING_MAX: u32 = 1_000_000;
+/// Largest accepted rate count.
+pub const RATE_COUNT_MAX: u32 = 1_000_000;
+/// Shortest accepted rate period.
+pub const RATE_PERIOD_MIN: Duration = Duration::from_millis(1);
+/// Longest accepted rate period: 1 day.
+pub const RATE_PERIOD_MAX: Duration = Duration::from_secs(24 * 3600);
+
+/// At most `count` claims per `period`, written `N/PERIOD` (`10/s`, `100/1m`, `5/30s`,
+/// `1000/h`, `2/500ms`, `50/d`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rate {
+    /// Claims allowed per period, 1..=1,000,000.
+    pub count: u32,
+    /// The period, 1 ms..=1 day.
+    #[serde(with = "crate::job::duration_ms", rename = "period_ms")]
+    pub period: Duration,
+}
+
+impl Rate {
+    /// Validates a rate.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] with field `rate` when count or period is out of bounds.
+    pub fn new(count: u32, period: Duration) -> Result<Self, Error> {
+        if count == 0 || count > RATE_COUNT_MAX {
+            return Err(Error::invalid(
+                "rate",
+                format!("count must be between 1 and {RATE_COUNT_MAX}, got {count}"),
+            ));
+        }
+        if !(RATE_PERIOD_MIN..=RATE_PERIOD_MAX).contains(&period) {
+            return Err(Error::invalid("rate", "period must be between 1ms and 1d"));
+        }
+        Ok(Rate { count, period })
+    }
+
+    /// Time between claims at the steady rate: `period / count`.
+    pub fn emission_interval(&self) -> chrono::Duration {
+        let nanos = self.period.as_nanos() / u128::from(self.count.max(1));
+        chrono::Duration::nanoseconds(i64::try_from(nanos).unwrap_or(i64::MAX))
+    }
+
+    fn period_chrono(&self) -> chrono::Duration {
+        chrono::Duration::from_std(self.period).unwrap_or(chrono::Duration::MAX)
+    }
+
+    /// GCRA: if one more claim is allowed at `now` given the stored theoretical arrival time
+    /// `tat`, returns the new `tat` to store; `None` when the rate is exhausted.
+    pub fn admit(&self, tat: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let t = self.emission_interval();
+        let tolerance = self.period_chrono() - t;
+        let start = tat.map_or(now, |tat| tat.max(now));
+        if start - now > tolerance {
+            return None;
+        }
+        Some(start + t)
+    }
+
+    /// How many claims the rate allows at `now` given `tat` (for `limits list`).
+    pub fn available(&self, tat: Option<DateTime<Utc>>, now: DateTime<Utc>) -> u32 {
+        let t = self
+            .emission_interval()
+            .num_nanoseconds()
+            .unwrap_or(i64::MAX)
+            .max(1);
+        let start = tat.map_or(now, |tat| tat.max(now));
+        let used = (start - now).num_nanoseconds().unwrap_or(i64::MAX);
+        let period = self.period_chrono().num_nanoseconds().unwrap_or(i64::MAX);
+        let free = (period - used).max(0) / t;
+        u32::try_from(free).unwrap_or(u32::MAX).min(self.count)
+    }
+}
+
+impl fmt::Display for Rate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = self.period.as_millis();
+        if ms % 86_400_000 == 0 {
+            write!(f, "{}/{}d", self.count, ms / 86_400_000)
+        } else if ms % 3_600_000 == 0 {
+            write!(f, "{}/{}h", self.count, ms / 3_600_000)
+        } else if ms % 60_000 == 0 {
+            write!(f, "{}/{}m", self.count, ms / 60_000)
+        } else if ms % 1000 == 0 {
+            write!(f, "{}/{}s", self.count, ms / 1000)
+        } else {
+            write!(f, "{}/{}ms", self.count, ms)
+        }
+    }
+}
+
+impl FromStr for Rate {
+    type Err = Error;
+
+    /// Parses `N/PERIOD`, where PERIOD is an optional whole number followed by `ms`, `s`, `m`,
+    /// `h` or `d`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] with field `rate` for any other text or out-of-bounds values.
+    fn from_str(s: &str) -> Result<Self, Error> {
+        let bad = || {
+            Error::invalid(
+                "rate",
+                "must look like N/PERIOD, e.g. 10/s, 100/1m, 5/30s, 2/500ms",
+            )
+        };
+        let (count, period) = s.trim().split_once('/').ok_or_else(bad)?;
+        let count: u32 = count.trim().parse().map_err(|_| bad())?;
+        let period = period.trim();
+        let split = period.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        let (number, unit) = period.split_at(split);
+        let number: u64 = if number.is_empty() {
+            1
+        } else {
+            number.parse().map_err(|_| bad())?
+        };
+        let unit_ms: u64 = match unit {
+            "ms" => 1,
+            "s" => 1000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => return Err(bad()),
+        };
+        let ms = number.checked_mul(unit_ms).ok_or_else(bad)?;
+        Rate::new(count, Duration::from_millis(ms))
+    }
+}
+
+/// A limit policy: a key and at least one bound.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitPolicy {
+    /// The key jobs name in `limit_keys`, or `kind:<kind>` / `queue:<queue>`.
+    pub key: LimitKey,
+    /// Jobs with this key running at once across all workers (0 holds them all).
+    pub max_running: Option<u32>,
+    /// Claims of jobs with this key per period.
+    pub rate: Option<Rate>,
+}
+
+impl LimitPolicy {
+    /// Validates a policy.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] when neither bound is given (field `limit`) or `max_running` is
+    /// above 1,000,000 (field `max_running`).
+    pub fn new(key: LimitKey, max_running: Option<u32>, rate: Option<Rate>) -> Result<Self, Error> {
+        if max_running.is_none() && rate.is_none() {
+            return Err(Error::invalid(
+                "limit",
+                "give at least one of max_running and rate",
+            ));
+        }
+        if let Some(m) = max_running {
+            if m > MAX_RUNNING_MAX {
+                return Err(Error::invalid(
+                    "max_running",
+                    format!("must be at most {MAX_RUNNING_MAX}, got {m}"),
+                ));
+            }
+        }
+        if let Some(r) = rate {
+            Rate::new(r.count, r.period)?;
+        }
+        Ok(LimitPolicy {
+            key,
+            max_running,
+            rate,
+        })
+    }
+}
+
+/// A policy with its current usage, as `limits list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitStatus {
+    /// The policy.
+    #[serde(flatten)]
+    pub policy: LimitPolicy,
+    /// Jobs with the key running now.
+    pub running: u64,
+    /// Claims the rate allows right now (`None` without a rate).
+    pub rate_available: Option<u32>,
+}
+
+/// A policy's state as the claim sees it: the policy, jobs running under it, its GCRA time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitState {
+    /// The policy.
+    pub policy: LimitPolicy,
+    /// Jobs with this key running now.
+    pub running: u64,
+    /// GCRA theoretical arrival time, `None` when no claim has been counted yet.
+    pub rate_tat: Option<DateTime<Utc>>,
+}
+
+/// Greedy, order-preserving admission of claim candidates under limit policies.
+///
+/// Feed it every policy's state, then call [`Admission::try_admit`] with each candidate's
+/// effective keys in claim order; it admits a candidate only when every policy on its keys
+/// allows one more, and counts it against them. Keys without a policy are unlimited.
+#[derive(Debug, Clone)]
+pub struct Admission {
+    now: DateTime<Utc>,
+    states: HashMap<LimitKey, LimitState>,
+    touched: Vec<LimitKey>,
+}
+
+impl Admission {
+    /// Starts an admission pass at `now`.
+    pub fn new(now: DateTime<Utc>, states: impl IntoIterator<Item = LimitState>) -> Self {
+        Admission {
+            now,
+            states: states
+                .into_iter()
+                .map(|s| (s.policy.key.clone(), s))
+                .collect(),
+            touched: Vec::new(),
+        }
+    }
+
+    /// True when no policy exists.
+    pub fn is_unlimited(&self) -> bool {
+        self.states.is_empty()
+    }
+
+    /// True when some policy applies to one of `keys`.
+    pub fn applies_to(&self, keys: &[LimitKey]) -> bool {
+        keys.iter().any(|k| self.states.contains_key(k))
+    }
+
+    /// Admits a candidate whose effective keys are `keys` if every applicable policy allows one
+    /// more claim now, and counts it; otherwise leaves every state unchanged and returns false.
+    pub fn try_admit(&mut self, keys: &[LimitKey]) -> bool {
+        let mut new_tats: Vec<(&LimitKey, DateTime<Utc>)> = Vec::new();
+        for key in keys {
+            let Some(state) = self.states.get(key) else {
+                continue;
+            };
+            if let Some(max) = state.policy.max_running {
+                if state.running >= u64::from(max) {
+                    return false;
+                }
+            }
+            if let Some(rate) = state.policy.rate {
+                match rate.admit(state.rate_tat, self.now) {
+                    Some(tat) => new_tats.push((key, tat)),
+                    None => return false,
+                }
+            }
+        }
+        for key in keys {
+            if let Some(state) = self.states.get_mut(key) {
+                state.running += 1;
+                if !self.touched.contains(key) {
+                    self.touched.push(key.clone());
+                }
+            }
+        }
+        for (key, tat) in new_tats {
+            if let Some(state) = self.states.get_mut(key) {
+                state.rate_tat = Some(tat);
+            }
+        }
+        true
+    }
+
+    /// The states of policies that admitted at least one candidate, to write back.
+    pub fn into_touched(mut self) -> Vec<LimitState> {
+        self.touched
+            .iter()
+            .filter_map(|k| self.states.remove(k))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn t(ms: i64) -> DateTime<Utc> {
+        Utc.timestamp_millis_opt(1_800_000_000_000 + ms).unwrap()
+    }
+
+    fn key(s: &str) -> LimitKey {
+        LimitKey::parse(s).unwrap()
+    }
+
+    #[test]
+    fn rate_parses_and_prints() {
+        let r: Rate = "10/s".parse().unwrap();
+        assert_eq!((r.count, r.period), (10, Duration::from_secs(1)));
+        let r: Rate = "5/30s".parse().unwrap();
+        assert_eq!(r.period, Duration::from_secs(30));
+        assert_eq!(r.to_string(), "5/30s");
+        assert_eq!("2/500ms".parse::<Rate>().unwrap().to_string(), "2/500ms");
+        for bad in [
+            "",
+            "10",
+            "0/s",
+            "10/",
+            "10/2w",
+            "x/s",
+            "10/99999999999999999999d",
+            "10/2d",
+        ] {
+            assert!(bad.parse::<Rate>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn gcra_allows_a_burst_then_the_steady_rate() {
+        let r = Rate::new(3, Duration::from_secs(3)).unwrap();
+        let mut tat = None;
+        for _ in 0..3 {
+            tat = Some(r.admit(tat, t(0)).expect("burst of 3"));
+        }
+        assert!(r.admit(tat, t(0)).is_none());
+        assert_eq!(r.available(tat, t(0)), 0);
+        assert!(r.admit(tat, t(999)).is_none());
+        let tat2 = r.admit(tat, t(1000)).expect("one per second");
+        assert!(r.admit(Some(tat2), t(1000)).is_none());
+        assert_eq!(r.available(None, t(0)), 3);
+    }
+
+    #[test]
+    fn admission_checks_every_key_and_keeps_order() {
+        let a = LimitState {
+            policy: LimitPolicy::new(key("kind:a"), Some(1), None).unwrap(),
+            running: 0,
+            rate_tat: None,
+        };
+        let q = LimitState {
+            policy: LimitPolicy::new(key("queue:q"), Some(2), None).unwrap(),
+            running: 0,
+            rate_tat: None,
+        };
+        let mut adm = Admission::new(t(0), [a, q]);
+        assert!(adm.try_admit(&[key("kind:a"), key("queue:q")]));
+        assert!(!adm.try_admit(&[key("kind:a"), key("queue:q")]));
+        assert!(adm.try_admit(&[key("kind:b"), key("queue:q")]));
+        assert!(!adm.try_admit(&[key("kind:c"), key("queue:q")]));
+        assert!(adm.try_admit(&[key("kind:c"), key("queue:other")]));
+        let touched = adm.into_touched();
+        assert_eq!(touched.len(), 2);
+        assert!(touched
+            .iter()
+            .all(|s| s.running == u64::from(s.policy.max_running.unwrap())));
+    }
+
+    #[test]
+    fn policy_needs_a_bound() {
+        assert!(LimitPolicy::new(key("k"), None, None).is_err());
+        assert!(LimitPolicy::new(key("k"), Some(0), None).is_ok());
+    }
+}

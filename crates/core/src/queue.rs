@@ -1,0 +1,90 @@
+//! Queues, workers and the queue snapshot: what operators look at (DESIGN.md sections 4 and 7).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::names::{QueueName, WorkerId};
+use crate::state::JobState;
+
+/// A queue as `queues list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueInfo {
+    /// Name.
+    pub name: QueueName,
+    /// Paused cluster-wide: no worker claims from it; running jobs finish.
+    pub paused: bool,
+    /// When it was last paused, while paused.
+    pub paused_at: Option<DateTime<Utc>>,
+}
+
+/// Counts and lag of one queue at one instant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueSnapshot {
+    /// Name.
+    pub queue: QueueName,
+    /// Paused cluster-wide.
+    pub paused: bool,
+    /// Jobs per state; states without jobs are absent.
+    pub counts: BTreeMap<JobState, u64>,
+    /// Queued jobs that are ready now (`run_at <= now`), whatever their kind.
+    pub ready: u64,
+    /// Jobs running now.
+    pub running: u64,
+    /// Age of the oldest ready job: `now - run_at`, in milliseconds (`None` when none is ready).
+    /// This is the queue lag; jobs of kinds no worker registers count too.
+    pub oldest_ready_age_ms: Option<u64>,
+}
+
+impl QueueSnapshot {
+    /// The lag as a `Duration`.
+    pub fn lag(&self) -> Option<Duration> {
+        self.oldest_ready_age_ms.map(Duration::from_millis)
+    }
+
+    /// Jobs in `state`.
+    pub fn count(&self, state: JobState) -> u64 {
+        self.counts.get(&state).copied().unwrap_or(0)
+    }
+}
+
+/// Counts per queue and state, taken at one instant of the store's clock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// The store's clock when taken.
+    pub taken_at: DateTime<Utc>,
+    /// One entry per queue that has jobs or a stored pause state, sorted by name.
+    pub queues: Vec<QueueSnapshot>,
+}
+
+/// A worker process as registered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerInfo {
+    /// Id, also the lease owner of its jobs.
+    pub id: WorkerId,
+    /// Host name.
+    pub host: String,
+    /// Process id.
+    pub pid: u32,
+    /// Queues it serves.
+    pub queues: Vec<QueueName>,
+    /// Registration time (store clock).
+    pub started_at: DateTime<Utc>,
+    /// Latest heartbeat (store clock).
+    pub last_heartbeat_at: DateTime<Utc>,
+}
+
+/// What a worker registers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerRegistration {
+    /// Id (unique per process start).
+    pub id: WorkerId,
+    /// Host name (at most 255 bytes are kept).
+    pub host: String,
+    /// Process id.
+    pub pid: u32,
+    /// Queues it serves.
+    pub queues: Vec<QueueName>,
+}

@@ -1,0 +1,400 @@
+//! Cron schedules (DESIGN.md sections 6 and 9): parsing, tick computation in a named time zone,
+//! and the job each tick enqueues.
+//!
+//! Ticks are computed on wall-clock time in the schedule's zone, then mapped to instants:
+//! a wall-clock time that occurs twice (autumn) fires once, at its first occurrence; a time
+//! skipped by a spring gap fires once, at the first instant after the gap. After downtime only
+//! the latest missed tick is due ("at most one catch-up", never a burst).
+
+use std::time::Duration;
+
+use chrono::{DateTime, LocalResult, NaiveDateTime, TimeZone, Utc};
+use chrono_tz::Tz;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::error::Error;
+use crate::job::{NewJob, SizeLimits, MAX_ATTEMPTS_DEFAULT};
+use crate::json;
+use crate::names::{JobKind, QueueName, ScheduleName};
+
+/// Longest accepted cron expression, in bytes.
+pub const CRON_MAX_LEN: usize = 256;
+/// Most ticks examined in one computation before giving up (guards pathological patterns).
+const SEARCH_STEPS_MAX: usize = 100_000;
+
+/// A parsed cron expression bound to a time zone.
+#[derive(Debug, Clone)]
+pub struct CronSpec {
+    expr: String,
+    zone: Tz,
+    cron: croner::Cron,
+}
+
+impl CronSpec {
+    /// Parses a 5-field (`min hour day month weekday`) or 6-field (with leading seconds) cron
+    /// expression and an IANA time zone name such as `Europe/Berlin` or `UTC`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] with field `cron` for a bad expression, `timezone` for an unknown
+    /// zone.
+    pub fn parse(expr: &str, timezone: &str) -> Result<Self, Error> {
+        if expr.trim().is_empty() {
+            return Err(Error::invalid("cron", "must not be empty"));
+        }
+        if expr.len() > CRON_MAX_LEN || expr.chars().any(char::is_control) {
+            return Err(Error::invalid(
+                "cron",
+                format!("must be at most {CRON_MAX_LEN} bytes without control characters"),
+            ));
+        }
+        let cron = croner::Cron::new(expr)
+            .with_seconds_optional()
+            .parse()
+            .map_err(|e| Error::invalid("cron", format!("is not a valid cron expression: {e}")))?;
+        let zone: Tz = timezone.parse().map_err(|_| {
+            Error::invalid(
+                "timezone",
+                "must be an IANA time zone name such as UTC or Europe/Berlin",
+            )
+        })?;
+        Ok(CronSpec {
+            expr: expr.to_owned(),
+            zone,
+            cron,
+        })
+    }
+
+    /// The expression as given.
+    pub fn expr(&self) -> &str {
+        &self.expr
+    }
+
+    /// The zone.
+    pub fn zone(&self) -> Tz {
+        self.zone
+    }
+
+    /// The next wall-clock time strictly after `naive` that matches the pattern.
+    fn next_naive(&self, naive: NaiveDateTime) -> Option<NaiveDateTime> {
+        let proxy = Utc.from_utc_datetime(&naive);
+        self.cron
+            .find_next_occurrence(&proxy, false)
+            .ok()
+            .map(|t| t.naive_utc())
+    }
+
+    /// Maps a matching wall-clock time to the instant it fires (see the module doc).
+    fn instant_of(&self, naive: NaiveDateTime) -> Option<DateTime<Utc>> {
+        match self.zone.from_local_datetime(&naive) {
+            LocalResult::Single(t) => Some(t.with_timezone(&Utc)),
+            LocalResult::Ambiguous(first, _) => Some(first.with_timezone(&Utc)),
+            LocalResult::None => {
+                // In a gap: the first instant after it. Walk forward minute by minute to the
+                // first valid wall-clock time (gaps are at most a few hours), then take the
+                // start of that wall-clock minute.
+                let mut probe = naive;
+                for _ in 0..(48 * 60) {
+                    probe = probe.checked_add_signed(chrono::Duration::minutes(1))?;
+                    let floor = probe.date().and_hms_opt(
+                        chrono::Timelike::hour(&probe),
+                        chrono::Timelike::minute(&probe),
+                        0,
+                    )?;
+                    if let LocalResult::Single(t) | LocalResult::Ambiguous(t, _) =
+                        self.zone.from_local_datetime(&floor)
+                    {
+                        return Some(t.with_timezone(&Utc));
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    /// The first tick strictly after `after`, or `None` when the pattern never fires again
+    /// (e.g. `0 0 30 2 *`, February 30th).
+    pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        // Start one hour of wall-clock time early so ticks of a repeated (autumn) hour are
+        // not skipped, then discard candidates not after `after`.
+        use chrono::{Offset, SubsecRound};
+        // Ticks fall on whole seconds: search from the whole second at or before `after`.
+        let floor = after.trunc_subsecs(0);
+        let local = floor.with_timezone(&self.zone);
+        let earlier = (floor - chrono::Duration::hours(3)).with_timezone(&self.zone);
+        let same_offset = local.offset().fix() == earlier.offset().fix();
+        let mut naive = if same_offset {
+            local.naive_local()
+        } else {
+            local
+                .naive_local()
+                .checked_sub_signed(chrono::Duration::hours(3))?
+        };
+        for _ in 0..SEARCH_STEPS_MAX {
+            naive = self.next_naive(naive)?;
+            if let Some(at) = self.instant_of(naive) {
+                if at > after {
+                    return Some(at);
+                }
+            }
+        }
+        None
+    }
+
+    /// The latest tick in `(after, now]`, if any: the one tick to fire now. Older missed
+    /// ticks are skipped, so a schedule that was down for a week fires once, not once per
+    /// missed tick.
+    pub fn latest_due(&self, after: DateTime<Utc>, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let first = self.next_after(after)?;
+        if first > now {
+            return None;
+        }
+        // Search a window before `now` that widens until it holds a tick; the first window
+        // with one gives the latest tick after a short forward walk.
+        for window in [
+            Duration::from_secs(2),
+            Duration::from_secs(120),
+            Duration::from_secs(7200),
+            Duration::from_secs(2 * 86_400),
+            Duration::from_secs(62 * 86_400),
+            Duration::from_secs(800 * 86_400),
+        ] {
+            let start = crate::clock::sub(now, window).max(after);
+            if let Some(latest) = self.walk_to(start, now) {
+                return Some(latest);
+            }
+            if start == after {
+                break;
+            }
+        }
+        self.walk_to(first - chrono::Duration::nanoseconds(1), now)
+            .or(Some(first))
+    }
+
+    /// The last tick in `(start, now]` found by walking forward, `None` when there is none.
+    fn walk_to(&self, start: DateTime<Utc>, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let mut latest = None;
+        let mut cursor = start;
+        for _ in 0..SEARCH_STEPS_MAX {
+            match self.next_after(cursor) {
+                Some(t) if t <= now => {
+                    latest = Some(t);
+                    cursor = t;
+                }
+                _ => return latest,
+            }
+        }
+        latest
+    }
+}
+
+/// A schedule to create or replace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewSchedule {
+    /// Unique name.
+    pub name: ScheduleName,
+    /// Cron expression, 5 or 6 fields.
+    pub cron: String,
+    /// IANA zone the expression is read in (default `UTC`).
+    pub timezone: String,
+    /// Kind of the jobs it enqueues.
+    pub kind: JobKind,
+    /// Args of the jobs it enqueues.
+    pub args: Value,
+    /// Queue of the jobs it enqueues.
+    pub queue: QueueName,
+    /// Priority of the jobs it enqueues.
+    pub priority: i16,
+    /// Attempt budget of the jobs it enqueues.
+    pub max_attempts: i32,
+}
+
+impl NewSchedule {
+    /// A schedule with queue `default`, zone `UTC`, priority 0 and 3 attempts.
+    pub fn new(name: ScheduleName, cron: impl Into<String>, kind: JobKind, args: Value) -> Self {
+        NewSchedule {
+            name,
+            cron: cron.into(),
+            timezone: "UTC".to_owned(),
+            kind,
+            args,
+            queue: QueueName::default_queue(),
+            priority: 0,
+            max_attempts: MAX_ATTEMPTS_DEFAULT,
+        }
+    }
+
+    /// Checks the expression, the zone, that it fires at least once after `now`, and the job
+    /// fields.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] naming `cron` (bad, or never fires), `timezone`, `args` or
+    /// `max_attempts`.
+    pub fn validate(&self, now: DateTime<Utc>, sizes: &SizeLimits) -> Result<CronSpec, Error> {
+        let spec = CronSpec::parse(&self.cron, &self.timezone)?;
+        if spec.next_after(now).is_none() {
+            return Err(Error::invalid(
+                "cron",
+                "never fires (no matching date exists, e.g. February 30th)",
+            ));
+        }
+        let probe = NewJob::new(self.kind.clone(), self.args.clone())
+            .with_queue(self.queue.clone())
+            .with_priority(self.priority)
+            .with_max_attempts(self.max_attempts);
+        probe.validate(sizes)?;
+        json::check_value("args", &self.args, sizes.max_args_bytes)?;
+        Ok(spec)
+    }
+}
+
+/// A stored schedule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Schedule {
+    /// Unique name.
+    pub name: ScheduleName,
+    /// Cron expression.
+    pub cron: String,
+    /// IANA zone.
+    pub timezone: String,
+    /// Kind of the jobs it enqueues.
+    pub kind: JobKind,
+    /// Args of the jobs it enqueues.
+    pub args: Value,
+    /// Queue of the jobs it enqueues.
+    pub queue: QueueName,
+    /// Priority of the jobs it enqueues.
+    pub priority: i16,
+    /// Attempt budget of the jobs it enqueues.
+    pub max_attempts: i32,
+    /// When it was created or last replaced; ticks before this never fire.
+    pub created_at: DateTime<Utc>,
+    /// The latest tick that enqueued a job.
+    pub last_tick_at: Option<DateTime<Utc>>,
+}
+
+impl Schedule {
+    /// Builds the stored form of `new` at `now`.
+    pub fn from_new(new: NewSchedule, now: DateTime<Utc>) -> Self {
+        Schedule {
+            name: new.name,
+            cron: new.cron,
+            timezone: new.timezone,
+            kind: new.kind,
+            args: new.args,
+            queue: new.queue,
+            priority: new.priority,
+            max_attempts: new.max_attempts,
+            created_at: now,
+            last_tick_at: None,
+        }
+    }
+
+    /// The parsed expression.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] if the stored expression or zone no longer parses.
+    pub fn spec(&self) -> Result<CronSpec, Error> {
+        CronSpec::parse(&self.cron, &self.timezone)
+    }
+
+    /// The tick to fire at `now`, if any: the latest tick after both `created_at` and
+    /// `last_tick_at`, at or before `now`.
+    pub fn due_tick(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let after = self
+            .last_tick_at
+            .map_or(self.created_at, |t| t.max(self.created_at));
+        self.spec().ok()?.latest_due(after, now)
+    }
+
+    /// The next tick after `now` (for `schedules list`).
+    pub fn next_tick(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let after = self.last_tick_at.map_or(now, |t| t.max(now));
+        self.spec().ok()?.next_after(after)
+    }
+
+    /// The job a tick enqueues: the schedule's kind, args, queue, priority and attempts, unique
+    /// key `schedule:<name>:<tick>` and meta `{"schedule": name, "tick": tick}`.
+    pub fn job_for_tick(&self, tick: DateTime<Utc>) -> NewJob {
+        let tick_text = tick.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        NewJob::new(self.kind.clone(), self.args.clone())
+            .with_queue(self.queue.clone())
+            .with_priority(self.priority)
+            .with_max_attempts(self.max_attempts)
+            .with_unique_key(format!("schedule:{}:{tick_text}", self.name))
+            .with_meta(json!({"schedule": self.name.as_str(), "tick": tick_text}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn utc(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        assert!(CronSpec::parse("not cron", "UTC").is_err());
+        assert!(CronSpec::parse("* * * * *", "Mars/Olympus").is_err());
+        assert!(CronSpec::parse("", "UTC").is_err());
+        let never = NewSchedule::new(
+            ScheduleName::parse("s").unwrap(),
+            "0 0 30 2 *",
+            JobKind::parse("k").unwrap(),
+            json!({}),
+        );
+        let err = never.validate(utc("2026-01-01T00:00:00Z"), &SizeLimits::default());
+        assert!(matches!(err, Err(Error::InvalidInput { ref field, .. }) if field == "cron"));
+    }
+
+    #[test]
+    fn autumn_repeated_hour_fires_once() {
+        // Europe/Berlin: 2026-10-25 03:00 CEST -> 02:00 CET; 02:30 occurs twice.
+        let spec = CronSpec::parse("30 2 * * *", "Europe/Berlin").unwrap();
+        let first = spec.next_after(utc("2026-10-24T12:00:00Z")).unwrap();
+        assert_eq!(first, utc("2026-10-25T00:30:00Z"));
+        let second = spec.next_after(first).unwrap();
+        assert_eq!(second, utc("2026-10-26T01:30:00Z"));
+    }
+
+    #[test]
+    fn spring_gap_fires_once_after_the_gap() {
+        // Europe/Berlin: 2026-03-29 02:00 CET -> 03:00 CEST; 02:30 does not exist.
+        let spec = CronSpec::parse("30 2 * * *", "Europe/Berlin").unwrap();
+        let t = spec.next_after(utc("2026-03-28T12:00:00Z")).unwrap();
+        assert_eq!(t, utc("2026-03-29T01:00:00Z")); // 03:00 CEST
+        let next = spec.next_after(t).unwrap();
+        assert_eq!(next, utc("2026-03-30T00:30:00Z"));
+        // Every minute through the gap: the skipped hour collapses into one tick at 03:00.
+        let every = CronSpec::parse("* * * * *", "Europe/Berlin").unwrap();
+        let a = every.next_after(utc("2026-03-29T00:58:30Z")).unwrap();
+        assert_eq!(a, utc("2026-03-29T00:59:00Z"));
+        let b = every.next_after(a).unwrap();
+        assert_eq!(b, utc("2026-03-29T01:00:00Z"));
+        let c = every.next_after(b).unwrap();
+        assert_eq!(c, utc("2026-03-29T01:01:00Z"));
+    }
+
+    #[test]
+    fn catch_up_is_the_latest_missed_tick_only() {
+        let spec = CronSpec::parse("0 * * * *", "UTC").unwrap();
+        let due = spec.latest_due(utc("2026-05-01T00:00:00Z"), utc("2026-05-08T10:30:00Z"));
+        assert_eq!(due, Some(utc("2026-05-08T10:00:00Z")));
+        assert_eq!(
+            spec.latest_due(utc("2026-05-08T10:00:00Z"), utc("2026-05-08T10:59:59Z")),
+            None
+        );
+        let monthly = CronSpec::parse("0 0 1 * *", "UTC").unwrap();
+        assert_eq!(
+            monthly.latest_due(utc("2025-01-15T00:00:00Z"), utc("2026-05-08T10:30:00Z")),
+            Some(utc("2026-05-01T00:00:00Z"))
+        );
+        let seconds = CronSpec::parse("* * * * * *", "UTC").unwrap();
+        assert_eq!(
+            seconds.latest_due(utc("2026-05-01T00:00:00Z"), utc("2026-05-08T10:30:00.500Z")),
+            Some(utc("2026-05-08T10:30:00Z"))
+        );
+    }
+}

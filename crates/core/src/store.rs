@@ -1,0 +1,562 @@
+//! The [`JobStore`] trait: the contract every store implements and the contract suite in
+//! `tests/` proves (DESIGN.md section 4), with one params struct per operation so that adding a
+//! field never breaks a caller.
+//!
+//! Atomicity: each method is one atomic step of the store. Batch methods apply all or nothing
+//! unless their doc says the answer is per item.
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use futures_core::Stream;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::job::{Enqueued, Job, JobId, NewJob, SizeLimits};
+use crate::lease::FencingToken;
+use crate::limits::{LimitPolicy, LimitStatus};
+use crate::names::{JobKind, LimitKey, QueueName, ScheduleName, TenantId, WorkerId};
+use crate::queue::{QueueInfo, Snapshot, WorkerInfo, WorkerRegistration};
+use crate::schedule::{NewSchedule, Schedule};
+use crate::state::{JobState, Resolution, Retry, Transition};
+
+/// Default quota on pending jobs of the cluster (DESIGN.md section 7).
+pub const MAX_PENDING_DEFAULT: u64 = 10_000;
+/// Default quota on pending jobs of one tenant (DESIGN.md section 7).
+pub const MAX_TENANT_PENDING_DEFAULT: u64 = 1_000;
+/// Largest batch accepted by `jobs_claim`.
+pub const CLAIM_LIMIT_MAX: u32 = 10_000;
+/// Default page size of `jobs_list`.
+pub const LIST_LIMIT_DEFAULT: u32 = 50;
+/// Largest page size of `jobs_list`.
+pub const LIST_LIMIT_MAX: u32 = 1_000;
+/// Largest batch accepted by `jobs_enqueue`.
+pub const ENQUEUE_BATCH_MAX: usize = 100_000;
+/// Default retention of terminal jobs (DESIGN.md section 3): 7 days.
+pub const RETENTION_DEFAULT: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Default bound on rows deleted by one prune pass (DESIGN.md section 6).
+pub const PRUNE_LIMIT_DEFAULT: u32 = 1_000;
+
+/// Quotas on pending (queued, running and reconciling) jobs; `None` means unbounded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quotas {
+    /// Bound on pending jobs of the cluster (`DROVER_MAX_PENDING`, default 10,000).
+    pub max_pending: Option<u64>,
+    /// Bound on pending jobs of each tenant (`DROVER_MAX_TENANT_PENDING`, default 1,000).
+    pub max_tenant_pending: Option<u64>,
+}
+
+impl Default for Quotas {
+    fn default() -> Self {
+        Quotas {
+            max_pending: Some(MAX_PENDING_DEFAULT),
+            max_tenant_pending: Some(MAX_TENANT_PENDING_DEFAULT),
+        }
+    }
+}
+
+impl Quotas {
+    /// No quotas at all.
+    pub fn unbounded() -> Self {
+        Quotas {
+            max_pending: None,
+            max_tenant_pending: None,
+        }
+    }
+}
+
+/// Settings every store takes at construction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct StoreConfig {
+    /// Pending-job quotas checked at enqueue and operator retry.
+    pub quotas: Quotas,
+    /// Size bounds on args, meta and results.
+    pub sizes: SizeLimits,
+}
+
+/// Claim a batch of ready jobs (DESIGN.md section 3, claim).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimJobs {
+    /// The claiming worker: becomes the lease owner.
+    pub worker: WorkerId,
+    /// Queues to claim from; paused queues are skipped.
+    pub queues: Vec<QueueName>,
+    /// Kinds the worker has handlers for; jobs of other kinds stay queued, untouched.
+    pub kinds: Vec<JobKind>,
+    /// Most jobs to claim, 1..=10,000 (the worker's free capacity).
+    pub limit: u32,
+    /// Lease length (100 ms..=24 h).
+    pub lease: Duration,
+}
+
+/// One running job's heartbeat.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeartbeatItem {
+    /// The job.
+    pub id: JobId,
+    /// Its fencing token.
+    pub token: FencingToken,
+    /// Replacement meta object, when the handler changed it.
+    pub meta: Option<Value>,
+    /// Latest progress, when the handler reported any.
+    pub progress: Option<Value>,
+}
+
+/// Extend the leases of a worker's running jobs in one call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeartbeatJobs {
+    /// New lease length from the store's now.
+    pub lease: Duration,
+    /// The jobs.
+    pub jobs: Vec<HeartbeatItem>,
+}
+
+/// The answer to one heartbeat item.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "status")]
+pub enum HeartbeatReply {
+    /// The lease was extended.
+    Extended {
+        /// The job.
+        id: JobId,
+        /// A cancel was requested: fire the handler's cancellation token.
+        cancel_requested: bool,
+        /// The new lease end.
+        lease_expires_at: DateTime<Utc>,
+    },
+    /// The token is stale or the lease expired: stop the handler, write nothing for it.
+    LeaseLost {
+        /// The job.
+        id: JobId,
+    },
+}
+
+/// How a worker finishes a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "outcome")]
+pub enum Finish {
+    /// Success, with an optional result.
+    Succeeded {
+        /// The handler's result.
+        result: Option<Value>,
+    },
+    /// Failure; retried after the delay if attempts remain (see [`Retry`]).
+    Failed {
+        /// What went wrong.
+        message: String,
+        /// Whether and when to retry.
+        retry: Retry,
+    },
+    /// Run again after `delay` without spending an attempt.
+    Snoozed {
+        /// How long to wait.
+        #[serde(with = "crate::job::duration_ms", rename = "delay_ms")]
+        delay: Duration,
+    },
+    /// Give the job back (graceful shutdown): attempt not spent, ready at once.
+    Released,
+    /// The handler stopped on its cancellation token.
+    Cancelled {
+        /// Why.
+        message: String,
+    },
+}
+
+/// One finished run to record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FinishItem {
+    /// The job.
+    pub id: JobId,
+    /// Its fencing token.
+    pub token: FencingToken,
+    /// The outcome.
+    pub finish: Finish,
+}
+
+/// The answer to one [`FinishItem`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "status")]
+pub enum FinishReply {
+    /// Recorded: the job moved from running to `to`.
+    Recorded {
+        /// The job.
+        id: JobId,
+        /// Its new state.
+        to: JobState,
+    },
+    /// Not recorded: stale token or expired lease (another worker may own the job now).
+    LeaseLost {
+        /// The job.
+        id: JobId,
+    },
+}
+
+impl FinishReply {
+    /// The job this reply is about.
+    pub fn id(&self) -> JobId {
+        match self {
+            FinishReply::Recorded { id, .. } | FinishReply::LeaseLost { id } => *id,
+        }
+    }
+}
+
+/// What a cancel did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CancelEffect {
+    /// The job was queued or reconciling and is now cancelled.
+    Cancelled,
+    /// The job is running: its handler's cancellation token fires; it ends cancelled if the
+    /// handler stops or fails, but succeeded if the handler completes anyway (DESIGN.md 9).
+    Requested,
+}
+
+/// The answer to a cancel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CancelOutcome {
+    /// What happened.
+    pub effect: CancelEffect,
+    /// The job after the cancel.
+    pub job: Job,
+}
+
+/// Filters and page of `jobs_list`; every filter is optional and they combine with AND.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ListJobs {
+    /// Only this queue.
+    pub queue: Option<QueueName>,
+    /// Only this state.
+    pub state: Option<JobState>,
+    /// Only this kind.
+    pub kind: Option<JobKind>,
+    /// Only this tenant.
+    pub tenant: Option<TenantId>,
+    /// Only jobs whose meta contains this object (jsonb `@>` semantics).
+    pub meta: Option<Value>,
+    /// Keyset cursor: only jobs with an id smaller than this (the previous page's `next`).
+    pub before: Option<JobId>,
+    /// Page size, 1..=1,000 (default 50 when 0).
+    pub limit: u32,
+}
+
+impl ListJobs {
+    /// Checks the filter.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] naming `meta` (not an object, NUL, too large) or `limit`
+    /// (above 1,000).
+    pub fn validate(&self) -> Result<()> {
+        if let Some(meta) = &self.meta {
+            crate::json::check_meta_filter(meta)?;
+        }
+        if self.limit > LIST_LIMIT_MAX {
+            return Err(Error::invalid(
+                "limit",
+                format!("must be between 1 and {LIST_LIMIT_MAX}, got {}", self.limit),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The effective page size.
+    pub fn page_size(&self) -> u32 {
+        if self.limit == 0 {
+            LIST_LIMIT_DEFAULT
+        } else {
+            self.limit.min(LIST_LIMIT_MAX)
+        }
+    }
+}
+
+/// One page of jobs, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobPage {
+    /// The jobs, by id descending.
+    pub jobs: Vec<Job>,
+    /// Cursor for the next page (`ListJobs::before`), `None` on the last page.
+    pub next: Option<JobId>,
+}
+
+/// Rescue running jobs whose lease expired by the store's clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RescueExpired {
+    /// Kinds with a registered reconciler: their jobs go to reconciling.
+    pub reconciler_kinds: Vec<JobKind>,
+    /// Most jobs to rescue in this call.
+    pub limit: u32,
+}
+
+/// One rescued job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rescued {
+    /// The job.
+    pub id: JobId,
+    /// Its kind.
+    pub kind: JobKind,
+    /// Its queue.
+    pub queue: QueueName,
+    /// Its new state: queued, failed, reconciling or cancelled.
+    pub to: JobState,
+}
+
+/// Take reconciling jobs under a short lease for a reconcile sweep.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimReconciling {
+    /// The sweeping worker.
+    pub worker: WorkerId,
+    /// Kinds it has reconcilers for.
+    pub kinds: Vec<JobKind>,
+    /// Most jobs to take.
+    pub limit: u32,
+    /// Lease length.
+    pub lease: Duration,
+}
+
+/// Delete terminal jobs finished more than `older_than` ago (store clock), at most `limit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PruneJobs {
+    /// Retention.
+    pub older_than: Duration,
+    /// Most rows to delete in this call (1..=100,000).
+    pub limit: u32,
+}
+
+/// Fire one schedule tick: atomically advance the schedule's last tick and enqueue its job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FireSchedule {
+    /// The schedule.
+    pub name: ScheduleName,
+    /// The tick being fired.
+    pub tick: DateTime<Utc>,
+    /// The job to enqueue (normally `Schedule::job_for_tick`).
+    pub job: NewJob,
+}
+
+/// A stream of store events; see [`JobStore::subscribe`].
+pub type EventStream = Pin<Box<dyn Stream<Item = StoreEvent> + Send + 'static>>;
+
+/// Something a worker may want to react to at once instead of at its next poll.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "event")]
+pub enum StoreEvent {
+    /// Jobs became ready in this queue (enqueue, retry, release, resume).
+    JobsAvailable {
+        /// The queue.
+        queue: QueueName,
+    },
+    /// A cancel was requested for this running job.
+    CancelRequested {
+        /// The job.
+        id: JobId,
+    },
+    /// Events may have been missed (reconnect, lagging subscriber): poll everything once.
+    Resync,
+}
+
+/// The store contract (DESIGN.md section 4). Implementations: `drover-store-memory`,
+/// `drover-store-postgres`. Used as `Arc<dyn JobStore>`.
+///
+/// Time: every method uses the store's clock, never the caller's (DESIGN.md section 9).
+/// Errors: every method may return [`Error::Unavailable`] (transient) or [`Error::Fatal`]
+/// (schema missing and the like) besides the errors listed on it.
+#[cfg_attr(feature = "mock", mockall::automock)]
+#[async_trait]
+pub trait JobStore: Send + Sync + 'static {
+    /// Enqueues a batch atomically; answers per job in input order.
+    ///
+    /// Per job, in order: validation ([`NewJob::validate`]); idempotency key (scoped to the
+    /// tenant): same request -> the stored job with status `Replayed`, different request or a
+    /// stored key without request hash -> `Conflict`; unique key (scoped to the tenant, among
+    /// non-terminal jobs): a live holder -> that job with status `Duplicate`; then the quotas
+    /// for all new jobs together. Repeats of a key inside one batch resolve to the first.
+    ///
+    /// # Errors
+    /// `InvalidInput` (field prefixed `jobs[i].` for batches of more than one), `Conflict`,
+    /// `QuotaExceeded`. On any error nothing is stored.
+    async fn jobs_enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>>;
+
+    /// Fetches one job.
+    ///
+    /// # Errors
+    /// `NotFound`.
+    async fn job_get(&self, id: JobId) -> Result<Job>;
+
+    /// Lists jobs newest first with filters and keyset pagination.
+    ///
+    /// # Errors
+    /// `InvalidInput` from [`ListJobs::validate`].
+    async fn jobs_list(&self, query: ListJobs) -> Result<JobPage>;
+
+    /// Claims up to `limit` ready jobs, in order of priority (smaller first), then `run_at`,
+    /// then id, from unpaused queues, of registered kinds, that every applicable limit policy
+    /// admits. Jobs skipped for limits keep their place and spend nothing. Each claimed job is
+    /// returned running, with attempt + 1, a new fencing token and the lease.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a limit of 0 or above 10,000 or a bad lease.
+    async fn jobs_claim(&self, claim: ClaimJobs) -> Result<Vec<Job>>;
+
+    /// Extends leases and saves meta/progress; answers per item in input order.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a bad lease or a meta that is not an object.
+    async fn jobs_heartbeat(&self, heartbeat: HeartbeatJobs) -> Result<Vec<HeartbeatReply>>;
+
+    /// Records finished runs; answers per item in input order. An item with a stale token or
+    /// an expired lease is answered `LeaseLost` and changes nothing.
+    ///
+    /// # Errors
+    /// `InvalidInput` when a result is larger than the size bound (nothing is recorded).
+    async fn jobs_finish(&self, items: Vec<FinishItem>) -> Result<Vec<FinishReply>>;
+
+    /// Cancels a job: queued or reconciling -> cancelled; running -> `cancel_requested` and a
+    /// [`StoreEvent::CancelRequested`].
+    ///
+    /// # Errors
+    /// `NotFound`; `InvalidTransition` for a finished job.
+    async fn job_cancel(&self, id: JobId) -> Result<CancelOutcome>;
+
+    /// Operator retry of a finished job: same id and args, attempt 0, ready at once, quotas
+    /// re-checked, unique key kept.
+    ///
+    /// # Errors
+    /// `NotFound`; `InvalidTransition` for a queued, running or reconciling job;
+    /// `QuotaExceeded`; `Conflict` when another live job of the tenant now holds its unique key.
+    async fn job_retry(&self, id: JobId) -> Result<Job>;
+
+    /// Rescues up to `limit` running jobs whose lease expired: to queued, or failed when
+    /// attempts are spent, or reconciling for reconciler kinds, or cancelled when a cancel was
+    /// requested. Each expired lease is rescued exactly once, however many callers race.
+    async fn jobs_rescue_expired(&self, rescue: RescueExpired) -> Result<Vec<Rescued>>;
+
+    /// Takes up to `limit` reconciling jobs of `kinds` whose reconcile lease is free, under a
+    /// new lease and fencing token.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a bad lease.
+    async fn jobs_claim_reconciling(&self, claim: ClaimReconciling) -> Result<Vec<Job>>;
+
+    /// Records a reconciler's verdict.
+    ///
+    /// # Errors
+    /// `NotFound`; `LeaseLost` when the reconcile lease is stale or expired.
+    async fn job_reconcile(
+        &self,
+        id: JobId,
+        token: FencingToken,
+        resolution: Resolution,
+    ) -> Result<Transition>;
+
+    /// Deletes terminal jobs finished before `now - older_than`, at most `limit`; returns how
+    /// many. Never touches queued, running or reconciling jobs.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a limit of 0 or above 100,000.
+    async fn jobs_prune(&self, prune: PruneJobs) -> Result<u64>;
+
+    /// Pauses a queue cluster-wide (creating its record if needed). Idempotent.
+    async fn queue_pause(&self, queue: QueueName) -> Result<QueueInfo>;
+
+    /// Resumes a queue. Idempotent; emits [`StoreEvent::JobsAvailable`].
+    async fn queue_resume(&self, queue: QueueName) -> Result<QueueInfo>;
+
+    /// Queues that have jobs or a stored pause state, by name.
+    async fn queues_list(&self) -> Result<Vec<QueueInfo>>;
+
+    /// Counts per queue and state, ready jobs, running jobs and lag.
+    async fn queue_snapshot(&self) -> Result<Snapshot>;
+
+    /// Registers (or re-registers) a worker; its heartbeat time is now.
+    async fn worker_register(&self, worker: WorkerRegistration) -> Result<WorkerInfo>;
+
+    /// Records a worker heartbeat.
+    ///
+    /// # Errors
+    /// `NotFound` when the worker is not registered (pruned as stale): re-register.
+    async fn worker_heartbeat(&self, id: WorkerId) -> Result<()>;
+
+    /// Removes a worker's registration. Idempotent.
+    async fn worker_deregister(&self, id: WorkerId) -> Result<()>;
+
+    /// Registered workers, by id.
+    async fn workers_list(&self) -> Result<Vec<WorkerInfo>>;
+
+    /// Removes workers whose last heartbeat is older than `older_than`; returns how many.
+    async fn workers_prune(&self, older_than: Duration) -> Result<u64>;
+
+    /// Limit policies with their current usage, by key.
+    async fn limits_list(&self) -> Result<Vec<LimitStatus>>;
+
+    /// Creates or replaces a limit policy (keeps its rate state when the key existed).
+    async fn limit_set(&self, policy: LimitPolicy) -> Result<LimitPolicy>;
+
+    /// Removes a limit policy; jobs it held become claimable.
+    ///
+    /// # Errors
+    /// `NotFound` when no policy has the key.
+    async fn limit_clear(&self, key: LimitKey) -> Result<()>;
+
+    /// Schedules by name.
+    async fn schedules_list(&self) -> Result<Vec<Schedule>>;
+
+    /// Creates or replaces a schedule (a replaced one restarts from now: no catch-up).
+    ///
+    /// # Errors
+    /// `InvalidInput` from [`NewSchedule::validate`].
+    async fn schedule_upsert(&self, schedule: NewSchedule) -> Result<Schedule>;
+
+    /// Removes a schedule.
+    ///
+    /// # Errors
+    /// `NotFound`.
+    async fn schedule_remove(&self, name: ScheduleName) -> Result<()>;
+
+    /// Fires a tick: if the schedule exists and its last tick is before `tick`, sets its last
+    /// tick to `tick` and enqueues `job`, atomically; returns the enqueue answer. Returns
+    /// `None` when another caller already fired this tick or a later one, so each tick
+    /// enqueues exactly once across all workers.
+    ///
+    /// # Errors
+    /// Those of `jobs_enqueue` (then the tick is not consumed); `NotFound`.
+    async fn schedule_fire(&self, fire: FireSchedule) -> Result<Option<Enqueued>>;
+
+    /// The store's clock.
+    async fn now(&self) -> Result<DateTime<Utc>>;
+
+    /// Readiness: the store answers and its schema is current.
+    ///
+    /// # Errors
+    /// `Unavailable` when it does not answer; `Fatal` when the schema is missing or old.
+    async fn check_ready(&self) -> Result<()>;
+
+    /// Subscribes to wake-up events (enqueues, resumes, cancels). A store that cannot push
+    /// events returns a stream that never yields; workers poll as a fallback either way.
+    async fn subscribe(&self) -> Result<EventStream>;
+
+    /// The store's configuration.
+    fn config(&self) -> StoreConfig;
+
+    /// Enqueues one job; see [`JobStore::jobs_enqueue`].
+    async fn job_enqueue(&self, job: NewJob) -> Result<Enqueued> {
+        let mut answers = self.jobs_enqueue(vec![job]).await?;
+        answers
+            .pop()
+            .ok_or_else(|| Error::fatal("store answered an enqueue with no job"))
+    }
+
+    /// Records one finished run; `LeaseLost` as an error.
+    async fn job_finish(&self, id: JobId, token: FencingToken, finish: Finish) -> Result<JobState> {
+        let reply = self
+            .jobs_finish(vec![FinishItem { id, token, finish }])
+            .await?
+            .pop()
+            .ok_or_else(|| Error::fatal("store answered a finish with no reply"))?;
+        match reply {
+            FinishReply::Recorded { to, .. } => Ok(to),
+            FinishReply::LeaseLost { id } => Err(Error::LeaseLost { job_id: id }),
+        }
+    }
+}
