@@ -1,1 +1,12 @@
-//! Placeholder.
+//! Drover's [`JobStore`](drover_core::JobStore) in memory: the explicit development mode
+//! (nothing survives a restart; DESIGN.md section 2) and the benchmark baseline.
+//!
+//! [`MemoryStore`] keeps every job, key, queue, worker, limit and schedule behind one mutex and
+//! moves jobs only with `drover_core::apply`, so it answers every operation exactly as the
+//! contract suite in `tests/` requires of every store.
+
+mod index;
+mod inner;
+mod store;
+
+pub use store::{MemoryStore, EVENT_BUFFER, PRUNE_LIMIT_MAX};

@@ -1,0 +1,299 @@
+//! The indexes the memory store keeps beside its jobs, so that claim, finish, rescue and prune
+//! cost O(batch · log n) instead of a scan of every job.
+//!
+//! A job's identity fields (queue, kind, tenant, priority, keys) never change after enqueue;
+//! only its [`Placement`] does (state, `run_at`, lease end, `finished_at`). Every transition
+//! takes the placement before, applies `drover_core::apply`, and calls [`Indexes::moved`],
+//! which updates exactly the indexes the change touches.
+
+use std::collections::{BTreeSet, HashMap};
+
+use chrono::{DateTime, Utc};
+use drover_core::{Job, JobId, JobKind, JobState, LimitKey, QueueName, TenantId};
+
+/// Claim order of a ready job: priority (smaller first), then `run_at`, then id.
+pub(crate) type ReadyKey = (i16, DateTime<Utc>, JobId);
+
+/// The fields of a job that decide where it sits in the indexes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Placement {
+    /// State.
+    pub state: JobState,
+    /// When a queued job becomes ready.
+    pub run_at: DateTime<Utc>,
+    /// Lease end of a running job.
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    /// When a terminal job finished.
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+impl Placement {
+    /// The placement of `job` now.
+    pub fn of(job: &Job) -> Self {
+        Placement {
+            state: job.state,
+            run_at: job.run_at,
+            lease_expires_at: job.lease_expires_at,
+            finished_at: job.finished_at,
+        }
+    }
+}
+
+/// Position of a state in per-queue count arrays (the order of `JobState::ALL`).
+pub(crate) fn state_slot(state: JobState) -> usize {
+    match state {
+        JobState::Queued => 0,
+        JobState::Running => 1,
+        JobState::Reconciling => 2,
+        JobState::Succeeded => 3,
+        JobState::Failed => 4,
+        JobState::Cancelled => 5,
+    }
+}
+
+/// Every index over the stored jobs.
+#[derive(Debug, Default)]
+pub(crate) struct Indexes {
+    /// Queued jobs whose `run_at` had passed when last looked at, per queue and kind, in claim
+    /// order.
+    pub ready: HashMap<QueueName, HashMap<JobKind, BTreeSet<ReadyKey>>>,
+    /// Queued jobs not ready yet, by `run_at`; [`Indexes::promote`] moves them to `ready`.
+    pub scheduled: BTreeSet<(DateTime<Utc>, JobId)>,
+    /// Running jobs by lease end, for rescue.
+    pub leases: BTreeSet<(DateTime<Utc>, JobId)>,
+    /// Reconciling jobs, for reconcile sweeps.
+    pub reconciling: BTreeSet<JobId>,
+    /// Terminal jobs by `finished_at`, for retention.
+    pub finished: BTreeSet<(DateTime<Utc>, JobId)>,
+    /// Unique keys of non-terminal jobs, per tenant.
+    pub unique: HashMap<TenantId, HashMap<String, JobId>>,
+    /// Pending (queued, running, reconciling) jobs of the cluster.
+    pub pending: u64,
+    /// Pending jobs per tenant.
+    pub pending_by_tenant: HashMap<TenantId, u64>,
+    /// Running jobs per effective limit key (explicit keys plus `kind:` and `queue:`).
+    pub running_by_key: HashMap<LimitKey, u64>,
+    /// Jobs per queue and state (slots from [`state_slot`]).
+    pub counts: HashMap<QueueName, [u64; 6]>,
+}
+
+fn bump<K: std::hash::Hash + Eq + Clone>(map: &mut HashMap<K, u64>, key: &K) {
+    match map.get_mut(key) {
+        Some(n) => *n += 1,
+        None => {
+            map.insert(key.clone(), 1);
+        }
+    }
+}
+
+fn drop_one<K: std::hash::Hash + Eq>(map: &mut HashMap<K, u64>, key: &K) {
+    if let Some(n) = map.get_mut(key) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            map.remove(key);
+        }
+    }
+}
+
+impl Indexes {
+    /// The live job holding `key` for `tenant`, if any.
+    pub fn unique_holder(&self, tenant: &TenantId, key: &str) -> Option<JobId> {
+        self.unique.get(tenant)?.get(key).copied()
+    }
+
+    /// Pending jobs of `tenant`.
+    pub fn tenant_pending(&self, tenant: &TenantId) -> u64 {
+        self.pending_by_tenant.get(tenant).copied().unwrap_or(0)
+    }
+
+    /// Jobs running now under limit key `key`.
+    pub fn running_under(&self, key: &LimitKey) -> u64 {
+        self.running_by_key.get(key).copied().unwrap_or(0)
+    }
+
+    /// Indexes a job that was not stored before (enqueue).
+    pub fn inserted(&mut self, job: &Job, now: DateTime<Utc>) {
+        self.place(job, Placement::of(job), now);
+        if !job.state.is_terminal() {
+            self.became_live(job);
+        }
+        if job.state == JobState::Running {
+            self.started_running(job);
+        }
+    }
+
+    /// Removes a job from every index (prune).
+    pub fn removed(&mut self, job: &Job) {
+        let placement = Placement::of(job);
+        self.unplace(job, placement);
+        if !job.state.is_terminal() {
+            self.became_finished(job);
+        }
+        if job.state == JobState::Running {
+            self.stopped_running(job);
+        }
+    }
+
+    /// Re-indexes `job` after a transition from placement `before`.
+    pub fn moved(&mut self, job: &Job, before: Placement, now: DateTime<Utc>) {
+        let after = Placement::of(job);
+        if before == after {
+            return;
+        }
+        self.unplace(job, before);
+        self.place(job, after, now);
+        match (before.state.is_terminal(), after.state.is_terminal()) {
+            (false, true) => self.became_finished(job),
+            (true, false) => self.became_live(job),
+            _ => {}
+        }
+        match (
+            before.state == JobState::Running,
+            after.state == JobState::Running,
+        ) {
+            (false, true) => self.started_running(job),
+            (true, false) => self.stopped_running(job),
+            _ => {}
+        }
+    }
+
+    /// Moves scheduled jobs whose `run_at` has come into the ready index.
+    pub fn promote(&mut self, jobs: &HashMap<JobId, Job>, now: DateTime<Utc>) {
+        while let Some(&(at, id)) = self.scheduled.first() {
+            if at > now {
+                break;
+            }
+            self.scheduled.pop_first();
+            if let Some(job) = jobs.get(&id) {
+                self.ready_set(job).insert((job.priority, job.run_at, id));
+            }
+        }
+    }
+
+    fn ready_set(&mut self, job: &Job) -> &mut BTreeSet<ReadyKey> {
+        if !self.ready.contains_key(&job.queue) {
+            self.ready.insert(job.queue.clone(), HashMap::new());
+        }
+        let by_kind = self
+            .ready
+            .get_mut(&job.queue)
+            .expect("the queue's ready map was just ensured");
+        if !by_kind.contains_key(&job.kind) {
+            by_kind.insert(job.kind.clone(), BTreeSet::new());
+        }
+        by_kind
+            .get_mut(&job.kind)
+            .expect("the kind's ready set was just ensured")
+    }
+
+    /// Adds the state-dependent entries of a job at `placement`.
+    fn place(&mut self, job: &Job, placement: Placement, now: DateTime<Utc>) {
+        match self.counts.get_mut(&job.queue) {
+            Some(counts) => counts[state_slot(placement.state)] += 1,
+            None => {
+                let mut counts = [0; 6];
+                counts[state_slot(placement.state)] = 1;
+                self.counts.insert(job.queue.clone(), counts);
+            }
+        }
+        match placement.state {
+            JobState::Queued => {
+                if placement.run_at <= now {
+                    self.ready_set(job)
+                        .insert((job.priority, placement.run_at, job.id));
+                } else {
+                    self.scheduled.insert((placement.run_at, job.id));
+                }
+            }
+            JobState::Running => {
+                if let Some(at) = placement.lease_expires_at {
+                    self.leases.insert((at, job.id));
+                }
+            }
+            JobState::Reconciling => {
+                self.reconciling.insert(job.id);
+            }
+            JobState::Succeeded | JobState::Failed | JobState::Cancelled => {
+                let at = placement.finished_at.unwrap_or(now);
+                self.finished.insert((at, job.id));
+            }
+        }
+    }
+
+    /// Removes the state-dependent entries of a job at `placement`.
+    fn unplace(&mut self, job: &Job, placement: Placement) {
+        if let Some(counts) = self.counts.get_mut(&job.queue) {
+            let slot = &mut counts[state_slot(placement.state)];
+            *slot = slot.saturating_sub(1);
+            if counts.iter().all(|n| *n == 0) {
+                self.counts.remove(&job.queue);
+            }
+        }
+        match placement.state {
+            JobState::Queued => {
+                let key = (job.priority, placement.run_at, job.id);
+                let in_ready = self
+                    .ready
+                    .get_mut(&job.queue)
+                    .and_then(|by_kind| by_kind.get_mut(&job.kind))
+                    .is_some_and(|set| set.remove(&key));
+                if !in_ready {
+                    self.scheduled.remove(&(placement.run_at, job.id));
+                }
+            }
+            JobState::Running => {
+                if let Some(at) = placement.lease_expires_at {
+                    self.leases.remove(&(at, job.id));
+                }
+            }
+            JobState::Reconciling => {
+                self.reconciling.remove(&job.id);
+            }
+            JobState::Succeeded | JobState::Failed | JobState::Cancelled => {
+                if let Some(at) = placement.finished_at {
+                    self.finished.remove(&(at, job.id));
+                }
+            }
+        }
+    }
+
+    fn became_live(&mut self, job: &Job) {
+        self.pending += 1;
+        bump(&mut self.pending_by_tenant, &job.tenant);
+        if let Some(key) = &job.unique_key {
+            if !self.unique.contains_key(&job.tenant) {
+                self.unique.insert(job.tenant.clone(), HashMap::new());
+            }
+            if let Some(keys) = self.unique.get_mut(&job.tenant) {
+                keys.insert(key.clone(), job.id);
+            }
+        }
+    }
+
+    fn became_finished(&mut self, job: &Job) {
+        self.pending = self.pending.saturating_sub(1);
+        drop_one(&mut self.pending_by_tenant, &job.tenant);
+        if let Some(key) = &job.unique_key {
+            if let Some(keys) = self.unique.get_mut(&job.tenant) {
+                if keys.get(key) == Some(&job.id) {
+                    keys.remove(key);
+                }
+                if keys.is_empty() {
+                    self.unique.remove(&job.tenant);
+                }
+            }
+        }
+    }
+
+    fn started_running(&mut self, job: &Job) {
+        for key in job.effective_limit_keys() {
+            bump(&mut self.running_by_key, &key);
+        }
+    }
+
+    fn stopped_running(&mut self, job: &Job) {
+        for key in job.effective_limit_keys() {
+            drop_one(&mut self.running_by_key, &key);
+        }
+    }
+}

@@ -1,0 +1,433 @@
+//! The memory store's state behind its one mutex, and the job operations that run under it:
+//! enqueue, claim, worker writes, cancel, retry, rescue, reconcile and prune.
+//!
+//! Every state change goes through `drover_core::apply`; this file only finds the jobs an
+//! operation concerns, checks what lies outside a single job (keys, quotas, limits, paused
+//! queues) and keeps the [`Indexes`] in step.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
+
+use chrono::{DateTime, SubsecRound, Utc};
+use drover_core::limits::LimitState;
+use drover_core::{
+    apply, Admission, EnqueueStatus, Enqueued, Error, Event, Job, JobId, JobState, LimitKey,
+    LimitPolicy, NewJob, QueueInfo, QueueName, Quota, Quotas, Schedule, ScheduleName, TenantId,
+    Transition, WorkerId, WorkerInfo,
+};
+use drover_core::{ClaimJobs, Result};
+use uuid::Uuid;
+
+use crate::index::{Indexes, Placement, ReadyKey};
+
+/// `at` truncated to whole microseconds, the precision PostgreSQL stores.
+pub(crate) fn micros(at: DateTime<Utc>) -> DateTime<Utc> {
+    at.trunc_subsecs(6)
+}
+
+/// Truncates the timestamps a transition may compute from a caller's duration.
+fn normalize(job: &mut Job) {
+    job.run_at = micros(job.run_at);
+    job.lease_expires_at = job.lease_expires_at.map(micros);
+}
+
+/// A stored idempotency key: the job it created and the request hash (`None` for rows written
+/// before hashes were kept).
+#[derive(Debug, Clone)]
+pub(crate) struct IdempotencyEntry {
+    pub job: JobId,
+    pub hash: Option<String>,
+}
+
+/// A limit policy with its GCRA theoretical arrival time.
+#[derive(Debug, Clone)]
+pub(crate) struct StoredLimit {
+    pub policy: LimitPolicy,
+    pub rate_tat: Option<DateTime<Utc>>,
+}
+
+/// A job to enqueue, validated, with its request hash when it carries an idempotency key.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    pub job: NewJob,
+    pub hash: Option<String>,
+}
+
+/// How one job of an enqueue batch will be answered.
+enum Decision {
+    /// Store it.
+    Create,
+    /// Answer with a stored job.
+    Existing(EnqueueStatus, JobId),
+    /// Answer with the job created for an earlier entry of the batch.
+    SameAs(EnqueueStatus, usize),
+}
+
+/// Everything the memory store holds.
+#[derive(Debug, Default)]
+pub(crate) struct Inner {
+    pub jobs: HashMap<JobId, Job>,
+    pub idx: Indexes,
+    pub idempotency: HashMap<TenantId, HashMap<String, IdempotencyEntry>>,
+    pub queues: BTreeMap<QueueName, QueueInfo>,
+    pub workers: BTreeMap<WorkerId, WorkerInfo>,
+    pub limits: BTreeMap<LimitKey, StoredLimit>,
+    pub schedules: BTreeMap<ScheduleName, Schedule>,
+    last_id: Option<JobId>,
+}
+
+impl Inner {
+    /// A new job id, strictly greater than every id handed out before (UUID v7 order).
+    fn next_id(&mut self) -> JobId {
+        let mut id = JobId::new_v7();
+        if let Some(last) = self.last_id {
+            if id <= last {
+                id = JobId(Uuid::from_u128(last.0.as_u128().wrapping_add(1)));
+            }
+        }
+        self.last_id = Some(id);
+        id
+    }
+
+    /// True when `queue` is paused.
+    pub fn is_paused(&self, queue: &QueueName) -> bool {
+        self.queues.get(queue).is_some_and(|q| q.paused)
+    }
+
+    /// Applies `event` to job `id` and re-indexes it.
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown job; the errors of `apply` (the job is then unchanged).
+    pub fn transition(
+        &mut self,
+        id: JobId,
+        event: Event,
+        now: DateTime<Utc>,
+    ) -> Result<(Transition, &Job)> {
+        let job = self.jobs.get_mut(&id).ok_or_else(|| Error::job_not_found(id))?;
+        let before = Placement::of(job);
+        let transition = apply(job, event, now)?;
+        normalize(job);
+        self.idx.moved(job, before, now);
+        Ok((transition, job))
+    }
+
+    /// Enqueues a validated batch (see `JobStore::jobs_enqueue`). Returns the answers and the
+    /// queues that got a job ready at once.
+    ///
+    /// # Errors
+    /// `Conflict` for an idempotency key reused with another request or stored without a hash;
+    /// `QuotaExceeded`. On error nothing is stored.
+    pub fn enqueue(
+        &mut self,
+        batch: Vec<Prepared>,
+        now: DateTime<Utc>,
+        quotas: &Quotas,
+    ) -> Result<(Vec<Enqueued>, Vec<QueueName>)> {
+        let decisions = self.decide(&batch)?;
+        self.check_quotas(&batch, &decisions, quotas)?;
+
+        let mut created: Vec<Option<JobId>> = vec![None; batch.len()];
+        let mut ready_queues: Vec<QueueName> = Vec::new();
+        let mut answers = Vec::with_capacity(batch.len());
+        for (i, (prepared, decision)) in batch.into_iter().zip(decisions).enumerate() {
+            let (status, id) = match decision {
+                Decision::Create => {
+                    let id = self.next_id();
+                    let Prepared { job: new, hash } = prepared;
+                    let tenant = new.tenant.clone();
+                    let mut job = new.into_job(id, now);
+                    normalize(&mut job);
+                    if let Some(key) = &job.idempotency_key {
+                        self.idempotency.entry(tenant).or_default().insert(
+                            key.clone(),
+                            IdempotencyEntry {
+                                job: id,
+                                hash: hash.clone(),
+                            },
+                        );
+                    }
+                    if job.run_at <= now && !ready_queues.contains(&job.queue) {
+                        ready_queues.push(job.queue.clone());
+                    }
+                    self.idx.inserted(&job, now);
+                    self.jobs.insert(id, job);
+                    created[i] = Some(id);
+                    (EnqueueStatus::Created, id)
+                }
+                Decision::Existing(status, id) => (status, id),
+                Decision::SameAs(status, earlier) => {
+                    let id = created[earlier].ok_or_else(|| {
+                        Error::fatal("memory store: a batch entry referred to a later entry")
+                    })?;
+                    (status, id)
+                }
+            };
+            let job = self
+                .jobs
+                .get(&id)
+                .cloned()
+                .ok_or_else(|| Error::fatal("memory store: an answered job is missing"))?;
+            answers.push(Enqueued { status, job });
+        }
+        Ok((answers, ready_queues))
+    }
+
+    /// Decides, per batch entry, whether it creates a job or is answered with another one.
+    fn decide(&self, batch: &[Prepared]) -> Result<Vec<Decision>> {
+        let mut decisions = Vec::with_capacity(batch.len());
+        // Keys first used by an entry of this batch that creates a job.
+        let mut batch_idempotency: HashMap<(&TenantId, &str), (usize, Option<&str>)> =
+            HashMap::new();
+        let mut batch_unique: HashMap<(&TenantId, &str), usize> = HashMap::new();
+        for (i, Prepared { job, hash }) in batch.iter().enumerate() {
+            if let Some(key) = job.idempotency_key.as_deref() {
+                let stored = self.idempotency.get(&job.tenant).and_then(|m| m.get(key));
+                if let Some(entry) = stored {
+                    match &entry.hash {
+                        None => return Err(legacy_key_conflict(entry.job)),
+                        Some(h) if Some(h.as_str()) != hash.as_deref() => {
+                            return Err(other_request_conflict(entry.job));
+                        }
+                        Some(_) => {
+                            decisions.push(Decision::Existing(EnqueueStatus::Replayed, entry.job));
+                            continue;
+                        }
+                    }
+                }
+                if let Some(&(earlier, earlier_hash)) = batch_idempotency.get(&(&job.tenant, key)) {
+                    if earlier_hash != hash.as_deref() {
+                        return Err(Error::Conflict {
+                            reason: format!(
+                                "idempotency key is used by jobs[{earlier}] of this batch with a different request"
+                            ),
+                            existing: None,
+                        });
+                    }
+                    decisions.push(Decision::SameAs(EnqueueStatus::Replayed, earlier));
+                    continue;
+                }
+            }
+            if let Some(key) = job.unique_key.as_deref() {
+                if let Some(holder) = self.idx.unique_holder(&job.tenant, key) {
+                    decisions.push(Decision::Existing(EnqueueStatus::Duplicate, holder));
+                    continue;
+                }
+                if let Some(&earlier) = batch_unique.get(&(&job.tenant, key)) {
+                    decisions.push(Decision::SameAs(EnqueueStatus::Duplicate, earlier));
+                    continue;
+                }
+            }
+            if let Some(key) = job.idempotency_key.as_deref() {
+                batch_idempotency.insert((&job.tenant, key), (i, hash.as_deref()));
+            }
+            if let Some(key) = job.unique_key.as_deref() {
+                batch_unique.insert((&job.tenant, key), i);
+            }
+            decisions.push(Decision::Create);
+        }
+        Ok(decisions)
+    }
+
+    /// Checks the pending quotas for the jobs a batch creates, all together.
+    fn check_quotas(&self, batch: &[Prepared], decisions: &[Decision], quotas: &Quotas) -> Result<()> {
+        let mut new_total: u64 = 0;
+        let mut new_by_tenant: Vec<(&TenantId, u64)> = Vec::new();
+        for (prepared, decision) in batch.iter().zip(decisions) {
+            if !matches!(decision, Decision::Create) {
+                continue;
+            }
+            new_total += 1;
+            match new_by_tenant
+                .iter_mut()
+                .find(|(t, _)| **t == prepared.job.tenant)
+            {
+                Some((_, n)) => *n += 1,
+                None => new_by_tenant.push((&prepared.job.tenant, 1)),
+            }
+        }
+        if new_total == 0 {
+            return Ok(());
+        }
+        self.check_quota_room(quotas, new_total, &new_by_tenant)
+    }
+
+    /// Refuses when `new_total` more pending jobs (`new_by_tenant` per tenant) would pass a
+    /// quota.
+    ///
+    /// # Errors
+    /// `QuotaExceeded` naming the first quota passed (the global one first).
+    pub fn check_quota_room(
+        &self,
+        quotas: &Quotas,
+        new_total: u64,
+        new_by_tenant: &[(&TenantId, u64)],
+    ) -> Result<()> {
+        if let Some(max) = quotas.max_pending {
+            let current = self.idx.pending;
+            if current.saturating_add(new_total) > max {
+                return Err(Error::QuotaExceeded {
+                    quota: Quota::Global,
+                    current,
+                    max,
+                });
+            }
+        }
+        if let Some(max) = quotas.max_tenant_pending {
+            for (tenant, n) in new_by_tenant {
+                let current = self.idx.tenant_pending(tenant);
+                if current.saturating_add(*n) > max {
+                    return Err(Error::QuotaExceeded {
+                        quota: Quota::Tenant(tenant.as_str().to_owned()),
+                        current,
+                        max,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Claims up to `claim.limit` ready jobs (see `JobStore::jobs_claim`); arguments already
+    /// validated.
+    pub fn claim(&mut self, claim: &ClaimJobs, now: DateTime<Utc>) -> Vec<Job> {
+        self.idx.promote(&self.jobs, now);
+        let limit = usize::try_from(claim.limit).unwrap_or(usize::MAX);
+        let chosen = self.choose(claim, limit, now);
+        let mut claimed = Vec::with_capacity(chosen.len());
+        for id in chosen {
+            let event = Event::Claim {
+                worker: claim.worker.clone(),
+                lease: claim.lease,
+            };
+            if let Ok((_, job)) = self.transition(id, event, now) {
+                claimed.push(job.clone());
+            }
+        }
+        claimed
+    }
+
+    /// Picks the jobs a claim takes, in claim order, counting them against limit policies
+    /// (whose rate state is written back).
+    fn choose(&mut self, claim: &ClaimJobs, limit: usize, now: DateTime<Utc>) -> Vec<JobId> {
+        let mut admission = if self.limits.is_empty() {
+            None
+        } else {
+            let states = self.limits.values().map(|l| LimitState {
+                policy: l.policy.clone(),
+                running: self.idx.running_under(&l.policy.key),
+                rate_tat: l.rate_tat,
+            });
+            Some(Admission::new(now, states))
+        };
+
+        let mut seen_queues = HashSet::new();
+        let mut sources = Vec::new();
+        for queue in &claim.queues {
+            if !seen_queues.insert(queue) || self.is_paused(queue) {
+                continue;
+            }
+            let Some(by_kind) = self.idx.ready.get(queue) else {
+                continue;
+            };
+            let mut seen_kinds = HashSet::new();
+            for kind in &claim.kinds {
+                if !seen_kinds.insert(kind) {
+                    continue;
+                }
+                if let Some(set) = by_kind.get(kind) {
+                    if !set.is_empty() {
+                        sources.push(set.iter());
+                    }
+                }
+            }
+        }
+
+        // Merge the per-(queue, kind) sets in claim order.
+        let mut heads: BinaryHeap<Reverse<(ReadyKey, usize)>> = BinaryHeap::new();
+        for (i, source) in sources.iter_mut().enumerate() {
+            if let Some(key) = source.next() {
+                heads.push(Reverse((*key, i)));
+            }
+        }
+        let mut chosen = Vec::new();
+        while chosen.len() < limit {
+            let Some(Reverse((key, i))) = heads.pop() else {
+                break;
+            };
+            if let Some(next) = sources[i].next() {
+                heads.push(Reverse((*next, i)));
+            }
+            let id = key.2;
+            let Some(job) = self.jobs.get(&id) else {
+                continue;
+            };
+            if job.state != JobState::Queued || job.run_at > now {
+                continue;
+            }
+            if let Some(admission) = admission.as_mut() {
+                let keys = job.effective_limit_keys();
+                if admission.applies_to(&keys) && !admission.try_admit(&keys) {
+                    continue;
+                }
+            }
+            chosen.push(id);
+        }
+        drop(sources);
+
+        if let Some(admission) = admission {
+            for state in admission.into_touched() {
+                if let Some(stored) = self.limits.get_mut(&state.policy.key) {
+                    stored.rate_tat = state.rate_tat;
+                }
+            }
+        }
+        chosen
+    }
+
+    /// Deletes up to `limit` terminal jobs finished before `cutoff`, with their idempotency
+    /// keys; returns how many.
+    pub fn prune(&mut self, cutoff: DateTime<Utc>, limit: usize) -> u64 {
+        let doomed: Vec<JobId> = self
+            .idx
+            .finished
+            .iter()
+            .take_while(|(at, _)| *at < cutoff)
+            .take(limit)
+            .map(|(_, id)| *id)
+            .collect();
+        let mut pruned = 0;
+        for id in doomed {
+            let Some(job) = self.jobs.remove(&id) else {
+                continue;
+            };
+            self.idx.removed(&job);
+            if let Some(key) = &job.idempotency_key {
+                if let Some(keys) = self.idempotency.get_mut(&job.tenant) {
+                    if keys.get(key).is_some_and(|e| e.job == id) {
+                        keys.remove(key);
+                    }
+                    if keys.is_empty() {
+                        self.idempotency.remove(&job.tenant);
+                    }
+                }
+            }
+            pruned += 1;
+        }
+        pruned
+    }
+}
+
+fn other_request_conflict(existing: JobId) -> Error {
+    Error::Conflict {
+        reason: "idempotency key was already used with a different request".to_owned(),
+        existing: Some(existing),
+    }
+}
+
+fn legacy_key_conflict(existing: JobId) -> Error {
+    Error::Conflict {
+        reason: "idempotency key was stored without a request hash, so a replay cannot be verified; use a new key".to_owned(),
+        existing: Some(existing),
+    }
+}

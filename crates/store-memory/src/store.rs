@@ -1,0 +1,735 @@
+//! [`MemoryStore`]: the whole [`JobStore`] contract in process memory, behind one mutex.
+//!
+//! Each trait method validates its arguments, takes the lock once, does its work with
+//! `drover_core::apply` for every transition, releases the lock, then publishes wake-up events.
+//! Nothing blocks while the lock is held, so the store is safe to share between tokio tasks
+//! and threads as `Arc<dyn JobStore>`.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use drover_core::store::{CLAIM_LIMIT_MAX, ENQUEUE_BATCH_MAX};
+use drover_core::{
+    clock, json, lease, CancelEffect, CancelOutcome, ClaimJobs, ClaimReconciling, Clock, Entity,
+    Enqueued, Error, Event, EventStream, Finish, FinishItem, FinishReply, FireSchedule,
+    HeartbeatJobs, HeartbeatReply, Job, JobId, JobPage, JobState, JobStore, LimitKey, LimitPolicy,
+    LimitStatus, ListJobs, NewJob, NewSchedule, PruneJobs, QueueInfo, QueueName, QueueSnapshot,
+    RescueExpired, Rescued, Resolution, Result, Schedule, ScheduleName, Snapshot, StoreConfig,
+    StoreEvent, SystemClock, Transition, WorkerId, WorkerInfo, WorkerRegistration,
+};
+use drover_core::FencingToken;
+use parking_lot::Mutex;
+use tokio::sync::broadcast;
+use tokio_stream::wrappers::BroadcastStream;
+use tokio_stream::StreamExt;
+
+use crate::index::{state_slot, ReadyKey};
+use crate::inner::{micros, Inner, Prepared, StoredLimit};
+
+/// Events buffered per subscriber before it lags (and then receives [`StoreEvent::Resync`]).
+pub const EVENT_BUFFER: usize = 1024;
+/// Largest `limit` accepted by `jobs_prune`.
+pub const PRUNE_LIMIT_MAX: u32 = 100_000;
+/// Longest worker host name kept, in bytes.
+const HOST_MAX_BYTES: usize = 255;
+
+/// The in-memory job store: DESIGN.md's explicit development mode (nothing survives a restart)
+/// and the benchmark baseline.
+///
+/// Claims, finishes, rescue and prune cost O(batch · log n) thanks to per-queue, per-kind
+/// ready indexes. Time comes from the injected [`Clock`], truncated to whole microseconds so
+/// values match what PostgreSQL stores.
+#[derive(Debug)]
+pub struct MemoryStore {
+    config: StoreConfig,
+    clock: Arc<dyn Clock>,
+    inner: Mutex<Inner>,
+    events: broadcast::Sender<StoreEvent>,
+}
+
+impl MemoryStore {
+    /// An empty store on the system clock.
+    pub fn new(config: StoreConfig) -> Self {
+        Self::with_clock(config, Arc::new(SystemClock))
+    }
+
+    /// An empty store on `clock` (tests pass a [`drover_core::ManualClock`]).
+    pub fn with_clock(config: StoreConfig, clock: Arc<dyn Clock>) -> Self {
+        let (events, _) = broadcast::channel(EVENT_BUFFER);
+        MemoryStore {
+            config,
+            clock,
+            inner: Mutex::new(Inner::default()),
+            events,
+        }
+    }
+
+    /// The store's clock, truncated to whole microseconds.
+    fn clock_now(&self) -> DateTime<Utc> {
+        micros(self.clock.now())
+    }
+
+    /// Test hook for the contract suite: erases the request hash stored with job `id`'s
+    /// idempotency key, as rows written before hashes were kept look. No effect when the job
+    /// has no key.
+    #[doc(hidden)]
+    pub fn test_forget_request_hash(&self, id: JobId) {
+        let mut inner = self.inner.lock();
+        let Some((tenant, key)) = inner
+            .jobs
+            .get(&id)
+            .and_then(|j| Some((j.tenant.clone(), j.idempotency_key.clone()?)))
+        else {
+            return;
+        };
+        if let Some(entry) = inner
+            .idempotency
+            .get_mut(&tenant)
+            .and_then(|m| m.get_mut(&key))
+        {
+            entry.hash = None;
+        }
+    }
+
+    fn publish(&self, event: StoreEvent) {
+        if self.events.receiver_count() > 0 {
+            // Without subscribers there is nobody to wake; a send error only means that.
+            let _ = self.events.send(event);
+        }
+    }
+
+    fn publish_ready(&self, queues: Vec<QueueName>) {
+        for queue in queues {
+            self.publish(StoreEvent::JobsAvailable { queue });
+        }
+    }
+}
+
+/// Validates a batch and computes request hashes, outside the lock.
+fn prepare(jobs: Vec<NewJob>, config: &StoreConfig) -> Result<Vec<Prepared>> {
+    if jobs.len() > ENQUEUE_BATCH_MAX {
+        return Err(Error::invalid(
+            "jobs",
+            format!(
+                "at most {ENQUEUE_BATCH_MAX} jobs per batch, got {}",
+                jobs.len()
+            ),
+        ));
+    }
+    let many = jobs.len() > 1;
+    jobs.into_iter()
+        .enumerate()
+        .map(|(i, job)| {
+            job.validate(&config.sizes).map_err(|e| {
+                if many {
+                    e.in_field(&format!("jobs[{i}]"))
+                } else {
+                    e
+                }
+            })?;
+            let hash = job.idempotency_key.as_ref().map(|_| job.request_hash());
+            Ok(Prepared { job, hash })
+        })
+        .collect()
+}
+
+/// Prefixes an error's field with `jobs[i].` when a batch holds more than one item.
+fn in_item(error: Error, i: usize, many: bool) -> Error {
+    if many {
+        error.in_field(&format!("jobs[{i}]"))
+    } else {
+        error
+    }
+}
+
+/// The earliest `run_at` among the ready keys of a set ordered by (priority, run_at, id):
+/// the first key of each priority, found by jumping from priority to priority.
+fn oldest_run_at(set: &std::collections::BTreeSet<ReadyKey>) -> Option<DateTime<Utc>> {
+    let mut oldest: Option<DateTime<Utc>> = None;
+    let mut cursor = set.first().copied();
+    while let Some((priority, run_at, _)) = cursor {
+        oldest = Some(oldest.map_or(run_at, |o| o.min(run_at)));
+        let Some(next_priority) = priority.checked_add(1) else {
+            break;
+        };
+        let from = (next_priority, DateTime::<Utc>::MIN_UTC, JobId(uuid::Uuid::nil()));
+        cursor = set.range(from..).next().copied();
+    }
+    oldest
+}
+
+#[async_trait]
+impl JobStore for MemoryStore {
+    async fn jobs_enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let prepared = prepare(jobs, &self.config)?;
+        let (answers, ready) = {
+            let mut inner = self.inner.lock();
+            let now = self.clock_now();
+            inner.enqueue(prepared, now, &self.config.quotas)?
+        };
+        self.publish_ready(ready);
+        Ok(answers)
+    }
+
+    async fn job_get(&self, id: JobId) -> Result<Job> {
+        self.inner
+            .lock()
+            .jobs
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| Error::job_not_found(id))
+    }
+
+    async fn jobs_list(&self, query: ListJobs) -> Result<JobPage> {
+        query.validate()?;
+        let page = usize::try_from(query.page_size()).unwrap_or(usize::MAX);
+        let inner = self.inner.lock();
+        let mut matching: Vec<&Job> = inner
+            .jobs
+            .values()
+            .filter(|j| query.before.is_none_or(|before| j.id < before))
+            .filter(|j| query.queue.as_ref().is_none_or(|q| &j.queue == q))
+            .filter(|j| query.state.is_none_or(|s| j.state == s))
+            .filter(|j| query.kind.as_ref().is_none_or(|k| &j.kind == k))
+            .filter(|j| query.tenant.as_ref().is_none_or(|t| &j.tenant == t))
+            .filter(|j| {
+                query
+                    .meta
+                    .as_ref()
+                    .is_none_or(|m| json::contains(&j.meta, m))
+            })
+            .collect();
+        let more = matching.len() > page;
+        if more {
+            matching.select_nth_unstable_by(page, |a, b| b.id.cmp(&a.id));
+            matching.truncate(page);
+        }
+        matching.sort_unstable_by_key(|j| std::cmp::Reverse(j.id));
+        let jobs: Vec<Job> = matching.into_iter().cloned().collect();
+        let next = if more {
+            jobs.last().map(|j| j.id)
+        } else {
+            None
+        };
+        Ok(JobPage { jobs, next })
+    }
+
+    async fn jobs_claim(&self, claim: ClaimJobs) -> Result<Vec<Job>> {
+        if claim.limit == 0 || claim.limit > CLAIM_LIMIT_MAX {
+            return Err(Error::invalid(
+                "limit",
+                format!(
+                    "must be between 1 and {CLAIM_LIMIT_MAX}, got {}",
+                    claim.limit
+                ),
+            ));
+        }
+        lease::check_lease(claim.lease)?;
+        let mut inner = self.inner.lock();
+        let now = self.clock_now();
+        Ok(inner.claim(&claim, now))
+    }
+
+    async fn jobs_heartbeat(&self, heartbeat: HeartbeatJobs) -> Result<Vec<HeartbeatReply>> {
+        lease::check_lease(heartbeat.lease)?;
+        let many = heartbeat.jobs.len() > 1;
+        for (i, item) in heartbeat.jobs.iter().enumerate() {
+            if let Some(meta) = &item.meta {
+                if !meta.is_object() {
+                    return Err(in_item(
+                        Error::invalid("meta", "must be a JSON object"),
+                        i,
+                        many,
+                    ));
+                }
+                json::check_value("meta", meta, self.config.sizes.max_meta_bytes)
+                    .map_err(|e| in_item(e, i, many))?;
+            }
+            if let Some(progress) = &item.progress {
+                json::check_value("progress", progress, self.config.sizes.max_meta_bytes)
+                    .map_err(|e| in_item(e, i, many))?;
+            }
+        }
+        let mut inner = self.inner.lock();
+        let now = self.clock_now();
+        let replies = heartbeat
+            .jobs
+            .into_iter()
+            .map(|item| {
+                let id = item.id;
+                let event = Event::Heartbeat {
+                    token: item.token,
+                    lease: heartbeat.lease,
+                    meta: item.meta,
+                    progress: item.progress,
+                };
+                match inner.transition(id, event, now) {
+                    Ok((_, job)) => HeartbeatReply::Extended {
+                        id,
+                        cancel_requested: job.cancel_requested,
+                        lease_expires_at: job.lease_expires_at.unwrap_or(now),
+                    },
+                    Err(_) => HeartbeatReply::LeaseLost { id },
+                }
+            })
+            .collect();
+        Ok(replies)
+    }
+
+    async fn jobs_finish(&self, items: Vec<FinishItem>) -> Result<Vec<FinishReply>> {
+        let many = items.len() > 1;
+        for (i, item) in items.iter().enumerate() {
+            if let Finish::Succeeded {
+                result: Some(result),
+            } = &item.finish
+            {
+                json::check_value("result", result, self.config.sizes.max_result_bytes)
+                    .map_err(|e| in_item(e, i, many))?;
+            }
+        }
+        let mut ready = Vec::new();
+        let replies = {
+            let mut inner = self.inner.lock();
+            let now = self.clock_now();
+            items
+                .into_iter()
+                .map(|item| {
+                    let id = item.id;
+                    let token = item.token;
+                    let event = match item.finish {
+                        Finish::Succeeded { result } => Event::Complete { token, result },
+                        Finish::Failed { message, retry } => Event::Fail {
+                            token,
+                            message,
+                            retry,
+                        },
+                        Finish::Snoozed { delay } => Event::Snooze { token, delay },
+                        Finish::Released => Event::Release { token },
+                        Finish::Cancelled { message } => Event::Cancelled { token, message },
+                    };
+                    match inner.transition(id, event, now) {
+                        Ok((transition, job)) => {
+                            if job.is_ready(now) && !ready.contains(&job.queue) {
+                                ready.push(job.queue.clone());
+                            }
+                            FinishReply::Recorded {
+                                id,
+                                to: transition.to,
+                            }
+                        }
+                        Err(_) => FinishReply::LeaseLost { id },
+                    }
+                })
+                .collect()
+        };
+        self.publish_ready(ready);
+        Ok(replies)
+    }
+
+    async fn job_cancel(&self, id: JobId) -> Result<CancelOutcome> {
+        let outcome = {
+            let mut inner = self.inner.lock();
+            let now = self.clock_now();
+            let (transition, job) = inner.transition(id, Event::Cancel, now)?;
+            let effect = if transition.to == JobState::Cancelled {
+                CancelEffect::Cancelled
+            } else {
+                CancelEffect::Requested
+            };
+            CancelOutcome {
+                effect,
+                job: job.clone(),
+            }
+        };
+        if outcome.effect == CancelEffect::Requested {
+            self.publish(StoreEvent::CancelRequested { id });
+        }
+        Ok(outcome)
+    }
+
+    async fn job_retry(&self, id: JobId) -> Result<Job> {
+        let job = {
+            let mut inner = self.inner.lock();
+            let now = self.clock_now();
+            let job = inner.jobs.get(&id).ok_or_else(|| Error::job_not_found(id))?;
+            if !job.state.is_terminal() {
+                return Err(Error::InvalidTransition {
+                    from: job.state,
+                    event: drover_core::EventName::Retry,
+                });
+            }
+            inner.check_quota_room(&self.config.quotas, 1, &[(&job.tenant, 1)])?;
+            if let Some(key) = &job.unique_key {
+                if let Some(holder) = inner.idx.unique_holder(&job.tenant, key) {
+                    if holder != id {
+                        return Err(Error::Conflict {
+                            reason: format!(
+                                "unique key is held by live job {holder}; cancel or finish it first"
+                            ),
+                            existing: Some(holder),
+                        });
+                    }
+                }
+            }
+            let (_, job) = inner.transition(id, Event::Retry, now)?;
+            job.clone()
+        };
+        self.publish(StoreEvent::JobsAvailable {
+            queue: job.queue.clone(),
+        });
+        Ok(job)
+    }
+
+    async fn jobs_rescue_expired(&self, rescue: RescueExpired) -> Result<Vec<Rescued>> {
+        let limit = usize::try_from(rescue.limit).unwrap_or(usize::MAX);
+        let mut ready = Vec::new();
+        let rescued = {
+            let mut inner = self.inner.lock();
+            let now = self.clock_now();
+            let expired: Vec<JobId> = inner
+                .idx
+                .leases
+                .iter()
+                .take_while(|(at, _)| *at <= now)
+                .take(limit)
+                .map(|(_, id)| *id)
+                .collect();
+            let mut rescued = Vec::with_capacity(expired.len());
+            for id in expired {
+                let reconciler = inner
+                    .jobs
+                    .get(&id)
+                    .is_some_and(|j| rescue.reconciler_kinds.contains(&j.kind));
+                if let Ok((transition, job)) =
+                    inner.transition(id, Event::LeaseExpired { reconciler }, now)
+                {
+                    if job.is_ready(now) && !ready.contains(&job.queue) {
+                        ready.push(job.queue.clone());
+                    }
+                    rescued.push(Rescued {
+                        id,
+                        kind: job.kind.clone(),
+                        queue: job.queue.clone(),
+                        to: transition.to,
+                    });
+                }
+            }
+            rescued
+        };
+        self.publish_ready(ready);
+        Ok(rescued)
+    }
+
+    async fn jobs_claim_reconciling(&self, claim: ClaimReconciling) -> Result<Vec<Job>> {
+        lease::check_lease(claim.lease)?;
+        let limit = usize::try_from(claim.limit).unwrap_or(usize::MAX);
+        let mut inner = self.inner.lock();
+        let now = self.clock_now();
+        let free: Vec<JobId> = inner
+            .idx
+            .reconciling
+            .iter()
+            .filter(|id| {
+                inner.jobs.get(id).is_some_and(|j| {
+                    claim.kinds.contains(&j.kind) && j.lease_expires_at.is_none_or(|at| at <= now)
+                })
+            })
+            .take(limit)
+            .copied()
+            .collect();
+        let mut claimed = Vec::with_capacity(free.len());
+        for id in free {
+            let event = Event::ReconcileClaim {
+                worker: claim.worker.clone(),
+                lease: claim.lease,
+            };
+            if let Ok((_, job)) = inner.transition(id, event, now) {
+                claimed.push(job.clone());
+            }
+        }
+        Ok(claimed)
+    }
+
+    async fn job_reconcile(
+        &self,
+        id: JobId,
+        token: FencingToken,
+        resolution: Resolution,
+    ) -> Result<Transition> {
+        let mut inner = self.inner.lock();
+        let now = self.clock_now();
+        let (transition, _) = inner.transition(id, Event::Reconciled { token, resolution }, now)?;
+        Ok(transition)
+    }
+
+    async fn jobs_prune(&self, prune: PruneJobs) -> Result<u64> {
+        if prune.limit == 0 || prune.limit > PRUNE_LIMIT_MAX {
+            return Err(Error::invalid(
+                "limit",
+                format!(
+                    "must be between 1 and {PRUNE_LIMIT_MAX}, got {}",
+                    prune.limit
+                ),
+            ));
+        }
+        let mut inner = self.inner.lock();
+        let now = self.clock_now();
+        let cutoff = clock::sub(now, prune.older_than);
+        let limit = usize::try_from(prune.limit).unwrap_or(usize::MAX);
+        Ok(inner.prune(cutoff, limit))
+    }
+
+    async fn queue_pause(&self, queue: QueueName) -> Result<QueueInfo> {
+        let mut inner = self.inner.lock();
+        let now = self.clock_now();
+        let info = inner.queues.entry(queue.clone()).or_insert(QueueInfo {
+            name: queue,
+            paused: false,
+            paused_at: None,
+        });
+        if !info.paused {
+            info.paused = true;
+            info.paused_at = Some(now);
+        }
+        Ok(info.clone())
+    }
+
+    async fn queue_resume(&self, queue: QueueName) -> Result<QueueInfo> {
+        let info = {
+            let mut inner = self.inner.lock();
+            let info = inner.queues.entry(queue.clone()).or_insert(QueueInfo {
+                name: queue.clone(),
+                paused: false,
+                paused_at: None,
+            });
+            info.paused = false;
+            info.paused_at = None;
+            info.clone()
+        };
+        self.publish(StoreEvent::JobsAvailable { queue });
+        Ok(info)
+    }
+
+    async fn queues_list(&self) -> Result<Vec<QueueInfo>> {
+        let inner = self.inner.lock();
+        let mut queues = inner.queues.clone();
+        for name in inner.idx.counts.keys() {
+            if !queues.contains_key(name) {
+                queues.insert(
+                    name.clone(),
+                    QueueInfo {
+                        name: name.clone(),
+                        paused: false,
+                        paused_at: None,
+                    },
+                );
+            }
+        }
+        Ok(queues.into_values().collect())
+    }
+
+    async fn queue_snapshot(&self) -> Result<Snapshot> {
+        let mut inner = self.inner.lock();
+        let now = self.clock_now();
+        let inner = &mut *inner;
+        inner.idx.promote(&inner.jobs, now);
+        let mut names: Vec<&QueueName> = inner.queues.keys().collect();
+        for name in inner.idx.counts.keys() {
+            if !inner.queues.contains_key(name) {
+                names.push(name);
+            }
+        }
+        names.sort();
+        let queues = names
+            .into_iter()
+            .map(|name| {
+                let slots = inner.idx.counts.get(name).copied().unwrap_or_default();
+                let counts = JobState::ALL
+                    .into_iter()
+                    .filter(|s| slots[state_slot(*s)] > 0)
+                    .map(|s| (s, slots[state_slot(s)]))
+                    .collect();
+                let (mut ready, mut oldest) = (0u64, None::<DateTime<Utc>>);
+                if let Some(by_kind) = inner.idx.ready.get(name) {
+                    for set in by_kind.values() {
+                        ready += set.len() as u64;
+                        if let Some(at) = oldest_run_at(set) {
+                            oldest = Some(oldest.map_or(at, |o| o.min(at)));
+                        }
+                    }
+                }
+                QueueSnapshot {
+                    queue: name.clone(),
+                    paused: inner.is_paused(name),
+                    counts,
+                    ready,
+                    running: slots[state_slot(JobState::Running)],
+                    oldest_ready_age_ms: oldest.map(|at| {
+                        u64::try_from((now - at).num_milliseconds().max(0)).unwrap_or(0)
+                    }),
+                }
+            })
+            .collect();
+        Ok(Snapshot {
+            taken_at: now,
+            queues,
+        })
+    }
+
+    async fn worker_register(&self, worker: WorkerRegistration) -> Result<WorkerInfo> {
+        let mut inner = self.inner.lock();
+        let now = self.clock_now();
+        let info = WorkerInfo {
+            id: worker.id.clone(),
+            host: drover_core::job::truncate_to(&worker.host, HOST_MAX_BYTES),
+            pid: worker.pid,
+            queues: worker.queues,
+            started_at: now,
+            last_heartbeat_at: now,
+        };
+        inner.workers.insert(worker.id, info.clone());
+        Ok(info)
+    }
+
+    async fn worker_heartbeat(&self, id: WorkerId) -> Result<()> {
+        let mut inner = self.inner.lock();
+        let now = self.clock_now();
+        match inner.workers.get_mut(&id) {
+            Some(worker) => {
+                worker.last_heartbeat_at = now;
+                Ok(())
+            }
+            None => Err(Error::NotFound {
+                entity: Entity::Worker,
+                id: id.to_string(),
+            }),
+        }
+    }
+
+    async fn worker_deregister(&self, id: WorkerId) -> Result<()> {
+        self.inner.lock().workers.remove(&id);
+        Ok(())
+    }
+
+    async fn workers_list(&self) -> Result<Vec<WorkerInfo>> {
+        Ok(self.inner.lock().workers.values().cloned().collect())
+    }
+
+    async fn workers_prune(&self, older_than: std::time::Duration) -> Result<u64> {
+        let mut inner = self.inner.lock();
+        let cutoff = clock::sub(self.clock_now(), older_than);
+        let before = inner.workers.len();
+        inner.workers.retain(|_, w| w.last_heartbeat_at >= cutoff);
+        Ok((before - inner.workers.len()) as u64)
+    }
+
+    async fn limits_list(&self) -> Result<Vec<LimitStatus>> {
+        let inner = self.inner.lock();
+        let now = self.clock_now();
+        Ok(inner
+            .limits
+            .values()
+            .map(|l| LimitStatus {
+                policy: l.policy.clone(),
+                running: inner.idx.running_under(&l.policy.key),
+                rate_available: l.policy.rate.map(|r| r.available(l.rate_tat, now)),
+            })
+            .collect())
+    }
+
+    async fn limit_set(&self, policy: LimitPolicy) -> Result<LimitPolicy> {
+        let policy = LimitPolicy::new(policy.key, policy.max_running, policy.rate)?;
+        let mut inner = self.inner.lock();
+        match inner.limits.get_mut(&policy.key) {
+            Some(stored) => stored.policy = policy.clone(),
+            None => {
+                inner.limits.insert(
+                    policy.key.clone(),
+                    StoredLimit {
+                        policy: policy.clone(),
+                        rate_tat: None,
+                    },
+                );
+            }
+        }
+        Ok(policy)
+    }
+
+    async fn limit_clear(&self, key: LimitKey) -> Result<()> {
+        match self.inner.lock().limits.remove(&key) {
+            Some(_) => Ok(()),
+            None => Err(Error::NotFound {
+                entity: Entity::Limit,
+                id: key.to_string(),
+            }),
+        }
+    }
+
+    async fn schedules_list(&self) -> Result<Vec<Schedule>> {
+        Ok(self.inner.lock().schedules.values().cloned().collect())
+    }
+
+    async fn schedule_upsert(&self, schedule: NewSchedule) -> Result<Schedule> {
+        let mut inner = self.inner.lock();
+        let now = self.clock_now();
+        schedule.validate(now, &self.config.sizes)?;
+        let stored = Schedule::from_new(schedule, now);
+        inner.schedules.insert(stored.name.clone(), stored.clone());
+        Ok(stored)
+    }
+
+    async fn schedule_remove(&self, name: ScheduleName) -> Result<()> {
+        match self.inner.lock().schedules.remove(&name) {
+            Some(_) => Ok(()),
+            None => Err(Error::NotFound {
+                entity: Entity::Schedule,
+                id: name.to_string(),
+            }),
+        }
+    }
+
+    async fn schedule_fire(&self, fire: FireSchedule) -> Result<Option<Enqueued>> {
+        let tick = micros(fire.tick);
+        let prepared = prepare(vec![fire.job], &self.config)?;
+        let (answer, ready) = {
+            let mut inner = self.inner.lock();
+            let now = self.clock_now();
+            let schedule = inner.schedules.get(&fire.name).ok_or_else(|| Error::NotFound {
+                entity: Entity::Schedule,
+                id: fire.name.to_string(),
+            })?;
+            if schedule.last_tick_at.is_some_and(|last| last >= tick) {
+                return Ok(None);
+            }
+            let (mut answers, ready) = inner.enqueue(prepared, now, &self.config.quotas)?;
+            if let Some(schedule) = inner.schedules.get_mut(&fire.name) {
+                schedule.last_tick_at = Some(tick);
+            }
+            (answers.pop(), ready)
+        };
+        self.publish_ready(ready);
+        Ok(answer)
+    }
+
+    async fn now(&self) -> Result<DateTime<Utc>> {
+        Ok(self.clock_now())
+    }
+
+    async fn check_ready(&self) -> Result<()> {
+        Ok(())
+    }
+
+    async fn subscribe(&self) -> Result<EventStream> {
+        let stream = BroadcastStream::new(self.events.subscribe())
+            .map(|item| item.unwrap_or(StoreEvent::Resync));
+        Ok(Box::pin(stream))
+    }
+
+    fn config(&self) -> StoreConfig {
+        self.config
+    }
+}
