@@ -1,1 +1,232 @@
-//! Placeholder.
+//! Drover's HTTP API (DESIGN.md section 7; issue #6): the network face of the queue for
+//! services that do not link the Rust library.
+//!
+//! Build an [`ApiState`] around any `JobStore`, turn it into an axum `Router` with [`router`],
+//! and run it with [`serve`] until a cancellation token fires. The OpenAPI document is generated
+//! from the route handlers themselves ([`openapi`]) and served at `/v1/openapi.json`.
+//!
+//! Status codes: 202 enqueue committed; 200 replay/duplicate and reads; 400 invalid input
+//! naming the field; 401 missing/wrong token; 403 role or tenant not allowed; 404 unknown (or
+//! another tenant's) job; 409 idempotency conflict or invalid transition; 413 body too large;
+//! 415 not JSON; 429 quota exceeded (with `Retry-After`); 503 store unavailable or not ready.
+//! Every error body has the shape of [`error::ErrorBody`].
+
+pub mod auth;
+pub mod dto;
+pub mod error;
+pub mod extract;
+pub mod metrics;
+pub mod routes;
+
+use std::sync::Arc;
+
+use axum::Router;
+use drover_core::JobStore;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub use auth::{ApiTokens, AuthMode, Principal, Role, TenantScope};
+pub use error::ApiError;
+pub use metrics::ProcessMetrics;
+
+/// Default request body limit: 1 MiB.
+pub const MAX_BODY_BYTES_DEFAULT: usize = 1024 * 1024;
+/// Default `Retry-After` of a 429 answer, in seconds.
+pub const RETRY_AFTER_SECS_DEFAULT: u64 = 5;
+
+/// Settings of the API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiConfig {
+    /// Largest accepted request body, in bytes (default 1 MiB); larger ones get 413.
+    pub max_body_bytes: usize,
+    /// `Retry-After` seconds sent with 429 answers.
+    pub retry_after_secs: u64,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            max_body_bytes: MAX_BODY_BYTES_DEFAULT,
+            retry_after_secs: RETRY_AFTER_SECS_DEFAULT,
+        }
+    }
+}
+
+/// What every handler shares: the store, authentication, settings and the process's metrics.
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct ApiState {
+    inner: Arc<StateInner>,
+}
+
+struct StateInner {
+    store: Arc<dyn JobStore>,
+    auth: AuthMode,
+    config: ApiConfig,
+    process_metrics: Option<ProcessMetrics>,
+}
+
+impl ApiState {
+    /// State over `store` with `auth` and `config`; `process_metrics` adds this process's job
+    /// counters to `/metrics` (when the server runs beside a worker).
+    pub fn new(
+        store: Arc<dyn JobStore>,
+        auth: AuthMode,
+        config: ApiConfig,
+        process_metrics: Option<ProcessMetrics>,
+    ) -> Self {
+        ApiState {
+            inner: Arc::new(StateInner {
+                store,
+                auth,
+                config,
+                process_metrics,
+            }),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn JobStore> {
+        &self.inner.store
+    }
+
+    /// How callers authenticate.
+    pub fn auth(&self) -> &AuthMode {
+        &self.inner.auth
+    }
+
+    /// Largest accepted body.
+    pub fn max_body_bytes(&self) -> usize {
+        self.inner.config.max_body_bytes
+    }
+
+    /// The process's job counters, if any.
+    pub fn process_metrics(&self) -> Option<&ProcessMetrics> {
+        self.inner.process_metrics.as_ref()
+    }
+
+    /// Maps a store error to its answer with this API's `Retry-After`.
+    pub fn error(&self, e: drover_core::Error) -> ApiError {
+        if !e.is_transient() && !matches!(e, drover_core::Error::InvalidInput { .. } | drover_core::Error::NotFound { .. }) {
+            tracing::debug!(code = e.code(), "request refused");
+        }
+        ApiError::from_store(e, self.inner.config.retry_after_secs)
+    }
+
+    /// Counts an enqueued job in the process metrics, if any.
+    pub fn count_enqueued(&self, kind: &str) {
+        if let Some(m) = &self.inner.process_metrics {
+            m.record_enqueued(kind);
+        }
+    }
+}
+
+struct BearerScheme;
+
+impl Modify for BearerScheme {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Drover API",
+        description = "Durable background jobs: enqueue, inspect, cancel and retry jobs; pause queues; readiness and metrics."
+    ),
+    modifiers(&BearerScheme),
+    tags(
+        (name = "jobs", description = "Enqueue and manage jobs"),
+        (name = "queues", description = "Queues"),
+        (name = "workers", description = "Worker processes"),
+        (name = "system", description = "Readiness, metrics, this document")
+    )
+)]
+struct ApiDoc;
+
+fn api_router() -> OpenApiRouter<ApiState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(routes::jobs::enqueue_job, routes::jobs::list_jobs))
+        .routes(routes!(routes::jobs::enqueue_batch))
+        .routes(routes!(routes::jobs::get_job))
+        .routes(routes!(routes::jobs::cancel_job))
+        .routes(routes!(routes::jobs::retry_job))
+        .routes(routes!(routes::queues::list_queues))
+        .routes(routes!(routes::queues::pause_queue))
+        .routes(routes!(routes::queues::resume_queue))
+        .routes(routes!(routes::queues::list_workers))
+        .routes(routes!(routes::system::ready))
+        .routes(routes!(routes::system::metrics))
+}
+
+/// The OpenAPI document of every route [`router`] serves, generated from the handlers.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let (_, mut doc) = api_router().split_for_parts();
+    doc.paths.paths.insert(
+        "/v1/openapi.json".to_owned(),
+        utoipa::openapi::path::PathItem::new(
+            utoipa::openapi::HttpMethod::Get,
+            utoipa::openapi::path::OperationBuilder::new()
+                .tag("system")
+                .summary(Some("This OpenAPI document"))
+                .response(
+                    "200",
+                    utoipa::openapi::ResponseBuilder::new().description("OpenAPI 3.1 JSON"),
+                ),
+        ),
+    );
+    doc
+}
+
+/// The API's router: every route, request tracing (method, path, status and latency; never
+/// bodies or headers), and JSON answers for unknown routes and methods.
+pub fn router(state: ApiState) -> Router {
+    let (router, _) = api_router().split_for_parts();
+    let doc = openapi();
+    router
+        .route(
+            "/v1/openapi.json",
+            axum::routing::get(move || {
+                let doc = doc.clone();
+                async move { axum::Json(doc) }
+            }),
+        )
+        .fallback(|| async { ApiError::no_route() })
+        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        .layer(
+            tower_http::trace::TraceLayer::new_for_http().make_span_with(
+                |request: &axum::http::Request<axum::body::Body>| {
+                    tracing::info_span!(
+                        "http",
+                        method = %request.method(),
+                        path = %request.uri().path(),
+                    )
+                },
+            ),
+        )
+        .with_state(state)
+}
+
+/// Serves `router` on `listener` until `shutdown` fires, then finishes in-flight requests and
+/// returns.
+///
+/// # Errors
+/// The listener's I/O error.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await
+}

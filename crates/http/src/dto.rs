@@ -1,0 +1,472 @@
+//! The API's wire types (request and response bodies) and their conversion to and from `core`
+//! types. Requests are parsed strictly: unknown fields are refused, and every field error names
+//! the field.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use drover_core::{
+    CancelEffect, EnqueueStatus, Enqueued, Job, JobKind, LimitKey, NewJob, QueueInfo,
+    QueueName, QueueSnapshot, RunAt, TenantId, WorkerInfo,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use crate::auth::{Principal, Role, TenantScope};
+use crate::error::ApiError;
+
+/// The kind that runs programs; only operators may enqueue it over HTTP (DESIGN.md section 9).
+pub const EXEC_KIND: &str = "exec";
+
+/// A job to enqueue. Only `kind` is required.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EnqueueRequest {
+    /// Handler name, 1-128 of `A-Z a-z 0-9 _ . : - /`.
+    pub kind: String,
+    /// Handler input, any JSON (default `{}`), at most 256 KiB, no `\u0000`.
+    #[schema(value_type = Object)]
+    pub args: Option<Value>,
+    /// Queue (default `default`), 1-64 of `A-Z a-z 0-9 _ . : -`.
+    pub queue: Option<String>,
+    /// Tenant; defaults to the caller's. A tenant-scoped token may only name its own.
+    pub tenant: Option<String>,
+    /// Smaller runs first, -32768..=32767 (default 0).
+    pub priority: Option<i64>,
+    /// Absolute ready time, RFC 3339 (e.g. `2026-12-01T10:00:00Z`). Exclusive with `delay_ms`.
+    pub run_at: Option<String>,
+    /// Ready this many milliseconds after the store's clock at enqueue. Exclusive with `run_at`.
+    pub delay_ms: Option<i64>,
+    /// Attempt budget, 1..=1000 (default 3).
+    pub max_attempts: Option<i64>,
+    /// Deduplication key among the tenant's live jobs.
+    pub unique_key: Option<String>,
+    /// Limit policy keys the job is subject to (at most 16).
+    pub limit_keys: Option<Vec<String>>,
+    /// Client metadata: a JSON object, filterable with `meta` on `GET /v1/jobs`.
+    #[schema(value_type = Object)]
+    pub meta: Option<Value>,
+    /// Idempotency key for this job (batch items; single enqueues use the `Idempotency-Key`
+    /// header, and if both are given they must be equal).
+    pub idempotency_key: Option<String>,
+}
+
+/// Many jobs enqueued atomically.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BatchEnqueueRequest {
+    /// The jobs, 1..=10,000.
+    pub jobs: Vec<EnqueueRequest>,
+}
+
+/// Largest batch accepted by `POST /v1/jobs/batch`.
+pub const BATCH_MAX: usize = 10_000;
+
+fn int_in<T: TryFrom<i64>>(field: &str, v: i64, lo: i64, hi: i64) -> Result<T, ApiError> {
+    if v < lo || v > hi {
+        return Err(ApiError::invalid(
+            field,
+            format!("must be between {lo} and {hi}, got {v}"),
+        ));
+    }
+    T::try_from(v).map_err(|_| ApiError::invalid(field, "out of range"))
+}
+
+fn store_err(e: drover_core::Error) -> ApiError {
+    ApiError::from_store(e, 1)
+}
+
+impl EnqueueRequest {
+    /// Converts to a `NewJob` for `principal`, with `header_key` from `Idempotency-Key`.
+    ///
+    /// # Errors
+    /// 400 naming the field; 403 when the tenant is not the caller's or a producer enqueues
+    /// `exec`.
+    pub fn into_new_job(
+        self,
+        principal: &Principal,
+        header_key: Option<String>,
+    ) -> Result<NewJob, ApiError> {
+        let kind = JobKind::parse(self.kind).map_err(store_err)?;
+        if kind.as_str() == EXEC_KIND && principal.role != Role::Operator {
+            return Err(ApiError::forbidden(
+                "only the operator role may enqueue the exec kind",
+            ));
+        }
+        let args = self.args.unwrap_or_else(|| Value::Object(Default::default()));
+        let mut job = NewJob::new(kind, args);
+        if let Some(queue) = self.queue {
+            job.queue = QueueName::parse(queue).map_err(store_err)?;
+        }
+        job.tenant = resolve_tenant(principal, self.tenant)?;
+        if let Some(p) = self.priority {
+            job.priority = int_in("priority", p, i64::from(i16::MIN), i64::from(i16::MAX))?;
+        }
+        match (self.run_at, self.delay_ms) {
+            (Some(_), Some(_)) => {
+                return Err(ApiError::invalid("run_at", "give run_at or delay_ms, not both"))
+            }
+            (Some(at), None) => {
+                let at = DateTime::parse_from_rfc3339(&at).map_err(|_| {
+                    ApiError::invalid("run_at", "must be an RFC 3339 instant such as 2026-12-01T10:00:00Z")
+                })?;
+                job.run_at = Some(RunAt::At(at.with_timezone(&Utc)));
+            }
+            (None, Some(ms)) => {
+                let max = i64::try_from(drover_core::job::DELAY_MAX.as_millis()).unwrap_or(i64::MAX);
+                let ms: u64 = int_in("delay_ms", ms, 0, max)?;
+                job.run_at = Some(RunAt::After(Duration::from_millis(ms)));
+            }
+            (None, None) => {}
+        }
+        if let Some(m) = self.max_attempts {
+            job.max_attempts = int_in(
+                "max_attempts",
+                m,
+                i64::from(drover_core::job::MAX_ATTEMPTS_MIN),
+                i64::from(drover_core::job::MAX_ATTEMPTS_MAX),
+            )?;
+        }
+        job.unique_key = self.unique_key;
+        if let Some(keys) = self.limit_keys {
+            job.limit_keys = keys
+                .into_iter()
+                .map(|k| LimitKey::parse(k).map_err(store_err))
+                .collect::<Result<_, _>>()?;
+        }
+        if let Some(meta) = self.meta {
+            job.meta = meta;
+        }
+        job.idempotency_key = match (header_key, self.idempotency_key) {
+            (Some(h), Some(b)) if h != b => {
+                return Err(ApiError::invalid(
+                    "idempotency_key",
+                    "differs from the Idempotency-Key header",
+                ))
+            }
+            (h, b) => h.or(b),
+        };
+        Ok(job)
+    }
+}
+
+/// The tenant a request acts for: the caller's own, or for an all-tenant caller the one named
+/// (default `default`).
+///
+/// # Errors
+/// 400 for a malformed tenant; 403 when a tenant-scoped caller names another tenant.
+pub fn resolve_tenant(principal: &Principal, requested: Option<String>) -> Result<TenantId, ApiError> {
+    let requested = requested
+        .map(TenantId::parse)
+        .transpose()
+        .map_err(store_err)?;
+    match (&principal.scope, requested) {
+        (TenantScope::One(own), None) => Ok(own.clone()),
+        (TenantScope::One(own), Some(t)) if &t == own => Ok(t),
+        (TenantScope::One(_), Some(_)) => Err(ApiError::forbidden(
+            "this token may only act for its own tenant",
+        )),
+        (TenantScope::All, requested) => Ok(requested.unwrap_or_default()),
+    }
+}
+
+/// One failed attempt.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AttemptErrorView {
+    /// The attempt (1-based).
+    pub attempt: i32,
+    /// When.
+    pub at: DateTime<Utc>,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// A job as the API shows it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct JobView {
+    /// UUID v7.
+    pub id: String,
+    /// Handler name.
+    pub kind: String,
+    /// Queue.
+    pub queue: String,
+    /// Tenant.
+    pub tenant: String,
+    /// `queued`, `running`, `reconciling`, `succeeded`, `failed` or `cancelled`.
+    pub state: String,
+    /// Handler input.
+    #[schema(value_type = Object)]
+    pub args: Value,
+    /// Client metadata.
+    #[schema(value_type = Object)]
+    pub meta: Value,
+    /// Smaller runs first.
+    pub priority: i16,
+    /// Ready time.
+    pub run_at: DateTime<Utc>,
+    /// Claims counted so far.
+    pub attempt: i32,
+    /// Attempt budget.
+    pub max_attempts: i32,
+    /// Fencing token of the latest claim (0 before the first).
+    pub fencing_token: i64,
+    /// Worker holding the lease.
+    pub lease_owner: Option<String>,
+    /// Lease end.
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    /// A cancel was requested while running.
+    pub cancel_requested: bool,
+    /// Handler result on success.
+    #[schema(value_type = Object)]
+    pub result: Option<Value>,
+    /// Failed attempts, newest last.
+    pub errors: Vec<AttemptErrorView>,
+    /// Latest progress.
+    #[schema(value_type = Object)]
+    pub progress: Option<Value>,
+    /// Idempotency key.
+    pub idempotency_key: Option<String>,
+    /// Unique key.
+    pub unique_key: Option<String>,
+    /// Explicit limit keys.
+    pub limit_keys: Vec<String>,
+    /// Enqueue time.
+    pub created_at: DateTime<Utc>,
+    /// Latest claim time.
+    pub attempted_at: Option<DateTime<Utc>>,
+    /// Terminal time.
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+impl From<Job> for JobView {
+    fn from(j: Job) -> Self {
+        JobView {
+            id: j.id.to_string(),
+            kind: j.kind.into(),
+            queue: j.queue.into(),
+            tenant: j.tenant.into(),
+            state: j.state.as_str().to_owned(),
+            args: j.args,
+            meta: j.meta,
+            priority: j.priority,
+            run_at: j.run_at,
+            attempt: j.attempt,
+            max_attempts: j.max_attempts,
+            fencing_token: j.fencing_token.0,
+            lease_owner: j.lease_owner.map(String::from),
+            lease_expires_at: j.lease_expires_at,
+            cancel_requested: j.cancel_requested,
+            result: j.result,
+            errors: j
+                .errors
+                .into_iter()
+                .map(|e| AttemptErrorView {
+                    attempt: e.attempt,
+                    at: e.at,
+                    message: e.message,
+                })
+                .collect(),
+            progress: j.progress,
+            idempotency_key: j.idempotency_key,
+            unique_key: j.unique_key,
+            limit_keys: j.limit_keys.into_iter().map(String::from).collect(),
+            created_at: j.created_at,
+            attempted_at: j.attempted_at,
+            finished_at: j.finished_at,
+        }
+    }
+}
+
+/// The answer to one enqueued job.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct EnqueueResponse {
+    /// `created` (202), `replayed` (same idempotency key and request: the stored job in its
+    /// current state, 200) or `duplicate` (a live job holds the unique key, 200).
+    pub status: String,
+    /// The job.
+    pub job: JobView,
+}
+
+impl From<Enqueued> for EnqueueResponse {
+    fn from(e: Enqueued) -> Self {
+        EnqueueResponse {
+            status: match e.status {
+                EnqueueStatus::Created => "created",
+                EnqueueStatus::Replayed => "replayed",
+                EnqueueStatus::Duplicate => "duplicate",
+            }
+            .to_owned(),
+            job: e.job.into(),
+        }
+    }
+}
+
+/// The answer to a batch enqueue, in request order.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct BatchEnqueueResponse {
+    /// One answer per job.
+    pub results: Vec<EnqueueResponse>,
+}
+
+/// A page of jobs.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct JobListResponse {
+    /// Jobs, newest first.
+    pub jobs: Vec<JobView>,
+    /// Pass as `cursor` to get the next page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// The answer to a cancel.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct CancelResponse {
+    /// `cancelled` (it was queued or reconciling) or `requested` (it is running; its handler
+    /// was asked to stop).
+    pub effect: String,
+    /// What that means for the job.
+    pub message: String,
+    /// The job after the cancel.
+    pub job: JobView,
+}
+
+impl CancelResponse {
+    /// Builds the answer.
+    pub fn new(effect: CancelEffect, job: Job) -> Self {
+        let (effect, message) = match effect {
+            CancelEffect::Cancelled => ("cancelled", "the job is cancelled"),
+            CancelEffect::Requested => (
+                "requested",
+                "the job is running: its handler was asked to stop; it ends cancelled, or succeeded if the handler completes anyway",
+            ),
+        };
+        CancelResponse {
+            effect: effect.to_owned(),
+            message: message.to_owned(),
+            job: job.into(),
+        }
+    }
+}
+
+/// A job wrapped for single-job answers.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct JobResponse {
+    /// The job.
+    pub job: JobView,
+}
+
+/// A queue with its counts.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct QueueView {
+    /// Name.
+    pub name: String,
+    /// Paused cluster-wide.
+    pub paused: bool,
+    /// When paused.
+    pub paused_at: Option<DateTime<Utc>>,
+    /// Jobs per state.
+    pub counts: BTreeMap<String, u64>,
+    /// Ready queued jobs.
+    pub ready: u64,
+    /// Running jobs.
+    pub running: u64,
+    /// Age of the oldest ready job, in seconds.
+    pub lag_seconds: Option<f64>,
+}
+
+impl QueueView {
+    /// Merges a queue's stored state with its snapshot.
+    pub fn new(name: &QueueName, info: Option<&QueueInfo>, snap: Option<&QueueSnapshot>) -> Self {
+        QueueView {
+            name: name.to_string(),
+            paused: info.map(|i| i.paused).or(snap.map(|s| s.paused)).unwrap_or(false),
+            paused_at: info.and_then(|i| i.paused_at),
+            counts: snap
+                .map(|s| {
+                    s.counts
+                        .iter()
+                        .map(|(k, v)| (k.as_str().to_owned(), *v))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            ready: snap.map_or(0, |s| s.ready),
+            running: snap.map_or(0, |s| s.running),
+            lag_seconds: snap
+                .and_then(|s| s.oldest_ready_age_ms)
+                .map(|ms| ms as f64 / 1000.0),
+        }
+    }
+}
+
+/// All queues.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct QueueListResponse {
+    /// Queues by name.
+    pub queues: Vec<QueueView>,
+}
+
+/// A queue's pause state.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct QueueStateResponse {
+    /// Name.
+    pub name: String,
+    /// Paused.
+    pub paused: bool,
+    /// When paused.
+    pub paused_at: Option<DateTime<Utc>>,
+}
+
+impl From<QueueInfo> for QueueStateResponse {
+    fn from(q: QueueInfo) -> Self {
+        QueueStateResponse {
+            name: q.name.into(),
+            paused: q.paused,
+            paused_at: q.paused_at,
+        }
+    }
+}
+
+/// A registered worker.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct WorkerView {
+    /// Id (lease owner of its jobs).
+    pub id: String,
+    /// Host.
+    pub host: String,
+    /// Process id.
+    pub pid: u32,
+    /// Queues it serves.
+    pub queues: Vec<String>,
+    /// Start time.
+    pub started_at: DateTime<Utc>,
+    /// Latest heartbeat.
+    pub last_heartbeat_at: DateTime<Utc>,
+}
+
+impl From<WorkerInfo> for WorkerView {
+    fn from(w: WorkerInfo) -> Self {
+        WorkerView {
+            id: w.id.into(),
+            host: w.host,
+            pid: w.pid,
+            queues: w.queues.into_iter().map(String::from).collect(),
+            started_at: w.started_at,
+            last_heartbeat_at: w.last_heartbeat_at,
+        }
+    }
+}
+
+/// All workers.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct WorkerListResponse {
+    /// Workers by id.
+    pub workers: Vec<WorkerView>,
+}
+
+/// Readiness.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ReadyResponse {
+    /// `ready`.
+    pub status: String,
+}

@@ -1,0 +1,231 @@
+//! The API's one error shape: every error answer, whatever its status, has the body
+//! `{"error": {"code": "...", "message": "...", "field": "..."?, "details": {...}?}}`.
+//! `drover_core::Error` maps to statuses here and only here.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use drover_core::Error;
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+
+/// The body of every error answer.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// The error.
+    pub error: ErrorDetail,
+}
+
+/// What went wrong.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Stable code: `invalid_input`, `unauthorized`, `forbidden`, `not_found`, `conflict`,
+    /// `quota_exceeded`, `invalid_transition`, `payload_too_large`, `unsupported_media_type`,
+    /// `unavailable`, `fatal`, `lease_lost`.
+    pub code: String,
+    /// Human-readable, safe to show (never args, tokens or passwords).
+    pub message: String,
+    /// The offending request field, for `invalid_input` and `forbidden`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// Extra facts: the quota's `limit`, `current`, `max`; a conflict's `existing_job_id`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Object)]
+    pub details: Option<Value>,
+}
+
+/// An error answer: status, body and optional headers.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    body: Box<ErrorBody>,
+    retry_after_secs: Option<u64>,
+    bearer_challenge: bool,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            body: Box::new(ErrorBody {
+                error: ErrorDetail {
+                    code: code.to_owned(),
+                    message: message.into(),
+                    field: None,
+                    details: None,
+                },
+            }),
+            retry_after_secs: None,
+            bearer_challenge: false,
+        }
+    }
+
+    /// 400 `invalid_input` naming `field`.
+    pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        let field = field.into();
+        let reason = reason.into();
+        let mut e = Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+            format!("invalid {field}: {reason}"),
+        );
+        e.body.error.field = Some(field);
+        e
+    }
+
+    /// 401: missing or unknown bearer token.
+    pub fn unauthorized() -> Self {
+        let mut e = Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or invalid bearer token (send Authorization: Bearer <token>)",
+        );
+        e.bearer_challenge = true;
+        e
+    }
+
+    /// 403: the caller's role or tenant does not allow this.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+
+    /// 404 for a job the caller may not see (same answer as a missing one).
+    pub fn job_not_found(id: &str) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", format!("job {id} not found"))
+    }
+
+    /// 404 for an unknown route.
+    pub fn no_route() -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", "no such route")
+    }
+
+    /// 413: the body is larger than the configured limit.
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("request body is larger than {limit} bytes"),
+        )
+    }
+
+    /// 415: the body is not declared as JSON.
+    pub fn not_json() -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "send the body as JSON with Content-Type: application/json",
+        )
+    }
+
+    /// 405.
+    pub fn method_not_allowed() -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "method not allowed on this route",
+        )
+    }
+
+    /// Prefixes the field of an `invalid_input` answer (`kind` becomes `jobs[3].kind`).
+    pub fn in_field(mut self, prefix: &str) -> Self {
+        if let Some(field) = self.body.error.field.take() {
+            let prefixed = format!("{prefix}.{field}");
+            if let Some(rest) = self.body.error.message.strip_prefix(&format!("invalid {field}:")) {
+                self.body.error.message = format!("invalid {prefixed}:{rest}");
+            }
+            self.body.error.field = Some(prefixed);
+        }
+        self
+    }
+
+    /// Sets the `Retry-After` seconds of a 429 or 503 answer.
+    pub fn with_retry_after(mut self, secs: u64) -> Self {
+        self.retry_after_secs = Some(secs);
+        self
+    }
+
+    /// The same answer with status 503 (readiness reports every failure as not ready).
+    pub fn into_unavailable(mut self) -> Self {
+        self.status = StatusCode::SERVICE_UNAVAILABLE;
+        self
+    }
+
+    /// The status code.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// Maps a store error to its answer (DESIGN.md section 4 errors; issue #6 statuses).
+    pub fn from_store(error: Error, retry_after_secs: u64) -> Self {
+        match error {
+            Error::InvalidInput { field, reason } => Self::invalid(field, reason),
+            Error::NotFound { entity, id } => Self::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("{entity} {id} not found"),
+            ),
+            Error::Conflict { reason, existing } => {
+                let mut e = Self::new(StatusCode::CONFLICT, "conflict", reason);
+                e.body.error.details =
+                    existing.map(|id| serde_json::json!({"existing_job_id": id.to_string()}));
+                e
+            }
+            e @ Error::QuotaExceeded { .. } => {
+                let message = e.to_string();
+                let Error::QuotaExceeded {
+                    quota,
+                    current,
+                    max,
+                } = e
+                else {
+                    unreachable!("matched above")
+                };
+                let mut answer = Self::new(StatusCode::TOO_MANY_REQUESTS, "quota_exceeded", message);
+                let mut details = serde_json::json!({
+                    "limit": quota.setting(),
+                    "current": current,
+                    "max": max,
+                });
+                if let drover_core::Quota::Tenant(t) = &quota {
+                    details["tenant"] = Value::from(t.as_str());
+                }
+                answer.body.error.details = Some(details);
+                answer.with_retry_after(retry_after_secs)
+            }
+            e @ Error::InvalidTransition { .. } => {
+                Self::new(StatusCode::CONFLICT, "invalid_transition", e.to_string())
+            }
+            e @ Error::LeaseLost { .. } => Self::new(StatusCode::CONFLICT, "lease_lost", e.to_string()),
+            e @ Error::Unavailable { .. } => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", e.to_string())
+                    .with_retry_after(1)
+            }
+            e @ Error::Fatal { .. } => {
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "fatal", e.to_string())
+            }
+            other => Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                other.to_string(),
+            ),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, Json(*self.body)).into_response();
+        if let Some(secs) = self.retry_after_secs {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if self.bearer_challenge {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}

@@ -1,0 +1,165 @@
+//! Request extractors: the authenticated [`Principal`], and [`JsonBody`], a strict JSON body
+//! reader that enforces the size limit (413), the content type (415) and names the offending
+//! field of any parse error (400).
+
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::header;
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
+
+use crate::auth::{AuthMode, Principal};
+use crate::error::ApiError;
+use crate::ApiState;
+
+impl FromRequestParts<ApiState> for Principal {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, ApiError> {
+        match state.auth() {
+            AuthMode::InsecureNoAuth => Ok(Principal::insecure()),
+            AuthMode::Tokens(tokens) => {
+                let value = parts
+                    .headers
+                    .get(header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok())
+                    .ok_or_else(ApiError::unauthorized)?;
+                let (scheme, token) = value
+                    .split_once(' ')
+                    .ok_or_else(ApiError::unauthorized)?;
+                if !scheme.eq_ignore_ascii_case("bearer") {
+                    return Err(ApiError::unauthorized());
+                }
+                tokens
+                    .authenticate(token.trim())
+                    .ok_or_else(ApiError::unauthorized)
+            }
+        }
+    }
+}
+
+/// A JSON body parsed into `T`.
+#[derive(Debug)]
+pub struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned + Send> FromRequest<ApiState> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &ApiState) -> Result<Self, ApiError> {
+        let is_json = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|v| {
+                let v = v.trim().to_ascii_lowercase();
+                v == "application/json" || (v.starts_with("application/") && v.ends_with("+json"))
+            });
+        if !is_json {
+            return Err(ApiError::not_json());
+        }
+        let limit = state.max_body_bytes();
+        let bytes = axum::body::to_bytes(req.into_body(), limit)
+            .await
+            .map_err(|_| ApiError::too_large(limit))?;
+        parse_json(&bytes).map(JsonBody)
+    }
+}
+
+/// Parses `bytes` as `T`, naming the field of the first error (`jobs[2].max_attempts`), or
+/// `body` when the text is not JSON at all.
+///
+/// # Errors
+/// 400 `invalid_input`.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    if std::str::from_utf8(bytes).is_err() {
+        return Err(ApiError::invalid("body", "must be UTF-8 JSON"));
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let syntax = matches!(
+            inner.classify(),
+            serde_json::error::Category::Syntax | serde_json::error::Category::Eof
+        );
+        let at_root = syntax || path == "." || path == "?" || path.is_empty();
+        let message = describe(&inner);
+        // serde_path_to_error's path already ends with an unknown field's own name.
+        let field = if at_root { "body".to_owned() } else { path };
+        ApiError::invalid(field, message)
+    })?;
+    de.end()
+        .map_err(|e| ApiError::invalid("body", describe(&e)))?;
+    Ok(value)
+}
+
+/// A serde_json error without its position suffix noise, lowercase.
+fn describe(e: &serde_json::Error) -> String {
+    use serde_json::error::Category;
+    match e.classify() {
+        Category::Syntax | Category::Eof => {
+            format!("is not valid JSON (line {}, column {})", e.line(), e.column())
+        }
+        Category::Data | Category::Io => {
+            let text = e.to_string();
+            match text.rfind(" at line ") {
+                Some(i) => text[..i].to_owned(),
+                None => text,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dto::{BatchEnqueueRequest, EnqueueRequest};
+
+    fn field_of<T: DeserializeOwned + std::fmt::Debug>(body: &str) -> String {
+        let err = parse_json::<T>(body.as_bytes()).unwrap_err();
+        let json = serde_json::to_value(crate::error::ErrorBody {
+            error: err_detail(err),
+        })
+        .unwrap();
+        json["error"]["field"].as_str().unwrap_or("").to_owned()
+    }
+
+    fn err_detail(e: ApiError) -> crate::error::ErrorDetail {
+        use axum::response::IntoResponse;
+        let response = e.into_response();
+        let body = futures_body(response);
+        serde_json::from_value::<serde_json::Value>(body)
+            .map(|v| crate::error::ErrorDetail {
+                code: v["error"]["code"].as_str().unwrap().to_owned(),
+                message: v["error"]["message"].as_str().unwrap().to_owned(),
+                field: v["error"]["field"].as_str().map(str::to_owned),
+                details: None,
+            })
+            .unwrap()
+    }
+
+    fn futures_body(response: axum::response::Response) -> serde_json::Value {
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(async {
+            let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+            serde_json::from_slice(&bytes).unwrap()
+        })
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        assert_eq!(field_of::<EnqueueRequest>(r#"{"kind": "a", "bogus": 1}"#), "bogus");
+        assert_eq!(
+            field_of::<BatchEnqueueRequest>(r#"{"jobs": [{"kind": "a", "x": 1}]}"#),
+            "jobs[0].x"
+        );
+        assert_eq!(field_of::<EnqueueRequest>(r#"{"kind": "a", "max_attempts": "x"}"#), "max_attempts");
+        assert_eq!(field_of::<EnqueueRequest>(r#"{"kind": "a", "priority": 1.5}"#), "priority");
+        assert_eq!(field_of::<EnqueueRequest>(r#"{"kind": 5}"#), "kind");
+        assert_eq!(field_of::<EnqueueRequest>(r#"{"kind": "a""#), "body");
+        assert_eq!(
+            field_of::<BatchEnqueueRequest>(r#"{"jobs": [{"kind": "a"}, {"kind": "b", "max_attempts": 1e40}]}"#),
+            "jobs[1].max_attempts"
+        );
+    }
+}

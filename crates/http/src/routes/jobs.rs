@@ -1,0 +1,303 @@
+//! `/v1/jobs` routes: enqueue (single and batch), list, get, cancel, retry.
+
+use std::collections::HashMap;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use drover_core::{EnqueueStatus, Job, JobId, JobKind, JobState, ListJobs, QueueName, TenantId};
+
+use crate::auth::{Principal, Role, TenantScope};
+use crate::dto::{
+    BatchEnqueueRequest, BatchEnqueueResponse, CancelResponse, EnqueueRequest, EnqueueResponse,
+    JobListResponse, JobResponse, BATCH_MAX,
+};
+use crate::error::{ApiError, ErrorBody};
+use crate::extract::JsonBody;
+use crate::ApiState;
+
+/// The `Idempotency-Key` header's value, if any.
+fn idempotency_header(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    match headers.get("idempotency-key") {
+        None => Ok(None),
+        Some(v) => v.to_str().map(|s| Some(s.to_owned())).map_err(|_| {
+            ApiError::invalid("idempotency_key", "the Idempotency-Key header must be visible ASCII")
+        }),
+    }
+}
+
+/// Fetches a job the caller may see; another tenant's job answers 404 like a missing one.
+async fn visible_job(state: &ApiState, principal: &Principal, id: &str) -> Result<Job, ApiError> {
+    let job_id: JobId = id.parse().map_err(|e| state.error(e))?;
+    let job = match state.store().job_get(job_id).await {
+        Ok(job) => job,
+        Err(drover_core::Error::NotFound { .. }) => return Err(ApiError::job_not_found(id)),
+        Err(e) => return Err(state.error(e)),
+    };
+    if !principal.scope.allows(&job.tenant) {
+        return Err(ApiError::job_not_found(id));
+    }
+    Ok(job)
+}
+
+/// Enqueue one job. 202 once committed; 200 for an idempotent replay (the stored job in its
+/// current state) or a unique-key duplicate; 409 when the `Idempotency-Key` was used with a
+/// different request (or stored without a request hash); 429 over a quota.
+#[utoipa::path(
+    post,
+    path = "/v1/jobs",
+    tag = "jobs",
+    request_body = EnqueueRequest,
+    params(("Idempotency-Key" = Option<String>, Header, description = "Replay key: the same key with the same request returns the stored job")),
+    responses(
+        (status = 202, description = "Enqueued and committed", body = EnqueueResponse),
+        (status = 200, description = "Replay of an earlier request, or duplicate unique key", body = EnqueueResponse),
+        (status = 400, description = "Invalid input", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Not allowed for this token", body = ErrorBody),
+        (status = 409, description = "Idempotency key used with a different request", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 429, description = "Quota exceeded", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn enqueue_job(
+    State(state): State<ApiState>,
+    principal: Principal,
+    headers: HeaderMap,
+    JsonBody(request): JsonBody<EnqueueRequest>,
+) -> Result<Response, ApiError> {
+    let key = idempotency_header(&headers)?;
+    let job = request.into_new_job(&principal, key)?;
+    let answer = state.store().job_enqueue(job).await.map_err(|e| state.error(e))?;
+    let status = match answer.status {
+        EnqueueStatus::Created => {
+            state.count_enqueued(answer.job.kind.as_str());
+            StatusCode::ACCEPTED
+        }
+        EnqueueStatus::Replayed | EnqueueStatus::Duplicate => StatusCode::OK,
+    };
+    Ok((status, Json(EnqueueResponse::from(answer))).into_response())
+}
+
+/// Enqueue many jobs atomically (all or nothing). Each item may carry its own
+/// `idempotency_key`. 202 when at least one job was created, else 200.
+#[utoipa::path(
+    post,
+    path = "/v1/jobs/batch",
+    tag = "jobs",
+    request_body = BatchEnqueueRequest,
+    responses(
+        (status = 202, description = "Enqueued and committed", body = BatchEnqueueResponse),
+        (status = 200, description = "Every job was a replay or duplicate", body = BatchEnqueueResponse),
+        (status = 400, description = "Invalid input (field jobs[i].name)", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 409, description = "An idempotency key was used with a different request", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 429, description = "Quota exceeded", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn enqueue_batch(
+    State(state): State<ApiState>,
+    principal: Principal,
+    JsonBody(request): JsonBody<BatchEnqueueRequest>,
+) -> Result<Response, ApiError> {
+    if request.jobs.is_empty() || request.jobs.len() > BATCH_MAX {
+        return Err(ApiError::invalid(
+            "jobs",
+            format!("must hold 1 to {BATCH_MAX} jobs, got {}", request.jobs.len()),
+        ));
+    }
+    let jobs = request
+        .jobs
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| {
+            item.into_new_job(&principal, None).map_err(|e| match e.status() {
+                StatusCode::BAD_REQUEST => e.in_field(&format!("jobs[{i}]")),
+                _ => e,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let answers = state.store().jobs_enqueue(jobs).await.map_err(|e| state.error(e))?;
+    let mut created = false;
+    for a in &answers {
+        if a.status == EnqueueStatus::Created {
+            created = true;
+            state.count_enqueued(a.job.kind.as_str());
+        }
+    }
+    let status = if created { StatusCode::ACCEPTED } else { StatusCode::OK };
+    let body = BatchEnqueueResponse {
+        results: answers.into_iter().map(EnqueueResponse::from).collect(),
+    };
+    Ok((status, Json(body)).into_response())
+}
+
+const LIST_PARAMS: [&str; 7] = ["queue", "state", "kind", "tenant", "meta", "limit", "cursor"];
+
+/// List jobs newest first. Filters combine with AND; `meta` is a JSON object matched by
+/// containment; `cursor` is the previous page's `next_cursor`. A tenant-scoped token sees
+/// only its tenant's jobs.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs",
+    tag = "jobs",
+    params(
+        ("queue" = Option<String>, Query, description = "Only this queue"),
+        ("state" = Option<String>, Query, description = "queued, running, reconciling, succeeded, failed or cancelled"),
+        ("kind" = Option<String>, Query, description = "Only this kind"),
+        ("tenant" = Option<String>, Query, description = "Only this tenant (all-tenant operators)"),
+        ("meta" = Option<String>, Query, description = "JSON object the job's meta must contain"),
+        ("limit" = Option<u32>, Query, description = "Page size 1..=1000 (default 50)"),
+        ("cursor" = Option<String>, Query, description = "next_cursor of the previous page"),
+    ),
+    responses(
+        (status = 200, description = "A page of jobs", body = JobListResponse),
+        (status = 400, description = "Invalid filter", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Another tenant", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn list_jobs(
+    State(state): State<ApiState>,
+    principal: Principal,
+    Query(params): Query<HashMap<String, String>>,
+) -> Result<Json<JobListResponse>, ApiError> {
+    if let Some(unknown) = params.keys().find(|k| !LIST_PARAMS.contains(&k.as_str())) {
+        return Err(ApiError::invalid(
+            unknown.clone(),
+            format!("unknown filter; use one of {}", LIST_PARAMS.join(", ")),
+        ));
+    }
+    let store_err = |e| state.error(e);
+    let mut query = ListJobs::default();
+    if let Some(q) = params.get("queue") {
+        query.queue = Some(QueueName::parse(q.as_str()).map_err(store_err)?);
+    }
+    if let Some(s) = params.get("state") {
+        query.state = Some(s.parse::<JobState>().map_err(store_err)?);
+    }
+    if let Some(k) = params.get("kind") {
+        query.kind = Some(JobKind::parse(k.as_str()).map_err(store_err)?);
+    }
+    let requested_tenant = params
+        .get("tenant")
+        .map(|t| TenantId::parse(t.as_str()))
+        .transpose()
+        .map_err(store_err)?;
+    query.tenant = match (&principal.scope, requested_tenant) {
+        (TenantScope::All, t) => t,
+        (TenantScope::One(own), None) => Some(own.clone()),
+        (TenantScope::One(own), Some(t)) if &t == own => Some(t),
+        (TenantScope::One(_), Some(_)) => {
+            return Err(ApiError::forbidden("this token may only list its own tenant's jobs"))
+        }
+    };
+    if let Some(m) = params.get("meta") {
+        let value: serde_json::Value = serde_json::from_str(m)
+            .map_err(|_| ApiError::invalid("meta", "must be a JSON object, e.g. {\"customer\":\"acme\"}"))?;
+        query.meta = Some(value);
+    }
+    if let Some(l) = params.get("limit") {
+        let limit: u32 = l
+            .parse()
+            .ok()
+            .filter(|l| (1..=drover_core::store::LIST_LIMIT_MAX).contains(l))
+            .ok_or_else(|| ApiError::invalid("limit", "must be a whole number from 1 to 1000"))?;
+        query.limit = limit;
+    }
+    if let Some(c) = params.get("cursor") {
+        query.before = Some(
+            c.parse::<JobId>()
+                .map_err(|_| ApiError::invalid("cursor", "must be the next_cursor of a previous page"))?,
+        );
+    }
+    let page = state.store().jobs_list(query).await.map_err(store_err)?;
+    Ok(Json(JobListResponse {
+        jobs: page.jobs.into_iter().map(Into::into).collect(),
+        next_cursor: page.next.map(|id| id.to_string()),
+    }))
+}
+
+/// Get one job. Another tenant's job answers 404.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}",
+    tag = "jobs",
+    params(("id" = String, Path, description = "Job id (UUID)")),
+    responses(
+        (status = 200, description = "The job", body = JobResponse),
+        (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 404, description = "No such job for this tenant", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn get_job(
+    State(state): State<ApiState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> Result<Json<JobResponse>, ApiError> {
+    let job = visible_job(&state, &principal, &id).await?;
+    Ok(Json(JobResponse { job: job.into() }))
+}
+
+/// Cancel a job: queued or reconciling jobs end cancelled at once; a running job's handler is
+/// asked to stop (it ends cancelled, or succeeded if it completes anyway). 409 for a finished
+/// job.
+#[utoipa::path(
+    post,
+    path = "/v1/jobs/{id}/cancel",
+    tag = "jobs",
+    params(("id" = String, Path, description = "Job id (UUID)")),
+    responses(
+        (status = 200, description = "Cancelled or cancel requested", body = CancelResponse),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 404, description = "No such job for this tenant", body = ErrorBody),
+        (status = 409, description = "The job already finished", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn cancel_job(
+    State(state): State<ApiState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> Result<Json<CancelResponse>, ApiError> {
+    let job = visible_job(&state, &principal, &id).await?;
+    let outcome = state.store().job_cancel(job.id).await.map_err(|e| state.error(e))?;
+    Ok(Json(CancelResponse::new(outcome.effect, outcome.job)))
+}
+
+/// Operator retry of a finished job: same id and args, attempt budget reset, quotas re-checked.
+/// 409 for a job that is still queued, running or reconciling.
+#[utoipa::path(
+    post,
+    path = "/v1/jobs/{id}/retry",
+    tag = "jobs",
+    params(("id" = String, Path, description = "Job id (UUID)")),
+    responses(
+        (status = 200, description = "Queued again", body = JobResponse),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Operator role required", body = ErrorBody),
+        (status = 404, description = "No such job for this tenant", body = ErrorBody),
+        (status = 409, description = "The job is not finished, or its unique key is taken", body = ErrorBody),
+        (status = 429, description = "Quota exceeded", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn retry_job(
+    State(state): State<ApiState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> Result<Json<JobResponse>, ApiError> {
+    if principal.role != Role::Operator {
+        return Err(ApiError::forbidden("retry needs the operator role"));
+    }
+    let job = visible_job(&state, &principal, &id).await?;
+    let job = state.store().job_retry(job.id).await.map_err(|e| state.error(e))?;
+    Ok(Json(JobResponse { job: job.into() }))
+}

@@ -1,0 +1,133 @@
+//! `/v1/queues` and `/v1/workers` routes.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, State};
+use axum::Json;
+use drover_core::QueueName;
+
+use crate::auth::{Principal, Role};
+use crate::dto::{QueueListResponse, QueueStateResponse, QueueView, WorkerListResponse};
+use crate::error::{ApiError, ErrorBody};
+use crate::ApiState;
+
+/// Every queue with its pause state, counts per state, ready and running jobs, and lag.
+#[utoipa::path(
+    get,
+    path = "/v1/queues",
+    tag = "queues",
+    responses(
+        (status = 200, description = "Queues by name", body = QueueListResponse),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn list_queues(
+    State(state): State<ApiState>,
+    _principal: Principal,
+) -> Result<Json<QueueListResponse>, ApiError> {
+    let store = state.store();
+    let infos = store.queues_list().await.map_err(|e| state.error(e))?;
+    let snapshot = store.queue_snapshot().await.map_err(|e| state.error(e))?;
+    let mut names: BTreeMap<QueueName, ()> = BTreeMap::new();
+    for q in &infos {
+        names.insert(q.name.clone(), ());
+    }
+    for q in &snapshot.queues {
+        names.insert(q.queue.clone(), ());
+    }
+    let queues = names
+        .keys()
+        .map(|name| {
+            QueueView::new(
+                name,
+                infos.iter().find(|i| &i.name == name),
+                snapshot.queues.iter().find(|s| &s.queue == name),
+            )
+        })
+        .collect();
+    Ok(Json(QueueListResponse { queues }))
+}
+
+fn queue_name(state: &ApiState, name: &str) -> Result<QueueName, ApiError> {
+    QueueName::parse(name).map_err(|e| state.error(e))
+}
+
+fn require_operator(principal: &Principal, action: &str) -> Result<(), ApiError> {
+    if principal.role == Role::Operator {
+        Ok(())
+    } else {
+        Err(ApiError::forbidden(format!("{action} needs the operator role")))
+    }
+}
+
+/// Pause a queue cluster-wide: no worker claims from it; running jobs finish. Operator only.
+#[utoipa::path(
+    post,
+    path = "/v1/queues/{name}/pause",
+    tag = "queues",
+    params(("name" = String, Path, description = "Queue name")),
+    responses(
+        (status = 200, description = "Paused", body = QueueStateResponse),
+        (status = 400, description = "Bad queue name", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Operator role required", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn pause_queue(
+    State(state): State<ApiState>,
+    principal: Principal,
+    Path(name): Path<String>,
+) -> Result<Json<QueueStateResponse>, ApiError> {
+    require_operator(&principal, "pausing a queue")?;
+    let queue = queue_name(&state, &name)?;
+    let info = state.store().queue_pause(queue).await.map_err(|e| state.error(e))?;
+    Ok(Json(info.into()))
+}
+
+/// Resume a paused queue. Operator only.
+#[utoipa::path(
+    post,
+    path = "/v1/queues/{name}/resume",
+    tag = "queues",
+    params(("name" = String, Path, description = "Queue name")),
+    responses(
+        (status = 200, description = "Resumed", body = QueueStateResponse),
+        (status = 400, description = "Bad queue name", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Operator role required", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn resume_queue(
+    State(state): State<ApiState>,
+    principal: Principal,
+    Path(name): Path<String>,
+) -> Result<Json<QueueStateResponse>, ApiError> {
+    require_operator(&principal, "resuming a queue")?;
+    let queue = queue_name(&state, &name)?;
+    let info = state.store().queue_resume(queue).await.map_err(|e| state.error(e))?;
+    Ok(Json(info.into()))
+}
+
+/// Registered worker processes.
+#[utoipa::path(
+    get,
+    path = "/v1/workers",
+    tag = "workers",
+    responses(
+        (status = 200, description = "Workers by id", body = WorkerListResponse),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn list_workers(
+    State(state): State<ApiState>,
+    _principal: Principal,
+) -> Result<Json<WorkerListResponse>, ApiError> {
+    let workers = state.store().workers_list().await.map_err(|e| state.error(e))?;
+    Ok(Json(WorkerListResponse {
+        workers: workers.into_iter().map(Into::into).collect(),
+    }))
+}

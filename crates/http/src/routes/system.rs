@@ -1,0 +1,56 @@
+//! Unauthenticated routes that reveal no job contents: readiness, metrics, the OpenAPI document.
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use crate::dto::ReadyResponse;
+use crate::error::{ApiError, ErrorBody};
+use crate::ApiState;
+
+/// 200 only when the store answers and its schema is migrated; otherwise 503 with the reason.
+#[utoipa::path(
+    get,
+    path = "/v1/ready",
+    tag = "system",
+    responses(
+        (status = 200, description = "Ready", body = ReadyResponse),
+        (status = 503, description = "Not ready, with the reason", body = ErrorBody),
+    )
+)]
+pub async fn ready(State(state): State<ApiState>) -> Result<Json<ReadyResponse>, ApiError> {
+    match state.store().check_ready().await {
+        Ok(()) => Ok(Json(ReadyResponse {
+            status: "ready".to_owned(),
+        })),
+        Err(e) => {
+            let mut answer = ApiError::from_store(e, 1);
+            if answer.status() != axum::http::StatusCode::SERVICE_UNAVAILABLE {
+                answer = answer.into_unavailable();
+            }
+            Err(answer)
+        }
+    }
+}
+
+/// Prometheus metrics (OpenMetrics text): queue gauges from the store, plus this process's job
+/// counters when it runs jobs.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "system",
+    responses(
+        (status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text", body = String),
+        (status = 503, description = "The store did not answer", body = ErrorBody),
+    )
+)]
+pub async fn metrics(State(state): State<ApiState>) -> Result<Response, ApiError> {
+    let snapshot = state
+        .store()
+        .queue_snapshot()
+        .await
+        .map_err(|e| state.error(e))?;
+    let text = crate::metrics::render(&snapshot, state.process_metrics());
+    Ok(([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response())
+}
