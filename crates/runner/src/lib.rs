@@ -1,1 +1,68 @@
-//! Placeholder.
+//! Drover's worker runtime (DESIGN.md section 6): a [`Registry`] of handlers by kind, a
+//! [`Worker`] that runs pools of slots claiming and executing jobs from any
+//! [`drover_core::JobStore`], heartbeats that extend leases and save progress, a batched
+//! completer, maintenance (rescue of expired leases, reconcile sweep, cron schedules,
+//! retention) and graceful shutdown; a [`Client`] for enqueueing; [`Metrics`] and an
+//! `on_transition` hook for observability.
+//!
+//! The runner never names a concrete store: it takes `Arc<dyn JobStore>`.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use drover_core::{JobKind, JobStore};
+//! use drover_runner::{Outcome, Registry, Worker, WorkerConfig};
+//! use serde::Deserialize;
+//! use tokio_util::sync::CancellationToken;
+//!
+//! #[derive(Deserialize)]
+//! struct Email { to: String }
+//!
+//! async fn serve(store: Arc<dyn JobStore>) -> Result<(), drover_core::Error> {
+//!     let mut registry = Registry::new();
+//!     registry.register_typed(JobKind::parse("email.send")?, |ctx, email: Email| async move {
+//!         ctx.step("send", "connecting");
+//!         let _ = email.to;
+//!         Outcome::success()
+//!     });
+//!     let worker = Worker::new(store, Arc::new(registry), WorkerConfig::default())?;
+//!     let shutdown = CancellationToken::new();
+//!     let report = worker.run(shutdown).await?;
+//!     println!("{} jobs succeeded", report.succeeded);
+//!     Ok(())
+//! }
+//! ```
+
+mod client;
+mod completer;
+mod config;
+mod context;
+mod executor;
+mod handler;
+mod health;
+mod heartbeat;
+mod maintenance;
+mod metrics;
+mod outcome;
+mod producer;
+mod registry;
+mod running;
+mod runtime;
+mod worker;
+
+pub use client::Client;
+pub use config::{
+    default_worker_id, PoolConfig, WorkerConfig, CANCEL_GRACE_DEFAULT, COMPLETER_BATCH_DEFAULT,
+    COMPLETER_BATCH_MAX, FLUSH_TIMEOUT_DEFAULT, POLL_INTERVAL_DEFAULT, PRUNE_INTERVAL_DEFAULT,
+    PRUNE_LIMIT_MAX, RECONCILE_INTERVAL_DEFAULT, RESCUE_INTERVAL_DEFAULT,
+    SCHEDULE_INTERVAL_DEFAULT, SHUTDOWN_GRACE_DEFAULT, SLOTS_DEFAULT, SLOTS_MAX,
+    STORE_RETRY_MAX_DEFAULT, STORE_RETRY_MIN_DEFAULT, WORKER_STALE_AFTER_DEFAULT,
+};
+pub use context::JobContext;
+pub use handler::Handler;
+pub use metrics::{JobOutcome, Metrics, NoopMetrics, TransitionEvent, TransitionHook};
+pub use outcome::Outcome;
+pub use registry::{KindConfig, Reconciler, Registry};
+pub use running::CancelReason;
+pub use runtime::WorkerReport;
+pub use tokio_util::sync::CancellationToken;
+pub use worker::Worker;

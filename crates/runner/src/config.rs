@@ -1,0 +1,475 @@
+//! [`WorkerConfig`] and [`PoolConfig`]: everything a [`crate::Worker`] is built from, with the
+//! defaults of DESIGN.md sections 3 and 6 and [`WorkerConfig::validate`].
+//!
+//! Durations are `std::time::Duration`; the CLI maps flags such as `--slots`, `--queue` and
+//! `DROVER_MAX_CONCURRENT` onto these fields (only the CLI reads the environment).
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use drover_core::lease::{check_lease, HEARTBEAT_DEFAULT, LEASE_DEFAULT};
+use drover_core::store::{PRUNE_LIMIT_DEFAULT, RETENTION_DEFAULT};
+use drover_core::{Error, JobKind, QueueName, WorkerId};
+use rand::Rng;
+
+use crate::registry::Registry;
+
+/// Default slots per queue of a pool (`--slots`).
+pub const SLOTS_DEFAULT: usize = 8;
+/// Largest slots per queue of a pool.
+pub const SLOTS_MAX: usize = 10_000;
+/// Default poll interval: how long an idle claim loop waits for an event before claiming
+/// anyway (the fallback when the store cannot push events, e.g. behind PgBouncer).
+pub const POLL_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
+/// Default interval of the expired-lease rescuer.
+pub const RESCUE_INTERVAL_DEFAULT: Duration = Duration::from_secs(15);
+/// Default interval of the reconcile sweep.
+pub const RECONCILE_INTERVAL_DEFAULT: Duration = Duration::from_secs(30);
+/// Default interval of the cron scheduler.
+pub const SCHEDULE_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
+/// Default interval of retention pruning (DESIGN.md section 6: about once a minute).
+pub const PRUNE_INTERVAL_DEFAULT: Duration = Duration::from_secs(60);
+/// Largest prune batch accepted by stores.
+pub const PRUNE_LIMIT_MAX: u32 = 100_000;
+/// Default age after which another worker's registration counts as stale and is pruned.
+pub const WORKER_STALE_AFTER_DEFAULT: Duration = Duration::from_secs(120);
+/// Default grace period at shutdown: running jobs may finish within it.
+pub const SHUTDOWN_GRACE_DEFAULT: Duration = Duration::from_secs(30);
+/// Default time a handler gets to stop after its cancellation token fired (shutdown, timeout,
+/// cancel request, lost lease) before its task is aborted.
+pub const CANCEL_GRACE_DEFAULT: Duration = Duration::from_secs(5);
+/// Default time the completer keeps retrying outcome writes once shutdown began.
+pub const FLUSH_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+/// Default most outcomes written by one `jobs_finish` call.
+pub const COMPLETER_BATCH_DEFAULT: usize = 1_000;
+/// Largest completer batch.
+pub const COMPLETER_BATCH_MAX: usize = 10_000;
+/// Default first delay before retrying a store call that failed transiently.
+pub const STORE_RETRY_MIN_DEFAULT: Duration = Duration::from_millis(100);
+/// Default cap of the delay before retrying a store call that failed transiently.
+pub const STORE_RETRY_MAX_DEFAULT: Duration = Duration::from_secs(10);
+
+/// A set of slots serving some queues and optionally only some kinds (DESIGN.md section 6).
+///
+/// Each queue of the pool gets its own claim loop with `slots_per_queue` slots, so a pool with
+/// `--slots 8 --queue default --queue mail` runs up to 16 jobs at once. A long-running kind can
+/// get its own pool (`kinds: Some(vec![kind])`, and the other pools list the remaining kinds)
+/// so it never starves the rest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PoolConfig {
+    /// Name used in logs and errors.
+    pub name: String,
+    /// Queues served, at least one.
+    pub queues: Vec<QueueName>,
+    /// Slots of each queue, 1..=10,000.
+    pub slots_per_queue: usize,
+    /// Kinds this pool runs; `None` runs every registered kind. Each must be registered.
+    pub kinds: Option<Vec<JobKind>>,
+}
+
+impl PoolConfig {
+    /// A pool serving `queues` with `slots_per_queue` slots each and every registered kind.
+    pub fn new(name: impl Into<String>, queues: Vec<QueueName>, slots_per_queue: usize) -> Self {
+        PoolConfig {
+            name: name.into(),
+            queues,
+            slots_per_queue,
+            kinds: None,
+        }
+    }
+
+    /// Restricts the pool to `kinds`.
+    pub fn with_kinds(mut self, kinds: Vec<JobKind>) -> Self {
+        self.kinds = Some(kinds);
+        self
+    }
+}
+
+impl Default for PoolConfig {
+    /// Pool `default` serving queue `default` with 8 slots.
+    fn default() -> Self {
+        PoolConfig::new("default", vec![QueueName::default_queue()], SLOTS_DEFAULT)
+    }
+}
+
+/// Settings of a worker process. Build with [`WorkerConfig::default`] and assign fields;
+/// [`crate::Worker::new`] validates it against the registry.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct WorkerConfig {
+    /// This process's id, written as lease owner (default `host:pid:random`, see
+    /// [`default_worker_id`]).
+    pub worker_id: WorkerId,
+    /// The pools, at least one (default: one pool serving `default` with 8 slots).
+    pub pools: Vec<PoolConfig>,
+    /// Cap on concurrent executions over all pools of the process (`DROVER_MAX_CONCURRENT`);
+    /// `None` (default): only the pools' slots bound it.
+    pub max_concurrent: Option<usize>,
+    /// Lease length of a claim, extended by every heartbeat (default 60 s; 100 ms..=24 h;
+    /// must be longer than `heartbeat_interval`).
+    pub lease: Duration,
+    /// Interval of the heartbeat that extends the leases of all running jobs and saves their
+    /// progress (default 15 s).
+    pub heartbeat_interval: Duration,
+    /// Fallback wait of an idle claim loop when no event arrives (default 1 s).
+    pub poll_interval: Duration,
+    /// Interval of the expired-lease rescuer (default 15 s).
+    pub rescue_interval: Duration,
+    /// Interval of the reconcile sweep (default 30 s).
+    pub reconcile_interval: Duration,
+    /// Interval of the cron scheduler (default 1 s).
+    pub schedule_interval: Duration,
+    /// How long terminal jobs are kept (default 7 days).
+    pub retention: Duration,
+    /// Interval of retention pruning (default 60 s).
+    pub prune_interval: Duration,
+    /// Most jobs deleted by one prune call (default 1,000; 1..=100,000). A pass repeats while
+    /// a full batch was deleted.
+    pub prune_limit: u32,
+    /// Other workers whose last heartbeat is older than this are removed from the worker
+    /// registry (default 2 min; must be longer than `heartbeat_interval`). Checked every
+    /// `prune_interval`.
+    pub worker_stale_after: Duration,
+    /// At shutdown, how long running jobs may take to finish before their tokens fire
+    /// (default 30 s).
+    pub shutdown_grace: Duration,
+    /// How long a handler may take to stop after its token fired before it is aborted
+    /// (default 5 s).
+    pub cancel_grace: Duration,
+    /// Once shutdown began, how long the completer keeps retrying outcome writes the store
+    /// refuses transiently before giving up on them (default 30 s; an outcome not written
+    /// leaves its lease to expire and the job is rescued).
+    pub flush_timeout: Duration,
+    /// Most outcomes written by one `jobs_finish` call (default 1,000; 1..=10,000).
+    pub completer_batch: usize,
+    /// First delay before retrying a store call that failed with `Unavailable` (default
+    /// 100 ms); doubles up to `store_retry_max`.
+    pub store_retry_min: Duration,
+    /// Cap of that delay (default 10 s).
+    pub store_retry_max: Duration,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            worker_id: default_worker_id(),
+            pools: vec![PoolConfig::default()],
+            max_concurrent: None,
+            lease: LEASE_DEFAULT,
+            heartbeat_interval: HEARTBEAT_DEFAULT,
+            poll_interval: POLL_INTERVAL_DEFAULT,
+            rescue_interval: RESCUE_INTERVAL_DEFAULT,
+            reconcile_interval: RECONCILE_INTERVAL_DEFAULT,
+            schedule_interval: SCHEDULE_INTERVAL_DEFAULT,
+            retention: RETENTION_DEFAULT,
+            prune_interval: PRUNE_INTERVAL_DEFAULT,
+            prune_limit: PRUNE_LIMIT_DEFAULT,
+            worker_stale_after: WORKER_STALE_AFTER_DEFAULT,
+            shutdown_grace: SHUTDOWN_GRACE_DEFAULT,
+            cancel_grace: CANCEL_GRACE_DEFAULT,
+            flush_timeout: FLUSH_TIMEOUT_DEFAULT,
+            completer_batch: COMPLETER_BATCH_DEFAULT,
+            store_retry_min: STORE_RETRY_MIN_DEFAULT,
+            store_retry_max: STORE_RETRY_MAX_DEFAULT,
+        }
+    }
+}
+
+impl WorkerConfig {
+    /// The default configuration with these pools.
+    pub fn with_pools(pools: Vec<PoolConfig>) -> Self {
+        WorkerConfig {
+            pools,
+            ..WorkerConfig::default()
+        }
+    }
+
+    /// Total slots over all pools and queues (before `max_concurrent`).
+    pub fn total_slots(&self) -> usize {
+        self.pools
+            .iter()
+            .map(|pool| pool.slots_per_queue.saturating_mul(pool.queues.len()))
+            .fold(0usize, usize::saturating_add)
+    }
+
+    /// Jobs the process can run at once: the total slots, bounded by `max_concurrent`.
+    pub fn max_running(&self) -> usize {
+        let slots = self.total_slots();
+        self.max_concurrent.map_or(slots, |cap| cap.min(slots))
+    }
+
+    /// Every queue served by some pool, without repeats, in pool order.
+    pub fn queues(&self) -> Vec<QueueName> {
+        let mut seen = HashSet::new();
+        self.pools
+            .iter()
+            .flat_map(|pool| pool.queues.iter())
+            .filter(|queue| seen.insert((*queue).clone()))
+            .cloned()
+            .collect()
+    }
+
+    /// Checks the configuration against the registry.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] naming the field: no pools; a pool without a name or queues,
+    /// with zero (or more than 10,000) slots, with a repeated queue, an empty kind filter, a
+    /// kind filter naming an unregistered kind, or no registered kind to claim at all; two
+    /// pools with one name; `max_concurrent` of 0; a lease outside 100 ms..=24 h or not longer
+    /// than the heartbeat interval; a zero interval; `prune_limit` outside 1..=100,000;
+    /// `completer_batch` outside 1..=10,000; `worker_stale_after` not longer than the
+    /// heartbeat interval; `store_retry_min` above `store_retry_max`.
+    pub fn validate(&self, registry: &Registry) -> Result<(), Error> {
+        if self.pools.is_empty() {
+            return Err(Error::invalid("pools", "at least one pool is needed"));
+        }
+        let mut names = HashSet::new();
+        for (i, pool) in self.pools.iter().enumerate() {
+            let field = |name: &str| format!("pools[{i}].{name}");
+            if pool.name.trim().is_empty() {
+                return Err(Error::invalid(field("name"), "must not be empty"));
+            }
+            if !names.insert(pool.name.as_str()) {
+                return Err(Error::invalid(
+                    field("name"),
+                    format!("pool {:?} is defined twice", pool.name),
+                ));
+            }
+            if pool.queues.is_empty() {
+                return Err(Error::invalid(
+                    field("queues"),
+                    format!("pool {:?} serves no queue", pool.name),
+                ));
+            }
+            let mut queues = HashSet::new();
+            for queue in &pool.queues {
+                if !queues.insert(queue) {
+                    return Err(Error::invalid(
+                        field("queues"),
+                        format!("pool {:?} lists queue {queue} twice", pool.name),
+                    ));
+                }
+            }
+            if pool.slots_per_queue == 0 || pool.slots_per_queue > SLOTS_MAX {
+                return Err(Error::invalid(
+                    field("slots_per_queue"),
+                    format!(
+                        "must be between 1 and {SLOTS_MAX}, got {}",
+                        pool.slots_per_queue
+                    ),
+                ));
+            }
+            if let Some(kinds) = &pool.kinds {
+                if kinds.is_empty() {
+                    return Err(Error::invalid(
+                        field("kinds"),
+                        format!(
+                            "pool {:?} has an empty kind filter (use none to run every kind)",
+                            pool.name
+                        ),
+                    ));
+                }
+                if let Some(unknown) = kinds.iter().find(|kind| !registry.contains(kind)) {
+                    return Err(Error::invalid(
+                        field("kinds"),
+                        format!(
+                            "pool {:?} names kind {unknown}, which has no registered handler",
+                            pool.name
+                        ),
+                    ));
+                }
+            } else if registry.kinds().is_empty() {
+                return Err(Error::invalid(
+                    field("kinds"),
+                    format!(
+                        "pool {:?} has no kind to claim: register a handler first",
+                        pool.name
+                    ),
+                ));
+            }
+        }
+        if self.max_concurrent == Some(0) {
+            return Err(Error::invalid("max_concurrent", "must be at least 1"));
+        }
+        check_lease(self.lease)?;
+        for (name, value) in [
+            ("heartbeat_interval", self.heartbeat_interval),
+            ("poll_interval", self.poll_interval),
+            ("rescue_interval", self.rescue_interval),
+            ("reconcile_interval", self.reconcile_interval),
+            ("schedule_interval", self.schedule_interval),
+            ("prune_interval", self.prune_interval),
+            ("retention", self.retention),
+            ("store_retry_min", self.store_retry_min),
+        ] {
+            if value.is_zero() {
+                return Err(Error::invalid(name, "must be longer than zero"));
+            }
+        }
+        if self.lease <= self.heartbeat_interval {
+            return Err(Error::invalid(
+                "lease",
+                format!(
+                    "must be longer than the heartbeat interval ({} ms), got {} ms: the lease would expire between heartbeats",
+                    self.heartbeat_interval.as_millis(),
+                    self.lease.as_millis()
+                ),
+            ));
+        }
+        if self.worker_stale_after <= self.heartbeat_interval {
+            return Err(Error::invalid(
+                "worker_stale_after",
+                "must be longer than the heartbeat interval",
+            ));
+        }
+        if self.prune_limit == 0 || self.prune_limit > PRUNE_LIMIT_MAX {
+            return Err(Error::invalid(
+                "prune_limit",
+                format!(
+                    "must be between 1 and {PRUNE_LIMIT_MAX}, got {}",
+                    self.prune_limit
+                ),
+            ));
+        }
+        if self.completer_batch == 0 || self.completer_batch > COMPLETER_BATCH_MAX {
+            return Err(Error::invalid(
+                "completer_batch",
+                format!(
+                    "must be between 1 and {COMPLETER_BATCH_MAX}, got {}",
+                    self.completer_batch
+                ),
+            ));
+        }
+        if self.store_retry_min > self.store_retry_max {
+            return Err(Error::invalid(
+                "store_retry_min",
+                "must not be longer than store_retry_max",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A worker id `host:pid:random` (8 hex digits), unique per process start. Characters of the
+/// host name outside visible ASCII become `_`; the host part is cut to 200 bytes.
+pub fn default_worker_id() -> WorkerId {
+    let host: String = hostname::get()
+        .ok()
+        .and_then(|name| name.into_string().ok())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+        .chars()
+        .map(|c| if c.is_ascii_graphic() { c } else { '_' })
+        .take(200)
+        .collect();
+    let random: u32 = rand::thread_rng().gen();
+    let id = format!("{host}:{}:{random:08x}", std::process::id());
+    WorkerId::parse(id).unwrap_or_else(|_| {
+        WorkerId::parse(format!("worker:{}:{random:08x}", std::process::id()))
+            .unwrap_or_else(|_| unreachable_worker_id())
+    })
+}
+
+/// A constant id used only if even the fallback id fails to parse (it cannot: it is visible
+/// ASCII and short).
+fn unreachable_worker_id() -> WorkerId {
+    match WorkerId::parse("worker") {
+        Ok(id) => id,
+        Err(_) => unreachable!("\"worker\" is a valid worker id"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::Outcome;
+
+    fn kind(name: &str) -> JobKind {
+        JobKind::parse(name).unwrap()
+    }
+
+    fn registry() -> Registry {
+        let mut registry = Registry::new();
+        registry.register_fn(kind("a"), |_| async { Outcome::success() });
+        registry
+    }
+
+    fn field_of(config: &WorkerConfig) -> String {
+        match config.validate(&registry()) {
+            Err(Error::InvalidInput { field, .. }) => field,
+            other => panic!("expected InvalidInput, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_are_valid_and_follow_the_design() {
+        let config = WorkerConfig::default();
+        config.validate(&registry()).unwrap();
+        assert_eq!(config.lease, Duration::from_secs(60));
+        assert_eq!(config.heartbeat_interval, Duration::from_secs(15));
+        assert_eq!(config.retention, Duration::from_secs(7 * 24 * 3600));
+        assert_eq!(config.prune_limit, 1_000);
+        assert!(config.worker_id.as_str().split(':').count() >= 3);
+    }
+
+    #[test]
+    fn slots_are_per_queue_and_capped_by_max_concurrent() {
+        let mut config = WorkerConfig::with_pools(vec![PoolConfig::new(
+            "p",
+            vec![
+                QueueName::default_queue(),
+                QueueName::parse("mail").unwrap(),
+            ],
+            8,
+        )]);
+        assert_eq!(config.total_slots(), 16);
+        assert_eq!(config.max_running(), 16);
+        config.max_concurrent = Some(5);
+        assert_eq!(config.max_running(), 5);
+    }
+
+    #[test]
+    fn validation_names_the_problem() {
+        let mut c = WorkerConfig::default();
+        c.pools.clear();
+        assert_eq!(field_of(&c), "pools");
+
+        let mut c = WorkerConfig::default();
+        c.pools[0].slots_per_queue = 0;
+        assert_eq!(field_of(&c), "pools[0].slots_per_queue");
+
+        let mut c = WorkerConfig::default();
+        c.pools[0].kinds = Some(vec![kind("unknown")]);
+        let err = c.validate(&registry()).unwrap_err().to_string();
+        assert!(
+            err.contains("unknown") && err.contains("no registered handler"),
+            "{err}"
+        );
+
+        let c = WorkerConfig {
+            lease: Duration::from_secs(15),
+            ..WorkerConfig::default()
+        };
+        let err = c.validate(&registry()).unwrap_err().to_string();
+        assert!(err.contains("heartbeat interval"), "{err}");
+
+        let c = WorkerConfig {
+            max_concurrent: Some(0),
+            ..WorkerConfig::default()
+        };
+        assert_eq!(field_of(&c), "max_concurrent");
+
+        let mut c = WorkerConfig::default();
+        c.pools[0].queues.clear();
+        assert_eq!(field_of(&c), "pools[0].queues");
+
+        let mut c = WorkerConfig::default();
+        c.pools.push(PoolConfig::default());
+        assert_eq!(field_of(&c), "pools[1].name");
+
+        let c = WorkerConfig::default();
+        let empty = Registry::new();
+        assert!(c.validate(&empty).is_err());
+    }
+}

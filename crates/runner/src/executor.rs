@@ -1,0 +1,314 @@
+//! The executor: one tokio task per claimed job, in the worker's `TaskTracker`, inside a
+//! `tracing` span with the job id, kind, queue and attempt (never args). It runs the handler
+//! with a [`JobContext`], enforces the kind's timeout, catches panics, aborts a handler that
+//! ignores its cancellation for longer than the cancel grace, releases the slot as soon as the
+//! handler returns, and hands the outcome to the completer (DESIGN.md sections 3, 6 and 9).
+
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use drover_core::{Finish, Job, JobState, Retry};
+use futures::FutureExt;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use crate::completer::Completion;
+use crate::context::JobContext;
+use crate::handler::Handler;
+use crate::metrics::JobOutcome;
+use crate::outcome::Outcome;
+use crate::registry::KindConfig;
+use crate::running::{CancelReason, JobShared};
+use crate::runtime::{bump, Runtime};
+
+/// The capacity one job holds: a slot of its queue and, with `max_concurrent`, a place in the
+/// process-wide cap. Dropping it gives both back.
+#[derive(Debug)]
+pub(crate) struct SlotPermit {
+    _queue: OwnedSemaphorePermit,
+    _global: Option<OwnedSemaphorePermit>,
+}
+
+/// Capacity reserved before a claim: `len()` slots of one queue (and as many places of the
+/// process-wide cap). Unused places go back when it is dropped.
+#[derive(Debug)]
+pub(crate) struct Reservation {
+    queue: OwnedSemaphorePermit,
+    global: Option<OwnedSemaphorePermit>,
+}
+
+impl Reservation {
+    pub(crate) fn new(queue: OwnedSemaphorePermit, global: Option<OwnedSemaphorePermit>) -> Self {
+        Reservation { queue, global }
+    }
+
+    /// Places reserved.
+    pub(crate) fn len(&self) -> usize {
+        self.queue.num_permits()
+    }
+
+    /// Takes one place for a job.
+    pub(crate) fn take_one(&mut self) -> Option<SlotPermit> {
+        if self.queue.num_permits() == 0 {
+            return None;
+        }
+        let global = match &mut self.global {
+            Some(global) => Some(global.split(1)?),
+            None => None,
+        };
+        let queue = self.queue.split(1)?;
+        Some(SlotPermit {
+            _queue: queue,
+            _global: global,
+        })
+    }
+}
+
+/// What the claim loops need to start jobs.
+#[derive(Clone)]
+pub(crate) struct Starter {
+    pub(crate) tracker: TaskTracker,
+    pub(crate) completer: UnboundedSender<Completion>,
+}
+
+impl Starter {
+    /// Registers freshly claimed jobs as running and spawns one executor task each, giving
+    /// each a place of `reservation` (the rest of it is returned by the caller dropping it).
+    pub(crate) fn start(&self, rt: &Arc<Runtime>, jobs: Vec<Job>, reservation: &mut Reservation) {
+        if jobs.is_empty() {
+            return;
+        }
+        bump(&rt.counters.claimed, jobs.len() as u64);
+        let shared: Vec<Arc<JobShared>> = jobs
+            .into_iter()
+            .map(|job| {
+                Arc::new(JobShared::new(
+                    job,
+                    CancellationToken::new(),
+                    Some(Arc::clone(&rt.nudge)),
+                    rt.max_meta_bytes,
+                ))
+            })
+            .collect();
+        rt.running.insert_all(&shared);
+        for job in shared {
+            let slot = reservation.take_one();
+            if slot.is_none() {
+                tracing::warn!(
+                    job_id = %job.job.id,
+                    "store returned more jobs than the claim asked for; running it beyond the slot limit"
+                );
+            }
+            rt.transition(&job.job, JobState::Queued, JobState::Running);
+            let span = tracing::info_span!(
+                "job",
+                job_id = %job.job.id,
+                kind = %job.job.kind,
+                queue = %job.job.queue,
+                attempt = job.job.attempt,
+            );
+            self.tracker
+                .spawn(execute(Arc::clone(rt), job, slot, self.completer.clone()).instrument(span));
+        }
+    }
+}
+
+/// How the handler's future ended.
+#[derive(Debug)]
+enum Ran {
+    /// It returned.
+    Returned(Outcome),
+    /// It panicked with this message.
+    Panicked(String),
+    /// It did not stop within the cancel grace after its token fired, and was dropped.
+    Abandoned,
+    /// No handler is registered for the kind (cannot happen: only registered kinds are
+    /// claimed).
+    NoHandler,
+}
+
+/// Runs one job to its outcome.
+async fn execute(
+    rt: Arc<Runtime>,
+    shared: Arc<JobShared>,
+    slot: Option<SlotPermit>,
+    completer: UnboundedSender<Completion>,
+) {
+    let job = &shared.job;
+    rt.metrics.job_started(&job.kind, &job.queue);
+    let config = rt.registry.config(&job.kind);
+    let started = Instant::now();
+    let ran = match rt.registry.handler(&job.kind) {
+        Some(handler) => {
+            run_handler(
+                Arc::clone(handler),
+                &shared,
+                config.timeout,
+                rt.config.cancel_grace,
+            )
+            .await
+        }
+        None => Ran::NoHandler,
+    };
+    let duration = started.elapsed();
+    drop(slot);
+    if shared.lease_lost() {
+        tracing::warn!("lease lost while running: the outcome of this run is not written");
+        rt.running.remove(&job.id);
+        rt.finished(job, JobOutcome::LeaseLost, duration);
+        return;
+    }
+    let finish = decide(ran, &shared, &config, &rt);
+    let id = job.id;
+    if let Err(unsent) = completer.send(Completion {
+        shared: Arc::clone(&shared),
+        finish,
+        duration,
+    }) {
+        tracing::error!("completer stopped before the outcome could be handed over");
+        rt.running.remove(&id);
+        bump(&rt.counters.unwritten, 1);
+        drop(unsent);
+    }
+}
+
+/// Polls the handler until it returns, the timeout elapses or its token fires; after the token
+/// fired, gives it `cancel_grace` more before dropping it.
+async fn run_handler(
+    handler: Arc<dyn Handler>,
+    shared: &Arc<JobShared>,
+    timeout: Option<Duration>,
+    cancel_grace: Duration,
+) -> Ran {
+    let ctx = JobContext::from_shared(Arc::clone(shared));
+    let run = AssertUnwindSafe(async move { handler.run(ctx).await }).catch_unwind();
+    tokio::pin!(run);
+    let deadline = async {
+        match timeout {
+            Some(timeout) => tokio::time::sleep(timeout).await,
+            None => std::future::pending().await,
+        }
+    };
+    let first = tokio::select! {
+        biased;
+        result = &mut run => Some(result),
+        () = shared.cancel.cancelled() => None,
+        () = deadline => {
+            shared.cancel_with(CancelReason::Timeout);
+            None
+        }
+    };
+    let result = match first {
+        Some(result) => Some(result),
+        None => tokio::time::timeout(cancel_grace, &mut run).await.ok(),
+    };
+    match result {
+        Some(Ok(outcome)) => Ran::Returned(outcome),
+        Some(Err(payload)) => Ran::Panicked(panic_message(payload.as_ref())),
+        None => {
+            tracing::warn!(
+                cancel_grace_ms = cancel_grace.as_millis() as u64,
+                "handler ignored its cancellation; aborted"
+            );
+            Ran::Abandoned
+        }
+    }
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "non-string panic payload".to_owned()
+    }
+}
+
+/// Turns how the handler ended, and why its token fired, into the write for the completer.
+fn decide(ran: Ran, shared: &JobShared, config: &KindConfig, rt: &Runtime) -> Finish {
+    let attempt = shared.job.attempt;
+    let backoff = || Retry::After(config.backoff.delay(attempt, rand::random::<f64>()));
+    let cancel_grace_ms = rt.config.cancel_grace.as_millis();
+    // Success is recorded whatever fired the token: the work happened (DESIGN.md section 9).
+    if let Ran::Returned(Outcome::Success { result }) = ran {
+        return succeeded(result, rt);
+    }
+    match shared.reason() {
+        Some(CancelReason::Shutdown) => Finish::Released,
+        Some(CancelReason::Timeout) => Finish::Failed {
+            message: format!(
+                "timed out after {} ms",
+                config.timeout.unwrap_or_default().as_millis()
+            ),
+            retry: backoff(),
+        },
+        Some(CancelReason::CancelRequested) => Finish::Cancelled {
+            message: match ran {
+                Ran::Returned(Outcome::Cancelled { reason }) => reason,
+                Ran::Returned(Outcome::Retry { message, .. })
+                | Ran::Returned(Outcome::Discard { message }) => {
+                    format!("cancelled on request: {message}")
+                }
+                Ran::Panicked(message) => {
+                    format!("cancelled on request; handler panicked: {message}")
+                }
+                Ran::Abandoned => format!(
+                    "cancelled on request; handler did not stop within {cancel_grace_ms} ms and was aborted"
+                ),
+                _ => "cancelled on request".to_owned(),
+            },
+        },
+        // Lease lost is handled before `decide`; a token fired by the handler itself, or no
+        // firing at all, leaves the handler's own verdict.
+        Some(CancelReason::LeaseLost) | None => match ran {
+            Ran::Returned(Outcome::Success { result }) => succeeded(result, rt),
+            Ran::Returned(Outcome::Retry { message, delay }) => Finish::Failed {
+                message,
+                retry: delay.map_or_else(backoff, Retry::After),
+            },
+            Ran::Returned(Outcome::Discard { message }) => Finish::Failed {
+                message,
+                retry: Retry::Never,
+            },
+            Ran::Returned(Outcome::Snooze { delay }) => Finish::Snoozed { delay },
+            Ran::Returned(Outcome::Cancelled { reason }) => Finish::Cancelled { message: reason },
+            Ran::Panicked(message) => Finish::Failed {
+                message: format!("handler panicked: {message}"),
+                retry: backoff(),
+            },
+            Ran::Abandoned => Finish::Failed {
+                message: format!(
+                    "handler did not stop within {cancel_grace_ms} ms after its cancellation token fired and was aborted"
+                ),
+                retry: backoff(),
+            },
+            Ran::NoHandler => Finish::Failed {
+                message: format!(
+                    "no handler for kind {} in worker {}",
+                    shared.job.kind, rt.config.worker_id
+                ),
+                retry: backoff(),
+            },
+        },
+    }
+}
+
+/// A success, unless the result breaks the store's rules (too large, NUL): then a failure
+/// without retry that says why, since running again would produce the same result.
+fn succeeded(result: Option<serde_json::Value>, rt: &Runtime) -> Finish {
+    if let Some(value) = &result {
+        if let Err(error) = drover_core::json::check_value("result", value, rt.max_result_bytes) {
+            return Finish::Failed {
+                message: error.to_string(),
+                retry: Retry::Never,
+            };
+        }
+    }
+    Finish::Succeeded { result }
+}

@@ -1,0 +1,160 @@
+//! The heartbeat loop (DESIGN.md sections 3 and 6): every interval, one `jobs_heartbeat` call
+//! extends the leases of all running jobs of the process and saves their changed meta and
+//! progress, and `worker_heartbeat` keeps the worker registered (re-registering after
+//! `NotFound`). A `LeaseLost` reply cancels that handler at once and marks it so its outcome
+//! is never written; `cancel_requested` fires the handler's token.
+//!
+//! It is also the store's health probe: when a claim, heartbeat or write failed transiently,
+//! it beats again after a capped exponential backoff instead of the full interval, and the
+//! first heartbeat that succeeds lets the claim loops claim again. A `step` nudges an early
+//! heartbeat that saves only changed progress (at most once per second).
+
+use std::sync::Arc;
+
+use drover_core::{Entity, Error, HeartbeatJobs, HeartbeatReply};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::health::{classify, ErrorClass, RetryDelay};
+use crate::running::{CancelReason, JobShared};
+use crate::runtime::Runtime;
+
+/// Most jobs in one `jobs_heartbeat` call.
+const HEARTBEAT_CHUNK: usize = 1_000;
+
+/// Beats until `stop` fires.
+pub(crate) async fn run_heartbeat(rt: Arc<Runtime>, stop: CancellationToken) {
+    let interval = rt.config.heartbeat_interval;
+    let mut retry = RetryDelay::new(rt.config.store_retry_min, rt.config.store_retry_max);
+    let mut next = Instant::now() + interval;
+    loop {
+        tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep_until(next) => {
+                if beat(&rt).await {
+                    rt.health.mark_healthy();
+                    retry.reset();
+                    next = Instant::now() + interval;
+                } else {
+                    next = Instant::now() + retry.next_delay().min(interval);
+                }
+            }
+            () = rt.health.probe_requested() => {
+                next = next.min(Instant::now() + retry.current().min(interval));
+            }
+            () = rt.nudge.notified() => {
+                let changed = rt.running.with_updates();
+                if !changed.is_empty() {
+                    beat_jobs(&rt, &changed).await;
+                }
+            }
+        }
+    }
+}
+
+/// One full heartbeat: every running job, then the worker. True when the store answered.
+async fn beat(rt: &Runtime) -> bool {
+    let jobs = rt.running.snapshot();
+    let jobs_ok = beat_jobs(rt, &jobs).await;
+    let worker_ok = beat_worker(rt).await;
+    jobs_ok && worker_ok
+}
+
+/// Heartbeats `jobs` in chunks; true when every call was answered.
+pub(crate) async fn beat_jobs(rt: &Runtime, jobs: &[Arc<JobShared>]) -> bool {
+    let mut all_ok = true;
+    for chunk in jobs.chunks(HEARTBEAT_CHUNK) {
+        let items: Vec<_> = chunk.iter().map(|job| job.heartbeat_item()).collect();
+        let carried: Vec<(bool, bool)> = items
+            .iter()
+            .map(|item| (item.meta.is_some(), item.progress.is_some()))
+            .collect();
+        let call = HeartbeatJobs {
+            lease: rt.config.lease,
+            jobs: items,
+        };
+        match rt.store.jobs_heartbeat(call).await {
+            Ok(replies) => {
+                for reply in replies {
+                    handle_reply(rt, reply);
+                }
+            }
+            Err(error) => {
+                for (job, (meta, progress)) in chunk.iter().zip(carried) {
+                    job.restore_updates(meta, progress);
+                }
+                all_ok &= failed(rt, error, "heartbeat of running jobs failed");
+            }
+        }
+    }
+    all_ok
+}
+
+fn handle_reply(rt: &Runtime, reply: HeartbeatReply) {
+    match reply {
+        HeartbeatReply::Extended {
+            id,
+            cancel_requested: true,
+            ..
+        } => {
+            if let Some(job) = rt.running.get(&id) {
+                if !job.cancel.is_cancelled() {
+                    tracing::info!(job_id = %id, "cancel requested: firing the handler's cancellation token");
+                    job.cancel_with(CancelReason::CancelRequested);
+                }
+            }
+        }
+        HeartbeatReply::Extended { .. } => {}
+        HeartbeatReply::LeaseLost { id } => {
+            if let Some(job) = rt.running.get(&id) {
+                if !job.lease_lost() {
+                    tracing::warn!(
+                        job_id = %id,
+                        kind = %job.job.kind,
+                        "heartbeat answered lease lost: cancelling the handler; its outcome will not be written"
+                    );
+                    job.cancel_with(CancelReason::LeaseLost);
+                }
+            }
+        }
+    }
+}
+
+/// Records the worker's own heartbeat, registering again when it was pruned.
+async fn beat_worker(rt: &Runtime) -> bool {
+    let id = rt.config.worker_id.clone();
+    match rt.store.worker_heartbeat(id).await {
+        Ok(()) => true,
+        Err(Error::NotFound {
+            entity: Entity::Worker,
+            ..
+        }) => {
+            tracing::info!("worker registration was pruned; registering again");
+            match rt.store.worker_register(rt.registration()).await {
+                Ok(_) => true,
+                Err(error) => failed(rt, error, "registering the worker again failed"),
+            }
+        }
+        Err(error) => failed(rt, error, "worker heartbeat failed"),
+    }
+}
+
+/// Handles a failed heartbeat call; returns whether the store counts as answering.
+fn failed(rt: &Runtime, error: Error, what: &str) -> bool {
+    match classify(&error) {
+        ErrorClass::Transient => {
+            tracing::warn!(error = %error, "{what}; claims paused until a heartbeat succeeds");
+            rt.health.mark_unhealthy();
+            false
+        }
+        ErrorClass::Fatal => {
+            rt.fatal.report(error);
+            false
+        }
+        ErrorClass::Other => {
+            tracing::error!(error = %error, "{what}");
+            true
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! Observability hooks (DESIGN.md sections 6 and 7): the [`Metrics`] trait with no-op
+//! defaults, and [`TransitionEvent`]s delivered to an `on_transition` hook for every state
+//! change the runner causes or observes (claim, finish, rescue, reconcile).
+//!
+//! Labels are kinds, queues, states and outcome names only: never args, results or tenant
+//! secrets.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use drover_core::{JobId, JobKind, JobState, QueueName};
+
+/// How a run of a job ended, as counted by [`Metrics::job_finished`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum JobOutcome {
+    /// Recorded as succeeded.
+    Succeeded,
+    /// Recorded as a failure with attempts left: queued again after the backoff.
+    Retried,
+    /// Recorded as failed (attempts spent, or discarded).
+    Failed,
+    /// Recorded as cancelled.
+    Cancelled,
+    /// Recorded as snoozed: queued again without spending an attempt.
+    Snoozed,
+    /// Given back at shutdown without spending an attempt.
+    Released,
+    /// The lease was lost: nothing was written for this run.
+    LeaseLost,
+}
+
+impl JobOutcome {
+    /// A lowercase label: `succeeded`, `retried`, `failed`, `cancelled`, `snoozed`,
+    /// `released`, `lease_lost`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobOutcome::Succeeded => "succeeded",
+            JobOutcome::Retried => "retried",
+            JobOutcome::Failed => "failed",
+            JobOutcome::Cancelled => "cancelled",
+            JobOutcome::Snoozed => "snoozed",
+            JobOutcome::Released => "released",
+            JobOutcome::LeaseLost => "lease_lost",
+        }
+    }
+}
+
+impl fmt::Display for JobOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Counters and timings of the runner. Every method has a no-op default; implementations must
+/// be cheap and non-blocking (they are called on the hot path) and safe for concurrent use.
+pub trait Metrics: Send + Sync + 'static {
+    /// A job was enqueued (a new job stored, not a replay or duplicate) through
+    /// [`crate::Client`] or by a cron schedule.
+    fn job_enqueued(&self, kind: &JobKind, queue: &QueueName) {
+        let _ = (kind, queue);
+    }
+
+    /// A claimed job's handler started.
+    fn job_started(&self, kind: &JobKind, queue: &QueueName) {
+        let _ = (kind, queue);
+    }
+
+    /// A run ended; `duration` is the handler's run time (claim-to-write time is not included).
+    fn job_finished(
+        &self,
+        kind: &JobKind,
+        queue: &QueueName,
+        outcome: JobOutcome,
+        duration: Duration,
+    ) {
+        let _ = (kind, queue, outcome, duration);
+    }
+
+    /// A job whose lease expired was rescued to `to` (queued, failed, reconciling or
+    /// cancelled) by this process's rescuer.
+    fn job_rescued(&self, kind: &JobKind, queue: &QueueName, to: JobState) {
+        let _ = (kind, queue, to);
+    }
+}
+
+/// Metrics that record nothing (the default).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoopMetrics;
+
+impl Metrics for NoopMetrics {}
+
+/// One state change the runner caused or observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransitionEvent {
+    /// The job.
+    pub job_id: JobId,
+    /// Its kind.
+    pub kind: JobKind,
+    /// Its queue.
+    pub queue: QueueName,
+    /// State before.
+    pub from: JobState,
+    /// State after.
+    pub to: JobState,
+}
+
+/// The `on_transition` hook: called synchronously on the runner's tasks, so it must be quick
+/// and must not block (hand work to a channel if it is slow).
+pub type TransitionHook = Arc<dyn Fn(&TransitionEvent) + Send + Sync + 'static>;

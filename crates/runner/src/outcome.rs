@@ -1,0 +1,156 @@
+//! [`Outcome`]: what a handler tells the runner about one run of a job (DESIGN.md section 3,
+//! STYLE.md "a handler's outcome is a value").
+//!
+//! The runner turns an outcome into a [`drover_core::Finish`] for the completer: success,
+//! retry (after an explicit delay or the kind's backoff), discard (fail without retry), snooze
+//! (no attempt spent) or cancelled. Handlers that return `Result<T, E>` get the conversion
+//! `Ok(value)` -> success with `value` as the result, `Err(error)` -> retry with the error's
+//! text.
+
+use std::fmt::Display;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// The result of one run of a handler.
+///
+/// Messages end up in the job's error list and in operator views: they must not contain job
+/// args, results or secrets (DESIGN.md section 9).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The work is done; `result` (any JSON, at most the store's result size bound) is stored.
+    Success {
+        /// The handler's result, `None` for none.
+        result: Option<Value>,
+    },
+    /// The attempt failed; the job runs again if attempts remain, after `delay` or, when
+    /// `None`, after the kind's backoff for this attempt ([`crate::KindConfig::backoff`]).
+    Retry {
+        /// What went wrong.
+        message: String,
+        /// Explicit delay before the next attempt.
+        delay: Option<Duration>,
+    },
+    /// The job fails now without retry, whatever attempts remain (e.g. invalid input).
+    Discard {
+        /// Why.
+        message: String,
+    },
+    /// Run the job again after `delay` without spending an attempt.
+    Snooze {
+        /// How long to wait.
+        delay: Duration,
+    },
+    /// The handler stopped because it was cancelled; the job ends `cancelled`.
+    Cancelled {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Outcome {
+    /// Success without a result.
+    pub fn success() -> Self {
+        Outcome::Success { result: None }
+    }
+
+    /// Success with `result` serialized to JSON; a result that cannot be serialized makes the
+    /// outcome a [`Outcome::Discard`] naming the problem (retrying would not help).
+    pub fn success_with(result: impl Serialize) -> Self {
+        match serde_json::to_value(result) {
+            Ok(Value::Null) => Outcome::Success { result: None },
+            Ok(value) => Outcome::Success {
+                result: Some(value),
+            },
+            Err(error) => Outcome::Discard {
+                message: format!("handler result could not be serialized to JSON: {error}"),
+            },
+        }
+    }
+
+    /// A retryable failure using the kind's backoff.
+    pub fn retry(message: impl Into<String>) -> Self {
+        Outcome::Retry {
+            message: message.into(),
+            delay: None,
+        }
+    }
+
+    /// A retryable failure retried after exactly `delay` (if attempts remain).
+    pub fn retry_after(message: impl Into<String>, delay: Duration) -> Self {
+        Outcome::Retry {
+            message: message.into(),
+            delay: Some(delay),
+        }
+    }
+
+    /// A failure that is not retried.
+    pub fn discard(message: impl Into<String>) -> Self {
+        Outcome::Discard {
+            message: message.into(),
+        }
+    }
+
+    /// Run again after `delay` without spending an attempt.
+    pub fn snooze(delay: Duration) -> Self {
+        Outcome::Snooze { delay }
+    }
+
+    /// The handler observed its cancellation and stopped.
+    pub fn cancelled(reason: impl Into<String>) -> Self {
+        Outcome::Cancelled {
+            reason: reason.into(),
+        }
+    }
+
+    /// True for [`Outcome::Success`].
+    pub fn is_success(&self) -> bool {
+        matches!(self, Outcome::Success { .. })
+    }
+}
+
+impl<T: Serialize, E: Display> From<Result<T, E>> for Outcome {
+    /// `Ok(value)` -> [`Outcome::success_with`]; `Err(error)` -> [`Outcome::retry`] with the
+    /// error's `Display` text.
+    fn from(result: Result<T, E>) -> Self {
+        match result {
+            Ok(value) => Outcome::success_with(value),
+            Err(error) => Outcome::retry(error.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn results_convert() {
+        let ok: Result<Value, String> = Ok(json!({"sent": 3}));
+        assert_eq!(
+            Outcome::from(ok),
+            Outcome::Success {
+                result: Some(json!({"sent": 3}))
+            }
+        );
+        let unit: Result<(), String> = Ok(());
+        assert_eq!(Outcome::from(unit), Outcome::success());
+        let err: Result<(), std::io::Error> = Err(std::io::Error::other("smtp down"));
+        assert_eq!(Outcome::from(err), Outcome::retry("smtp down"));
+    }
+
+    #[test]
+    fn unserializable_result_is_discarded() {
+        use std::collections::HashMap;
+        // A map with non-string keys cannot become a JSON object.
+        let mut bad = HashMap::new();
+        bad.insert((1, 2), 3);
+        assert!(matches!(
+            Outcome::success_with(bad),
+            Outcome::Discard { .. }
+        ));
+    }
+}

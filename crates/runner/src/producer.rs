@@ -1,0 +1,257 @@
+//! The producer: one claim loop per queue of each pool, and the event dispatcher that wakes
+//! them (DESIGN.md sections 3 and 6).
+//!
+//! A claim loop reserves capacity BEFORE it claims: at least one slot of its queue (waiting
+//! for one when all are busy) plus any others free at that moment, and as many places of the
+//! process-wide `max_concurrent` cap; then it asks the store for exactly that many jobs of its
+//! queue and its kinds (registered kinds, intersected with the pool's kind filter), so it never
+//! claims a job it cannot start at once. Unused places go back at once. After a claim that
+//! filled its request it claims again immediately; otherwise it sleeps until a store event
+//! for its queue, a `Resync`, or the poll interval. It claims nothing while the store is
+//! unhealthy.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use drover_core::{ClaimJobs, JobKind, QueueName, StoreEvent};
+use futures::StreamExt;
+use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use crate::executor::{Reservation, Starter};
+use crate::health::{classify, ErrorClass, RetryDelay};
+use crate::running::CancelReason;
+use crate::runtime::Runtime;
+
+/// One claim loop's fixed settings.
+pub(crate) struct ClaimLoop {
+    /// The pool's name, for logs.
+    pub(crate) pool: String,
+    /// The queue it claims from.
+    pub(crate) queue: QueueName,
+    /// Kinds it claims.
+    pub(crate) kinds: Vec<JobKind>,
+    /// Its slots.
+    pub(crate) slots: Arc<Semaphore>,
+    /// Woken by events for its queue.
+    pub(crate) wake: Arc<Notify>,
+}
+
+/// Runs a claim loop until `stop` fires (or a fatal error).
+pub(crate) async fn run_claim_loop(
+    rt: Arc<Runtime>,
+    spec: ClaimLoop,
+    global: Option<Arc<Semaphore>>,
+    starter: Starter,
+    stop: CancellationToken,
+) {
+    let max_batch = rt
+        .config
+        .pools
+        .iter()
+        .find(|pool| pool.name == spec.pool)
+        .map_or(1, |pool| pool.slots_per_queue)
+        .clamp(1, drover_core::store::CLAIM_LIMIT_MAX as usize);
+    let mut retry = RetryDelay::new(rt.config.store_retry_min, rt.config.store_retry_max);
+    loop {
+        if stop.is_cancelled() {
+            return;
+        }
+        if !rt.health.is_healthy() {
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => return,
+                () = rt.health.wait_healthy() => {}
+            }
+        }
+        let reservation = tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            reservation = reserve(&spec.slots, global.as_ref(), max_batch) => reservation,
+        };
+        let Some(mut reservation) = reservation else {
+            return;
+        };
+        if stop.is_cancelled() || !rt.health.is_healthy() {
+            continue;
+        }
+        let limit = reservation.len();
+        let claim = ClaimJobs {
+            worker: rt.config.worker_id.clone(),
+            queues: vec![spec.queue.clone()],
+            kinds: spec.kinds.clone(),
+            limit: u32::try_from(limit).unwrap_or(drover_core::store::CLAIM_LIMIT_MAX),
+            lease: rt.config.lease,
+        };
+        match rt.store.jobs_claim(claim).await {
+            Ok(jobs) => {
+                retry.reset();
+                let filled = !jobs.is_empty() && jobs.len() >= limit;
+                starter.start(&rt, jobs, &mut reservation);
+                drop(reservation);
+                if filled {
+                    continue;
+                }
+                tokio::select! {
+                    biased;
+                    () = stop.cancelled() => return,
+                    () = spec.wake.notified() => {}
+                    () = tokio::time::sleep(rt.config.poll_interval) => {}
+                }
+            }
+            Err(error) => {
+                drop(reservation);
+                match classify(&error) {
+                    ErrorClass::Transient => {
+                        tracing::warn!(
+                            pool = %spec.pool,
+                            queue = %spec.queue,
+                            error = %error,
+                            "claim failed; claims paused until a heartbeat succeeds"
+                        );
+                        rt.health.mark_unhealthy();
+                        // Give the heartbeat loop a moment before looking at health again.
+                        tokio::select! {
+                            biased;
+                            () = stop.cancelled() => return,
+                            () = tokio::time::sleep(retry.next_delay()) => {}
+                        }
+                    }
+                    ErrorClass::Fatal => {
+                        rt.fatal.report(error);
+                        return;
+                    }
+                    ErrorClass::Other => {
+                        rt.fatal.report(drover_core::Error::fatal(format!(
+                            "the store refused a claim of pool {} queue {}: {error}",
+                            spec.pool, spec.queue
+                        )));
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Reserves at least one and at most `max` places: slots of the queue and, with a cap, as
+/// many places of the process-wide semaphore. Waits while none is free. `None` if a semaphore
+/// was closed (never happens: they are not closed).
+async fn reserve(
+    slots: &Arc<Semaphore>,
+    global: Option<&Arc<Semaphore>>,
+    max: usize,
+) -> Option<Reservation> {
+    let mut queue = Arc::clone(slots).acquire_owned().await.ok()?;
+    let extra = slots.available_permits().min(max.saturating_sub(1));
+    if extra > 0 {
+        if let Ok(more) = Arc::clone(slots).try_acquire_many_owned(u32::try_from(extra).ok()?) {
+            queue.merge(more);
+        }
+    }
+    let global = match global {
+        Some(global) => {
+            let mut places = Arc::clone(global).acquire_owned().await.ok()?;
+            let extra = global
+                .available_permits()
+                .min(queue.num_permits().saturating_sub(1));
+            if extra > 0 {
+                if let Ok(more) =
+                    Arc::clone(global).try_acquire_many_owned(u32::try_from(extra).ok()?)
+                {
+                    places.merge(more);
+                }
+            }
+            let surplus = queue.num_permits().saturating_sub(places.num_permits());
+            if surplus > 0 {
+                drop(queue.split(surplus));
+            }
+            Some(places)
+        }
+        None => None,
+    };
+    Some(Reservation::new(queue, global))
+}
+
+/// Wakes claim loops from store events, and fires the token of a job whose cancel was
+/// requested; re-subscribes (waking every loop) when the stream ends or fails.
+pub(crate) async fn run_events(
+    rt: Arc<Runtime>,
+    wakers: HashMap<QueueName, Vec<Arc<Notify>>>,
+    stop: CancellationToken,
+) {
+    let mut retry = RetryDelay::new(rt.config.store_retry_min, rt.config.store_retry_max);
+    let wake_all = || {
+        for notify in wakers.values().flatten() {
+            notify.notify_one();
+        }
+    };
+    let mut first = true;
+    loop {
+        let subscribed = tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            subscribed = rt.store.subscribe() => subscribed,
+        };
+        let mut events = match subscribed {
+            Ok(events) => {
+                retry.reset();
+                if !first {
+                    wake_all();
+                }
+                first = false;
+                events
+            }
+            Err(error) => {
+                match classify(&error) {
+                    ErrorClass::Fatal => {
+                        rt.fatal.report(error);
+                        return;
+                    }
+                    _ => {
+                        tracing::warn!(error = %error, "subscribing to store events failed; polling meanwhile")
+                    }
+                }
+                tokio::select! {
+                    biased;
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(retry.next_delay()) => {}
+                }
+                continue;
+            }
+        };
+        loop {
+            let event = tokio::select! {
+                biased;
+                () = stop.cancelled() => return,
+                event = events.next() => event,
+            };
+            match event {
+                Some(StoreEvent::JobsAvailable { queue }) => {
+                    if let Some(loops) = wakers.get(&queue) {
+                        for notify in loops {
+                            notify.notify_one();
+                        }
+                    }
+                }
+                Some(StoreEvent::CancelRequested { id }) => {
+                    if let Some(job) = rt.running.get(&id) {
+                        if !job.cancel.is_cancelled() {
+                            tracing::info!(job_id = %id, "cancel requested: firing the handler's cancellation token");
+                            job.cancel_with(CancelReason::CancelRequested);
+                        }
+                    }
+                }
+                Some(StoreEvent::Resync) => wake_all(),
+                None => break,
+            }
+        }
+        // The stream ended: wait a poll interval before subscribing again, so a store whose
+        // stream ends at once is not spun on.
+        tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(rt.config.poll_interval) => {}
+        }
+    }
+}

@@ -1,0 +1,436 @@
+//! Runner interactions with a `MockJobStore` (mockall): the faults and call shapes the memory
+//! store cannot produce — a heartbeat answering `LeaseLost`, transient `Unavailable` on claim
+//! and heartbeat, `Fatal`, and the `limit` of every claim against the free capacity.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::Utc;
+use drover_core::{
+    Error, FinishItem, FinishReply, HeartbeatReply, Job, JobId, JobKind, JobState, MockJobStore,
+    NewJob, QueueName, StoreConfig, WorkerInfo, WorkerRegistration,
+};
+use drover_runner::{
+    CancelReason, Outcome, PoolConfig, Registry, Worker, WorkerConfig, WorkerReport,
+};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn kind(name: &str) -> JobKind {
+    JobKind::parse(name).unwrap()
+}
+
+fn queue(name: &str) -> QueueName {
+    QueueName::parse(name).unwrap()
+}
+
+/// A job as a claim returns it: running, attempt 1, token 1.
+fn claimed(kind_name: &str, queue_name: &str) -> Job {
+    let now = Utc::now();
+    let mut job = NewJob::new(kind(kind_name), serde_json::json!({}))
+        .with_queue(queue(queue_name))
+        .into_job(JobId::new_v7(), now);
+    job.state = JobState::Running;
+    job.attempt = 1;
+    job.fencing_token = drover_core::FencingToken(1);
+    job.lease_expires_at = Some(now + chrono::Duration::seconds(60));
+    job
+}
+
+fn worker_info(registration: WorkerRegistration) -> WorkerInfo {
+    WorkerInfo {
+        id: registration.id,
+        host: registration.host,
+        pid: registration.pid,
+        queues: registration.queues,
+        started_at: Utc::now(),
+        last_heartbeat_at: Utc::now(),
+    }
+}
+
+/// A mock answering registration, events and maintenance calls harmlessly; tests add claim,
+/// heartbeat and finish expectations.
+fn base_store() -> MockJobStore {
+    let mut store = MockJobStore::new();
+    store.expect_config().returning(StoreConfig::default);
+    store
+        .expect_worker_register()
+        .returning(|registration| Ok(worker_info(registration)));
+    store.expect_worker_deregister().returning(|_| Ok(()));
+    store
+        .expect_subscribe()
+        .returning(|| Ok(Box::pin(futures::stream::pending())));
+    store.expect_jobs_rescue_expired().returning(|_| Ok(vec![]));
+    store.expect_now().returning(|| Ok(Utc::now()));
+    store.expect_schedules_list().returning(|| Ok(vec![]));
+    store.expect_jobs_prune().returning(|_| Ok(0));
+    store.expect_workers_prune().returning(|_| Ok(0));
+    store
+}
+
+fn fast_config() -> WorkerConfig {
+    let mut config = WorkerConfig::default();
+    config.heartbeat_interval = Duration::from_millis(50);
+    config.lease = Duration::from_secs(5);
+    config.poll_interval = Duration::from_millis(10);
+    config.shutdown_grace = Duration::from_secs(5);
+    config.cancel_grace = Duration::from_secs(1);
+    config.store_retry_min = Duration::from_millis(5);
+    config.store_retry_max = Duration::from_millis(50);
+    config
+}
+
+fn recorded(items: &[FinishItem]) -> Vec<FinishReply> {
+    items
+        .iter()
+        .map(|item| FinishReply::Recorded {
+            id: item.id,
+            to: JobState::Succeeded,
+        })
+        .collect()
+}
+
+async fn stop(
+    shutdown: CancellationToken,
+    handle: tokio::task::JoinHandle<Result<WorkerReport, Error>>,
+) -> Result<WorkerReport, Error> {
+    shutdown.cancel();
+    tokio::time::timeout(WAIT, handle)
+        .await
+        .expect("worker stops")
+        .expect("worker task")
+}
+
+#[tokio::test]
+async fn heartbeat_lease_lost_cancels_the_handler_and_nothing_is_finished() {
+    let job = claimed("slow", "default");
+    let job_id = job.id;
+    let mut store = base_store();
+    let pending = Mutex::new(Some(job));
+    store
+        .expect_jobs_claim()
+        .returning(move |_| Ok(pending.lock().unwrap().take().into_iter().collect()));
+    store.expect_jobs_heartbeat().returning(|heartbeat| {
+        Ok(heartbeat
+            .jobs
+            .iter()
+            .map(|item| HeartbeatReply::LeaseLost { id: item.id })
+            .collect())
+    });
+    store.expect_worker_heartbeat().returning(|_| Ok(()));
+    let finished: Arc<Mutex<Vec<JobId>>> = Arc::default();
+    let log = Arc::clone(&finished);
+    store.expect_jobs_finish().returning(move |items| {
+        log.lock().unwrap().extend(items.iter().map(|item| item.id));
+        Ok(recorded(&items))
+    });
+
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut registry = Registry::new();
+    registry.register_fn(kind("slow"), move |ctx| {
+        let tx = tx.clone();
+        async move {
+            ctx.cancellation().cancelled().await;
+            tx.send(ctx.cancel_reason()).unwrap();
+            Outcome::retry("stopped after losing the lease")
+        }
+    });
+    let worker = Worker::new(Arc::new(store), Arc::new(registry), fast_config()).unwrap();
+    let shutdown = CancellationToken::new();
+    let handle = tokio::spawn(worker.run(shutdown.clone()));
+
+    let reason = tokio::time::timeout(WAIT, rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(reason, Some(CancelReason::LeaseLost));
+    let report = stop(shutdown, handle).await.unwrap();
+    assert_eq!(report.lease_lost, 1);
+    assert_eq!(report.claimed, 1);
+    assert!(
+        !finished.lock().unwrap().contains(&job_id),
+        "no jobs_finish may carry a job whose lease was lost"
+    );
+}
+
+/// The order of store calls, as seen by the mock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    Claim,
+    ClaimFailed,
+    HeartbeatOk,
+    HeartbeatFailed,
+}
+
+#[tokio::test]
+async fn unavailable_claim_pauses_claims_until_a_heartbeat_succeeds() {
+    let calls: Arc<Mutex<Vec<Call>>> = Arc::default();
+    let mut store = base_store();
+    let log = Arc::clone(&calls);
+    store.expect_jobs_claim().returning(move |_| {
+        let mut log = log.lock().unwrap();
+        if log.is_empty() {
+            log.push(Call::ClaimFailed);
+            Err(Error::unavailable("connection reset"))
+        } else {
+            log.push(Call::Claim);
+            Ok(vec![])
+        }
+    });
+    store.expect_jobs_heartbeat().returning(|_| Ok(vec![]));
+    let log = Arc::clone(&calls);
+    store.expect_worker_heartbeat().returning(move |_| {
+        log.lock().unwrap().push(Call::HeartbeatOk);
+        Ok(())
+    });
+    store
+        .expect_jobs_finish()
+        .returning(|items| Ok(recorded(&items)));
+    let mut registry = Registry::new();
+    registry.register_fn(kind("a"), |_| async { Outcome::success() });
+    let mut config = fast_config();
+    // The regular heartbeat is far away: only the probe after the failure can reopen claims.
+    config.heartbeat_interval = Duration::from_secs(3);
+    let worker = Worker::new(Arc::new(store), Arc::new(registry), config).unwrap();
+    let shutdown = CancellationToken::new();
+    let handle = tokio::spawn(worker.run(shutdown.clone()));
+
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !calls.lock().unwrap().contains(&Call::Claim) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "claims never resumed"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stop(shutdown, handle).await.unwrap();
+    let calls = calls.lock().unwrap().clone();
+    let failed = calls.iter().position(|c| *c == Call::ClaimFailed).unwrap();
+    let resumed = calls.iter().position(|c| *c == Call::Claim).unwrap();
+    assert!(
+        calls[failed..resumed].contains(&Call::HeartbeatOk),
+        "claims resumed without a successful heartbeat: {calls:?}"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn unavailable_heartbeat_pauses_claims_until_a_heartbeat_succeeds() {
+    let calls: Arc<Mutex<Vec<Call>>> = Arc::default();
+    let mut store = base_store();
+    let log = Arc::clone(&calls);
+    store.expect_jobs_claim().returning(move |_| {
+        log.lock().unwrap().push(Call::Claim);
+        Ok(vec![])
+    });
+    store.expect_jobs_heartbeat().returning(|_| Ok(vec![]));
+    let log = Arc::clone(&calls);
+    let beats = AtomicUsize::new(0);
+    store.expect_worker_heartbeat().returning(move |_| {
+        // Beats 2 to 4 fail: the store is down for a while.
+        let n = beats.fetch_add(1, Ordering::SeqCst) + 1;
+        if (2..=4).contains(&n) {
+            log.lock().unwrap().push(Call::HeartbeatFailed);
+            Err(Error::unavailable("database restarting"))
+        } else {
+            log.lock().unwrap().push(Call::HeartbeatOk);
+            Ok(())
+        }
+    });
+    store
+        .expect_jobs_finish()
+        .returning(|items| Ok(recorded(&items)));
+    let mut registry = Registry::new();
+    registry.register_fn(kind("a"), |_| async { Outcome::success() });
+    let mut config = fast_config();
+    config.heartbeat_interval = Duration::from_millis(30);
+    let worker = Worker::new(Arc::new(store), Arc::new(registry), config).unwrap();
+    let shutdown = CancellationToken::new();
+    let handle = tokio::spawn(worker.run(shutdown.clone()));
+
+    // Wait for a claim after the failures ended.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        {
+            let calls = calls.lock().unwrap();
+            let last_failure = calls.iter().rposition(|c| *c == Call::HeartbeatFailed);
+            if let Some(at) = last_failure {
+                if calls[at..].contains(&Call::Claim) {
+                    break;
+                }
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "claims never resumed"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stop(shutdown, handle).await.unwrap();
+    let calls = calls.lock().unwrap().clone();
+    let first_failure = calls
+        .iter()
+        .position(|c| *c == Call::HeartbeatFailed)
+        .unwrap();
+    let recovered = first_failure
+        + calls[first_failure..]
+            .iter()
+            .position(|c| *c == Call::HeartbeatOk)
+            .unwrap();
+    assert!(
+        calls[first_failure..recovered]
+            .iter()
+            .all(|c| *c != Call::Claim),
+        "a claim was made while the store was unhealthy: {calls:?}"
+    );
+    assert!(calls[..first_failure].contains(&Call::Claim));
+    assert!(calls[recovered..].contains(&Call::Claim));
+}
+
+#[tokio::test]
+async fn fatal_error_stops_run_with_the_error() {
+    let mut store = base_store();
+    store.expect_jobs_claim().returning(|_| {
+        Err(Error::fatal(
+            "schema drover is missing: run `drover migrate` first",
+        ))
+    });
+    store.expect_jobs_heartbeat().returning(|_| Ok(vec![]));
+    store.expect_worker_heartbeat().returning(|_| Ok(()));
+    store
+        .expect_jobs_finish()
+        .returning(|items| Ok(recorded(&items)));
+    let mut registry = Registry::new();
+    registry.register_fn(kind("a"), |_| async { Outcome::success() });
+    let worker = Worker::new(Arc::new(store), Arc::new(registry), fast_config()).unwrap();
+    // Never cancelled: the fatal error alone must end `run`.
+    let result = tokio::time::timeout(WAIT, worker.run(CancellationToken::new()))
+        .await
+        .expect("run returns on a fatal error");
+    match result {
+        Err(Error::Fatal { message, .. }) => assert!(message.contains("drover migrate")),
+        other => panic!("expected the fatal error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn fatal_error_at_registration_is_returned() {
+    let mut store = MockJobStore::new();
+    store.expect_config().returning(StoreConfig::default);
+    store.expect_worker_register().returning(|_| {
+        Err(Error::fatal(
+            "relation drover.workers does not exist: run `drover migrate`",
+        ))
+    });
+    let mut registry = Registry::new();
+    registry.register_fn(kind("a"), |_| async { Outcome::success() });
+    let worker = Worker::new(Arc::new(store), Arc::new(registry), fast_config()).unwrap();
+    let result = worker.run(CancellationToken::new()).await;
+    assert!(matches!(result, Err(Error::Fatal { .. })), "{result:?}");
+}
+
+/// Shared bookkeeping of the capacity test.
+#[derive(Default)]
+struct Capacity {
+    /// Jobs claimed whose handler has not returned, per queue.
+    held: HashMap<String, usize>,
+    /// Every limit asked for, with the queue.
+    limits: Vec<(String, u32)>,
+    /// Broken promises.
+    violations: Vec<String>,
+    claimed: usize,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_never_asks_for_more_than_free_capacity() {
+    const SLOTS: usize = 4;
+    const MAX_CONCURRENT: usize = 6;
+    const TOTAL: usize = 400;
+    let state: Arc<Mutex<Capacity>> = Arc::default();
+    let mut store = base_store();
+    let claims = Arc::clone(&state);
+    store.expect_jobs_claim().returning(move |claim| {
+        let mut state = claims.lock().unwrap();
+        let queue_name = claim.queues[0].to_string();
+        let limit = claim.limit as usize;
+        let held_here = state.held.get(&queue_name).copied().unwrap_or(0);
+        let held_all: usize = state.held.values().sum();
+        if limit == 0 || held_here + limit > SLOTS || held_all + limit > MAX_CONCURRENT {
+            let violation = format!(
+                "claim on {queue_name} asked for {limit} with {held_here} held there and {held_all} in all"
+            );
+            state.violations.push(violation);
+        }
+        state.limits.push((queue_name.clone(), claim.limit));
+        // Hand out as many as asked (sometimes fewer), until TOTAL are claimed.
+        let give = limit.min(TOTAL - state.claimed).min(if state.claimed % 7 == 0 { 1 } else { limit });
+        state.claimed += give;
+        *state.held.entry(queue_name.clone()).or_default() += give;
+        Ok((0..give).map(|_| claimed("work", &queue_name)).collect())
+    });
+    store.expect_jobs_heartbeat().returning(|heartbeat| {
+        Ok(heartbeat
+            .jobs
+            .iter()
+            .map(|item| HeartbeatReply::Extended {
+                id: item.id,
+                cancel_requested: false,
+                lease_expires_at: Utc::now(),
+            })
+            .collect())
+    });
+    store.expect_worker_heartbeat().returning(|_| Ok(()));
+    store
+        .expect_jobs_finish()
+        .returning(|items| Ok(recorded(&items)));
+
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<()>();
+    let handlers = Arc::clone(&state);
+    let mut registry = Registry::new();
+    registry.register_fn(kind("work"), move |ctx| {
+        let state = Arc::clone(&handlers);
+        let done = done_tx.clone();
+        async move {
+            // Hold the slot for a moment so claims meet busy slots.
+            for _ in 0..(ctx.job().id.as_uuid().as_u128() % 5) {
+                tokio::task::yield_now().await;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            let queue_name = ctx.job().queue.to_string();
+            *state.lock().unwrap().held.get_mut(&queue_name).unwrap() -= 1;
+            let _ = done.send(());
+            Outcome::success()
+        }
+    });
+    let mut config = fast_config();
+    config.pools = vec![
+        PoolConfig::new("main", vec![queue("default"), queue("mail")], SLOTS),
+        PoolConfig::new("extra", vec![queue("reports")], SLOTS),
+    ];
+    config.max_concurrent = Some(MAX_CONCURRENT);
+    let worker = Worker::new(Arc::new(store), Arc::new(registry), config).unwrap();
+    let shutdown = CancellationToken::new();
+    let handle = tokio::spawn(worker.run(shutdown.clone()));
+    for _ in 0..TOTAL {
+        tokio::time::timeout(WAIT, done_rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let report = stop(shutdown, handle).await.unwrap();
+    let state = state.lock().unwrap();
+    assert!(state.violations.is_empty(), "{:?}", state.violations);
+    assert_eq!(report.claimed as usize, TOTAL);
+    assert_eq!(report.succeeded as usize, TOTAL);
+    assert!(state
+        .limits
+        .iter()
+        .all(|(_, limit)| *limit as usize <= SLOTS));
+    assert!(
+        state.limits.iter().any(|(_, limit)| *limit > 1),
+        "claims should batch free slots"
+    );
+}
