@@ -104,7 +104,10 @@ impl Inner {
         event: Event,
         now: DateTime<Utc>,
     ) -> Result<(Transition, &Job)> {
-        let job = self.jobs.get_mut(&id).ok_or_else(|| Error::job_not_found(id))?;
+        let job = self
+            .jobs
+            .get_mut(&id)
+            .ok_or_else(|| Error::job_not_found(id))?;
         let before = Placement::of(job);
         let transition = apply(job, event, now)?;
         normalize(job);
@@ -230,7 +233,12 @@ impl Inner {
     }
 
     /// Checks the pending quotas for the jobs a batch creates, all together.
-    fn check_quotas(&self, batch: &[Prepared], decisions: &[Decision], quotas: &Quotas) -> Result<()> {
+    fn check_quotas(
+        &self,
+        batch: &[Prepared],
+        decisions: &[Decision],
+        quotas: &Quotas,
+    ) -> Result<()> {
         let mut new_total: u64 = 0;
         let mut new_by_tenant: Vec<(&TenantId, u64)> = Vec::new();
         for (prepared, decision) in batch.iter().zip(decisions) {

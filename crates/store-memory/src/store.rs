@@ -10,15 +10,15 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use drover_core::store::{CLAIM_LIMIT_MAX, ENQUEUE_BATCH_MAX};
+use drover_core::FencingToken;
 use drover_core::{
-    clock, json, lease, CancelEffect, CancelOutcome, ClaimJobs, ClaimReconciling, Clock, Entity,
-    Enqueued, Error, Event, EventStream, Finish, FinishItem, FinishReply, FireSchedule,
+    clock, json, lease, CancelEffect, CancelOutcome, ClaimJobs, ClaimReconciling, Clock, Enqueued,
+    Entity, Error, Event, EventStream, Finish, FinishItem, FinishReply, FireSchedule,
     HeartbeatJobs, HeartbeatReply, Job, JobId, JobPage, JobState, JobStore, LimitKey, LimitPolicy,
     LimitStatus, ListJobs, NewJob, NewSchedule, PruneJobs, QueueInfo, QueueName, QueueSnapshot,
     RescueExpired, Rescued, Resolution, Result, Schedule, ScheduleName, Snapshot, StoreConfig,
     StoreEvent, SystemClock, Transition, WorkerId, WorkerInfo, WorkerRegistration,
 };
-use drover_core::FencingToken;
 use parking_lot::Mutex;
 use tokio::sync::broadcast;
 use tokio_stream::wrappers::BroadcastStream;
@@ -153,7 +153,11 @@ fn oldest_run_at(set: &std::collections::BTreeSet<ReadyKey>) -> Option<DateTime<
         let Some(next_priority) = priority.checked_add(1) else {
             break;
         };
-        let from = (next_priority, DateTime::<Utc>::MIN_UTC, JobId(uuid::Uuid::nil()));
+        let from = (
+            next_priority,
+            DateTime::<Utc>::MIN_UTC,
+            JobId(uuid::Uuid::nil()),
+        );
         cursor = set.range(from..).next().copied();
     }
     oldest
@@ -355,7 +359,10 @@ impl JobStore for MemoryStore {
         let job = {
             let mut inner = self.inner.lock();
             let now = self.clock_now();
-            let job = inner.jobs.get(&id).ok_or_else(|| Error::job_not_found(id))?;
+            let job = inner
+                .jobs
+                .get(&id)
+                .ok_or_else(|| Error::job_not_found(id))?;
             if !job.state.is_terminal() {
                 return Err(Error::InvalidTransition {
                     from: job.state,
@@ -568,9 +575,8 @@ impl JobStore for MemoryStore {
                     counts,
                     ready,
                     running: slots[state_slot(JobState::Running)],
-                    oldest_ready_age_ms: oldest.map(|at| {
-                        u64::try_from((now - at).num_milliseconds().max(0)).unwrap_or(0)
-                    }),
+                    oldest_ready_age_ms: oldest
+                        .map(|at| u64::try_from((now - at).num_milliseconds().max(0)).unwrap_or(0)),
                 }
             })
             .collect();
@@ -698,10 +704,13 @@ impl JobStore for MemoryStore {
         let (answer, ready) = {
             let mut inner = self.inner.lock();
             let now = self.clock_now();
-            let schedule = inner.schedules.get(&fire.name).ok_or_else(|| Error::NotFound {
-                entity: Entity::Schedule,
-                id: fire.name.to_string(),
-            })?;
+            let schedule = inner
+                .schedules
+                .get(&fire.name)
+                .ok_or_else(|| Error::NotFound {
+                    entity: Entity::Schedule,
+                    id: fire.name.to_string(),
+                })?;
             if schedule.last_tick_at.is_some_and(|last| last >= tick) {
                 return Ok(None);
             }

@@ -1,9 +1,20 @@
 //! Enqueue: defaults, validation, idempotency keys, unique keys, quotas, batches.
 
-use drover_core::{EnqueueStatus, JobState};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use drover_core::job::SizeLimits;
+use drover_core::{
+    EnqueueStatus, Error, Finish, JobState, JobStore, Quota, RescueExpired, Retry, RunAt,
+    StoreConfig,
+};
 use serde_json::json;
 
-use super::{job, unbounded};
+use super::{
+    all_jobs, claim, complete, enqueue, expect_invalid, job, kind, limit_key, queue, start, tenant,
+    unbounded, with_quotas, LEASE,
+};
 use crate::StoreFactory;
 
 /// A job enqueued with only kind and args takes the defaults of DESIGN.md section 3.
@@ -11,14 +22,669 @@ pub async fn enqueue_defaults(f: &dyn StoreFactory) {
     let h = f.open(unbounded()).await;
     let store = h.store();
     let now = store.now().await.unwrap();
-    let answer = store.job_enqueue(job("email.send", json!({"to": "a@example.com"}))).await.unwrap();
+    let answer = store
+        .job_enqueue(job("email.send", json!({"to": "a@example.com"})))
+        .await
+        .unwrap();
     assert_eq!(answer.status, EnqueueStatus::Created);
     let j = answer.job;
     assert_eq!(j.state, JobState::Queued);
-    assert_eq!((j.queue.as_str(), j.tenant.as_str()), ("default", "default"));
+    assert_eq!(
+        (j.queue.as_str(), j.tenant.as_str()),
+        ("default", "default")
+    );
     assert_eq!((j.attempt, j.max_attempts, j.priority), (0, 3, 0));
     assert_eq!(j.args, json!({"to": "a@example.com"}));
     assert_eq!(j.meta, json!({}));
-    assert!(j.run_at >= now && j.created_at >= now, "run_at defaults to the store's now");
-    assert_eq!(store.job_get(j.id).await.unwrap(), j, "get returns what enqueue returned");
+    assert!(
+        j.run_at >= now && j.created_at >= now,
+        "run_at defaults to the store's now"
+    );
+    assert_eq!(j.run_at, j.created_at, "ready at once");
+    assert_eq!(j.fencing_token.0, 0);
+    assert!(j.lease_owner.is_none() && j.lease_expires_at.is_none());
+    assert!(j.result.is_none() && j.errors.is_empty() && j.progress.is_none());
+    assert!(j.idempotency_key.is_none() && j.unique_key.is_none() && j.limit_keys.is_empty());
+    assert!(j.attempted_at.is_none() && j.finished_at.is_none() && !j.cancel_requested);
+    assert_eq!(
+        store.job_get(j.id).await.unwrap(),
+        j,
+        "get returns what enqueue returned"
+    );
+}
+
+/// Every field given at enqueue is stored and returned unchanged.
+pub async fn enqueue_round_trips_every_field(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let run_at = Utc.with_ymd_and_hms(2099, 6, 1, 12, 30, 15).unwrap()
+        + chrono::Duration::microseconds(123_456);
+    let meta = json!({"customer": "acme", "nested": {"list": [1, 2.5, "x", null, true]}});
+    let new = job(
+        "report.build",
+        json!({"n": 7, "deep": {"a": [1, {"b": null}]}}),
+    )
+    .with_queue(queue("reports"))
+    .with_tenant(tenant("acme"))
+    .with_priority(-5)
+    .with_run_at(RunAt::At(run_at))
+    .with_max_attempts(7)
+    .with_idempotency_key("idem-1")
+    .with_unique_key("uniq-1")
+    .with_limit_key(limit_key("customer:acme"))
+    .with_limit_key(limit_key("db:reports"))
+    .with_meta(meta.clone());
+    let j = enqueue(&*store, new).await;
+    assert_eq!(j.kind.as_str(), "report.build");
+    assert_eq!(j.args, json!({"n": 7, "deep": {"a": [1, {"b": null}]}}));
+    assert_eq!(j.queue.as_str(), "reports");
+    assert_eq!(j.tenant.as_str(), "acme");
+    assert_eq!(j.priority, -5);
+    assert_eq!(
+        j.run_at, run_at,
+        "an absolute run_at is kept to the microsecond"
+    );
+    assert_eq!(j.max_attempts, 7);
+    assert_eq!(j.idempotency_key.as_deref(), Some("idem-1"));
+    assert_eq!(j.unique_key.as_deref(), Some("uniq-1"));
+    assert_eq!(
+        j.limit_keys,
+        vec![limit_key("customer:acme"), limit_key("db:reports")]
+    );
+    assert_eq!(j.meta, meta);
+    assert_eq!(store.job_get(j.id).await.unwrap(), j);
+}
+
+/// A batch is answered per job, in input order, with ids that grow in that order.
+pub async fn enqueue_batch_answers_in_order(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let batch = (0..5).map(|n| job("batch.item", json!({"n": n}))).collect();
+    let answers = store.jobs_enqueue(batch).await.unwrap();
+    assert_eq!(answers.len(), 5);
+    for (n, answer) in answers.iter().enumerate() {
+        assert_eq!(answer.status, EnqueueStatus::Created);
+        assert_eq!(answer.job.args, json!({"n": n}));
+    }
+    assert!(answers.windows(2).all(|w| w[0].job.id < w[1].job.id));
+    assert_eq!(all_jobs(&*store).await.len(), 5);
+    assert!(
+        store.jobs_enqueue(Vec::new()).await.unwrap().is_empty(),
+        "an empty batch is a no-op"
+    );
+}
+
+/// One invalid job refuses the whole batch, names `jobs[i].field`, and stores nothing.
+pub async fn enqueue_batch_with_invalid_job_stores_nothing(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let batch = vec![
+        job("a", json!(1)),
+        job("a", json!(2)),
+        job("a", json!(3)).with_max_attempts(0),
+    ];
+    expect_invalid(store.jobs_enqueue(batch).await, "jobs[2].max_attempts");
+    let batch = vec![job("a", json!(1)), job("a", json!(2)).with_meta(json!("x"))];
+    expect_invalid(store.jobs_enqueue(batch).await, "jobs[1].meta");
+    assert!(all_jobs(&*store).await.is_empty());
+}
+
+/// `max_attempts` must be within 1..=1000.
+pub async fn enqueue_rejects_bad_max_attempts(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    expect_invalid(
+        store
+            .job_enqueue(job("a", json!(1)).with_max_attempts(0))
+            .await,
+        "max_attempts",
+    );
+    expect_invalid(
+        store
+            .job_enqueue(job("a", json!(1)).with_max_attempts(1001))
+            .await,
+        "max_attempts",
+    );
+    expect_invalid(
+        store
+            .job_enqueue(job("a", json!(1)).with_max_attempts(-1))
+            .await,
+        "max_attempts",
+    );
+    assert!(all_jobs(&*store).await.is_empty());
+    enqueue(&*store, job("a", json!(1)).with_max_attempts(1)).await;
+    enqueue(&*store, job("a", json!(1)).with_max_attempts(1000)).await;
+}
+
+/// NUL characters (which PostgreSQL cannot store) in args, meta or keys are refused.
+pub async fn enqueue_rejects_nul_characters(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    expect_invalid(
+        store.job_enqueue(job("a", json!({"s": "x\u{0}y"}))).await,
+        "args",
+    );
+    expect_invalid(store.job_enqueue(job("a", json!(["\u{0}"]))).await, "args");
+    expect_invalid(
+        store
+            .job_enqueue(job("a", json!(1)).with_meta(json!({"k\u{0}": 1})))
+            .await,
+        "meta",
+    );
+    expect_invalid(
+        store
+            .job_enqueue(job("a", json!(1)).with_idempotency_key("k\u{0}"))
+            .await,
+        "idempotency_key",
+    );
+    expect_invalid(
+        store
+            .job_enqueue(job("a", json!(1)).with_unique_key("u\u{0}"))
+            .await,
+        "unique_key",
+    );
+    assert!(all_jobs(&*store).await.is_empty());
+}
+
+/// Args and meta above the configured size bound are refused; at the bound they are accepted.
+pub async fn enqueue_rejects_oversized_args_and_meta(f: &dyn StoreFactory) {
+    let config = StoreConfig {
+        sizes: SizeLimits {
+            max_args_bytes: 100,
+            max_meta_bytes: 60,
+            max_result_bytes: 100,
+        },
+        ..unbounded()
+    };
+    let h = f.open(config).await;
+    let store = h.store();
+    // `"xxx..."` is the text plus two quotes.
+    expect_invalid(
+        store.job_enqueue(job("a", json!("x".repeat(99)))).await,
+        "args",
+    );
+    enqueue(&*store, job("a", json!("x".repeat(98)))).await;
+    let big_meta = json!({"k": "y".repeat(60)});
+    expect_invalid(
+        store
+            .job_enqueue(job("a", json!(1)).with_meta(big_meta))
+            .await,
+        "meta",
+    );
+    expect_invalid(
+        store
+            .job_enqueue(job("a", json!(1)).with_meta(json!([1])))
+            .await,
+        "meta",
+    );
+    assert_eq!(all_jobs(&*store).await.len(), 1);
+}
+
+/// A `run_at` long past makes the job claimable at once.
+pub async fn enqueue_run_at_in_the_past_is_claimable_at_once(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let long_ago = Utc.with_ymd_and_hms(1971, 1, 1, 0, 0, 0).unwrap();
+    let j = enqueue(
+        &*store,
+        job("old.job", json!(1)).with_run_at(RunAt::At(long_ago)),
+    )
+    .await;
+    assert_eq!(j.run_at, long_ago);
+    let claimed = claim(&*store, &["old.job"], 10).await;
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].id, j.id);
+}
+
+/// A delay counts from the store's clock at enqueue; the job is ready once it has passed.
+pub async fn enqueue_delay_uses_store_clock(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let j = enqueue(
+        &*store,
+        job("later", json!(1)).with_run_at(RunAt::After(Duration::from_secs(90))),
+    )
+    .await;
+    assert_eq!(j.run_at - j.created_at, chrono::Duration::seconds(90));
+    assert!(claim(&*store, &["later"], 10).await.is_empty());
+    h.advance(Duration::from_secs(91)).await;
+    assert_eq!(claim(&*store, &["later"], 10).await.len(), 1);
+}
+
+/// `run_at` outside 1970..=9999 and delays above 100 years are refused.
+pub async fn enqueue_rejects_run_at_out_of_range(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let too_early: DateTime<Utc> = Utc.with_ymd_and_hms(1969, 12, 31, 0, 0, 0).unwrap();
+    expect_invalid(
+        store
+            .job_enqueue(job("a", json!(1)).with_run_at(RunAt::At(too_early)))
+            .await,
+        "run_at",
+    );
+    let too_late = drover_core::job::run_at_max() + chrono::Duration::seconds(1);
+    expect_invalid(
+        store
+            .job_enqueue(job("a", json!(1)).with_run_at(RunAt::At(too_late)))
+            .await,
+        "run_at",
+    );
+    let too_long = drover_core::job::DELAY_MAX + Duration::from_secs(1);
+    expect_invalid(
+        store
+            .job_enqueue(job("a", json!(1)).with_run_at(RunAt::After(too_long)))
+            .await,
+        "delay",
+    );
+    assert!(all_jobs(&*store).await.is_empty());
+}
+
+/// Replaying a request with its idempotency key returns the stored job in its current state,
+/// while queued and after it finished, and stores nothing new.
+pub async fn enqueue_idempotency_replay_returns_current_state(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let request = job("pay", json!({"amount": 10})).with_idempotency_key("order-1");
+    let created = enqueue(&*store, request.clone()).await;
+    let replay = store.job_enqueue(request.clone()).await.unwrap();
+    assert_eq!(replay.status, EnqueueStatus::Replayed);
+    assert_eq!(replay.job, created);
+
+    let running = claim(&*store, &["pay"], 1).await.remove(0);
+    let replay = store.job_enqueue(request.clone()).await.unwrap();
+    assert_eq!(replay.status, EnqueueStatus::Replayed);
+    assert_eq!(
+        replay.job.state,
+        JobState::Running,
+        "the replay shows the current state"
+    );
+
+    complete(&*store, &running).await;
+    let replay = store.job_enqueue(request).await.unwrap();
+    assert_eq!(replay.status, EnqueueStatus::Replayed);
+    assert_eq!(replay.job.id, created.id);
+    assert_eq!(replay.job.state, JobState::Succeeded);
+    assert_eq!(all_jobs(&*store).await.len(), 1);
+}
+
+/// The same idempotency key with a different request is a `Conflict` naming the stored job.
+pub async fn enqueue_idempotency_other_request_conflicts(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let created = enqueue(
+        &*store,
+        job("pay", json!({"amount": 10})).with_idempotency_key("k"),
+    )
+    .await;
+    for other in [
+        job("pay", json!({"amount": 11})).with_idempotency_key("k"),
+        job("pay", json!({"amount": 10}))
+            .with_idempotency_key("k")
+            .with_priority(3),
+        job("refund", json!({"amount": 10})).with_idempotency_key("k"),
+    ] {
+        match store.job_enqueue(other).await {
+            Err(Error::Conflict { existing, .. }) => assert_eq!(existing, Some(created.id)),
+            other => panic!("expected Conflict, got {other:?}"),
+        }
+    }
+    assert_eq!(all_jobs(&*store).await.len(), 1);
+}
+
+/// A stored key without a request hash (a legacy row) cannot be verified: `Conflict`.
+pub async fn enqueue_idempotency_legacy_row_conflicts(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let request = job("pay", json!({"amount": 10})).with_idempotency_key("legacy");
+    let created = enqueue(&*store, request.clone()).await;
+    h.forget_request_hash(created.id).await;
+    match store.job_enqueue(request).await {
+        Err(Error::Conflict { existing, .. }) => assert_eq!(existing, Some(created.id)),
+        other => panic!("expected Conflict, got {other:?}"),
+    }
+    assert_eq!(all_jobs(&*store).await.len(), 1);
+}
+
+/// Idempotency keys are scoped to the tenant: two tenants may use the same key.
+pub async fn enqueue_idempotency_keys_scoped_per_tenant(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let a = enqueue(
+        &*store,
+        job("pay", json!(1))
+            .with_tenant(tenant("a"))
+            .with_idempotency_key("k"),
+    )
+    .await;
+    let b = enqueue(
+        &*store,
+        job("pay", json!(2))
+            .with_tenant(tenant("b"))
+            .with_idempotency_key("k"),
+    )
+    .await;
+    assert_ne!(a.id, b.id);
+    let replay = store
+        .job_enqueue(
+            job("pay", json!(2))
+                .with_tenant(tenant("b"))
+                .with_idempotency_key("k"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (replay.status, replay.job.id),
+        (EnqueueStatus::Replayed, b.id)
+    );
+}
+
+/// A unique key held by a live (queued or running) job answers `Duplicate` with that job.
+pub async fn enqueue_unique_key_returns_live_duplicate(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let first = enqueue(&*store, job("sync", json!(1)).with_unique_key("acct-9")).await;
+    let dup = store
+        .job_enqueue(job("sync", json!(2)).with_unique_key("acct-9"))
+        .await
+        .unwrap();
+    assert_eq!(dup.status, EnqueueStatus::Duplicate);
+    assert_eq!(dup.job, first);
+    let running = claim(&*store, &["sync"], 1).await.remove(0);
+    let dup = store
+        .job_enqueue(job("sync", json!(3)).with_unique_key("acct-9"))
+        .await
+        .unwrap();
+    assert_eq!(dup.status, EnqueueStatus::Duplicate);
+    assert_eq!(dup.job.id, first.id);
+    assert_eq!(dup.job.state, JobState::Running);
+    assert_eq!(running.id, first.id);
+    assert_eq!(all_jobs(&*store).await.len(), 1);
+}
+
+/// Once the holder is terminal (succeeded, failed or cancelled) the unique key is free again.
+pub async fn enqueue_unique_key_free_once_terminal(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let first = start(&*store, job("sync", json!(1)).with_unique_key("u")).await;
+    complete(&*store, &first).await;
+    let second = enqueue(&*store, job("sync", json!(2)).with_unique_key("u")).await;
+    assert_ne!(second.id, first.id);
+    store.job_cancel(second.id).await.unwrap();
+    let third = enqueue(&*store, job("sync", json!(3)).with_unique_key("u")).await;
+    assert_ne!(third.id, second.id);
+}
+
+/// Unique keys are scoped to the tenant.
+pub async fn enqueue_unique_key_scoped_per_tenant(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let a = enqueue(
+        &*store,
+        job("sync", json!(1))
+            .with_tenant(tenant("a"))
+            .with_unique_key("u"),
+    )
+    .await;
+    let b = enqueue(
+        &*store,
+        job("sync", json!(1))
+            .with_tenant(tenant("b"))
+            .with_unique_key("u"),
+    )
+    .await;
+    assert_ne!(a.id, b.id);
+}
+
+/// Repeats of a key inside one batch resolve to the first entry; a repeated idempotency key
+/// with a different request refuses the whole batch.
+pub async fn enqueue_batch_repeated_keys_resolve_to_first(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let same = job("pay", json!(1)).with_idempotency_key("k");
+    let answers = store
+        .jobs_enqueue(vec![
+            same.clone(),
+            same,
+            job("sync", json!(1)).with_unique_key("u"),
+            job("sync", json!(2)).with_unique_key("u"),
+        ])
+        .await
+        .unwrap();
+    let statuses: Vec<_> = answers.iter().map(|a| a.status).collect();
+    assert_eq!(
+        statuses,
+        vec![
+            EnqueueStatus::Created,
+            EnqueueStatus::Replayed,
+            EnqueueStatus::Created,
+            EnqueueStatus::Duplicate
+        ]
+    );
+    assert_eq!(answers[0].job.id, answers[1].job.id);
+    assert_eq!(answers[2].job.id, answers[3].job.id);
+    assert_eq!(answers[3].job.args, json!(1));
+    assert_eq!(all_jobs(&*store).await.len(), 2);
+
+    let result = store
+        .jobs_enqueue(vec![
+            job("pay", json!(5)).with_idempotency_key("fresh"),
+            job("pay", json!(6)).with_idempotency_key("fresh"),
+        ])
+        .await;
+    assert!(matches!(result, Err(Error::Conflict { .. })), "{result:?}");
+    assert_eq!(
+        all_jobs(&*store).await.len(),
+        2,
+        "a refused batch stores nothing"
+    );
+}
+
+/// The global quota refuses an enqueue that would pass it, with quota, current and max.
+pub async fn enqueue_global_quota(f: &dyn StoreFactory) {
+    let h = f.open(with_quotas(Some(3), None)).await;
+    let store = h.store();
+    for n in 0..3 {
+        enqueue(
+            &*store,
+            job("a", json!(n)).with_tenant(tenant(&format!("t{n}"))),
+        )
+        .await;
+    }
+    match store.job_enqueue(job("a", json!(9))).await {
+        Err(Error::QuotaExceeded {
+            quota,
+            current,
+            max,
+        }) => {
+            assert_eq!((quota, current, max), (Quota::Global, 3, 3));
+        }
+        other => panic!("expected QuotaExceeded, got {other:?}"),
+    }
+    assert_eq!(all_jobs(&*store).await.len(), 3, "nothing stored");
+}
+
+/// The per-tenant quota refuses one tenant while others may still enqueue.
+pub async fn enqueue_tenant_quota(f: &dyn StoreFactory) {
+    let h = f.open(with_quotas(None, Some(2))).await;
+    let store = h.store();
+    for n in 0..2 {
+        enqueue(&*store, job("a", json!(n)).with_tenant(tenant("acme"))).await;
+    }
+    match store
+        .job_enqueue(job("a", json!(9)).with_tenant(tenant("acme")))
+        .await
+    {
+        Err(Error::QuotaExceeded {
+            quota,
+            current,
+            max,
+        }) => {
+            assert_eq!((quota, current, max), (Quota::Tenant("acme".into()), 2, 2));
+        }
+        other => panic!("expected QuotaExceeded, got {other:?}"),
+    }
+    enqueue(&*store, job("a", json!(1)).with_tenant(tenant("other"))).await;
+    assert_eq!(all_jobs(&*store).await.len(), 3);
+}
+
+/// A batch that would overshoot a quota is refused whole; one that fits is accepted.
+pub async fn enqueue_quota_refuses_whole_batch(f: &dyn StoreFactory) {
+    let h = f.open(with_quotas(Some(5), None)).await;
+    let store = h.store();
+    store
+        .jobs_enqueue((0..3).map(|n| job("a", json!(n))).collect())
+        .await
+        .unwrap();
+    match store
+        .jobs_enqueue((0..3).map(|n| job("b", json!(n))).collect())
+        .await
+    {
+        Err(Error::QuotaExceeded {
+            quota: Quota::Global,
+            current: 3,
+            max: 5,
+        }) => {}
+        other => panic!("expected QuotaExceeded, got {other:?}"),
+    }
+    assert_eq!(all_jobs(&*store).await.len(), 3);
+    store
+        .jobs_enqueue((0..2).map(|n| job("b", json!(n))).collect())
+        .await
+        .unwrap();
+    assert_eq!(all_jobs(&*store).await.len(), 5);
+}
+
+/// Running and reconciling jobs count as pending; terminal ones free their place.
+pub async fn enqueue_quota_counts_running_and_reconciling(f: &dyn StoreFactory) {
+    let h = f.open(with_quotas(Some(2), None)).await;
+    let store = h.store();
+    start(&*store, job("recon", json!(1))).await;
+    h.advance(LEASE + Duration::from_secs(1)).await;
+    let rescued = store
+        .jobs_rescue_expired(RescueExpired {
+            reconciler_kinds: vec![kind("recon")],
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    assert_eq!(rescued[0].to, JobState::Reconciling);
+    let running = start(&*store, job("work", json!(1))).await;
+    match store.job_enqueue(job("more", json!(1))).await {
+        Err(Error::QuotaExceeded {
+            current: 2, max: 2, ..
+        }) => {}
+        other => panic!("expected QuotaExceeded, got {other:?}"),
+    }
+    complete(&*store, &running).await;
+    enqueue(&*store, job("more", json!(1))).await;
+}
+
+/// Replays and duplicates store nothing, so a full quota does not refuse them.
+pub async fn enqueue_replay_and_duplicate_pass_a_full_quota(f: &dyn StoreFactory) {
+    let h = f.open(with_quotas(Some(2), None)).await;
+    let store = h.store();
+    let keyed = job("pay", json!(1)).with_idempotency_key("k");
+    let unique = job("sync", json!(1)).with_unique_key("u");
+    enqueue(&*store, keyed.clone()).await;
+    enqueue(&*store, unique.clone()).await;
+    assert_eq!(
+        store.job_enqueue(keyed).await.unwrap().status,
+        EnqueueStatus::Replayed
+    );
+    assert_eq!(
+        store.job_enqueue(unique).await.unwrap().status,
+        EnqueueStatus::Duplicate
+    );
+    assert!(matches!(
+        store.job_enqueue(job("x", json!(1))).await,
+        Err(Error::QuotaExceeded { .. })
+    ));
+}
+
+/// 50 concurrent enqueues with one idempotency key create exactly one job, and every answer
+/// names it.
+pub async fn enqueue_concurrent_same_idempotency_key_creates_one(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let stores: Vec<Arc<dyn JobStore>> = vec![h.store(), h.another_store().await];
+    let tasks: Vec<_> = (0..50)
+        .map(|i| {
+            let store = stores[i % 2].clone();
+            tokio::spawn(async move {
+                store
+                    .job_enqueue(job("pay", json!({"amount": 10})).with_idempotency_key("once"))
+                    .await
+            })
+        })
+        .collect();
+    let mut created = 0;
+    let mut ids = Vec::new();
+    for task in tasks {
+        let answer = task
+            .await
+            .unwrap()
+            .expect("every concurrent enqueue succeeds");
+        if answer.status == EnqueueStatus::Created {
+            created += 1;
+        } else {
+            assert_eq!(answer.status, EnqueueStatus::Replayed);
+        }
+        ids.push(answer.job.id);
+    }
+    assert_eq!(created, 1);
+    assert!(ids.iter().all(|id| *id == ids[0]));
+    assert_eq!(all_jobs(&*stores[0]).await.len(), 1);
+}
+
+/// 50 concurrent enqueuers never push a tenant past its quota: exactly the quota succeed.
+pub async fn enqueue_concurrent_enqueuers_respect_quota(f: &dyn StoreFactory) {
+    let h = f.open(with_quotas(None, Some(10))).await;
+    let stores: Vec<Arc<dyn JobStore>> = vec![h.store(), h.another_store().await];
+    let tasks: Vec<_> = (0..50)
+        .map(|i| {
+            let store = stores[i % 2].clone();
+            tokio::spawn(async move {
+                store
+                    .job_enqueue(job("a", json!(i)).with_tenant(tenant("busy")))
+                    .await
+            })
+        })
+        .collect();
+    let mut ok = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(_) => ok += 1,
+            Err(Error::QuotaExceeded { .. }) => {}
+            Err(other) => panic!("unexpected error {other:?}"),
+        }
+    }
+    assert_eq!(ok, 10);
+    assert_eq!(all_jobs(&*stores[0]).await.len(), 10);
+}
+
+/// Replaying the request of a job that failed returns it failed, with its errors, and creates
+/// nothing.
+pub async fn enqueue_replay_after_failure_shows_failed(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let request = job("pay", json!(1))
+        .with_idempotency_key("k")
+        .with_max_attempts(1);
+    let running = start(&*store, request.clone()).await;
+    store
+        .job_finish(
+            running.id,
+            running.fencing_token,
+            Finish::Failed {
+                message: "card declined".into(),
+                retry: Retry::Never,
+            },
+        )
+        .await
+        .unwrap();
+    let replay = store.job_enqueue(request).await.unwrap();
+    assert_eq!(
+        (replay.status, replay.job.state),
+        (EnqueueStatus::Replayed, JobState::Failed)
+    );
+    assert_eq!(replay.job.errors.len(), 1);
 }

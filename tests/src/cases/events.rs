@@ -1,0 +1,70 @@
+//! Wake-up events from `subscribe`: jobs available after enqueue and resume, cancel requested
+//! after a cancel of a running job. Awaited with a timeout, never slept for.
+
+use std::time::Duration;
+
+use drover_core::{EventStream, StoreEvent};
+use futures::StreamExt;
+use serde_json::json;
+
+use super::{enqueue, job, queue, start, unbounded};
+use crate::StoreFactory;
+
+/// Waits up to 10 s for an event matching `wanted`, skipping others.
+async fn wait_for(events: &mut EventStream, wanted: impl Fn(&StoreEvent) -> bool, what: &str) {
+    let found = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(event) = events.next().await {
+            if wanted(&event) {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(found, Ok(true), "expected event: {what}");
+}
+
+/// An enqueue of a ready job wakes subscribers with `JobsAvailable` for its queue.
+pub async fn events_jobs_available_after_enqueue(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let mut events = store.subscribe().await.unwrap();
+    enqueue(&*store, job("k", json!(1)).with_queue(queue("mail"))).await;
+    wait_for(
+        &mut events,
+        |e| matches!(e, StoreEvent::JobsAvailable { queue } if queue.as_str() == "mail"),
+        "JobsAvailable for mail",
+    )
+    .await;
+}
+
+/// A resume wakes subscribers with `JobsAvailable` for the queue.
+pub async fn events_jobs_available_after_resume(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    store.queue_pause(queue("paused")).await.unwrap();
+    let mut events = store.subscribe().await.unwrap();
+    store.queue_resume(queue("paused")).await.unwrap();
+    wait_for(
+        &mut events,
+        |e| matches!(e, StoreEvent::JobsAvailable { queue } if queue.as_str() == "paused"),
+        "JobsAvailable for paused",
+    )
+    .await;
+}
+
+/// A cancel of a running job sends `CancelRequested` with its id.
+pub async fn events_cancel_requested_after_cancel_of_running_job(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let running = start(&*store, job("k", json!(1))).await;
+    let mut events = store.subscribe().await.unwrap();
+    store.job_cancel(running.id).await.unwrap();
+    let id = running.id;
+    wait_for(
+        &mut events,
+        move |e| matches!(e, StoreEvent::CancelRequested { id: got } if *got == id),
+        "CancelRequested",
+    )
+    .await;
+}

@@ -1,0 +1,272 @@
+//! Limits: `max_running` per key (explicit and implicit `kind:`/`queue:` keys), GCRA rates,
+//! skipped jobs keeping their place, policy management, and concurrent claimers.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use drover_core::{JobState, JobStore, LimitPolicy, Rate};
+use serde_json::json;
+
+use super::{
+    claim, claim_from, claim_params, complete, enqueue, expect_invalid, expect_not_found, job,
+    limit_key, queue, unbounded, within, worker,
+};
+use crate::StoreFactory;
+
+fn max_running(key: &str, n: u32) -> LimitPolicy {
+    LimitPolicy::new(limit_key(key), Some(n), None).unwrap()
+}
+
+fn rate(key: &str, count: u32, period: Duration) -> LimitPolicy {
+    LimitPolicy::new(
+        limit_key(key),
+        None,
+        Some(Rate::new(count, period).unwrap()),
+    )
+    .unwrap()
+}
+
+/// At most `max_running` jobs naming an explicit key run at once; others are still claimed.
+pub async fn limits_max_running_explicit_key(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    store.limit_set(max_running("customer:1", 2)).await.unwrap();
+    for n in 0..4 {
+        enqueue(
+            &*store,
+            job("k", json!(n)).with_limit_key(limit_key("customer:1")),
+        )
+        .await;
+    }
+    let free = enqueue(&*store, job("k", json!("free")).with_priority(5)).await;
+    let got = claim(&*store, &["k"], 10).await;
+    assert_eq!(got.len(), 3);
+    assert!(got.iter().any(|j| j.id == free.id));
+    assert!(claim(&*store, &["k"], 10).await.is_empty());
+    let limited = got.iter().find(|j| j.id != free.id).unwrap();
+    complete(&*store, limited).await;
+    assert_eq!(claim(&*store, &["k"], 10).await.len(), 1);
+}
+
+/// Every job is subject to a policy keyed `kind:<kind>` when one exists.
+pub async fn limits_max_running_implicit_kind_key(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    store.limit_set(max_running("kind:slow", 1)).await.unwrap();
+    for n in 0..3 {
+        enqueue(&*store, job("slow", json!(n))).await;
+        enqueue(&*store, job("fast", json!(n))).await;
+    }
+    let got = claim(&*store, &["slow", "fast"], 10).await;
+    assert_eq!(got.iter().filter(|j| j.kind.as_str() == "slow").count(), 1);
+    assert_eq!(got.iter().filter(|j| j.kind.as_str() == "fast").count(), 3);
+}
+
+/// Every job is subject to a policy keyed `queue:<queue>` when one exists.
+pub async fn limits_max_running_implicit_queue_key(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    store.limit_set(max_running("queue:mail", 2)).await.unwrap();
+    for n in 0..4 {
+        enqueue(&*store, job("k", json!(n)).with_queue(queue("mail"))).await;
+        enqueue(&*store, job("k", json!(n))).await;
+    }
+    let got = claim_from(&*store, &["mail", "default"], &["k"], 10).await;
+    assert_eq!(got.iter().filter(|j| j.queue.as_str() == "mail").count(), 2);
+    assert_eq!(
+        got.iter().filter(|j| j.queue.as_str() == "default").count(),
+        4
+    );
+}
+
+/// A rate of N per period allows a burst of N claims, then one every period / N.
+pub async fn limits_rate_burst_then_spacing(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    store
+        .limit_set(rate("kind:api", 2, Duration::from_secs(10)))
+        .await
+        .unwrap();
+    store
+        .jobs_enqueue((0..8).map(|n| job("api", json!(n))).collect())
+        .await
+        .unwrap();
+    assert_eq!(claim(&*store, &["api"], 10).await.len(), 2, "the burst");
+    assert!(claim(&*store, &["api"], 10).await.is_empty());
+    h.advance(Duration::from_secs(5)).await;
+    assert_eq!(claim(&*store, &["api"], 10).await.len(), 1, "one per 5 s");
+    assert!(claim(&*store, &["api"], 10).await.is_empty());
+    h.advance(Duration::from_secs(10)).await;
+    assert_eq!(
+        claim(&*store, &["api"], 10).await.len(),
+        2,
+        "a full period refills the burst"
+    );
+}
+
+/// Jobs a limit holds back keep their place and spend nothing; clearing the policy releases
+/// them to the next claim.
+pub async fn limits_skipped_jobs_keep_order_and_spend_nothing(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    store.limit_set(max_running("hold", 0)).await.unwrap();
+    let held = enqueue(
+        &*store,
+        job("k", json!(1)).with_limit_key(limit_key("hold")),
+    )
+    .await;
+    let free = enqueue(&*store, job("k", json!(2)).with_priority(3)).await;
+    let got = claim(&*store, &["k"], 10).await;
+    assert_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), vec![free.id]);
+    assert_eq!(store.job_get(held.id).await.unwrap(), held, "untouched");
+    store.limit_clear(limit_key("hold")).await.unwrap();
+    let got = claim(&*store, &["k"], 10).await;
+    assert_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), vec![held.id]);
+    assert_eq!(got[0].attempt, 1);
+}
+
+/// A job held back by a rate does not spend the rate of its other keys.
+pub async fn limits_refused_claim_spends_no_other_rate(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    store.limit_set(max_running("hold", 0)).await.unwrap();
+    store
+        .limit_set(rate("kind:k", 1, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    enqueue(
+        &*store,
+        job("k", json!(1)).with_limit_key(limit_key("hold")),
+    )
+    .await;
+    let free = enqueue(&*store, job("k", json!(2)).with_priority(3)).await;
+    let got = claim(&*store, &["k"], 10).await;
+    assert_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), vec![free.id]);
+}
+
+/// Policies are listed with usage, replaced in place, and cleared.
+pub async fn limits_set_list_replace_clear(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let both = LimitPolicy::new(
+        limit_key("db"),
+        Some(2),
+        Some(Rate::new(3, Duration::from_secs(60)).unwrap()),
+    )
+    .unwrap();
+    assert_eq!(store.limit_set(both.clone()).await.unwrap(), both);
+    store.limit_set(max_running("aaa", 9)).await.unwrap();
+    let list = store.limits_list().await.unwrap();
+    let keys: Vec<_> = list
+        .iter()
+        .map(|s| s.policy.key.as_str().to_owned())
+        .collect();
+    assert_eq!(keys, vec!["aaa", "db"], "listed by key");
+    assert_eq!(list[1].policy, both);
+    assert_eq!((list[1].running, list[1].rate_available), (0, Some(3)));
+    assert_eq!(list[0].rate_available, None);
+
+    enqueue(&*store, job("k", json!(1)).with_limit_key(limit_key("db"))).await;
+    enqueue(&*store, job("k", json!(2)).with_limit_key(limit_key("db"))).await;
+    assert_eq!(claim(&*store, &["k"], 10).await.len(), 2);
+    let db = store.limits_list().await.unwrap().remove(1);
+    assert_eq!((db.running, db.rate_available), (2, Some(1)));
+
+    let replaced = max_running("db", 5);
+    store.limit_set(replaced.clone()).await.unwrap();
+    let db = store.limits_list().await.unwrap().remove(1);
+    assert_eq!(db.policy, replaced);
+    assert_eq!(db.running, 2);
+
+    store.limit_clear(limit_key("db")).await.unwrap();
+    store.limit_clear(limit_key("aaa")).await.unwrap();
+    assert!(store.limits_list().await.unwrap().is_empty());
+}
+
+/// Clearing a key without a policy is `NotFound`.
+pub async fn limits_clear_unknown_is_not_found(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    expect_not_found(store.limit_clear(limit_key("nope")).await);
+}
+
+/// A policy without any bound is refused (field `limit`).
+pub async fn limits_set_rejects_policy_without_bound(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let empty = LimitPolicy {
+        key: limit_key("k"),
+        max_running: None,
+        rate: None,
+    };
+    expect_invalid(store.limit_set(empty).await, "limit");
+    assert!(store.limits_list().await.unwrap().is_empty());
+}
+
+/// 8 concurrent claimers never have more than `max_running` jobs of a limited key running.
+pub async fn limits_concurrent_claimers_respect_max_running(f: &dyn StoreFactory) {
+    const JOBS: usize = 40;
+    const MAX: i64 = 3;
+    let h = f.open(unbounded()).await;
+    let stores: Vec<Arc<dyn JobStore>> = vec![h.store(), h.another_store().await];
+    stores[0]
+        .limit_set(max_running("gpu", MAX as u32))
+        .await
+        .unwrap();
+    stores[0]
+        .jobs_enqueue(
+            (0..JOBS)
+                .map(|n| job("k", json!(n)).with_limit_key(limit_key("gpu")))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let running = Arc::new(AtomicI64::new(0));
+    let peak = Arc::new(AtomicI64::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let store = stores[i % 2].clone();
+            let (running, peak, done) = (running.clone(), peak.clone(), done.clone());
+            tokio::spawn(async move {
+                let mut params = claim_params(&["k"], 2);
+                params.worker = worker(&format!("w{i}"));
+                let mut mine = HashSet::new();
+                while done.load(Ordering::SeqCst) < JOBS {
+                    let got = store.jobs_claim(params.clone()).await.expect("claim");
+                    if got.is_empty() {
+                        tokio::task::yield_now().await;
+                        continue;
+                    }
+                    let now =
+                        running.fetch_add(got.len() as i64, Ordering::SeqCst) + got.len() as i64;
+                    peak.fetch_max(now, Ordering::SeqCst);
+                    for j in got {
+                        assert!(mine.insert(j.id));
+                        // Counted down before the write, so the count never exceeds what the
+                        // store has running.
+                        running.fetch_sub(1, Ordering::SeqCst);
+                        complete(&*store, &j).await;
+                        done.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        within("limited claimers", task).await.unwrap();
+    }
+    let peak = peak.load(Ordering::SeqCst);
+    assert!(peak <= MAX, "at most {MAX} running at once, saw {peak}");
+    assert_eq!(done.load(Ordering::SeqCst), JOBS);
+    let states: Vec<JobState> = super::all_jobs(&*stores[0])
+        .await
+        .iter()
+        .map(|j| j.state)
+        .collect();
+    assert!(states.iter().all(|s| *s == JobState::Succeeded));
+    let usage = stores[0].limits_list().await.unwrap().remove(0);
+    assert_eq!(usage.running, 0, "nothing left running");
+}

@@ -1,0 +1,220 @@
+//! Listing and fetching jobs: filters, meta containment, keyset pagination, bad filters.
+
+use std::collections::HashSet;
+
+use drover_core::{JobId, JobState, ListJobs};
+use serde_json::{json, Value};
+
+use super::{
+    claim, enqueue, expect_invalid, expect_not_found, job, kind, queue, tenant, unbounded,
+};
+use crate::StoreFactory;
+
+/// Each filter (queue, state, kind, tenant) selects exactly the matching jobs, and filters
+/// combine with AND.
+pub async fn list_filters_by_queue_state_kind_tenant(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let a = enqueue(
+        &*store,
+        job("a", json!(1))
+            .with_queue(queue("qa"))
+            .with_tenant(tenant("t1")),
+    )
+    .await;
+    let b = enqueue(
+        &*store,
+        job("b", json!(1))
+            .with_queue(queue("qa"))
+            .with_tenant(tenant("t2")),
+    )
+    .await;
+    let c = enqueue(&*store, job("a", json!(1)).with_tenant(tenant("t2"))).await;
+    let running = claim(&*store, &["a"], 1).await.remove(0);
+    assert_eq!(running.id, c.id);
+    let ids = |query: ListJobs| {
+        let store = store.clone();
+        async move {
+            let page = store.jobs_list(query).await.unwrap();
+            page.jobs.into_iter().map(|j| j.id).collect::<Vec<JobId>>()
+        }
+    };
+    assert_eq!(
+        ids(ListJobs {
+            queue: Some(queue("qa")),
+            ..ListJobs::default()
+        })
+        .await,
+        vec![b.id, a.id]
+    );
+    assert_eq!(
+        ids(ListJobs {
+            state: Some(JobState::Running),
+            ..ListJobs::default()
+        })
+        .await,
+        vec![c.id]
+    );
+    assert_eq!(
+        ids(ListJobs {
+            kind: Some(kind("a")),
+            ..ListJobs::default()
+        })
+        .await,
+        vec![c.id, a.id]
+    );
+    assert_eq!(
+        ids(ListJobs {
+            tenant: Some(tenant("t2")),
+            ..ListJobs::default()
+        })
+        .await,
+        vec![c.id, b.id]
+    );
+    assert_eq!(
+        ids(ListJobs {
+            tenant: Some(tenant("t2")),
+            queue: Some(queue("qa")),
+            ..ListJobs::default()
+        })
+        .await,
+        vec![b.id]
+    );
+    assert!(ids(ListJobs {
+        state: Some(JobState::Failed),
+        ..ListJobs::default()
+    })
+    .await
+    .is_empty());
+}
+
+/// The meta filter follows jsonb containment: nested objects, array elements, any order.
+pub async fn list_filters_by_meta_containment(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let acme = enqueue(
+        &*store,
+        job("k", json!(1)).with_meta(json!({
+            "customer": "acme", "tags": ["red", "blue"], "nested": {"x": 1, "y": {"z": true}}
+        })),
+    )
+    .await;
+    let other = enqueue(
+        &*store,
+        job("k", json!(2)).with_meta(json!({"customer": "globex", "tags": ["red"]})),
+    )
+    .await;
+    let by_meta = |meta: Value| {
+        let store = store.clone();
+        async move {
+            let query = ListJobs {
+                meta: Some(meta),
+                ..ListJobs::default()
+            };
+            let page = store.jobs_list(query).await.unwrap();
+            page.jobs.into_iter().map(|j| j.id).collect::<Vec<JobId>>()
+        }
+    };
+    assert_eq!(by_meta(json!({"customer": "acme"})).await, vec![acme.id]);
+    assert_eq!(
+        by_meta(json!({"nested": {"y": {"z": true}}})).await,
+        vec![acme.id]
+    );
+    assert_eq!(by_meta(json!({"tags": ["blue"]})).await, vec![acme.id]);
+    assert_eq!(
+        by_meta(json!({"tags": ["red"]})).await,
+        vec![other.id, acme.id]
+    );
+    assert_eq!(
+        by_meta(json!({"tags": ["blue", "red"]})).await,
+        vec![acme.id]
+    );
+    assert_eq!(by_meta(json!({})).await, vec![other.id, acme.id]);
+    assert!(by_meta(json!({"tags": ["green"]})).await.is_empty());
+    assert!(by_meta(json!({"customer": "ACME"})).await.is_empty());
+    assert!(by_meta(json!({"nested": {"x": "1"}})).await.is_empty());
+}
+
+/// Keyset pagination walks every job exactly once, newest first, and the last page has no
+/// cursor.
+pub async fn list_paginates_newest_first(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let created: Vec<JobId> = store
+        .jobs_enqueue((0..23).map(|n| job("k", json!(n))).collect())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|a| a.job.id)
+        .collect();
+    let mut seen = Vec::new();
+    let mut before = None;
+    let mut pages = 0;
+    loop {
+        let page = store
+            .jobs_list(ListJobs {
+                before,
+                limit: 5,
+                ..ListJobs::default()
+            })
+            .await
+            .unwrap();
+        pages += 1;
+        assert!(page.jobs.len() <= 5);
+        seen.extend(page.jobs.iter().map(|j| j.id));
+        match page.next {
+            Some(next) => {
+                assert_eq!(Some(next), page.jobs.last().map(|j| j.id));
+                before = Some(next);
+            }
+            None => break,
+        }
+        assert!(pages < 10, "pagination terminates");
+    }
+    let mut newest_first = created.clone();
+    newest_first.reverse();
+    assert_eq!(seen, newest_first);
+    assert_eq!(seen.iter().collect::<HashSet<_>>().len(), 23);
+}
+
+/// A limit of 0 means the default page size of 50.
+pub async fn list_default_page_size(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    store
+        .jobs_enqueue((0..55).map(|n| job("k", json!(n))).collect())
+        .await
+        .unwrap();
+    let page = store.jobs_list(ListJobs::default()).await.unwrap();
+    assert_eq!(page.jobs.len(), 50);
+    assert!(page.next.is_some());
+}
+
+/// A meta filter that is not an object, or a limit above 1,000, is refused.
+pub async fn list_rejects_bad_filter(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let meta = |m: Value| ListJobs {
+        meta: Some(m),
+        ..ListJobs::default()
+    };
+    expect_invalid(store.jobs_list(meta(json!([1]))).await, "meta");
+    expect_invalid(store.jobs_list(meta(json!("acme"))).await, "meta");
+    expect_invalid(store.jobs_list(meta(json!({"k": "\u{0}"}))).await, "meta");
+    expect_invalid(
+        store
+            .jobs_list(ListJobs {
+                limit: 1001,
+                ..ListJobs::default()
+            })
+            .await,
+        "limit",
+    );
+}
+
+/// Fetching an unknown job is `NotFound`.
+pub async fn list_get_unknown_is_not_found(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    expect_not_found(store.job_get(JobId::new_v7()).await);
+}

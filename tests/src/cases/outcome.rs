@@ -1,0 +1,330 @@
+//! Outcomes recorded by workers through `jobs_finish` and `job_finish`: complete, fail with
+//! and without retry, snooze, release, cancelled, and the fencing checks on each.
+
+use std::time::Duration;
+
+use drover_core::job::SizeLimits;
+use drover_core::{Finish, FinishItem, FinishReply, JobState, Retry, StoreConfig};
+use serde_json::json;
+
+use super::{
+    claim, expect_invalid, expect_lease_lost, finish, job, stale, start, unbounded, LEASE,
+};
+use crate::StoreFactory;
+
+/// Success stores the result, clears the lease and sets `finished_at`.
+pub async fn outcome_complete_stores_result(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let running = start(&*store, job("k", json!(1))).await;
+    let to = finish(
+        &*store,
+        &running,
+        Finish::Succeeded {
+            result: Some(json!({"rows": 12})),
+        },
+    )
+    .await;
+    assert_eq!(to, JobState::Succeeded);
+    let done = store.job_get(running.id).await.unwrap();
+    assert_eq!(done.state, JobState::Succeeded);
+    assert_eq!(done.result, Some(json!({"rows": 12})));
+    assert!(done.lease_owner.is_none() && done.lease_expires_at.is_none());
+    assert!(done.finished_at.is_some());
+    assert_eq!(done.attempt, 1);
+}
+
+/// A failure with attempts left requeues the job at now + delay and appends the error.
+pub async fn outcome_fail_with_retry_requeues_after_delay(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let running = start(&*store, job("k", json!(1)).with_max_attempts(3)).await;
+    let to = finish(
+        &*store,
+        &running,
+        Finish::Failed {
+            message: "timeout talking to smtp".into(),
+            retry: Retry::After(Duration::from_secs(10)),
+        },
+    )
+    .await;
+    assert_eq!(to, JobState::Queued);
+    let queued = store.job_get(running.id).await.unwrap();
+    assert_eq!((queued.state, queued.attempt), (JobState::Queued, 1));
+    assert!(queued.lease_owner.is_none() && queued.finished_at.is_none());
+    assert_eq!(queued.errors.len(), 1);
+    let error = &queued.errors[0];
+    assert_eq!(
+        (error.attempt, error.message.as_str()),
+        (1, "timeout talking to smtp")
+    );
+    assert_eq!(queued.run_at - error.at, chrono::Duration::seconds(10));
+    assert!(
+        claim(&*store, &["k"], 1).await.is_empty(),
+        "not before the delay"
+    );
+    h.advance(Duration::from_secs(11)).await;
+    let again = claim(&*store, &["k"], 1).await.remove(0);
+    assert_eq!(again.attempt, 2);
+}
+
+/// A failure on the last attempt ends `failed`.
+pub async fn outcome_fail_on_last_attempt_fails(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let mut running = start(&*store, job("k", json!(1)).with_max_attempts(2)).await;
+    for attempt in 1..=2 {
+        assert_eq!(running.attempt, attempt);
+        let to = finish(
+            &*store,
+            &running,
+            Finish::Failed {
+                message: format!("fail {attempt}"),
+                retry: Retry::After(Duration::ZERO),
+            },
+        )
+        .await;
+        if attempt == 1 {
+            assert_eq!(to, JobState::Queued);
+            running = claim(&*store, &["k"], 1).await.remove(0);
+        } else {
+            assert_eq!(to, JobState::Failed);
+        }
+    }
+    let failed = store.job_get(running.id).await.unwrap();
+    assert_eq!((failed.state, failed.attempt), (JobState::Failed, 2));
+    assert_eq!(
+        failed
+            .errors
+            .iter()
+            .map(|e| e.message.as_str())
+            .collect::<Vec<_>>(),
+        vec!["fail 1", "fail 2"]
+    );
+    assert!(failed.finished_at.is_some());
+}
+
+/// `Retry::Never` fails the job at once, whatever attempts remain.
+pub async fn outcome_fail_without_retry_fails_at_once(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let running = start(&*store, job("k", json!(1)).with_max_attempts(5)).await;
+    let to = finish(
+        &*store,
+        &running,
+        Finish::Failed {
+            message: "bad args".into(),
+            retry: Retry::Never,
+        },
+    )
+    .await;
+    assert_eq!(to, JobState::Failed);
+    let failed = store.job_get(running.id).await.unwrap();
+    assert_eq!((failed.attempt, failed.errors.len()), (1, 1));
+}
+
+/// A snooze requeues at now + delay without spending the attempt.
+pub async fn outcome_snooze_does_not_spend_attempt(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let running = start(&*store, job("k", json!(1)).with_max_attempts(1)).await;
+    let before = store.now().await.unwrap();
+    let to = finish(
+        &*store,
+        &running,
+        Finish::Snoozed {
+            delay: Duration::from_secs(60),
+        },
+    )
+    .await;
+    let after = store.now().await.unwrap();
+    assert_eq!(to, JobState::Queued);
+    let snoozed = store.job_get(running.id).await.unwrap();
+    assert_eq!((snoozed.attempt, snoozed.errors.len()), (0, 0));
+    let delay = chrono::Duration::seconds(60);
+    assert!(snoozed.run_at >= before + delay && snoozed.run_at <= after + delay);
+    assert!(claim(&*store, &["k"], 1).await.is_empty());
+    h.advance(Duration::from_secs(61)).await;
+    let again = claim(&*store, &["k"], 1).await.remove(0);
+    assert_eq!(again.attempt, 1, "the single attempt is still available");
+}
+
+/// A release gives the attempt back and makes the job ready at once.
+pub async fn outcome_release_does_not_spend_attempt(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let running = start(&*store, job("k", json!(1)).with_max_attempts(1)).await;
+    assert_eq!(
+        finish(&*store, &running, Finish::Released).await,
+        JobState::Queued
+    );
+    let released = store.job_get(running.id).await.unwrap();
+    assert_eq!((released.state, released.attempt), (JobState::Queued, 0));
+    assert!(released.lease_owner.is_none());
+    let again = claim(&*store, &["k"], 1).await.remove(0);
+    assert_eq!(again.attempt, 1);
+}
+
+/// A handler stopped on its cancellation token ends `cancelled` with the message recorded.
+pub async fn outcome_cancelled_records_cancelled(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let running = start(&*store, job("k", json!(1))).await;
+    let to = finish(
+        &*store,
+        &running,
+        Finish::Cancelled {
+            message: "stopped by operator".into(),
+        },
+    )
+    .await;
+    assert_eq!(to, JobState::Cancelled);
+    let cancelled = store.job_get(running.id).await.unwrap();
+    assert!(cancelled.finished_at.is_some());
+    assert_eq!(
+        cancelled.errors.last().map(|e| e.message.as_str()),
+        Some("stopped by operator")
+    );
+}
+
+/// A write with a stale token is `LeaseLost` and changes nothing, whatever the outcome.
+pub async fn outcome_stale_token_changes_nothing(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let running = start(&*store, job("k", json!(1))).await;
+    for outcome in [
+        Finish::Succeeded {
+            result: Some(json!(1)),
+        },
+        Finish::Failed {
+            message: "x".into(),
+            retry: Retry::Never,
+        },
+        Finish::Snoozed {
+            delay: Duration::from_secs(1),
+        },
+        Finish::Released,
+        Finish::Cancelled {
+            message: "x".into(),
+        },
+    ] {
+        expect_lease_lost(
+            store
+                .job_finish(running.id, stale(running.fencing_token), outcome)
+                .await,
+        );
+    }
+    assert_eq!(store.job_get(running.id).await.unwrap(), running);
+}
+
+/// A write after the lease expired is `LeaseLost` and changes nothing, even before rescue.
+pub async fn outcome_expired_lease_changes_nothing(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let running = start(&*store, job("k", json!(1))).await;
+    h.advance(LEASE + Duration::from_secs(1)).await;
+    expect_lease_lost(
+        store
+            .job_finish(
+                running.id,
+                running.fencing_token,
+                Finish::Succeeded { result: None },
+            )
+            .await,
+    );
+    let stored = store.job_get(running.id).await.unwrap();
+    assert_eq!(
+        (stored.state, stored.result, stored.attempt),
+        (JobState::Running, None, 1)
+    );
+}
+
+/// A batch is answered per item in input order: good items are recorded, stale ones are
+/// `LeaseLost`.
+pub async fn outcome_batch_answers_per_item(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let a = start(&*store, job("a", json!(1))).await;
+    let b = start(&*store, job("b", json!(2))).await;
+    let c = start(&*store, job("c", json!(3))).await;
+    let replies = store
+        .jobs_finish(vec![
+            FinishItem {
+                id: a.id,
+                token: a.fencing_token,
+                finish: Finish::Succeeded { result: None },
+            },
+            FinishItem {
+                id: b.id,
+                token: stale(b.fencing_token),
+                finish: Finish::Released,
+            },
+            FinishItem {
+                id: c.id,
+                token: c.fencing_token,
+                finish: Finish::Released,
+            },
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        replies,
+        vec![
+            FinishReply::Recorded {
+                id: a.id,
+                to: JobState::Succeeded
+            },
+            FinishReply::LeaseLost { id: b.id },
+            FinishReply::Recorded {
+                id: c.id,
+                to: JobState::Queued
+            },
+        ]
+    );
+    assert_eq!(store.job_get(b.id).await.unwrap().state, JobState::Running);
+}
+
+/// A result larger than the size bound is refused and nothing in the batch is recorded.
+pub async fn outcome_result_over_size_is_refused(f: &dyn StoreFactory) {
+    let config = StoreConfig {
+        sizes: SizeLimits {
+            max_result_bytes: 64,
+            ..SizeLimits::default()
+        },
+        ..unbounded()
+    };
+    let h = f.open(config).await;
+    let store = h.store();
+    let a = start(&*store, job("a", json!(1))).await;
+    let b = start(&*store, job("b", json!(1))).await;
+    let big = json!("r".repeat(100));
+    expect_invalid(
+        store
+            .job_finish(
+                a.id,
+                a.fencing_token,
+                Finish::Succeeded {
+                    result: Some(big.clone()),
+                },
+            )
+            .await,
+        "result",
+    );
+    let result = store
+        .jobs_finish(vec![
+            FinishItem {
+                id: a.id,
+                token: a.fencing_token,
+                finish: Finish::Succeeded { result: None },
+            },
+            FinishItem {
+                id: b.id,
+                token: b.fencing_token,
+                finish: Finish::Succeeded { result: Some(big) },
+            },
+        ])
+        .await;
+    expect_invalid(result, "jobs[1].result");
+    assert_eq!(store.job_get(a.id).await.unwrap().state, JobState::Running);
+    assert_eq!(store.job_get(b.id).await.unwrap().state, JobState::Running);
+}

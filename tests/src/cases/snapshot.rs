@@ -1,0 +1,109 @@
+//! The queue snapshot: counts per queue and state, ready and running jobs, and the age of the
+//! oldest ready job (the queue lag).
+
+use std::time::Duration;
+
+use drover_core::{JobState, QueueSnapshot, RunAt};
+use serde_json::json;
+
+use super::{claim_from, complete, enqueue, failed_job, job, queue, start, unbounded};
+use crate::StoreFactory;
+
+async fn snapshot_of(store: &dyn drover_core::JobStore, name: &str) -> QueueSnapshot {
+    let snapshot = store.queue_snapshot().await.unwrap();
+    snapshot
+        .queues
+        .into_iter()
+        .find(|q| q.queue.as_str() == name)
+        .unwrap_or_else(|| panic!("queue {name} in the snapshot"))
+}
+
+/// Counts per state, ready (queued with `run_at` passed) and running.
+pub async fn snapshot_counts_per_state(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let q = || queue("work");
+    let done = start(&*store, job("s", json!(1)).with_queue(q())).await;
+    complete(&*store, &done).await;
+    failed_job(&*store, job("f", json!(1)).with_queue(q())).await;
+    start(&*store, job("r", json!(1)).with_queue(q())).await;
+    enqueue(&*store, job("k", json!(1)).with_queue(q())).await;
+    enqueue(&*store, job("other.kind", json!(1)).with_queue(q())).await;
+    enqueue(
+        &*store,
+        job("k", json!(1))
+            .with_queue(q())
+            .with_run_at(RunAt::After(Duration::from_secs(600))),
+    )
+    .await;
+    enqueue(&*store, job("k", json!(1))).await;
+    let s = snapshot_of(&*store, "work").await;
+    assert_eq!(s.count(JobState::Queued), 3);
+    assert_eq!(s.count(JobState::Running), 1);
+    assert_eq!(s.count(JobState::Succeeded), 1);
+    assert_eq!(s.count(JobState::Failed), 1);
+    assert_eq!(s.count(JobState::Cancelled), 0);
+    assert!(
+        !s.counts.contains_key(&JobState::Cancelled),
+        "states without jobs are absent"
+    );
+    assert_eq!((s.ready, s.running, s.paused), (2, 1, false));
+    let default = snapshot_of(&*store, "default").await;
+    assert_eq!((default.count(JobState::Queued), default.ready), (1, 1));
+}
+
+/// The lag is the age of the oldest ready job; none without ready jobs.
+pub async fn snapshot_oldest_ready_age(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    enqueue(&*store, job("k", json!(1)).with_queue(queue("lag"))).await;
+    h.advance(Duration::from_secs(5)).await;
+    enqueue(
+        &*store,
+        job("k", json!(2))
+            .with_queue(queue("lag"))
+            .with_priority(-3),
+    )
+    .await;
+    h.advance(Duration::from_secs(2)).await;
+    let s = snapshot_of(&*store, "lag").await;
+    let age = s.oldest_ready_age_ms.expect("ready jobs have a lag");
+    assert!(
+        (7_000..12_000).contains(&age),
+        "oldest ready job is about 7 s old, got {age} ms"
+    );
+    assert_eq!(s.ready, 2);
+    assert_eq!(claim_from(&*store, &["lag"], &["k"], 10).await.len(), 2);
+    let s = snapshot_of(&*store, "lag").await;
+    assert_eq!((s.ready, s.oldest_ready_age_ms, s.running), (0, None, 2));
+    enqueue(
+        &*store,
+        job("k", json!(3))
+            .with_queue(queue("lag"))
+            .with_run_at(RunAt::After(Duration::from_secs(60))),
+    )
+    .await;
+    let s = snapshot_of(&*store, "lag").await;
+    assert_eq!(
+        (s.ready, s.oldest_ready_age_ms),
+        (0, None),
+        "a future job is not ready"
+    );
+    h.advance(Duration::from_secs(61)).await;
+    let s = snapshot_of(&*store, "lag").await;
+    assert_eq!(s.ready, 1);
+    assert!(s
+        .oldest_ready_age_ms
+        .is_some_and(|ms| (1_000..6_000).contains(&ms)));
+}
+
+/// A paused queue without jobs appears, paused and empty.
+pub async fn snapshot_includes_paused_empty_queue(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    store.queue_pause(queue("quiet")).await.unwrap();
+    let s = snapshot_of(&*store, "quiet").await;
+    assert!(s.paused);
+    assert!(s.counts.is_empty());
+    assert_eq!((s.ready, s.running, s.oldest_ready_age_ms), (0, 0, None));
+}
