@@ -123,6 +123,7 @@ macro_rules! contract_suite {
             limits_rate_burst_then_spacing,
             limits_skipped_jobs_keep_order_and_spend_nothing,
             limits_refused_claim_spends_no_other_rate,
+            limits_replace_keeps_rate_state,
             limits_set_list_replace_clear,
             limits_clear_unknown_is_not_found,
             limits_set_rejects_policy_without_bound,
@@ -137,6 +138,8 @@ macro_rules! contract_suite {
             events_jobs_available_after_enqueue,
             events_jobs_available_after_resume,
             events_cancel_requested_after_cancel_of_running_job,
+            events_jobs_available_after_release,
+            events_jobs_available_after_retry,
         );
     };
 }

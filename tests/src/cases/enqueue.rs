@@ -95,7 +95,8 @@ pub async fn enqueue_round_trips_every_field(f: &dyn StoreFactory) {
     assert_eq!(store.job_get(j.id).await.unwrap(), j);
 }
 
-/// A batch is answered per job, in input order, with ids that grow in that order.
+/// A batch is answered per job, in input order, with ids that grow in that order. An empty
+/// batch is answered with no jobs (decided: a no-op, not an error).
 pub async fn enqueue_batch_answers_in_order(f: &dyn StoreFactory) {
     let h = f.open(unbounded()).await;
     let store = h.store();

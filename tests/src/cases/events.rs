@@ -68,3 +68,41 @@ pub async fn events_cancel_requested_after_cancel_of_running_job(f: &dyn StoreFa
     )
     .await;
 }
+
+/// A release (graceful shutdown) makes the job ready at once and wakes subscribers.
+pub async fn events_jobs_available_after_release(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let running = start(&*store, job("k", json!(1)).with_queue(queue("slow"))).await;
+    let mut events = store.subscribe().await.unwrap();
+    store
+        .job_finish(
+            running.id,
+            running.fencing_token,
+            drover_core::Finish::Released,
+        )
+        .await
+        .unwrap();
+    wait_for(
+        &mut events,
+        |e| matches!(e, StoreEvent::JobsAvailable { queue } if queue.as_str() == "slow"),
+        "JobsAvailable for slow after release",
+    )
+    .await;
+}
+
+/// An operator retry makes the job ready at once and wakes subscribers.
+pub async fn events_jobs_available_after_retry(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let queued = enqueue(&*store, job("k", json!(1)).with_queue(queue("again"))).await;
+    store.job_cancel(queued.id).await.unwrap();
+    let mut events = store.subscribe().await.unwrap();
+    store.job_retry(queued.id).await.unwrap();
+    wait_for(
+        &mut events,
+        |e| matches!(e, StoreEvent::JobsAvailable { queue } if queue.as_str() == "again"),
+        "JobsAvailable for again after retry",
+    )
+    .await;
+}

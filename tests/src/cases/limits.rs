@@ -146,6 +146,36 @@ pub async fn limits_refused_claim_spends_no_other_rate(f: &dyn StoreFactory) {
     assert_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), vec![free.id]);
 }
 
+/// Replacing a policy keeps its rate state: claims already counted still count.
+pub async fn limits_replace_keeps_rate_state(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    store
+        .limit_set(rate("kind:k", 1, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    store
+        .jobs_enqueue((0..3).map(|n| job("k", json!(n))).collect())
+        .await
+        .unwrap();
+    assert_eq!(claim(&*store, &["k"], 10).await.len(), 1);
+    let replaced = LimitPolicy::new(
+        limit_key("kind:k"),
+        Some(10),
+        Some(Rate::new(1, Duration::from_secs(60)).unwrap()),
+    )
+    .unwrap();
+    store.limit_set(replaced).await.unwrap();
+    assert!(
+        claim(&*store, &["k"], 10).await.is_empty(),
+        "the rate already spent stays spent"
+    );
+    assert_eq!(
+        store.limits_list().await.unwrap()[0].rate_available,
+        Some(0)
+    );
+}
+
 /// Policies are listed with usage, replaced in place, and cleared.
 pub async fn limits_set_list_replace_clear(f: &dyn StoreFactory) {
     let h = f.open(unbounded()).await;
