@@ -38,7 +38,8 @@ pub const SHUTDOWN_GRACE_DEFAULT: Duration = Duration::from_secs(30);
 /// Default time a handler gets to stop after its cancellation token fired (shutdown, timeout,
 /// cancel request, lost lease) before its task is aborted.
 pub const CANCEL_GRACE_DEFAULT: Duration = Duration::from_secs(5);
-/// Default time the completer keeps retrying outcome writes once shutdown began.
+/// Default time the completer keeps retrying outcome writes at shutdown once every handler
+/// has stopped.
 pub const FLUSH_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
 /// Default most outcomes written by one `jobs_finish` call.
 pub const COMPLETER_BATCH_DEFAULT: usize = 1_000;
@@ -137,9 +138,9 @@ pub struct WorkerConfig {
     /// How long a handler may take to stop after its token fired before it is aborted
     /// (default 5 s).
     pub cancel_grace: Duration,
-    /// Once shutdown began, how long the completer keeps retrying outcome writes the store
-    /// refuses transiently before giving up on them (default 30 s; an outcome not written
-    /// leaves its lease to expire and the job is rescued).
+    /// At shutdown, once every handler has stopped, how long the completer keeps retrying
+    /// outcome writes the store refuses transiently before giving up on them (default 30 s;
+    /// an outcome not written leaves its lease to expire and the job is rescued).
     pub flush_timeout: Duration,
     /// Most outcomes written by one `jobs_finish` call (default 1,000; 1..=10,000).
     pub completer_batch: usize,
@@ -219,7 +220,8 @@ impl WorkerConfig {
     /// pools with one name; `max_concurrent` of 0; a lease outside 100 ms..=24 h or not longer
     /// than the heartbeat interval; a zero interval; `prune_limit` outside 1..=100,000;
     /// `completer_batch` outside 1..=10,000; `worker_stale_after` not longer than the
-    /// heartbeat interval; `store_retry_min` above `store_retry_max`.
+    /// heartbeat interval; `store_retry_min` above `store_retry_max`; a kind whose timeout
+    /// is zero.
     pub fn validate(&self, registry: &Registry) -> Result<(), Error> {
         if self.pools.is_empty() {
             return Err(Error::invalid("pools", "at least one pool is needed"));
@@ -289,6 +291,14 @@ impl WorkerConfig {
                 ));
             }
         }
+        for kind in registry.kinds() {
+            if registry.config(&kind).timeout == Some(Duration::ZERO) {
+                return Err(Error::invalid(
+                    "timeout",
+                    format!("the timeout of kind {kind} must be longer than zero"),
+                ));
+            }
+        }
         if self.max_concurrent == Some(0) {
             return Err(Error::invalid("max_concurrent", "must be at least 1"));
         }
@@ -354,21 +364,26 @@ impl WorkerConfig {
 /// A worker id `host:pid:random` (8 hex digits), unique per process start. Characters of the
 /// host name outside visible ASCII become `_`; the host part is cut to 200 bytes.
 pub fn default_worker_id() -> WorkerId {
-    let host: String = hostname::get()
-        .ok()
-        .and_then(|name| name.into_string().ok())
-        .filter(|name| !name.is_empty())
-        .unwrap_or_else(|| "localhost".to_owned())
-        .chars()
-        .map(|c| if c.is_ascii_graphic() { c } else { '_' })
-        .take(200)
-        .collect();
+    let host: String = host_name().chars().take(200).collect();
     let random: u32 = rand::thread_rng().gen();
     let id = format!("{host}:{}:{random:08x}", std::process::id());
     WorkerId::parse(id).unwrap_or_else(|_| {
         WorkerId::parse(format!("worker:{}:{random:08x}", std::process::id()))
             .unwrap_or_else(|_| unreachable_worker_id())
     })
+}
+
+/// This machine's host name as visible ASCII (`localhost` when it cannot be read), for the
+/// worker registry and default worker ids.
+pub(crate) fn host_name() -> String {
+    hostname::get()
+        .ok()
+        .and_then(|name| name.into_string().ok())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+        .chars()
+        .map(|c| if c.is_ascii_graphic() { c } else { '_' })
+        .collect()
 }
 
 /// A constant id used only if even the fallback id fails to parse (it cannot: it is visible

@@ -31,8 +31,10 @@ pub(crate) struct ClaimLoop {
     pub(crate) queue: QueueName,
     /// Kinds it claims.
     pub(crate) kinds: Vec<JobKind>,
-    /// Its slots.
+    /// Its slots (`slots_per_queue` of the pool).
     pub(crate) slots: Arc<Semaphore>,
+    /// Most jobs one claim asks for: the pool's `slots_per_queue`.
+    pub(crate) max_batch: usize,
     /// Woken by events for its queue.
     pub(crate) wake: Arc<Notify>,
 }
@@ -45,12 +47,8 @@ pub(crate) async fn run_claim_loop(
     starter: Starter,
     stop: CancellationToken,
 ) {
-    let max_batch = rt
-        .config
-        .pools
-        .iter()
-        .find(|pool| pool.name == spec.pool)
-        .map_or(1, |pool| pool.slots_per_queue)
+    let max_batch = spec
+        .max_batch
         .clamp(1, drover_core::store::CLAIM_LIMIT_MAX as usize);
     let mut retry = RetryDelay::new(rt.config.store_retry_min, rt.config.store_retry_max);
     loop {

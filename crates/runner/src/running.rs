@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
@@ -245,10 +246,31 @@ impl JobShared {
     }
 }
 
+/// A cheap hasher for job ids: they are UUID v7 with 74 random bits chosen by the store, so
+/// SipHash's protection against chosen keys buys nothing on this hot path (one insert and
+/// one remove per job).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word))
+                .wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+    }
+}
+
 /// The jobs claimed by this process whose outcome is not written yet, by id.
 #[derive(Debug, Default)]
 pub(crate) struct RunningJobs {
-    jobs: Mutex<HashMap<JobId, Arc<JobShared>>>,
+    jobs: Mutex<HashMap<JobId, Arc<JobShared>, BuildHasherDefault<IdHasher>>>,
 }
 
 impl RunningJobs {

@@ -159,6 +159,7 @@ impl Worker {
                     queue: queue.clone(),
                     kinds: kinds.clone(),
                     slots: Arc::new(Semaphore::new(pool.slots_per_queue)),
+                    max_batch: pool.slots_per_queue,
                     wake,
                 };
                 claim_loops.push(tokio::spawn(run_claim_loop(
@@ -185,7 +186,6 @@ impl Worker {
         );
         stop_claims.cancel();
         stop_maintenance.cancel();
-        rt.begin_flush_deadline();
         join_all("claim loop", claim_loops).await;
 
         tracker.close();
@@ -202,6 +202,9 @@ impl Worker {
             rt.running.cancel_all(CancelReason::Shutdown);
             tracker.wait().await;
         }
+        // Every handler has stopped: outcomes the store keeps refusing transiently are given
+        // up after the flush timeout from here.
+        rt.begin_flush_deadline();
         if let Err(error) = completer.await {
             tracing::error!(error = %error, "completer task failed");
         }

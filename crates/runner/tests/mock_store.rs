@@ -434,3 +434,90 @@ async fn a_claim_never_asks_for_more_than_free_capacity() {
         "claims should batch free slots"
     );
 }
+
+#[tokio::test]
+async fn outcomes_are_kept_and_written_again_after_unavailable() {
+    let job = claimed("a", "default");
+    let job_id = job.id;
+    let mut store = base_store();
+    let pending = Mutex::new(Some(job));
+    store
+        .expect_jobs_claim()
+        .returning(move |_| Ok(pending.lock().unwrap().take().into_iter().collect()));
+    store.expect_jobs_heartbeat().returning(|_| Ok(vec![]));
+    store.expect_worker_heartbeat().returning(|_| Ok(()));
+    let writes: Arc<Mutex<Vec<Vec<JobId>>>> = Arc::default();
+    let log = Arc::clone(&writes);
+    store.expect_jobs_finish().returning(move |items| {
+        let mut log = log.lock().unwrap();
+        log.push(items.iter().map(|item| item.id).collect());
+        if log.len() <= 2 {
+            Err(Error::unavailable("failover in progress"))
+        } else {
+            Ok(recorded(&items))
+        }
+    });
+    let mut registry = Registry::new();
+    registry.register_fn(kind("a"), |_| async { Outcome::success_with("done") });
+    let worker = Worker::new(Arc::new(store), Arc::new(registry), fast_config()).unwrap();
+    let shutdown = CancellationToken::new();
+    let handle = tokio::spawn(worker.run(shutdown.clone()));
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while writes.lock().unwrap().len() < 3 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "outcome never written"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let report = stop(shutdown, handle).await.unwrap();
+    assert_eq!((report.succeeded, report.unwritten), (1, 0));
+    let writes = writes.lock().unwrap();
+    assert_eq!(writes.len(), 3, "written once it succeeded, never again");
+    assert!(writes.iter().all(|ids| ids == &vec![job_id]));
+}
+
+#[tokio::test]
+async fn a_pruned_worker_registers_again() {
+    let registrations = Arc::new(AtomicUsize::new(0));
+    let mut store = MockJobStore::new();
+    store.expect_config().returning(StoreConfig::default);
+    let count = Arc::clone(&registrations);
+    store
+        .expect_worker_register()
+        .returning(move |registration| {
+            count.fetch_add(1, Ordering::SeqCst);
+            Ok(worker_info(registration))
+        });
+    store.expect_worker_deregister().returning(|_| Ok(()));
+    store
+        .expect_subscribe()
+        .returning(|| Ok(Box::pin(futures::stream::pending())));
+    store.expect_jobs_rescue_expired().returning(|_| Ok(vec![]));
+    store.expect_now().returning(|| Ok(Utc::now()));
+    store.expect_schedules_list().returning(|| Ok(vec![]));
+    store.expect_jobs_prune().returning(|_| Ok(0));
+    store.expect_workers_prune().returning(|_| Ok(0));
+    store.expect_jobs_claim().returning(|_| Ok(vec![]));
+    store.expect_jobs_heartbeat().returning(|_| Ok(vec![]));
+    store.expect_worker_heartbeat().returning(|id| {
+        Err(Error::NotFound {
+            entity: drover_core::Entity::Worker,
+            id: id.to_string(),
+        })
+    });
+    let mut registry = Registry::new();
+    registry.register_fn(kind("a"), |_| async { Outcome::success() });
+    let worker = Worker::new(Arc::new(store), Arc::new(registry), fast_config()).unwrap();
+    let shutdown = CancellationToken::new();
+    let handle = tokio::spawn(worker.run(shutdown.clone()));
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while registrations.load(Ordering::SeqCst) < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never registered again"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stop(shutdown, handle).await.unwrap();
+}
