@@ -119,11 +119,9 @@ impl Runtime {
 
     /// The worker's registration in the worker registry.
     pub(crate) fn registration(&self) -> WorkerRegistration {
-        let id = self.config.worker_id.clone();
-        let host = id.as_str().split(':').next().unwrap_or_default().to_owned();
         WorkerRegistration {
-            id,
-            host,
+            id: self.config.worker_id.clone(),
+            host: crate::config::host_name(),
             pid: std::process::id(),
             queues: self.config.queues(),
         }
