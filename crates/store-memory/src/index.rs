@@ -7,9 +7,16 @@
 //! which updates exactly the indexes the change touches.
 
 use std::collections::{BTreeSet, HashMap};
+use std::hash::Hash;
 
 use chrono::{DateTime, Utc};
 use drover_core::{Job, JobId, JobKind, JobState, LimitKey, QueueName, TenantId};
+
+/// A hash map with foldhash's fast, per-process seeded hasher (SipHash dominates otherwise).
+pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+/// The stored jobs. Boxed, so that growing the table moves pointers, not whole jobs.
+pub(crate) type JobTable = FastMap<JobId, Box<Job>>;
 
 /// Claim order of a ready job: priority (smaller first), then `run_at`, then id.
 pub(crate) type ReadyKey = (i16, DateTime<Utc>, JobId);
@@ -56,7 +63,7 @@ pub(crate) fn state_slot(state: JobState) -> usize {
 pub(crate) struct Indexes {
     /// Queued jobs whose `run_at` had passed when last looked at, per queue and kind, in claim
     /// order.
-    pub ready: HashMap<QueueName, HashMap<JobKind, BTreeSet<ReadyKey>>>,
+    pub ready: FastMap<QueueName, FastMap<JobKind, BTreeSet<ReadyKey>>>,
     /// Queued jobs not ready yet, by `run_at`; [`Indexes::promote`] moves them to `ready`.
     pub scheduled: BTreeSet<(DateTime<Utc>, JobId)>,
     /// Running jobs by lease end, for rescue.
@@ -66,18 +73,19 @@ pub(crate) struct Indexes {
     /// Terminal jobs by `finished_at`, for retention.
     pub finished: BTreeSet<(DateTime<Utc>, JobId)>,
     /// Unique keys of non-terminal jobs, per tenant.
-    pub unique: HashMap<TenantId, HashMap<String, JobId>>,
+    pub unique: FastMap<TenantId, FastMap<String, JobId>>,
     /// Pending (queued, running, reconciling) jobs of the cluster.
     pub pending: u64,
     /// Pending jobs per tenant.
-    pub pending_by_tenant: HashMap<TenantId, u64>,
-    /// Running jobs per effective limit key (explicit keys plus `kind:` and `queue:`).
-    pub running_by_key: HashMap<LimitKey, u64>,
+    pub pending_by_tenant: FastMap<TenantId, u64>,
+    /// Running jobs per limit key that has a policy (tracked keys only, so that a store
+    /// without policies never computes a job's effective keys).
+    pub running_by_key: FastMap<LimitKey, u64>,
     /// Jobs per queue and state (slots from [`state_slot`]).
-    pub counts: HashMap<QueueName, [u64; 6]>,
+    pub counts: FastMap<QueueName, [u64; 6]>,
 }
 
-fn bump<K: std::hash::Hash + Eq + Clone>(map: &mut HashMap<K, u64>, key: &K) {
+fn bump<K: Hash + Eq + Clone>(map: &mut FastMap<K, u64>, key: &K) {
     match map.get_mut(key) {
         Some(n) => *n += 1,
         None => {
@@ -86,7 +94,7 @@ fn bump<K: std::hash::Hash + Eq + Clone>(map: &mut HashMap<K, u64>, key: &K) {
     }
 }
 
-fn drop_one<K: std::hash::Hash + Eq>(map: &mut HashMap<K, u64>, key: &K) {
+fn drop_one<K: Hash + Eq>(map: &mut FastMap<K, u64>, key: &K) {
     if let Some(n) = map.get_mut(key) {
         *n = n.saturating_sub(1);
         if *n == 0 {
@@ -140,8 +148,15 @@ impl Indexes {
         if before == after {
             return;
         }
-        self.unplace(job, before);
-        self.place(job, after, now);
+        if before.state != after.state {
+            if let Some(counts) = self.counts.get_mut(&job.queue) {
+                let from = &mut counts[state_slot(before.state)];
+                *from = from.saturating_sub(1);
+                counts[state_slot(after.state)] += 1;
+            }
+        }
+        self.unindex(job, before);
+        self.index(job, after, now);
         match (before.state.is_terminal(), after.state.is_terminal()) {
             (false, true) => self.became_finished(job),
             (true, false) => self.became_live(job),
@@ -158,7 +173,7 @@ impl Indexes {
     }
 
     /// Moves scheduled jobs whose `run_at` has come into the ready index.
-    pub fn promote(&mut self, jobs: &HashMap<JobId, Job>, now: DateTime<Utc>) {
+    pub fn promote(&mut self, jobs: &JobTable, now: DateTime<Utc>) {
         while let Some(&(at, id)) = self.scheduled.first() {
             if at > now {
                 break;
@@ -172,7 +187,7 @@ impl Indexes {
 
     fn ready_set(&mut self, job: &Job) -> &mut BTreeSet<ReadyKey> {
         if !self.ready.contains_key(&job.queue) {
-            self.ready.insert(job.queue.clone(), HashMap::new());
+            self.ready.insert(job.queue.clone(), FastMap::default());
         }
         let by_kind = self
             .ready
@@ -186,7 +201,7 @@ impl Indexes {
             .expect("the kind's ready set was just ensured")
     }
 
-    /// Adds the state-dependent entries of a job at `placement`.
+    /// Counts a job at `placement` and adds its state-dependent entries.
     fn place(&mut self, job: &Job, placement: Placement, now: DateTime<Utc>) {
         match self.counts.get_mut(&job.queue) {
             Some(counts) => counts[state_slot(placement.state)] += 1,
@@ -196,6 +211,11 @@ impl Indexes {
                 self.counts.insert(job.queue.clone(), counts);
             }
         }
+        self.index(job, placement, now);
+    }
+
+    /// Adds the state-dependent index entries of a job at `placement`.
+    fn index(&mut self, job: &Job, placement: Placement, now: DateTime<Utc>) {
         match placement.state {
             JobState::Queued => {
                 if placement.run_at <= now {
@@ -220,7 +240,7 @@ impl Indexes {
         }
     }
 
-    /// Removes the state-dependent entries of a job at `placement`.
+    /// Uncounts a job at `placement` and removes its state-dependent entries.
     fn unplace(&mut self, job: &Job, placement: Placement) {
         if let Some(counts) = self.counts.get_mut(&job.queue) {
             let slot = &mut counts[state_slot(placement.state)];
@@ -229,6 +249,11 @@ impl Indexes {
                 self.counts.remove(&job.queue);
             }
         }
+        self.unindex(job, placement);
+    }
+
+    /// Removes the state-dependent index entries of a job at `placement`.
+    fn unindex(&mut self, job: &Job, placement: Placement) {
         match placement.state {
             JobState::Queued => {
                 let key = (job.priority, placement.run_at, job.id);
@@ -262,7 +287,7 @@ impl Indexes {
         bump(&mut self.pending_by_tenant, &job.tenant);
         if let Some(key) = &job.unique_key {
             if !self.unique.contains_key(&job.tenant) {
-                self.unique.insert(job.tenant.clone(), HashMap::new());
+                self.unique.insert(job.tenant.clone(), FastMap::default());
             }
             if let Some(keys) = self.unique.get_mut(&job.tenant) {
                 keys.insert(key.clone(), job.id);
@@ -285,15 +310,41 @@ impl Indexes {
         }
     }
 
+    /// Starts counting running jobs under `key` (a policy was created for it).
+    pub fn track_limit_key(&mut self, key: &LimitKey, jobs: &JobTable) {
+        let running = self
+            .leases
+            .iter()
+            .filter_map(|(_, id)| jobs.get(id))
+            .filter(|job| job.effective_limit_keys().contains(key))
+            .count();
+        self.running_by_key.insert(key.clone(), running as u64);
+    }
+
+    /// Stops counting running jobs under `key` (its policy was removed).
+    pub fn untrack_limit_key(&mut self, key: &LimitKey) {
+        self.running_by_key.remove(key);
+    }
+
     fn started_running(&mut self, job: &Job) {
+        if self.running_by_key.is_empty() {
+            return;
+        }
         for key in job.effective_limit_keys() {
-            bump(&mut self.running_by_key, &key);
+            if let Some(n) = self.running_by_key.get_mut(&key) {
+                *n += 1;
+            }
         }
     }
 
     fn stopped_running(&mut self, job: &Job) {
+        if self.running_by_key.is_empty() {
+            return;
+        }
         for key in job.effective_limit_keys() {
-            drop_one(&mut self.running_by_key, &key);
+            if let Some(n) = self.running_by_key.get_mut(&key) {
+                *n = n.saturating_sub(1);
+            }
         }
     }
 }

@@ -11,14 +11,14 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use chrono::{DateTime, SubsecRound, Utc};
 use drover_core::limits::LimitState;
 use drover_core::{
-    apply, Admission, EnqueueStatus, Enqueued, Error, Event, Job, JobId, JobState, LimitKey,
-    LimitPolicy, NewJob, QueueInfo, QueueName, Quota, Quotas, Schedule, ScheduleName, TenantId,
-    Transition, WorkerId, WorkerInfo,
+    apply, Admission, EnqueueStatus, Enqueued, Error, Event, Job, JobId, LimitKey, LimitPolicy,
+    NewJob, QueueInfo, QueueName, Quota, Quotas, Schedule, ScheduleName, TenantId, Transition,
+    WorkerId, WorkerInfo,
 };
 use drover_core::{ClaimJobs, Result};
 use uuid::Uuid;
 
-use crate::index::{Indexes, Placement, ReadyKey};
+use crate::index::{FastMap, Indexes, JobTable, Placement, ReadyKey};
 
 /// `at` truncated to whole microseconds, the precision PostgreSQL stores.
 pub(crate) fn micros(at: DateTime<Utc>) -> DateTime<Utc> {
@@ -66,25 +66,42 @@ enum Decision {
 /// Everything the memory store holds.
 #[derive(Debug, Default)]
 pub(crate) struct Inner {
-    pub jobs: HashMap<JobId, Job>,
+    pub jobs: JobTable,
     pub idx: Indexes,
-    pub idempotency: HashMap<TenantId, HashMap<String, IdempotencyEntry>>,
+    pub idempotency: FastMap<TenantId, FastMap<String, IdempotencyEntry>>,
     pub queues: BTreeMap<QueueName, QueueInfo>,
     pub workers: BTreeMap<WorkerId, WorkerInfo>,
     pub limits: BTreeMap<LimitKey, StoredLimit>,
     pub schedules: BTreeMap<ScheduleName, Schedule>,
     last_id: Option<JobId>,
+    /// The Unix millisecond of `last_id`'s fresh UUID.
+    last_id_ms: u128,
 }
 
 impl Inner {
     /// A new job id, strictly greater than every id handed out before (UUID v7 order).
+    ///
+    /// A fresh random UUID v7 costs a `getrandom` call, so one is drawn per millisecond and
+    /// ids within the same millisecond count up from it (its 62 random bits leave room).
     fn next_id(&mut self) -> JobId {
-        let mut id = JobId::new_v7();
-        if let Some(last) = self.last_id {
-            if id <= last {
-                id = JobId(Uuid::from_u128(last.0.as_u128().wrapping_add(1)));
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        let id = match self.last_id {
+            Some(last) if ms <= self.last_id_ms => {
+                JobId(Uuid::from_u128(last.0.as_u128().wrapping_add(1)))
             }
-        }
+            last => {
+                let fresh = JobId::new_v7();
+                self.last_id_ms = ms;
+                match last {
+                    Some(last) if fresh <= last => {
+                        JobId(Uuid::from_u128(last.0.as_u128().wrapping_add(1)))
+                    }
+                    _ => fresh,
+                }
+            }
+        };
         self.last_id = Some(id);
         id
     }
@@ -154,9 +171,13 @@ impl Inner {
                         ready_queues.push(job.queue.clone());
                     }
                     self.idx.inserted(&job, now);
-                    self.jobs.insert(id, job);
+                    answers.push(Enqueued {
+                        status: EnqueueStatus::Created,
+                        job: job.clone(),
+                    });
+                    self.jobs.insert(id, Box::new(job));
                     created[i] = Some(id);
-                    (EnqueueStatus::Created, id)
+                    continue;
                 }
                 Decision::Existing(status, id) => (status, id),
                 Decision::SameAs(status, earlier) => {
@@ -169,7 +190,7 @@ impl Inner {
             let job = self
                 .jobs
                 .get(&id)
-                .cloned()
+                .map(|job| Job::clone(job))
                 .ok_or_else(|| Error::fatal("memory store: an answered job is missing"))?;
             answers.push(Enqueued { status, job });
         }
@@ -366,14 +387,16 @@ impl Inner {
             if let Some(next) = sources[i].next() {
                 heads.push(Reverse((*next, i)));
             }
-            let id = key.2;
-            let Some(job) = self.jobs.get(&id) else {
-                continue;
-            };
-            if job.state != JobState::Queued || job.run_at > now {
+            let (_, run_at, id) = key;
+            // The ready index holds only queued jobs, keyed by their run_at; a clock set back
+            // can leave a job there that is not ready yet.
+            if run_at > now {
                 continue;
             }
             if let Some(admission) = admission.as_mut() {
+                let Some(job) = self.jobs.get(&id) else {
+                    continue;
+                };
                 let keys = job.effective_limit_keys();
                 if admission.applies_to(&keys) && !admission.try_admit(&keys) {
                     continue;

@@ -184,7 +184,7 @@ impl JobStore for MemoryStore {
             .lock()
             .jobs
             .get(&id)
-            .cloned()
+            .map(|job| Job::clone(job))
             .ok_or_else(|| Error::job_not_found(id))
     }
 
@@ -195,6 +195,7 @@ impl JobStore for MemoryStore {
         let mut matching: Vec<&Job> = inner
             .jobs
             .values()
+            .map(|j| &**j)
             .filter(|j| query.before.is_none_or(|before| j.id < before))
             .filter(|j| query.queue.as_ref().is_none_or(|q| &j.queue == q))
             .filter(|j| query.state.is_none_or(|s| j.state == s))
@@ -650,9 +651,11 @@ impl JobStore for MemoryStore {
     async fn limit_set(&self, policy: LimitPolicy) -> Result<LimitPolicy> {
         let policy = LimitPolicy::new(policy.key, policy.max_running, policy.rate)?;
         let mut inner = self.inner.lock();
+        let inner = &mut *inner;
         match inner.limits.get_mut(&policy.key) {
             Some(stored) => stored.policy = policy.clone(),
             None => {
+                inner.idx.track_limit_key(&policy.key, &inner.jobs);
                 inner.limits.insert(
                     policy.key.clone(),
                     StoredLimit {
@@ -666,8 +669,12 @@ impl JobStore for MemoryStore {
     }
 
     async fn limit_clear(&self, key: LimitKey) -> Result<()> {
-        match self.inner.lock().limits.remove(&key) {
-            Some(_) => Ok(()),
+        let mut inner = self.inner.lock();
+        match inner.limits.remove(&key) {
+            Some(_) => {
+                inner.idx.untrack_limit_key(&key);
+                Ok(())
+            }
             None => Err(Error::NotFound {
                 entity: Entity::Limit,
                 id: key.to_string(),
