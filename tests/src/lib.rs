@@ -124,6 +124,7 @@ macro_rules! contract_suite {
             limits_skipped_jobs_keep_order_and_spend_nothing,
             limits_refused_claim_spends_no_other_rate,
             limits_replace_keeps_rate_state,
+            limits_new_policy_counts_jobs_already_running,
             limits_set_list_replace_clear,
             limits_clear_unknown_is_not_found,
             limits_set_rejects_policy_without_bound,

@@ -176,6 +176,25 @@ pub async fn limits_replace_keeps_rate_state(f: &dyn StoreFactory) {
     );
 }
 
+/// A policy created while jobs with its key already run counts them at once.
+pub async fn limits_new_policy_counts_jobs_already_running(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    for n in 0..3 {
+        enqueue(&*store, job("k", json!(n)).with_limit_key(limit_key("db"))).await;
+    }
+    assert_eq!(claim(&*store, &["k"], 2).await.len(), 2);
+    store.limit_set(max_running("db", 2)).await.unwrap();
+    store.limit_set(max_running("kind:k", 5)).await.unwrap();
+    let list = store.limits_list().await.unwrap();
+    let running: Vec<(String, u64)> = list
+        .iter()
+        .map(|s| (s.policy.key.to_string(), s.running))
+        .collect();
+    assert_eq!(running, vec![("db".into(), 2), ("kind:k".into(), 2)]);
+    assert!(claim(&*store, &["k"], 10).await.is_empty(), "db is full");
+}
+
 /// Policies are listed with usage, replaced in place, and cleared.
 pub async fn limits_set_list_replace_clear(f: &dyn StoreFactory) {
     let h = f.open(unbounded()).await;
