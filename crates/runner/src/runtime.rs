@@ -49,6 +49,38 @@ pub struct WorkerReport {
     pub pruned: u64,
 }
 
+impl std::fmt::Display for WorkerReport {
+    /// One line for people: `worker w1: claimed 10, succeeded 8, retried 1, ...`; counters
+    /// of maintenance work are shown only when not zero.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "worker {}: claimed {}, succeeded {}, retried {}, failed {}, cancelled {}, snoozed {}, released {}, lease lost {}",
+            self.worker_id,
+            self.claimed,
+            self.succeeded,
+            self.retried,
+            self.failed,
+            self.cancelled,
+            self.snoozed,
+            self.released,
+            self.lease_lost
+        )?;
+        for (name, value) in [
+            ("unwritten", self.unwritten),
+            ("rescued", self.rescued),
+            ("reconciled", self.reconciled),
+            ("schedule ticks fired", self.schedules_fired),
+            ("pruned", self.pruned),
+        ] {
+            if value > 0 {
+                write!(f, ", {name} {value}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Counters behind [`WorkerReport`].
 #[derive(Debug, Default)]
 pub(crate) struct Counters {

@@ -198,6 +198,8 @@ async fn jobs_run_and_succeed() {
     assert_eq!(report.claimed, 50);
     assert_eq!(report.succeeded, 50);
     assert_eq!(report.unwritten, 0);
+    let line = report.to_string();
+    assert!(line.starts_with("worker w1: claimed 50, succeeded 50,"), "{line}");
     // Deregistered on the way out.
     assert!(h.store.workers_list().await.unwrap().is_empty());
 }
