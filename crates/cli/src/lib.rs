@@ -1,1 +1,124 @@
-//! Placeholder.
+//! The `drover` command line (DESIGN.md section 7; issue #5), as a library so that an
+//! application binary with its own handlers gets the same `worker`, `serve`, `dev` and
+//! operator commands in a few lines:
+//!
+//! ```no_run
+//! use drover_core::JobKind;
+//! use drover_runner::{Outcome, Registry};
+//!
+//! fn main() -> std::process::ExitCode {
+//!     let mut registry = Registry::new();
+//!     registry.register_fn(JobKind::parse("email.send").expect("valid kind"), |_ctx| async {
+//!         Outcome::success()
+//!     });
+//!     drover_cli::run(registry)
+//! }
+//! ```
+//!
+//! Errors are printed as one line on stderr (`drover: ...`) with a non-zero exit code; no
+//! panic, no stack of internals.
+
+pub mod args;
+pub mod builtin;
+pub mod commands;
+pub mod context;
+pub mod env;
+pub mod jsonl;
+pub mod output;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use clap::Parser;
+use drover_runner::Registry;
+
+/// What an embedding application adds to the command line: its handlers, and whether the
+/// built-in kinds (`noop`, `sleep`, `fail`, and `exec` behind `--allow-exec`) are offered too.
+pub struct Extensions {
+    /// The application's handlers (and reconcilers, kind settings).
+    pub registry: Registry,
+    /// Register the built-in kinds as well.
+    pub builtin_kinds: bool,
+}
+
+/// Runs the command line of the process with `registry`'s handlers (and without the built-in
+/// kinds), and returns the exit code: 0 on success, 1 on an error (printed as one line), 2 on
+/// a usage error.
+pub fn run(registry: Registry) -> ExitCode {
+    run_with(
+        Extensions {
+            registry,
+            builtin_kinds: false,
+        },
+        std::env::args_os(),
+    )
+}
+
+/// Runs the stock `drover` binary: the built-in kinds only.
+pub fn run_stock() -> ExitCode {
+    run_with(
+        Extensions {
+            registry: Registry::new(),
+            builtin_kinds: true,
+        },
+        std::env::args_os(),
+    )
+}
+
+/// Runs the command line given by `args` (the first is the program name).
+pub fn run_with(extensions: Extensions, args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    let cli = match args::Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    init_tracing(cli.log.as_deref());
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("drover: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(commands::dispatch(cli, extensions)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("drover: {}", one_line(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// An error and its causes on one line, without repeating a cause already in the message.
+pub fn one_line(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !text.contains(&c) {
+            text.push_str(": ");
+            text.push_str(&c);
+        }
+    }
+    text.replace('\n', " ")
+}
+
+fn init_tracing(filter: Option<&str>) {
+    use tracing_subscriber::EnvFilter;
+    let filter = filter
+        .map(EnvFilter::new)
+        .or_else(|| EnvFilter::try_from_default_env().ok())
+        .unwrap_or_else(|| EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

@@ -110,7 +110,8 @@ impl ApiTokens {
             let n = index + 1;
             let bad = |why: &str| Error::invalid("tokens", format!("entry {n}: {why}"));
             let mut parts = item.rsplitn(3, ':');
-            let (Some(role), Some(tenant), Some(token)) = (parts.next(), parts.next(), parts.next())
+            let (Some(role), Some(tenant), Some(token)) =
+                (parts.next(), parts.next(), parts.next())
             else {
                 return Err(bad("must look like token:tenant:role"));
             };
@@ -120,7 +121,9 @@ impl ApiTokens {
                 )));
             }
             if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
-                return Err(bad("token must not contain whitespace or control characters"));
+                return Err(bad(
+                    "token must not contain whitespace or control characters",
+                ));
             }
             let role = match role {
                 "producer" => Role::Producer,
@@ -133,9 +136,7 @@ impl ApiTokens {
                 }
                 TenantScope::All
             } else {
-                TenantScope::One(
-                    TenantId::parse(tenant).map_err(|e| bad(&format!("tenant: {e}")))?,
-                )
+                TenantScope::One(TenantId::parse(tenant).map_err(|e| bad(&format!("tenant: {e}")))?)
             };
             let digest = digest(token);
             if entries.iter().any(|e| bool::from(e.digest.ct_eq(&digest))) {

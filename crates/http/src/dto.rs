@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use drover_core::{
-    CancelEffect, EnqueueStatus, Enqueued, Job, JobKind, LimitKey, NewJob, QueueInfo,
-    QueueName, QueueSnapshot, RunAt, TenantId, WorkerInfo,
+    CancelEffect, EnqueueStatus, Enqueued, Job, JobKind, LimitKey, NewJob, QueueInfo, QueueName,
+    QueueSnapshot, RunAt, TenantId, WorkerInfo,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -95,7 +95,9 @@ impl EnqueueRequest {
                 "only the operator role may enqueue the exec kind",
             ));
         }
-        let args = self.args.unwrap_or_else(|| Value::Object(Default::default()));
+        let args = self
+            .args
+            .unwrap_or_else(|| Value::Object(Default::default()));
         let mut job = NewJob::new(kind, args);
         if let Some(queue) = self.queue {
             job.queue = QueueName::parse(queue).map_err(store_err)?;
@@ -106,16 +108,23 @@ impl EnqueueRequest {
         }
         match (self.run_at, self.delay_ms) {
             (Some(_), Some(_)) => {
-                return Err(ApiError::invalid("run_at", "give run_at or delay_ms, not both"))
+                return Err(ApiError::invalid(
+                    "run_at",
+                    "give run_at or delay_ms, not both",
+                ))
             }
             (Some(at), None) => {
                 let at = DateTime::parse_from_rfc3339(&at).map_err(|_| {
-                    ApiError::invalid("run_at", "must be an RFC 3339 instant such as 2026-12-01T10:00:00Z")
+                    ApiError::invalid(
+                        "run_at",
+                        "must be an RFC 3339 instant such as 2026-12-01T10:00:00Z",
+                    )
                 })?;
                 job.run_at = Some(RunAt::At(at.with_timezone(&Utc)));
             }
             (None, Some(ms)) => {
-                let max = i64::try_from(drover_core::job::DELAY_MAX.as_millis()).unwrap_or(i64::MAX);
+                let max =
+                    i64::try_from(drover_core::job::DELAY_MAX.as_millis()).unwrap_or(i64::MAX);
                 let ms: u64 = int_in("delay_ms", ms, 0, max)?;
                 job.run_at = Some(RunAt::After(Duration::from_millis(ms)));
             }
@@ -157,7 +166,10 @@ impl EnqueueRequest {
 ///
 /// # Errors
 /// 400 for a malformed tenant; 403 when a tenant-scoped caller names another tenant.
-pub fn resolve_tenant(principal: &Principal, requested: Option<String>) -> Result<TenantId, ApiError> {
+pub fn resolve_tenant(
+    principal: &Principal,
+    requested: Option<String>,
+) -> Result<TenantId, ApiError> {
     let requested = requested
         .map(TenantId::parse)
         .transpose()
@@ -380,7 +392,10 @@ impl QueueView {
     pub fn new(name: &QueueName, info: Option<&QueueInfo>, snap: Option<&QueueSnapshot>) -> Self {
         QueueView {
             name: name.to_string(),
-            paused: info.map(|i| i.paused).or(snap.map(|s| s.paused)).unwrap_or(false),
+            paused: info
+                .map(|i| i.paused)
+                .or(snap.map(|s| s.paused))
+                .unwrap_or(false),
             paused_at: info.and_then(|i| i.paused_at),
             counts: snap
                 .map(|s| {

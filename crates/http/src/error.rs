@@ -92,7 +92,11 @@ impl ApiError {
 
     /// 404 for a job the caller may not see (same answer as a missing one).
     pub fn job_not_found(id: &str) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not_found", format!("job {id} not found"))
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("job {id} not found"),
+        )
     }
 
     /// 404 for an unknown route.
@@ -131,7 +135,12 @@ impl ApiError {
     pub fn in_field(mut self, prefix: &str) -> Self {
         if let Some(field) = self.body.error.field.take() {
             let prefixed = format!("{prefix}.{field}");
-            if let Some(rest) = self.body.error.message.strip_prefix(&format!("invalid {field}:")) {
+            if let Some(rest) = self
+                .body
+                .error
+                .message
+                .strip_prefix(&format!("invalid {field}:"))
+            {
                 self.body.error.message = format!("invalid {prefixed}:{rest}");
             }
             self.body.error.field = Some(prefixed);
@@ -149,6 +158,11 @@ impl ApiError {
     pub fn into_unavailable(mut self) -> Self {
         self.status = StatusCode::SERVICE_UNAVAILABLE;
         self
+    }
+
+    /// The error's message.
+    pub fn message(&self) -> &str {
+        &self.body.error.message
     }
 
     /// The status code.
@@ -181,7 +195,8 @@ impl ApiError {
                 else {
                     unreachable!("matched above")
                 };
-                let mut answer = Self::new(StatusCode::TOO_MANY_REQUESTS, "quota_exceeded", message);
+                let mut answer =
+                    Self::new(StatusCode::TOO_MANY_REQUESTS, "quota_exceeded", message);
                 let mut details = serde_json::json!({
                     "limit": quota.setting(),
                     "current": current,
@@ -196,11 +211,15 @@ impl ApiError {
             e @ Error::InvalidTransition { .. } => {
                 Self::new(StatusCode::CONFLICT, "invalid_transition", e.to_string())
             }
-            e @ Error::LeaseLost { .. } => Self::new(StatusCode::CONFLICT, "lease_lost", e.to_string()),
-            e @ Error::Unavailable { .. } => {
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", e.to_string())
-                    .with_retry_after(1)
+            e @ Error::LeaseLost { .. } => {
+                Self::new(StatusCode::CONFLICT, "lease_lost", e.to_string())
             }
+            e @ Error::Unavailable { .. } => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                e.to_string(),
+            )
+            .with_retry_after(1),
             e @ Error::Fatal { .. } => {
                 Self::new(StatusCode::INTERNAL_SERVER_ERROR, "fatal", e.to_string())
             }

@@ -23,9 +23,7 @@ impl FromRequestParts<ApiState> for Principal {
                     .get(header::AUTHORIZATION)
                     .and_then(|v| v.to_str().ok())
                     .ok_or_else(ApiError::unauthorized)?;
-                let (scheme, token) = value
-                    .split_once(' ')
-                    .ok_or_else(ApiError::unauthorized)?;
+                let (scheme, token) = value.split_once(' ').ok_or_else(ApiError::unauthorized)?;
                 if !scheme.eq_ignore_ascii_case("bearer") {
                     return Err(ApiError::unauthorized());
                 }
@@ -98,7 +96,11 @@ fn describe(e: &serde_json::Error) -> String {
     use serde_json::error::Category;
     match e.classify() {
         Category::Syntax | Category::Eof => {
-            format!("is not valid JSON (line {}, column {})", e.line(), e.column())
+            format!(
+                "is not valid JSON (line {}, column {})",
+                e.line(),
+                e.column()
+            )
         }
         Category::Data | Category::Io => {
             let text = e.to_string();
@@ -139,26 +141,41 @@ mod tests {
     }
 
     fn futures_body(response: axum::response::Response) -> serde_json::Value {
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
         rt.block_on(async {
-            let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+            let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+                .await
+                .unwrap();
             serde_json::from_slice(&bytes).unwrap()
         })
     }
 
     #[test]
     fn errors_name_the_field() {
-        assert_eq!(field_of::<EnqueueRequest>(r#"{"kind": "a", "bogus": 1}"#), "bogus");
+        assert_eq!(
+            field_of::<EnqueueRequest>(r#"{"kind": "a", "bogus": 1}"#),
+            "bogus"
+        );
         assert_eq!(
             field_of::<BatchEnqueueRequest>(r#"{"jobs": [{"kind": "a", "x": 1}]}"#),
             "jobs[0].x"
         );
-        assert_eq!(field_of::<EnqueueRequest>(r#"{"kind": "a", "max_attempts": "x"}"#), "max_attempts");
-        assert_eq!(field_of::<EnqueueRequest>(r#"{"kind": "a", "priority": 1.5}"#), "priority");
+        assert_eq!(
+            field_of::<EnqueueRequest>(r#"{"kind": "a", "max_attempts": "x"}"#),
+            "max_attempts"
+        );
+        assert_eq!(
+            field_of::<EnqueueRequest>(r#"{"kind": "a", "priority": 1.5}"#),
+            "priority"
+        );
         assert_eq!(field_of::<EnqueueRequest>(r#"{"kind": 5}"#), "kind");
         assert_eq!(field_of::<EnqueueRequest>(r#"{"kind": "a""#), "body");
         assert_eq!(
-            field_of::<BatchEnqueueRequest>(r#"{"jobs": [{"kind": "a"}, {"kind": "b", "max_attempts": 1e40}]}"#),
+            field_of::<BatchEnqueueRequest>(
+                r#"{"jobs": [{"kind": "a"}, {"kind": "b", "max_attempts": 1e40}]}"#
+            ),
             "jobs[1].max_attempts"
         );
     }

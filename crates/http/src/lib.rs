@@ -111,7 +111,12 @@ impl ApiState {
 
     /// Maps a store error to its answer with this API's `Retry-After`.
     pub fn error(&self, e: drover_core::Error) -> ApiError {
-        if !e.is_transient() && !matches!(e, drover_core::Error::InvalidInput { .. } | drover_core::Error::NotFound { .. }) {
+        if !e.is_transient()
+            && !matches!(
+                e,
+                drover_core::Error::InvalidInput { .. } | drover_core::Error::NotFound { .. }
+            )
+        {
             tracing::debug!(code = e.code(), "request refused");
         }
         ApiError::from_store(e, self.inner.config.retry_after_secs)

@@ -157,6 +157,35 @@ impl ProcessMetrics {
     }
 }
 
+impl drover_runner::Metrics for ProcessMetrics {
+    fn job_enqueued(&self, kind: &drover_core::JobKind, _queue: &drover_core::QueueName) {
+        self.record_enqueued(kind.as_str());
+    }
+
+    fn job_started(&self, kind: &drover_core::JobKind, _queue: &drover_core::QueueName) {
+        self.record_started(kind.as_str());
+    }
+
+    fn job_finished(
+        &self,
+        kind: &drover_core::JobKind,
+        _queue: &drover_core::QueueName,
+        outcome: drover_runner::JobOutcome,
+        duration: std::time::Duration,
+    ) {
+        self.record_outcome(kind.as_str(), outcome.as_str(), duration.as_secs_f64());
+    }
+
+    fn job_rescued(
+        &self,
+        kind: &drover_core::JobKind,
+        _queue: &drover_core::QueueName,
+        _to: JobState,
+    ) {
+        self.record_rescued(kind.as_str());
+    }
+}
+
 /// Renders the queue gauges of `snapshot` (`drover_jobs{queue,state}`,
 /// `drover_queue_lag_seconds{queue}`, `drover_jobs_running{queue}`,
 /// `drover_queue_paused{queue}`, `drover_jobs_ready{queue}`) and, when given, the process
@@ -232,10 +261,22 @@ mod tests {
         let process = ProcessMetrics::default();
         process.record_outcome("email.send", "succeeded", 0.01);
         let text = render(&snapshot, Some(&process));
-        assert!(text.contains(r#"drover_jobs{queue="mail",state="queued"} 3"#), "{text}");
-        assert!(text.contains(r#"drover_queue_lag_seconds{queue="mail"} 1.5"#), "{text}");
-        assert!(text.contains(r#"drover_jobs_running{queue="mail"} 1"#), "{text}");
-        assert!(text.contains(r#"drover_queue_paused{queue="mail"} 1"#), "{text}");
+        assert!(
+            text.contains(r#"drover_jobs{queue="mail",state="queued"} 3"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"drover_queue_lag_seconds{queue="mail"} 1.5"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"drover_jobs_running{queue="mail"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"drover_queue_paused{queue="mail"} 1"#),
+            "{text}"
+        );
         assert!(
             text.contains(r#"drover_job_outcomes_total{kind="email.send",outcome="succeeded"} 1"#),
             "{text}"

@@ -22,7 +22,10 @@ fn idempotency_header(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     match headers.get("idempotency-key") {
         None => Ok(None),
         Some(v) => v.to_str().map(|s| Some(s.to_owned())).map_err(|_| {
-            ApiError::invalid("idempotency_key", "the Idempotency-Key header must be visible ASCII")
+            ApiError::invalid(
+                "idempotency_key",
+                "the Idempotency-Key header must be visible ASCII",
+            )
         }),
     }
 }
@@ -70,7 +73,11 @@ pub async fn enqueue_job(
 ) -> Result<Response, ApiError> {
     let key = idempotency_header(&headers)?;
     let job = request.into_new_job(&principal, key)?;
-    let answer = state.store().job_enqueue(job).await.map_err(|e| state.error(e))?;
+    let answer = state
+        .store()
+        .job_enqueue(job)
+        .await
+        .map_err(|e| state.error(e))?;
     let status = match answer.status {
         EnqueueStatus::Created => {
             state.count_enqueued(answer.job.kind.as_str());
@@ -107,7 +114,10 @@ pub async fn enqueue_batch(
     if request.jobs.is_empty() || request.jobs.len() > BATCH_MAX {
         return Err(ApiError::invalid(
             "jobs",
-            format!("must hold 1 to {BATCH_MAX} jobs, got {}", request.jobs.len()),
+            format!(
+                "must hold 1 to {BATCH_MAX} jobs, got {}",
+                request.jobs.len()
+            ),
         ));
     }
     let jobs = request
@@ -115,13 +125,18 @@ pub async fn enqueue_batch(
         .into_iter()
         .enumerate()
         .map(|(i, item)| {
-            item.into_new_job(&principal, None).map_err(|e| match e.status() {
-                StatusCode::BAD_REQUEST => e.in_field(&format!("jobs[{i}]")),
-                _ => e,
-            })
+            item.into_new_job(&principal, None)
+                .map_err(|e| match e.status() {
+                    StatusCode::BAD_REQUEST => e.in_field(&format!("jobs[{i}]")),
+                    _ => e,
+                })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let answers = state.store().jobs_enqueue(jobs).await.map_err(|e| state.error(e))?;
+    let answers = state
+        .store()
+        .jobs_enqueue(jobs)
+        .await
+        .map_err(|e| state.error(e))?;
     let mut created = false;
     for a in &answers {
         if a.status == EnqueueStatus::Created {
@@ -129,14 +144,20 @@ pub async fn enqueue_batch(
             state.count_enqueued(a.job.kind.as_str());
         }
     }
-    let status = if created { StatusCode::ACCEPTED } else { StatusCode::OK };
+    let status = if created {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
     let body = BatchEnqueueResponse {
         results: answers.into_iter().map(EnqueueResponse::from).collect(),
     };
     Ok((status, Json(body)).into_response())
 }
 
-const LIST_PARAMS: [&str; 7] = ["queue", "state", "kind", "tenant", "meta", "limit", "cursor"];
+const LIST_PARAMS: [&str; 7] = [
+    "queue", "state", "kind", "tenant", "meta", "limit", "cursor",
+];
 
 /// List jobs newest first. Filters combine with AND; `meta` is a JSON object matched by
 /// containment; `cursor` is the previous page's `next_cursor`. A tenant-scoped token sees
@@ -194,12 +215,18 @@ pub async fn list_jobs(
         (TenantScope::One(own), None) => Some(own.clone()),
         (TenantScope::One(own), Some(t)) if &t == own => Some(t),
         (TenantScope::One(_), Some(_)) => {
-            return Err(ApiError::forbidden("this token may only list its own tenant's jobs"))
+            return Err(ApiError::forbidden(
+                "this token may only list its own tenant's jobs",
+            ))
         }
     };
     if let Some(m) = params.get("meta") {
-        let value: serde_json::Value = serde_json::from_str(m)
-            .map_err(|_| ApiError::invalid("meta", "must be a JSON object, e.g. {\"customer\":\"acme\"}"))?;
+        let value: serde_json::Value = serde_json::from_str(m).map_err(|_| {
+            ApiError::invalid(
+                "meta",
+                "must be a JSON object, e.g. {\"customer\":\"acme\"}",
+            )
+        })?;
         query.meta = Some(value);
     }
     if let Some(l) = params.get("limit") {
@@ -211,10 +238,9 @@ pub async fn list_jobs(
         query.limit = limit;
     }
     if let Some(c) = params.get("cursor") {
-        query.before = Some(
-            c.parse::<JobId>()
-                .map_err(|_| ApiError::invalid("cursor", "must be the next_cursor of a previous page"))?,
-        );
+        query.before = Some(c.parse::<JobId>().map_err(|_| {
+            ApiError::invalid("cursor", "must be the next_cursor of a previous page")
+        })?);
     }
     let page = state.store().jobs_list(query).await.map_err(store_err)?;
     Ok(Json(JobListResponse {
@@ -268,7 +294,11 @@ pub async fn cancel_job(
     Path(id): Path<String>,
 ) -> Result<Json<CancelResponse>, ApiError> {
     let job = visible_job(&state, &principal, &id).await?;
-    let outcome = state.store().job_cancel(job.id).await.map_err(|e| state.error(e))?;
+    let outcome = state
+        .store()
+        .job_cancel(job.id)
+        .await
+        .map_err(|e| state.error(e))?;
     Ok(Json(CancelResponse::new(outcome.effect, outcome.job)))
 }
 
@@ -298,6 +328,10 @@ pub async fn retry_job(
         return Err(ApiError::forbidden("retry needs the operator role"));
     }
     let job = visible_job(&state, &principal, &id).await?;
-    let job = state.store().job_retry(job.id).await.map_err(|e| state.error(e))?;
+    let job = state
+        .store()
+        .job_retry(job.id)
+        .await
+        .map_err(|e| state.error(e))?;
     Ok(Json(JobResponse { job: job.into() }))
 }

@@ -57,7 +57,9 @@ fn require_operator(principal: &Principal, action: &str) -> Result<(), ApiError>
     if principal.role == Role::Operator {
         Ok(())
     } else {
-        Err(ApiError::forbidden(format!("{action} needs the operator role")))
+        Err(ApiError::forbidden(format!(
+            "{action} needs the operator role"
+        )))
     }
 }
 
@@ -82,7 +84,11 @@ pub async fn pause_queue(
 ) -> Result<Json<QueueStateResponse>, ApiError> {
     require_operator(&principal, "pausing a queue")?;
     let queue = queue_name(&state, &name)?;
-    let info = state.store().queue_pause(queue).await.map_err(|e| state.error(e))?;
+    let info = state
+        .store()
+        .queue_pause(queue)
+        .await
+        .map_err(|e| state.error(e))?;
     Ok(Json(info.into()))
 }
 
@@ -107,7 +113,11 @@ pub async fn resume_queue(
 ) -> Result<Json<QueueStateResponse>, ApiError> {
     require_operator(&principal, "resuming a queue")?;
     let queue = queue_name(&state, &name)?;
-    let info = state.store().queue_resume(queue).await.map_err(|e| state.error(e))?;
+    let info = state
+        .store()
+        .queue_resume(queue)
+        .await
+        .map_err(|e| state.error(e))?;
     Ok(Json(info.into()))
 }
 
@@ -126,7 +136,11 @@ pub async fn list_workers(
     State(state): State<ApiState>,
     _principal: Principal,
 ) -> Result<Json<WorkerListResponse>, ApiError> {
-    let workers = state.store().workers_list().await.map_err(|e| state.error(e))?;
+    let workers = state
+        .store()
+        .workers_list()
+        .await
+        .map_err(|e| state.error(e))?;
     Ok(Json(WorkerListResponse {
         workers: workers.into_iter().map(Into::into).collect(),
     }))

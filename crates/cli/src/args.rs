@@ -1,0 +1,442 @@
+//! The command line grammar (clap derive). Every command's `--help` ends with an example.
+//! Only this crate reads environment variables (`DROVER_*`); see [`crate::env`].
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Drover: durable background jobs on PostgreSQL.
+#[derive(Debug, Parser)]
+#[command(
+    name = "drover",
+    version,
+    about = "Durable background jobs on PostgreSQL: workers, operator commands, HTTP API",
+    after_help = "Examples:\n  drover dev --jobs examples/jobs.jsonl\n  drover --database-url postgres://app@db/app migrate\n  drover worker --queue default --queue mail --slots 8\n  drover jobs list --state failed --json"
+)]
+pub struct Cli {
+    /// PostgreSQL URL, e.g. postgres://user@host:5432/db (or DROVER_DATABASE_URL).
+    #[arg(
+        long,
+        global = true,
+        env = "DROVER_DATABASE_URL",
+        hide_env_values = true
+    )]
+    pub database_url: Option<String>,
+
+    /// Print machine-readable JSON instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// Log filter for diagnostics on stderr (e.g. info, drover_runner=debug; or RUST_LOG).
+    #[arg(long, global = true, value_name = "FILTER")]
+    pub log: Option<String>,
+
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Top-level commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Apply pending database migrations (run before starting new workers).
+    #[command(after_help = "Example:\n  drover --database-url postgres://app@db/app migrate")]
+    Migrate,
+    /// Inspect database migrations.
+    #[command(subcommand)]
+    Migrations(MigrationsCommand),
+    /// Run a worker: claim and run jobs until SIGTERM or Ctrl-C.
+    #[command(
+        after_help = "Examples:\n  drover worker --queue default --queue mail --slots 8\n  drover worker --slots 4 --pool long:reports:1:report.build\n  drover worker --allow-exec /usr/bin/convert"
+    )]
+    Worker(WorkerArgs),
+    /// Enqueue one job, or many from a JSON Lines file.
+    #[command(
+        after_help = "Examples:\n  drover enqueue email.send --args '{\"to\":\"a@example.com\"}' --queue mail\n  drover enqueue report.build --delay 10m --unique-key report:2026-11\n  drover enqueue --file jobs.jsonl"
+    )]
+    Enqueue(EnqueueArgs),
+    /// List, inspect, cancel and retry jobs.
+    #[command(subcommand)]
+    Jobs(JobsCommand),
+    /// List, pause and resume queues.
+    #[command(subcommand)]
+    Queues(QueuesCommand),
+    /// Inspect worker processes.
+    #[command(subcommand)]
+    Workers(WorkersCommand),
+    /// Manage limit policies (max running and rate per key).
+    #[command(subcommand)]
+    Limits(LimitsCommand),
+    /// Manage cron schedules.
+    #[command(subcommand)]
+    Schedules(SchedulesCommand),
+    /// Counts per queue and state, ready and running jobs, and lag.
+    #[command(after_help = "Example:\n  drover snapshot --json")]
+    Snapshot,
+    /// Print Prometheus metrics (OpenMetrics text).
+    #[command(after_help = "Example:\n  drover metrics > /var/lib/node_exporter/drover.prom")]
+    Metrics,
+    /// Delete finished jobs older than the retention, in bounded batches.
+    #[command(after_help = "Example:\n  drover prune --older-than 30d")]
+    Prune(PruneArgs),
+    /// Serve the HTTP API (optionally with a worker in the same process).
+    #[command(
+        after_help = "Examples:\n  DROVER_API_TOKENS=$TOKENS drover serve --listen 0.0.0.0:8080\n  drover serve --listen 127.0.0.1:8080 --tokens /etc/drover/tokens --worker --queue default"
+    )]
+    Serve(ServeArgs),
+    /// Development mode on the in-memory store: enqueue jobs, work them, report outcomes.
+    #[command(
+        after_help = "Examples:\n  drover dev --jobs examples/jobs.jsonl\n  drover dev --json\n  drover dev --listen 127.0.0.1:8080"
+    )]
+    Dev(DevArgs),
+    /// Print shell completions.
+    #[command(after_help = "Example:\n  drover completions bash > /etc/bash_completion.d/drover")]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+}
+
+/// `drover migrations ...`
+#[derive(Debug, Subcommand)]
+pub enum MigrationsCommand {
+    /// List applied and pending migrations.
+    #[command(after_help = "Example:\n  drover migrations list --json")]
+    List,
+}
+
+/// Worker settings shared by `worker`, `serve --worker` and `dev`.
+#[derive(Debug, Clone, Args)]
+pub struct WorkerArgs {
+    /// A queue to serve (repeatable; default: `default`).
+    #[arg(long = "queue", value_name = "QUEUE")]
+    pub queues: Vec<String>,
+
+    /// Slots per queue: `--slots 8 --queue a --queue b` runs up to 16 jobs.
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    pub slots: usize,
+
+    /// An extra pool NAME:QUEUE[,QUEUE...]:SLOTS[:KIND[,KIND...]] (repeatable), e.g.
+    /// `long:reports:1:report.build` reserves one slot for a long-running kind.
+    #[arg(long = "pool", value_name = "SPEC")]
+    pub pools: Vec<String>,
+
+    /// Cap on concurrent executions of this process over all pools (or DROVER_MAX_CONCURRENT).
+    #[arg(long, env = "DROVER_MAX_CONCURRENT", value_name = "N")]
+    pub max_concurrent: Option<usize>,
+
+    /// Enable the `exec` kind for this program (repeatable; exact path; never a shell).
+    #[arg(long = "allow-exec", value_name = "PROGRAM")]
+    pub allow_exec: Vec<PathBuf>,
+
+    /// Lease length (e.g. 60s).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub lease: Option<Duration>,
+
+    /// Heartbeat interval (e.g. 15s).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub heartbeat: Option<Duration>,
+
+    /// Shutdown grace period for running jobs (e.g. 30s).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub shutdown_grace: Option<Duration>,
+
+    /// Retention of finished jobs (e.g. 7d).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub retention: Option<Duration>,
+
+    /// Most finished jobs deleted per retention pass.
+    #[arg(long, value_name = "N")]
+    pub prune_limit: Option<u32>,
+
+    /// Poll interval when no wake-up arrives (e.g. 1s; PgBouncer transaction mode relies on it).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub poll_interval: Option<Duration>,
+
+    /// Serve /metrics and /v1/ready on this address.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
+
+    /// Connections in the database pool (default: slots + 4).
+    #[arg(long, value_name = "N")]
+    pub db_connections: Option<u32>,
+
+    /// Turn off prepared-statement caching and LISTEN, for PgBouncer in transaction mode.
+    #[arg(long)]
+    pub pgbouncer: bool,
+}
+
+/// `drover enqueue ...`
+#[derive(Debug, Args)]
+pub struct EnqueueArgs {
+    /// The job's kind (omit with --file).
+    #[arg(required_unless_present = "file", conflicts_with = "file")]
+    pub kind: Option<String>,
+    /// Args as JSON (default {}).
+    #[arg(long, value_name = "JSON")]
+    pub args: Option<String>,
+    /// Queue (default `default`).
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// Priority; smaller runs first (default 0).
+    #[arg(long, allow_negative_numbers = true)]
+    pub priority: Option<i64>,
+    /// Absolute ready time, RFC 3339 (e.g. 2026-12-01T10:00:00Z).
+    #[arg(long, value_name = "TIME", conflicts_with = "delay")]
+    pub run_at: Option<String>,
+    /// Ready after this delay from the database clock (e.g. 30s, 10m).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub delay: Option<Duration>,
+    /// Attempt budget (1..=1000, default 3).
+    #[arg(long, allow_negative_numbers = true)]
+    pub max_attempts: Option<i64>,
+    /// Idempotency key: the same key with the same request returns the stored job.
+    #[arg(long)]
+    pub idempotency_key: Option<String>,
+    /// Unique key among the tenant's live jobs.
+    #[arg(long)]
+    pub unique_key: Option<String>,
+    /// Tenant (default `default`).
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Metadata as a JSON object.
+    #[arg(long, value_name = "JSON")]
+    pub meta: Option<String>,
+    /// A limit key the job is subject to (repeatable).
+    #[arg(long = "limit-key", value_name = "KEY")]
+    pub limit_keys: Vec<String>,
+    /// Enqueue every line of a JSON Lines file (one job object per line).
+    #[arg(long, value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// Jobs per batch with --file.
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    pub batch_size: usize,
+}
+
+/// `drover jobs ...`
+#[derive(Debug, Subcommand)]
+pub enum JobsCommand {
+    /// List jobs, newest first.
+    #[command(
+        after_help = "Examples:\n  drover jobs list --state failed\n  drover jobs list --queue mail --meta '{\"customer\":\"acme\"}' --json"
+    )]
+    List(ListArgs),
+    /// Show one job with its args, result and errors.
+    #[command(after_help = "Example:\n  drover jobs get 0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79")]
+    Get {
+        /// Job id.
+        id: String,
+    },
+    /// Cancel a job (a running job's handler is asked to stop).
+    #[command(after_help = "Example:\n  drover jobs cancel 0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79")]
+    Cancel {
+        /// Job id.
+        id: String,
+    },
+    /// Retry a finished job: same id and args, attempts reset.
+    #[command(after_help = "Example:\n  drover jobs retry 0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79")]
+    Retry {
+        /// Job id.
+        id: String,
+    },
+}
+
+/// Filters of `drover jobs list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only this queue.
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// Only this state (queued, running, reconciling, succeeded, failed, cancelled).
+    #[arg(long)]
+    pub state: Option<String>,
+    /// Only this kind.
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// Only this tenant.
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Only jobs whose meta contains this JSON object.
+    #[arg(long, value_name = "JSON")]
+    pub meta: Option<String>,
+    /// Page size (1..=1000).
+    #[arg(long, default_value_t = 50)]
+    pub limit: u32,
+    /// Continue after this job id (the `next` of a previous page).
+    #[arg(long, value_name = "ID")]
+    pub before: Option<String>,
+}
+
+/// `drover queues ...`
+#[derive(Debug, Subcommand)]
+pub enum QueuesCommand {
+    /// Queues with pause state and counts.
+    #[command(after_help = "Example:\n  drover queues list")]
+    List,
+    /// Pause a queue cluster-wide: no claims; running jobs finish.
+    #[command(after_help = "Example:\n  drover queues pause mail")]
+    Pause {
+        /// Queue name.
+        name: String,
+    },
+    /// Resume a paused queue.
+    #[command(after_help = "Example:\n  drover queues resume mail")]
+    Resume {
+        /// Queue name.
+        name: String,
+    },
+}
+
+/// `drover workers ...`
+#[derive(Debug, Subcommand)]
+pub enum WorkersCommand {
+    /// Registered workers: id, host, pid, queues, start, last heartbeat.
+    #[command(after_help = "Example:\n  drover workers list --json")]
+    List,
+}
+
+/// `drover limits ...`
+#[derive(Debug, Subcommand)]
+pub enum LimitsCommand {
+    /// Limit policies with current usage.
+    #[command(after_help = "Example:\n  drover limits list")]
+    List,
+    /// Create or replace a policy.
+    #[command(
+        after_help = "Examples:\n  drover limits set kind:email.send --max-running 5\n  drover limits set customer:42 --rate 100/1m"
+    )]
+    Set {
+        /// Key: kind:<kind>, queue:<queue>, or any key jobs name in limit_keys.
+        key: String,
+        /// Most jobs with the key running at once, cluster-wide.
+        #[arg(long)]
+        max_running: Option<u32>,
+        /// At most N claims per period: N/PERIOD (10/s, 100/1m, 5/30s, 1000/h).
+        #[arg(long)]
+        rate: Option<String>,
+    },
+    /// Remove a policy (held jobs become claimable).
+    #[command(after_help = "Example:\n  drover limits clear kind:email.send")]
+    Clear {
+        /// Key.
+        key: String,
+    },
+}
+
+/// `drover schedules ...`
+#[derive(Debug, Subcommand)]
+pub enum SchedulesCommand {
+    /// Schedules with their next tick.
+    #[command(after_help = "Example:\n  drover schedules list")]
+    List,
+    /// Create or replace a schedule.
+    #[command(
+        after_help = "Example:\n  drover schedules add nightly-report --cron '0 2 * * *' --timezone Europe/Berlin --kind report.build --args '{\"scope\":\"all\"}'"
+    )]
+    Add {
+        /// Schedule name.
+        name: String,
+        /// Cron expression: 5 fields (min hour day month weekday) or 6 with seconds first.
+        #[arg(long)]
+        cron: String,
+        /// Kind of the jobs it enqueues.
+        #[arg(long)]
+        kind: String,
+        /// Args as JSON (default {}).
+        #[arg(long, value_name = "JSON")]
+        args: Option<String>,
+        /// Queue (default `default`).
+        #[arg(long)]
+        queue: Option<String>,
+        /// IANA time zone the expression is read in (default UTC).
+        #[arg(long, default_value = "UTC")]
+        timezone: String,
+        /// Priority of the jobs.
+        #[arg(long, allow_negative_numbers = true)]
+        priority: Option<i64>,
+        /// Attempt budget of the jobs.
+        #[arg(long, allow_negative_numbers = true)]
+        max_attempts: Option<i64>,
+    },
+    /// Remove a schedule.
+    #[command(after_help = "Example:\n  drover schedules remove nightly-report")]
+    Remove {
+        /// Schedule name.
+        name: String,
+    },
+}
+
+/// `drover prune`
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// Delete finished jobs older than this (default 7d).
+    #[arg(long, value_parser = parse_duration, default_value = "7d", value_name = "DURATION")]
+    pub older_than: Duration,
+    /// Rows deleted per batch.
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    pub batch: u32,
+}
+
+/// `drover serve`
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// File of API tokens, one `token:tenant:role` per line (else DROVER_API_TOKENS).
+    #[arg(long, value_name = "FILE")]
+    pub tokens: Option<PathBuf>,
+    /// Serve without authentication (development only; every caller is an operator).
+    #[arg(long)]
+    pub insecure_no_auth: bool,
+    /// Largest request body in bytes.
+    #[arg(long, default_value_t = drover_http::MAX_BODY_BYTES_DEFAULT)]
+    pub max_body_bytes: usize,
+    /// Also run a worker in this process (with the worker options below).
+    #[arg(long)]
+    pub worker: bool,
+    /// Worker options (used with --worker).
+    #[command(flatten)]
+    pub worker_args: WorkerArgs,
+}
+
+/// Output format of `drover dev`.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum DevOutput {
+    /// A table.
+    Table,
+    /// One JSON object.
+    Json,
+}
+
+/// `drover dev`
+#[derive(Debug, Args)]
+pub struct DevArgs {
+    /// JSON Lines file of jobs (default: a built-in demo set of 240 jobs).
+    #[arg(long, value_name = "FILE")]
+    pub jobs: Option<PathBuf>,
+    /// Also serve the HTTP API here (no auth unless DROVER_API_TOKENS is set) and keep running
+    /// after the jobs are done, until Ctrl-C.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Give up waiting for unfinished jobs after this long.
+    #[arg(long, value_parser = parse_duration, default_value = "5m", value_name = "DURATION")]
+    pub max_wait: Duration,
+    /// Hide the progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Worker options.
+    #[command(flatten)]
+    pub worker_args: WorkerArgs,
+}
+
+/// Parses `30s`, `10m`, `1h30m`, `7d`, `500ms` (humantime).
+///
+/// # Errors
+/// A message naming the accepted forms.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s)
+        .map_err(|e| format!("{e}; use forms like 500ms, 30s, 10m, 1h30m, 7d"))
+}

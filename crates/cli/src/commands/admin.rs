@@ -1,0 +1,441 @@
+//! Operator commands: migrate, migrations, queues, workers, limits, schedules, snapshot,
+//! metrics, prune.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Result};
+use drover_core::{
+    JobKind, JobState, LimitKey, LimitPolicy, NewSchedule, PruneJobs, QueueName, Rate, ScheduleName,
+};
+use serde_json::{json, Value};
+
+use crate::args::{LimitsCommand, PruneArgs, QueuesCommand, SchedulesCommand};
+use crate::context::{call, Ctx};
+use crate::output::{self, print_json, table};
+
+/// `drover migrate`.
+pub async fn migrate(ctx: &Ctx) -> Result<()> {
+    let store = ctx.postgres(2, false).await?;
+    let applied = drover_store_postgres::migrate(store.pool())
+        .await
+        .map_err(|e| ctx.explain(e))?;
+    let all = drover_store_postgres::applied_versions(store.pool())
+        .await
+        .map_err(|e| ctx.explain(e))?;
+    store.close().await;
+    if ctx.json {
+        return print_json(&json!({
+            "applied_now": applied,
+            "schema_version": all.iter().map(|m| m.version).max(),
+        }));
+    }
+    if applied.is_empty() {
+        println!(
+            "database is up to date (schema version {})",
+            all.iter().map(|m| m.version).max().unwrap_or(0)
+        );
+    } else {
+        println!(
+            "applied {} migration(s): {}",
+            applied.len(),
+            applied
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// `drover migrations list`: every migration this binary knows, applied or pending.
+pub async fn migrations_list(ctx: &Ctx) -> Result<()> {
+    let store = ctx.postgres(2, false).await?;
+    let applied = drover_store_postgres::applied_versions(store.pool())
+        .await
+        .map_err(|e| ctx.explain(e))?;
+    store.close().await;
+    let rows: Vec<Value> = drover_store_postgres::migrations()
+        .iter()
+        .map(|m| {
+            let done = applied.iter().find(|a| a.version == m.version);
+            json!({
+                "version": m.version,
+                "name": m.name,
+                "applied_at": done.map(|a| a.applied_at),
+                "state": if done.is_some() { "applied" } else { "pending" },
+            })
+        })
+        .collect();
+    if ctx.json {
+        return print_json(&rows);
+    }
+    let mut t = table(&["version", "name", "state", "applied at"]);
+    for r in &rows {
+        t.add_row(vec![
+            r["version"].to_string(),
+            r["name"].as_str().unwrap_or("").to_owned(),
+            r["state"].as_str().unwrap_or("").to_owned(),
+            r["applied_at"].as_str().unwrap_or("-").to_owned(),
+        ]);
+    }
+    println!("{t}");
+    Ok(())
+}
+
+/// `drover queues list|pause|resume`.
+pub async fn queues(ctx: &Ctx, command: QueuesCommand) -> Result<()> {
+    let store = ctx.store().await?;
+    let parse = |name: &str| QueueName::parse(name).map_err(|e| anyhow!("{e}"));
+    match command {
+        QueuesCommand::Pause { name } => {
+            let info = call(ctx, store.queue_pause(parse(&name)?)).await?;
+            if ctx.json {
+                return print_json(&info);
+            }
+            println!(
+                "queue {} paused: no worker claims from it; running jobs finish",
+                info.name
+            );
+        }
+        QueuesCommand::Resume { name } => {
+            let info = call(ctx, store.queue_resume(parse(&name)?)).await?;
+            if ctx.json {
+                return print_json(&info);
+            }
+            println!("queue {} resumed", info.name);
+        }
+        QueuesCommand::List => {
+            let infos = call(ctx, store.queues_list()).await?;
+            let snapshot = call(ctx, store.queue_snapshot()).await?;
+            let mut names: Vec<QueueName> = infos
+                .iter()
+                .map(|q| q.name.clone())
+                .chain(snapshot.queues.iter().map(|q| q.queue.clone()))
+                .collect();
+            names.sort();
+            names.dedup();
+            let rows: Vec<Value> = names
+                .iter()
+                .map(|name| {
+                    let info = infos.iter().find(|i| &i.name == name);
+                    let snap = snapshot.queues.iter().find(|s| &s.queue == name);
+                    json!({
+                        "name": name,
+                        "paused": info.map(|i| i.paused).or(snap.map(|s| s.paused)).unwrap_or(false),
+                        "paused_at": info.and_then(|i| i.paused_at),
+                        "queued": snap.map_or(0, |s| s.count(JobState::Queued)),
+                        "ready": snap.map_or(0, |s| s.ready),
+                        "running": snap.map_or(0, |s| s.running),
+                        "lag_seconds": snap.and_then(|s| s.oldest_ready_age_ms).map(|ms| ms as f64 / 1000.0),
+                    })
+                })
+                .collect();
+            if ctx.json {
+                return print_json(&rows);
+            }
+            let mut t = table(&["queue", "paused", "queued", "ready", "running", "lag"]);
+            for r in &rows {
+                t.add_row(vec![
+                    r["name"].as_str().unwrap_or("").to_owned(),
+                    if r["paused"].as_bool().unwrap_or(false) {
+                        "yes"
+                    } else {
+                        "no"
+                    }
+                    .to_owned(),
+                    r["queued"].to_string(),
+                    r["ready"].to_string(),
+                    r["running"].to_string(),
+                    r["lag_seconds"].as_f64().map_or_else(
+                        || "-".to_owned(),
+                        |s| output::duration(Duration::from_secs_f64(s)),
+                    ),
+                ]);
+            }
+            println!("{t}");
+        }
+    }
+    Ok(())
+}
+
+/// `drover workers list`.
+pub async fn workers_list(ctx: &Ctx) -> Result<()> {
+    let store = ctx.store().await?;
+    let workers = call(ctx, store.workers_list()).await?;
+    if ctx.json {
+        return print_json(&workers);
+    }
+    let now = call(ctx, store.now()).await?;
+    let mut t = table(&["id", "host", "pid", "queues", "started", "last heartbeat"]);
+    for w in &workers {
+        let ago = drover_core::clock::since(now, w.last_heartbeat_at);
+        t.add_row(vec![
+            w.id.to_string(),
+            w.host.clone(),
+            w.pid.to_string(),
+            w.queues
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+            output::time(w.started_at),
+            format!("{} ago", output::duration(ago)),
+        ]);
+    }
+    println!("{t}");
+    if workers.is_empty() {
+        println!("no workers registered");
+    }
+    Ok(())
+}
+
+/// `drover limits list|set|clear`.
+pub async fn limits(ctx: &Ctx, command: LimitsCommand) -> Result<()> {
+    let store = ctx.store().await?;
+    match command {
+        LimitsCommand::List => {
+            let limits = call(ctx, store.limits_list()).await?;
+            if ctx.json {
+                return print_json(&limits);
+            }
+            let mut t = table(&["key", "max running", "running", "rate", "rate available"]);
+            for l in &limits {
+                t.add_row(vec![
+                    l.policy.key.to_string(),
+                    l.policy
+                        .max_running
+                        .map_or_else(|| "-".to_owned(), |m| m.to_string()),
+                    l.running.to_string(),
+                    l.policy
+                        .rate
+                        .map_or_else(|| "-".to_owned(), |r| r.to_string()),
+                    l.rate_available
+                        .map_or_else(|| "-".to_owned(), |r| r.to_string()),
+                ]);
+            }
+            println!("{t}");
+            if limits.is_empty() {
+                println!("no limit policies");
+            }
+        }
+        LimitsCommand::Set {
+            key,
+            max_running,
+            rate,
+        } => {
+            let key = LimitKey::parse(key).map_err(|e| anyhow!("{e}"))?;
+            let rate = rate
+                .map(|r| r.parse::<Rate>())
+                .transpose()
+                .map_err(|e| anyhow!("{e}"))?;
+            let policy = LimitPolicy::new(key, max_running, rate)
+                .map_err(|e| anyhow!("{e} (use --max-running N and/or --rate N/PERIOD)"))?;
+            let policy = call(ctx, store.limit_set(policy)).await?;
+            if ctx.json {
+                return print_json(&policy);
+            }
+            println!("limit {} set", policy.key);
+        }
+        LimitsCommand::Clear { key } => {
+            let key = LimitKey::parse(key).map_err(|e| anyhow!("{e}"))?;
+            call(ctx, store.limit_clear(key.clone())).await?;
+            if ctx.json {
+                return print_json(&json!({"cleared": key}));
+            }
+            println!("limit {key} cleared; jobs it held are claimable again");
+        }
+    }
+    Ok(())
+}
+
+fn parse_json_arg(field: &str, text: Option<String>) -> Result<Value> {
+    match text {
+        None => Ok(json!({})),
+        Some(t) => {
+            serde_json::from_str(&t).map_err(|e| anyhow!("--{field} is not valid JSON: {e}"))
+        }
+    }
+}
+
+/// `drover schedules list|add|remove`.
+pub async fn schedules(ctx: &Ctx, command: SchedulesCommand) -> Result<()> {
+    let store = ctx.store().await?;
+    match command {
+        SchedulesCommand::List => {
+            let schedules = call(ctx, store.schedules_list()).await?;
+            let now = call(ctx, store.now()).await?;
+            let rows: Vec<Value> = schedules
+                .iter()
+                .map(|s| {
+                    let mut v = serde_json::to_value(s).unwrap_or(Value::Null);
+                    v["next_tick_at"] = json!(s.next_tick(now));
+                    v
+                })
+                .collect();
+            if ctx.json {
+                return print_json(&rows);
+            }
+            let mut t = table(&[
+                "name",
+                "cron",
+                "timezone",
+                "kind",
+                "queue",
+                "last tick",
+                "next tick",
+            ]);
+            for s in &schedules {
+                t.add_row(vec![
+                    s.name.to_string(),
+                    s.cron.clone(),
+                    s.timezone.clone(),
+                    s.kind.to_string(),
+                    s.queue.to_string(),
+                    output::opt_time(s.last_tick_at),
+                    output::opt_time(s.next_tick(now)),
+                ]);
+            }
+            println!("{t}");
+            if schedules.is_empty() {
+                println!("no schedules");
+            }
+        }
+        SchedulesCommand::Add {
+            name,
+            cron,
+            kind,
+            args,
+            queue,
+            timezone,
+            priority,
+            max_attempts,
+        } => {
+            let bad = |e: drover_core::Error| anyhow!("{e}");
+            let mut schedule = NewSchedule::new(
+                ScheduleName::parse(name).map_err(bad)?,
+                cron,
+                JobKind::parse(kind).map_err(bad)?,
+                parse_json_arg("args", args)?,
+            );
+            schedule.timezone = timezone;
+            if let Some(q) = queue {
+                schedule.queue = QueueName::parse(q).map_err(bad)?;
+            }
+            if let Some(p) = priority {
+                schedule.priority = i16::try_from(p)
+                    .map_err(|_| anyhow!("invalid priority: must be between -32768 and 32767"))?;
+            }
+            if let Some(m) = max_attempts {
+                schedule.max_attempts = i32::try_from(m)
+                    .map_err(|_| anyhow!("invalid max_attempts: must be between 1 and 1000"))?;
+            }
+            let stored = call(ctx, store.schedule_upsert(schedule)).await?;
+            let now = call(ctx, store.now()).await?;
+            if ctx.json {
+                return print_json(&stored);
+            }
+            println!(
+                "schedule {} saved; next tick {}",
+                stored.name,
+                output::opt_time(stored.next_tick(now))
+            );
+        }
+        SchedulesCommand::Remove { name } => {
+            let name = ScheduleName::parse(name).map_err(|e| anyhow!("{e}"))?;
+            call(ctx, store.schedule_remove(name.clone())).await?;
+            if ctx.json {
+                return print_json(&json!({"removed": name}));
+            }
+            println!("schedule {name} removed");
+        }
+    }
+    Ok(())
+}
+
+/// `drover snapshot`.
+pub async fn snapshot(ctx: &Ctx) -> Result<()> {
+    let store = ctx.store().await?;
+    let snapshot = call(ctx, store.queue_snapshot()).await?;
+    if ctx.json {
+        return print_json(&snapshot);
+    }
+    let mut header = vec!["queue", "paused"];
+    header.extend(JobState::ALL.iter().map(|s| s.as_str()));
+    header.extend(["ready", "oldest ready"]);
+    let mut t = table(&header);
+    for q in &snapshot.queues {
+        let mut row = vec![
+            q.queue.to_string(),
+            if q.paused { "yes" } else { "no" }.to_owned(),
+        ];
+        row.extend(JobState::ALL.iter().map(|s| q.count(*s).to_string()));
+        row.push(q.ready.to_string());
+        row.push(q.lag().map_or_else(|| "-".to_owned(), output::duration));
+        t.add_row(row);
+    }
+    println!("{t}");
+    println!("taken at {}", output::time(snapshot.taken_at));
+    Ok(())
+}
+
+/// `drover metrics`.
+pub async fn metrics(ctx: &Ctx) -> Result<()> {
+    let store = ctx.store().await?;
+    let snapshot = call(ctx, store.queue_snapshot()).await?;
+    print!("{}", drover_http::metrics::render(&snapshot, None));
+    Ok(())
+}
+
+/// `drover prune`: deletes in batches until none is left, with a progress spinner.
+pub async fn prune(ctx: &Ctx, args: PruneArgs) -> Result<()> {
+    if args.batch == 0 || args.batch > 100_000 {
+        return Err(anyhow!("invalid --batch: must be between 1 and 100000"));
+    }
+    let store = ctx.store().await?;
+    let started = Instant::now();
+    let bar = (!ctx.json).then(|| {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} pruned {pos} jobs ({per_sec}) {elapsed}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+        );
+        bar
+    });
+    let mut total: u64 = 0;
+    loop {
+        let deleted = call(
+            ctx,
+            store.jobs_prune(PruneJobs {
+                older_than: args.older_than,
+                limit: args.batch,
+            }),
+        )
+        .await?;
+        total += deleted;
+        if let Some(bar) = &bar {
+            bar.set_position(total);
+        }
+        if deleted < u64::from(args.batch) {
+            break;
+        }
+    }
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    if ctx.json {
+        return print_json(&json!({
+            "deleted": total,
+            "older_than_seconds": args.older_than.as_secs(),
+            "seconds": started.elapsed().as_secs_f64(),
+        }));
+    }
+    println!(
+        "deleted {total} finished job(s) older than {} in {}",
+        humantime::format_duration(args.older_than),
+        output::duration(started.elapsed())
+    );
+    Ok(())
+}

@@ -1,0 +1,361 @@
+//! `drover dev`: the development mode (issue #2 item 6). Runs a worker on the in-memory store
+//! (and says, once, that nothing persists), enqueues the jobs of a JSON Lines file or a
+//! built-in demo set, shows progress, and ends with the outcomes per kind, wall time and
+//! jobs/s (or one JSON object with `--json`). With `--listen` it also serves the HTTP API and
+//! keeps running until Ctrl-C.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::BufReader;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context, Result};
+use drover_core::{Backoff, JobKind, JobState, JobStore, NewJob, QueueName};
+use drover_http::{ApiConfig, ApiState, AuthMode, ProcessMetrics};
+use drover_runner::{JobOutcome, KindConfig, Metrics, Worker};
+use serde::Serialize;
+use serde_json::json;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::args::DevArgs;
+use crate::commands::{enqueue, worker};
+use crate::context::Ctx;
+use crate::jsonl::{self, RejectedLine};
+use crate::output::{self, table};
+use crate::{env, Extensions};
+
+/// Outcomes of one kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct KindCounts {
+    /// Jobs of the kind enqueued.
+    pub jobs: u64,
+    /// Ended succeeded.
+    pub succeeded: u64,
+    /// Ended failed (attempts spent or discarded).
+    pub failed: u64,
+    /// Failed attempts that were retried.
+    pub retried: u64,
+    /// Ended cancelled.
+    pub cancelled: u64,
+}
+
+/// The summary `drover dev` prints.
+#[derive(Debug, Clone, Serialize)]
+pub struct DevSummary {
+    /// Outcomes per kind.
+    pub kinds: BTreeMap<String, KindCounts>,
+    /// Jobs enqueued.
+    pub total: u64,
+    /// Jobs that reached a terminal state.
+    pub finished: u64,
+    /// Jobs still queued or running when the run ended (`--max-wait` or Ctrl-C).
+    pub unfinished: u64,
+    /// From the first enqueue to the last outcome, in seconds.
+    pub wall_seconds: f64,
+    /// `finished / wall_seconds`.
+    pub jobs_per_second: f64,
+    /// Input lines that were not enqueued, with their numbers.
+    pub rejected: Vec<RejectedLine>,
+}
+
+/// Counts outcomes per kind as the worker reports them, and wakes the waiting command on each.
+#[derive(Default)]
+struct DevCounter {
+    kinds: Mutex<BTreeMap<String, KindCounts>>,
+    finished: AtomicU64,
+    changed: Notify,
+}
+
+impl DevCounter {
+    fn count(&self, kind: &JobKind, f: impl FnOnce(&mut KindCounts), terminal: bool) {
+        {
+            let mut kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
+            f(kinds.entry(kind.to_string()).or_default());
+        }
+        if terminal {
+            self.finished.fetch_add(1, Ordering::SeqCst);
+        }
+        self.changed.notify_waiters();
+    }
+}
+
+struct DevMetrics {
+    counter: Arc<DevCounter>,
+    process: ProcessMetrics,
+}
+
+impl Metrics for DevMetrics {
+    fn job_enqueued(&self, kind: &JobKind, queue: &QueueName) {
+        self.process.job_enqueued(kind, queue);
+    }
+
+    fn job_started(&self, kind: &JobKind, queue: &QueueName) {
+        self.process.job_started(kind, queue);
+    }
+
+    fn job_finished(
+        &self,
+        kind: &JobKind,
+        queue: &QueueName,
+        outcome: JobOutcome,
+        duration: Duration,
+    ) {
+        self.process.job_finished(kind, queue, outcome, duration);
+        match outcome {
+            JobOutcome::Succeeded => self.counter.count(kind, |c| c.succeeded += 1, true),
+            JobOutcome::Failed => self.counter.count(kind, |c| c.failed += 1, true),
+            JobOutcome::Cancelled => self.counter.count(kind, |c| c.cancelled += 1, true),
+            JobOutcome::Retried => self.counter.count(kind, |c| c.retried += 1, false),
+            _ => {}
+        }
+    }
+
+    fn job_rescued(&self, kind: &JobKind, queue: &QueueName, to: JobState) {
+        self.process.job_rescued(kind, queue, to);
+        match to {
+            JobState::Failed => self.counter.count(kind, |c| c.failed += 1, true),
+            JobState::Cancelled => self.counter.count(kind, |c| c.cancelled += 1, true),
+            _ => {}
+        }
+    }
+}
+
+/// The built-in demo set: 240 jobs of every built-in kind over three queues; some fail and
+/// retry, some fail for good.
+pub fn demo_jobs() -> Vec<(usize, NewJob)> {
+    let lines = (0..240).map(|i| match i {
+        0..=99 => json!({"kind": "noop"}),
+        100..=159 => json!({"kind": "sleep", "args": {"ms": 5 + (i * 7) % 45}}),
+        160..=189 => json!({"kind": "fail", "args": {"fail_times": 1 + i % 2}, "max_attempts": 3}),
+        190..=209 => {
+            json!({"kind": "fail", "args": {"fail_times": 3}, "max_attempts": 2, "queue": "mail"})
+        }
+        _ => json!({"kind": "sleep", "args": {"ms": 20}, "queue": "reports", "priority": -1}),
+    });
+    lines
+        .enumerate()
+        .filter_map(|(i, v)| jsonl::parse_line(&v.to_string()).ok().map(|j| (i + 1, j)))
+        .collect()
+}
+
+/// Runs `drover dev`.
+pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()> {
+    if ctx.database_url.is_some() {
+        eprintln!("drover: dev always uses the in-memory store; the database URL is ignored");
+    }
+    let (jobs, mut rejected) = match &args.jobs {
+        Some(path) => {
+            let file =
+                File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+            let parsed = jsonl::read(BufReader::new(file))
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            (parsed.jobs, parsed.rejected)
+        }
+        None => (demo_jobs(), Vec::new()),
+    };
+    eprintln!("drover: in-memory development mode: nothing persists after exit");
+    let memory = drover_store_memory::MemoryStore::new(env::store_config()?);
+    let store: Arc<dyn JobStore> = Arc::new(memory);
+
+    let mut queues: Vec<QueueName> = jobs.iter().map(|(_, j)| j.queue.clone()).collect();
+    queues.push(QueueName::default_queue());
+    queues.sort();
+    queues.dedup();
+    let mut config = worker::worker_config(&args.worker_args, &queues)?;
+    if args.worker_args.poll_interval.is_none() {
+        // Retries become ready on their own clock; poll often so the demo does not idle.
+        config.poll_interval = Duration::from_millis(50);
+    }
+    let mut registry = extensions.registry;
+    crate::builtin::register(&mut registry, &args.worker_args.allow_exec);
+    registry.set_default_config(KindConfig::default().with_backoff(Backoff {
+        base: Duration::from_millis(50),
+        cap: Duration::from_secs(2),
+        jitter: 0.25,
+    }));
+    let registry = Arc::new(registry);
+
+    let counter = Arc::new(DevCounter::default());
+    let process = ProcessMetrics::default();
+    let metrics = Arc::new(DevMetrics {
+        counter: counter.clone(),
+        process: process.clone(),
+    });
+    let shutdown = CancellationToken::new();
+    worker::shutdown_on_signals(shutdown.clone());
+    let server = match args.listen {
+        Some(addr) => {
+            let auth = match env::api_tokens() {
+                Some(spec) => AuthMode::Tokens(
+                    drover_http::ApiTokens::parse(&spec).map_err(|e| anyhow!("{e}"))?,
+                ),
+                None => {
+                    eprintln!("drover: API without authentication (set DROVER_API_TOKENS to require tokens)");
+                    AuthMode::InsecureNoAuth
+                }
+            };
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr}"))?;
+            let state = ApiState::new(
+                store.clone(),
+                auth,
+                ApiConfig::default(),
+                Some(process.clone()),
+            );
+            eprintln!("drover: API on http://{addr}/v1 (OpenAPI at /v1/openapi.json)");
+            Some(tokio::spawn(drover_http::serve(
+                listener,
+                drover_http::router(state),
+                shutdown.clone(),
+            )))
+        }
+        None => None,
+    };
+
+    let started = Instant::now();
+    let worker = Worker::new(store.clone(), registry, config)
+        .map_err(|e| anyhow!("{e}"))?
+        .metrics(metrics);
+    let worker_task = tokio::spawn(worker.run(shutdown.clone()));
+
+    let loaded = enqueue::load(store.as_ref(), jobs, 1000, None)
+        .await
+        .map_err(|e| anyhow!("{e}"))?;
+    rejected.extend(loaded.rejected);
+    rejected.sort_by_key(|r| r.line);
+    for r in &rejected {
+        eprintln!("drover: line {}: {}", r.line, r.error);
+    }
+    let total = loaded.created.len() as u64;
+    {
+        let mut kinds = counter.kinds.lock().unwrap_or_else(|e| e.into_inner());
+        for job in &loaded.created {
+            kinds.entry(job.kind.to_string()).or_default().jobs += 1;
+        }
+    }
+
+    let bar = (!args.quiet && !ctx.json).then(|| {
+        let bar = indicatif::ProgressBar::new(total);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} jobs done {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
+    let deadline = tokio::time::Instant::now() + args.max_wait;
+    loop {
+        let changed = counter.changed.notified();
+        let finished = counter.finished.load(Ordering::SeqCst);
+        if let Some(bar) = &bar {
+            bar.set_position(finished);
+        }
+        if finished >= total || shutdown.is_cancelled() {
+            break;
+        }
+        tokio::select! {
+            () = changed => {}
+            () = shutdown.cancelled() => break,
+            () = tokio::time::sleep_until(deadline) => {
+                eprintln!("drover: gave up waiting after {} (--max-wait)", humantime::format_duration(args.max_wait));
+                break;
+            }
+        }
+    }
+    let wall = started.elapsed();
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let finished = counter.finished.load(Ordering::SeqCst).min(total);
+    let summary = DevSummary {
+        kinds: counter
+            .kinds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone(),
+        total,
+        finished,
+        unfinished: total - finished,
+        wall_seconds: wall.as_secs_f64(),
+        jobs_per_second: if wall.as_secs_f64() > 0.0 {
+            finished as f64 / wall.as_secs_f64()
+        } else {
+            0.0
+        },
+        rejected,
+    };
+    print_summary(ctx, &summary)?;
+
+    if server.is_some() && !shutdown.is_cancelled() {
+        eprintln!("drover: still serving the API and working jobs; Ctrl-C to stop");
+        shutdown.cancelled().await;
+    }
+    shutdown.cancel();
+    let report = worker_task
+        .await
+        .map_err(|e| anyhow!("the worker task failed: {e}"))?;
+    if let Some(server) = server {
+        let _ = server.await;
+    }
+    report.map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}
+
+fn print_summary(ctx: &Ctx, s: &DevSummary) -> Result<()> {
+    if ctx.json {
+        return output::print_json(s);
+    }
+    let mut t = table(&[
+        "kind",
+        "jobs",
+        "succeeded",
+        "failed",
+        "retried",
+        "cancelled",
+    ]);
+    let mut sum = KindCounts::default();
+    for (kind, c) in &s.kinds {
+        t.add_row(vec![
+            kind.clone(),
+            c.jobs.to_string(),
+            c.succeeded.to_string(),
+            c.failed.to_string(),
+            c.retried.to_string(),
+            c.cancelled.to_string(),
+        ]);
+        sum.jobs += c.jobs;
+        sum.succeeded += c.succeeded;
+        sum.failed += c.failed;
+        sum.retried += c.retried;
+        sum.cancelled += c.cancelled;
+    }
+    t.add_row(vec![
+        "total".to_owned(),
+        sum.jobs.to_string(),
+        sum.succeeded.to_string(),
+        sum.failed.to_string(),
+        sum.retried.to_string(),
+        sum.cancelled.to_string(),
+    ]);
+    println!("{t}");
+    println!(
+        "{} jobs finished in {} ({:.0} jobs/s){}{}",
+        s.finished,
+        output::duration(Duration::from_secs_f64(s.wall_seconds)),
+        s.jobs_per_second,
+        if s.unfinished > 0 {
+            format!(", {} unfinished", s.unfinished)
+        } else {
+            String::new()
+        },
+        if s.rejected.is_empty() {
+            String::new()
+        } else {
+            format!(", {} input line(s) rejected", s.rejected.len())
+        },
+    );
+    Ok(())
+}

@@ -1,0 +1,183 @@
+//! `drover jobs list|get|cancel|retry`.
+
+use anyhow::{anyhow, Result};
+use drover_core::{CancelEffect, Job, JobId, JobKind, JobState, ListJobs, QueueName, TenantId};
+use serde_json::json;
+
+use crate::args::{JobsCommand, ListArgs};
+use crate::context::{call, Ctx};
+use crate::output::{self, print_json, table};
+
+fn job_id(id: &str) -> Result<JobId> {
+    id.parse().map_err(|e: drover_core::Error| anyhow!("{e}"))
+}
+
+/// Runs a `jobs` subcommand.
+pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
+    let store = ctx.store().await?;
+    match command {
+        JobsCommand::List(args) => {
+            let query = list_query(args)?;
+            let page = call(ctx, store.jobs_list(query)).await?;
+            if ctx.json {
+                return print_json(&page);
+            }
+            let mut t = table(&[
+                "id", "kind", "queue", "tenant", "state", "attempt", "run at", "finished",
+            ]);
+            for j in &page.jobs {
+                t.add_row(vec![
+                    j.id.to_string(),
+                    j.kind.to_string(),
+                    j.queue.to_string(),
+                    j.tenant.to_string(),
+                    j.state.to_string(),
+                    format!("{}/{}", j.attempt, j.max_attempts),
+                    output::time(j.run_at),
+                    output::opt_time(j.finished_at),
+                ]);
+            }
+            println!("{t}");
+            match page.next {
+                Some(next) => println!("more: --before {next}"),
+                None => println!("{} job(s)", page.jobs.len()),
+            }
+        }
+        JobsCommand::Get { id } => {
+            let job = call(ctx, store.job_get(job_id(&id)?)).await?;
+            if ctx.json {
+                return print_json(&job);
+            }
+            print_job(&job);
+        }
+        JobsCommand::Cancel { id } => {
+            let outcome = call(ctx, store.job_cancel(job_id(&id)?)).await?;
+            if ctx.json {
+                return print_json(&outcome);
+            }
+            match outcome.effect {
+                CancelEffect::Cancelled => println!("job {} cancelled", outcome.job.id),
+                CancelEffect::Requested => println!(
+                    "job {} is running: its handler was asked to stop; it ends cancelled, or succeeded if the handler completes anyway",
+                    outcome.job.id
+                ),
+            }
+        }
+        JobsCommand::Retry { id } => {
+            let job = call(ctx, store.job_retry(job_id(&id)?)).await?;
+            if ctx.json {
+                return print_json(&job);
+            }
+            println!(
+                "job {} queued again (attempts reset: 0/{})",
+                job.id, job.max_attempts
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Turns `jobs list` flags into a store query.
+///
+/// # Errors
+/// A flag value that breaks its rule (named).
+pub fn list_query(args: ListArgs) -> Result<ListJobs> {
+    let bad = |e: drover_core::Error| anyhow!("{e}");
+    Ok(ListJobs {
+        queue: args.queue.map(QueueName::parse).transpose().map_err(bad)?,
+        state: args
+            .state
+            .map(|s| s.parse::<JobState>())
+            .transpose()
+            .map_err(bad)?,
+        kind: args.kind.map(JobKind::parse).transpose().map_err(bad)?,
+        tenant: args.tenant.map(TenantId::parse).transpose().map_err(bad)?,
+        meta: args
+            .meta
+            .map(|m| serde_json::from_str(&m))
+            .transpose()
+            .map_err(|e| anyhow!("invalid --meta: not valid JSON: {e}"))?,
+        before: args.before.map(|b| job_id(&b)).transpose()?,
+        limit: if args.limit == 0 || args.limit > drover_core::store::LIST_LIMIT_MAX {
+            return Err(anyhow!("invalid --limit: must be between 1 and 1000"));
+        } else {
+            args.limit
+        },
+    })
+}
+
+fn print_job(j: &Job) {
+    let mut t = table(&["field", "value"]);
+    let rows: Vec<(&str, String)> = vec![
+        ("id", j.id.to_string()),
+        ("kind", j.kind.to_string()),
+        ("queue", j.queue.to_string()),
+        ("tenant", j.tenant.to_string()),
+        ("state", j.state.to_string()),
+        ("attempt", format!("{}/{}", j.attempt, j.max_attempts)),
+        ("priority", j.priority.to_string()),
+        ("run at", output::time(j.run_at)),
+        ("created", output::time(j.created_at)),
+        ("attempted", output::opt_time(j.attempted_at)),
+        ("finished", output::opt_time(j.finished_at)),
+        (
+            "lease owner",
+            j.lease_owner
+                .as_ref()
+                .map_or("-".to_owned(), ToString::to_string),
+        ),
+        ("lease expires", output::opt_time(j.lease_expires_at)),
+        ("fencing token", j.fencing_token.to_string()),
+        ("cancel requested", j.cancel_requested.to_string()),
+        (
+            "idempotency key",
+            j.idempotency_key.clone().unwrap_or_else(|| "-".to_owned()),
+        ),
+        (
+            "unique key",
+            j.unique_key.clone().unwrap_or_else(|| "-".to_owned()),
+        ),
+        (
+            "limit keys",
+            if j.limit_keys.is_empty() {
+                "-".to_owned()
+            } else {
+                j.limit_keys
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+        ),
+        ("args", output::short(&j.args.to_string(), 400)),
+        ("meta", output::short(&j.meta.to_string(), 400)),
+        (
+            "progress",
+            j.progress
+                .as_ref()
+                .map_or("-".to_owned(), |p| output::short(&p.to_string(), 400)),
+        ),
+        (
+            "result",
+            j.result
+                .as_ref()
+                .map_or("-".to_owned(), |r| output::short(&r.to_string(), 400)),
+        ),
+    ];
+    for (k, v) in rows {
+        t.add_row(vec![k.to_owned(), v]);
+    }
+    println!("{t}");
+    if !j.errors.is_empty() {
+        let mut e = table(&["attempt", "at", "error"]);
+        for err in &j.errors {
+            e.add_row(vec![
+                err.attempt.to_string(),
+                output::time(err.at),
+                err.message.clone(),
+            ]);
+        }
+        println!("errors:\n{e}");
+    }
+    let _ = json!(null);
+}

@@ -1,0 +1,47 @@
+//! One module per command; [`dispatch`] routes a parsed command line to it.
+
+pub mod admin;
+pub mod dev;
+pub mod enqueue;
+pub mod jobs;
+pub mod serve;
+pub mod worker;
+
+use anyhow::Result;
+use clap::CommandFactory;
+
+use crate::args::{Cli, Command};
+use crate::context::Ctx;
+use crate::Extensions;
+
+/// Runs the parsed command line.
+///
+/// # Errors
+/// Whatever the command reports; the caller prints it as one line.
+pub async fn dispatch(cli: Cli, extensions: Extensions) -> Result<()> {
+    let ctx = Ctx {
+        database_url: cli.database_url.clone(),
+        json: cli.json,
+    };
+    match cli.command {
+        Command::Migrate => admin::migrate(&ctx).await,
+        Command::Migrations(_) => admin::migrations_list(&ctx).await,
+        Command::Worker(args) => worker::run(&ctx, args, extensions).await,
+        Command::Enqueue(args) => enqueue::run(&ctx, args).await,
+        Command::Jobs(command) => jobs::run(&ctx, command).await,
+        Command::Queues(command) => admin::queues(&ctx, command).await,
+        Command::Workers(_) => admin::workers_list(&ctx).await,
+        Command::Limits(command) => admin::limits(&ctx, command).await,
+        Command::Schedules(command) => admin::schedules(&ctx, command).await,
+        Command::Snapshot => admin::snapshot(&ctx).await,
+        Command::Metrics => admin::metrics(&ctx).await,
+        Command::Prune(args) => admin::prune(&ctx, args).await,
+        Command::Serve(args) => serve::run(&ctx, args, extensions).await,
+        Command::Dev(args) => dev::run(&ctx, args, extensions).await,
+        Command::Completions { shell } => {
+            let mut command = Cli::command();
+            clap_complete::generate(shell, &mut command, "drover", &mut std::io::stdout());
+            Ok(())
+        }
+    }
+}

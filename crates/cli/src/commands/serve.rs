@@ -1,0 +1,130 @@
+//! `drover serve`: the HTTP API, on PostgreSQL (or, without a database URL, on the in-memory
+//! development store, which it says), optionally with a worker in the same process. On SIGTERM
+//! or Ctrl-C the server finishes in-flight requests and the worker finishes or releases its
+//! jobs; the store is closed last.
+
+use std::sync::Arc;
+
+use anyhow::{anyhow, Context, Result};
+use drover_core::JobStore;
+use drover_http::{ApiConfig, ApiState, ApiTokens, AuthMode, ProcessMetrics};
+use drover_runner::Worker;
+use tokio_util::sync::CancellationToken;
+
+use crate::args::ServeArgs;
+use crate::commands::worker;
+use crate::context::Ctx;
+use crate::{env, Extensions};
+
+/// The API's authentication from `--tokens FILE`, else `DROVER_API_TOKENS`; without either,
+/// refuses to start unless `insecure` (`--insecure-no-auth`).
+///
+/// # Errors
+/// No tokens and not insecure; an unreadable or malformed token file.
+pub fn auth_mode(tokens_file: Option<&std::path::Path>, insecure: bool) -> Result<AuthMode> {
+    let spec = match tokens_file {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read the token file {}", path.display()))?,
+        ),
+        None => env::api_tokens(),
+    };
+    match spec {
+        Some(spec) => {
+            let tokens = ApiTokens::parse(&spec).map_err(|e| anyhow!("{e}"))?;
+            if tokens.is_empty() {
+                if insecure {
+                    return Ok(AuthMode::InsecureNoAuth);
+                }
+                return Err(anyhow!("the API token list is empty: give at least one token:tenant:role, or --insecure-no-auth for development"));
+            }
+            Ok(AuthMode::Tokens(tokens))
+        }
+        None if insecure => Ok(AuthMode::InsecureNoAuth),
+        None => Err(anyhow!(
+            "no API tokens: set DROVER_API_TOKENS=token:tenant:role[,...] or pass --tokens FILE (for local development only: --insecure-no-auth)"
+        )),
+    }
+}
+
+/// Runs `drover serve`.
+pub async fn run(ctx: &Ctx, args: ServeArgs, extensions: Extensions) -> Result<()> {
+    let auth = auth_mode(args.tokens.as_deref(), args.insecure_no_auth)?;
+    if matches!(auth, AuthMode::InsecureNoAuth) {
+        eprintln!("drover: WARNING: authentication is OFF (--insecure-no-auth): every caller is an operator of every tenant");
+    }
+    let config = worker::worker_config(&args.worker_args, &[])?;
+    let (store, pg): (Arc<dyn JobStore>, _) = match &ctx.database_url {
+        Some(_) => {
+            let connections = args.worker_args.db_connections.unwrap_or_else(|| {
+                let slots = if args.worker { config.max_running() } else { 0 };
+                u32::try_from(slots)
+                    .unwrap_or(u32::MAX)
+                    .saturating_add(8)
+                    .min(64)
+            });
+            let pg = ctx
+                .postgres(connections, args.worker_args.pgbouncer)
+                .await?;
+            (Arc::new(pg.clone()), Some(pg))
+        }
+        None => {
+            eprintln!("drover: in-memory development mode: no database URL given, nothing persists after exit");
+            let memory = drover_store_memory::MemoryStore::new(env::store_config()?);
+            (Arc::new(memory), None)
+        }
+    };
+    if let Err(e) = store.check_ready().await {
+        return Err(ctx.explain(e));
+    }
+    let metrics = ProcessMetrics::default();
+    let shutdown = CancellationToken::new();
+    worker::shutdown_on_signals(shutdown.clone());
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let state = ApiState::new(
+        store.clone(),
+        auth,
+        ApiConfig {
+            max_body_bytes: args.max_body_bytes,
+            ..ApiConfig::default()
+        },
+        Some(metrics.clone()),
+    );
+    let router = drover_http::router(state);
+    eprintln!(
+        "drover: API on http://{}/v1 (OpenAPI at /v1/openapi.json)",
+        args.listen
+    );
+    let server = tokio::spawn(drover_http::serve(listener, router, shutdown.clone()));
+    let worker_result = if args.worker {
+        let registry = Arc::new(worker::registry(extensions, &args.worker_args));
+        let w = Worker::new(store.clone(), registry, config)
+            .map_err(|e| anyhow!("{e}"))?
+            .metrics(Arc::new(metrics));
+        eprintln!(
+            "drover: worker {} started with {} slot(s)",
+            w.id(),
+            w.config().max_running()
+        );
+        let result = w.run(shutdown.clone()).await;
+        shutdown.cancel();
+        Some(result)
+    } else {
+        shutdown.cancelled().await;
+        None
+    };
+    server
+        .await
+        .map_err(|e| anyhow!("the HTTP server task failed: {e}"))?
+        .context("the HTTP server failed")?;
+    if let Some(pg) = pg {
+        pg.close().await;
+    }
+    if let Some(result) = worker_result {
+        result.map_err(|e| ctx.explain(e))?;
+    }
+    eprintln!("drover: stopped");
+    Ok(())
+}

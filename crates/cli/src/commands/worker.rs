@@ -1,0 +1,218 @@
+//! `drover worker`: builds the registry (the application's handlers plus the built-in kinds)
+//! and the worker configuration from flags, connects, and runs until SIGTERM or Ctrl-C, then
+//! closes the store only after the worker has written every result.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{anyhow, Context, Result};
+use drover_core::{JobKind, JobStore, QueueName};
+use drover_http::{ApiConfig, ApiState, ApiTokens, AuthMode, ProcessMetrics};
+use drover_runner::{PoolConfig, Registry, Worker, WorkerConfig};
+use tokio_util::sync::CancellationToken;
+
+use crate::args::WorkerArgs;
+use crate::context::Ctx;
+use crate::Extensions;
+
+/// Parses `NAME:QUEUE[,QUEUE...]:SLOTS[:KIND[,KIND...]]`.
+///
+/// # Errors
+/// A message naming the bad part.
+pub fn parse_pool(spec: &str) -> Result<PoolConfig> {
+    let parts: Vec<&str> = spec.split(':').collect();
+    if !(3..=4).contains(&parts.len()) {
+        return Err(anyhow!(
+            "invalid --pool {spec:?}: use NAME:QUEUE[,QUEUE...]:SLOTS[:KIND[,KIND...]], e.g. long:reports:1:report.build"
+        ));
+    }
+    let queues = parts[1]
+        .split(',')
+        .map(|q| QueueName::parse(q).map_err(|e| anyhow!("invalid --pool {spec:?}: {e}")))
+        .collect::<Result<Vec<_>>>()?;
+    let slots: usize = parts[2]
+        .parse()
+        .map_err(|_| anyhow!("invalid --pool {spec:?}: SLOTS must be a whole number"))?;
+    let mut pool = PoolConfig::new(parts[0], queues, slots);
+    if let Some(kinds) = parts.get(3) {
+        let kinds = kinds
+            .split(',')
+            .map(|k| JobKind::parse(k).map_err(|e| anyhow!("invalid --pool {spec:?}: {e}")))
+            .collect::<Result<Vec<_>>>()?;
+        pool = pool.with_kinds(kinds);
+    }
+    Ok(pool)
+}
+
+/// The worker configuration the flags describe. Without `--queue` and `--pool` the worker
+/// serves `default`.
+///
+/// # Errors
+/// A bad pool spec or queue name.
+pub fn worker_config(args: &WorkerArgs, default_queues: &[QueueName]) -> Result<WorkerConfig> {
+    let mut pools = Vec::new();
+    let mut queues = args
+        .queues
+        .iter()
+        .map(|q| QueueName::parse(q.as_str()).map_err(|e| anyhow!("invalid --queue: {e}")))
+        .collect::<Result<Vec<_>>>()?;
+    if queues.is_empty() && args.pools.is_empty() {
+        queues = if default_queues.is_empty() {
+            vec![QueueName::default_queue()]
+        } else {
+            default_queues.to_vec()
+        };
+    }
+    if !queues.is_empty() {
+        pools.push(PoolConfig::new("main", queues, args.slots));
+    }
+    for spec in &args.pools {
+        pools.push(parse_pool(spec)?);
+    }
+    let mut config = WorkerConfig::with_pools(pools);
+    config.max_concurrent = args.max_concurrent;
+    if let Some(d) = args.lease {
+        config.lease = d;
+    }
+    if let Some(d) = args.heartbeat {
+        config.heartbeat_interval = d;
+    }
+    if let Some(d) = args.shutdown_grace {
+        config.shutdown_grace = d;
+    }
+    if let Some(d) = args.retention {
+        config.retention = d;
+    }
+    if let Some(n) = args.prune_limit {
+        config.prune_limit = n;
+    }
+    if let Some(d) = args.poll_interval {
+        config.poll_interval = d;
+    }
+    Ok(config)
+}
+
+/// The registry a worker runs: the application's handlers, plus the built-in kinds when the
+/// binary ships them.
+pub fn registry(extensions: Extensions, args: &WorkerArgs) -> Registry {
+    let mut registry = extensions.registry;
+    if extensions.builtin_kinds {
+        crate::builtin::register(&mut registry, &args.allow_exec);
+    }
+    registry
+}
+
+/// Cancels `token` on SIGTERM or Ctrl-C; a second signal exits at once.
+pub fn shutdown_on_signals(token: CancellationToken) {
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutdown requested: no new claims; finishing running jobs");
+        eprintln!("drover: shutting down: finishing running jobs (signal again to exit at once)");
+        token.cancel();
+        wait_for_signal().await;
+        eprintln!("drover: second signal: exiting now; unfinished jobs are rescued after their lease expires");
+        std::process::exit(130);
+    });
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Serves `/metrics` and `/v1/ready` (and nothing else) on `addr` until `shutdown` fires.
+///
+/// # Errors
+/// The address cannot be bound.
+pub async fn serve_metrics(
+    addr: SocketAddr,
+    store: Arc<dyn JobStore>,
+    metrics: ProcessMetrics,
+    shutdown: CancellationToken,
+) -> Result<tokio::task::JoinHandle<()>> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    let no_tokens = ApiTokens::parse("").map_err(|e| anyhow!("{e}"))?;
+    let state = ApiState::new(
+        store,
+        AuthMode::Tokens(no_tokens),
+        ApiConfig::default(),
+        Some(metrics),
+    );
+    let router = drover_http::router(state);
+    eprintln!("drover: metrics on http://{addr}/metrics");
+    Ok(tokio::spawn(async move {
+        if let Err(e) = drover_http::serve(listener, router, shutdown).await {
+            tracing::error!(error = %e, "metrics server stopped");
+        }
+    }))
+}
+
+/// Runs `drover worker`.
+pub async fn run(ctx: &Ctx, args: WorkerArgs, extensions: Extensions) -> Result<()> {
+    let config = worker_config(&args, &[])?;
+    let registry = Arc::new(registry(extensions, &args));
+    let slots = config.max_running();
+    let connections = args.db_connections.unwrap_or_else(|| {
+        u32::try_from(slots)
+            .unwrap_or(u32::MAX)
+            .saturating_add(4)
+            .min(64)
+    });
+    if (connections as usize) < 3 {
+        tracing::warn!(
+            connections,
+            "the database pool is smaller than 3 connections"
+        );
+    }
+    let pg = ctx.postgres(connections, args.pgbouncer).await?;
+    let store: Arc<dyn JobStore> = Arc::new(pg.clone());
+    store.check_ready().await.map_err(|e| ctx.explain(e))?;
+    let metrics = ProcessMetrics::default();
+    let shutdown = CancellationToken::new();
+    shutdown_on_signals(shutdown.clone());
+    let server = match args.metrics_listen {
+        Some(addr) => {
+            Some(serve_metrics(addr, store.clone(), metrics.clone(), shutdown.clone()).await?)
+        }
+        None => None,
+    };
+    let worker = Worker::new(store, registry.clone(), config)
+        .map_err(|e| anyhow!("{e}"))?
+        .metrics(Arc::new(metrics));
+    let kinds: Vec<String> = registry.kinds().iter().map(ToString::to_string).collect();
+    eprintln!(
+        "drover: worker {} started on {}: {} slot(s), kinds {}",
+        worker.id(),
+        crate::context::describe_url(ctx.url()?),
+        worker.config().max_running(),
+        kinds.join(", ")
+    );
+    let report = worker.run(shutdown.clone()).await;
+    shutdown.cancel();
+    if let Some(server) = server {
+        let _ = server.await;
+    }
+    pg.close().await;
+    let report = report.map_err(|e| ctx.explain(e))?;
+    eprintln!("drover: worker stopped: {report}");
+    Ok(())
+}

@@ -1,0 +1,137 @@
+//! Opening stores for commands, and turning store errors into one line that says what to do.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, Result};
+use drover_core::{Error, JobStore};
+use drover_store_postgres::{PgOptions, PgStore};
+use sqlx::postgres::PgConnectOptions;
+
+use crate::env;
+
+/// What every command gets: the database URL (if any) and the output format.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    /// `--database-url` or `DROVER_DATABASE_URL`.
+    pub database_url: Option<String>,
+    /// `--json`.
+    pub json: bool,
+}
+
+/// Host, port and database of a URL, without user or password, for messages.
+pub fn describe_url(url: &str) -> String {
+    match PgConnectOptions::from_str(url) {
+        Ok(o) => format!(
+            "{}:{}/{}",
+            o.get_host(),
+            o.get_port(),
+            o.get_database().unwrap_or("")
+        ),
+        Err(_) => "the given URL".to_owned(),
+    }
+}
+
+impl Ctx {
+    /// The database URL, or an error saying how to give one.
+    pub fn url(&self) -> Result<&str> {
+        self.database_url.as_deref().ok_or_else(|| {
+            anyhow!(
+                "no database given: pass --database-url or set DROVER_DATABASE_URL (to try Drover without PostgreSQL, run `drover dev`)"
+            )
+        })
+    }
+
+    /// Connects to PostgreSQL with `connections` pooled connections and checks that it answers.
+    ///
+    /// # Errors
+    /// No URL; an unparsable URL; the database unreachable (one line saying what to check).
+    pub async fn postgres(&self, connections: u32, pgbouncer: bool) -> Result<PgStore> {
+        let url = self.url()?;
+        let mut options = PgOptions {
+            config: env::store_config()?,
+            ..PgOptions::default()
+        };
+        options.max_connections = connections.max(2);
+        options.acquire_timeout = Duration::from_secs(5);
+        if pgbouncer {
+            options.statement_cache = false;
+            options.listen = false;
+        }
+        probe(url).await.map_err(|e| self.explain(e))?;
+        let store = PgStore::connect(url, options)
+            .await
+            .map_err(|e| self.explain(e))?;
+        store.now().await.map_err(|e| self.explain(e))?;
+        Ok(store)
+    }
+
+    /// Connects for a one-shot operator command and checks that the schema is migrated.
+    ///
+    /// # Errors
+    /// As [`Ctx::postgres`], plus a missing schema ("run `drover migrate`").
+    pub async fn store(&self) -> Result<Arc<dyn JobStore>> {
+        let store = self.postgres(4, false).await?;
+        store.check_ready().await.map_err(|e| self.explain(e))?;
+        Ok(Arc::new(store))
+    }
+
+    /// Rewrites a store error as one line that says what to do.
+    pub fn explain(&self, e: Error) -> anyhow::Error {
+        let place = self.database_url.as_deref().map_or_else(
+            || "the database".to_owned(),
+            |u| format!("the database at {}", describe_url(u)),
+        );
+        match e {
+            Error::Unavailable { message, .. } => anyhow!(
+                "cannot reach {place}: {message}; check --database-url (or DROVER_DATABASE_URL) and that PostgreSQL is running"
+            ),
+            Error::Fatal { message, .. } => anyhow!("{message}"),
+            other => anyhow!("{other}"),
+        }
+    }
+}
+
+/// Opens and closes one connection, so an unreachable database is reported with the driver's
+/// own reason (refused, unknown host, authentication) within 5 seconds rather than as a pool
+/// timeout.
+async fn probe(url: &str) -> Result<(), Error> {
+    use sqlx::ConnectOptions;
+    let options = PgConnectOptions::from_str(url).map_err(|e| {
+        Error::invalid(
+            "database_url",
+            format!(
+                "is not a PostgreSQL URL: {}",
+                e.to_string().replace(url, "<url>")
+            ),
+        )
+    })?;
+    match tokio::time::timeout(Duration::from_secs(5), options.connect()).await {
+        Err(_) => Err(Error::unavailable("no answer within 5 s")),
+        Ok(Err(e)) => Err(Error::unavailable(connect_reason(&e))),
+        Ok(Ok(conn)) => {
+            let _ = sqlx::Connection::close(conn).await;
+            Ok(())
+        }
+    }
+}
+
+/// The reason of a failed connection attempt, without the URL or password.
+fn connect_reason(e: &sqlx::Error) -> String {
+    match e {
+        sqlx::Error::Io(io) => io.to_string(),
+        sqlx::Error::Database(db) => db.message().to_owned(),
+        sqlx::Error::Tls(_) => "TLS negotiation failed".to_owned(),
+        sqlx::Error::Configuration(_) => "the URL is not a valid PostgreSQL URL".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+/// Runs a store call, explaining its error.
+pub async fn call<T>(
+    ctx: &Ctx,
+    fut: impl std::future::Future<Output = Result<T, Error>>,
+) -> Result<T> {
+    fut.await.map_err(|e| ctx.explain(e))
+}

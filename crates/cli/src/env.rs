@@ -1,0 +1,47 @@
+//! Environment settings (only this crate reads environment variables; ARCHITECTURE.md):
+//! `DROVER_MAX_PENDING`, `DROVER_MAX_TENANT_PENDING` (quotas, DESIGN.md section 7),
+//! `DROVER_API_TOKENS` (HTTP auth). `DROVER_DATABASE_URL` and `DROVER_MAX_CONCURRENT` are read by
+//! clap (see [`crate::args`]).
+
+use anyhow::{bail, Context, Result};
+use drover_core::store::{MAX_PENDING_DEFAULT, MAX_TENANT_PENDING_DEFAULT};
+use drover_core::{Quotas, StoreConfig};
+
+/// Reads a quota variable: unset means `default`; `0`, `none` or `unlimited` mean no quota.
+fn quota(name: &str, default: u64) -> Result<Option<u64>> {
+    match std::env::var(name) {
+        Err(std::env::VarError::NotPresent) => Ok(Some(default)),
+        Err(std::env::VarError::NotUnicode(_)) => bail!("{name} must be a whole number"),
+        Ok(v) => {
+            let v = v.trim();
+            if v == "0" || v.eq_ignore_ascii_case("none") || v.eq_ignore_ascii_case("unlimited") {
+                return Ok(None);
+            }
+            v.parse::<u64>().map(Some).with_context(|| {
+                format!("{name} must be a whole number (or 0 for no quota), got {v:?}")
+            })
+        }
+    }
+}
+
+/// The store configuration from the environment: quotas from `DROVER_MAX_PENDING` (default
+/// 10,000) and `DROVER_MAX_TENANT_PENDING` (default 1,000); `0` turns a quota off.
+///
+/// # Errors
+/// A variable that is not a whole number.
+pub fn store_config() -> Result<StoreConfig> {
+    Ok(StoreConfig {
+        quotas: Quotas {
+            max_pending: quota("DROVER_MAX_PENDING", MAX_PENDING_DEFAULT)?,
+            max_tenant_pending: quota("DROVER_MAX_TENANT_PENDING", MAX_TENANT_PENDING_DEFAULT)?,
+        },
+        ..StoreConfig::default()
+    })
+}
+
+/// `DROVER_API_TOKENS`, if set and not blank.
+pub fn api_tokens() -> Option<String> {
+    std::env::var("DROVER_API_TOKENS")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+}

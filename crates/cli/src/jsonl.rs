@@ -1,0 +1,107 @@
+//! JSON Lines job files (`drover enqueue --file`, `drover dev --jobs`): one job object per
+//! line with the fields of the HTTP API's enqueue request (kind, args, queue, priority,
+//! run_at or delay_ms, max_attempts, idempotency_key, unique_key, limit_keys, meta, tenant).
+//! Blank lines are skipped; a bad line is reported with its number and the rest still load.
+
+use std::io::BufRead;
+
+use drover_core::NewJob;
+use drover_http::dto::EnqueueRequest;
+use drover_http::Principal;
+use serde::Serialize;
+
+/// A line that could not become a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RejectedLine {
+    /// 1-based line number.
+    pub line: usize,
+    /// Why.
+    pub error: String,
+}
+
+/// A parsed file: the jobs with their line numbers, and the rejected lines.
+#[derive(Debug, Default)]
+pub struct JobFile {
+    /// Jobs in file order, with their line numbers.
+    pub jobs: Vec<(usize, NewJob)>,
+    /// Lines that were not valid jobs.
+    pub rejected: Vec<RejectedLine>,
+}
+
+/// Parses one line into a job. Local files are trusted like the operator who runs them, so
+/// `exec` jobs are allowed here (the worker still needs `--allow-exec`).
+///
+/// # Errors
+/// A message naming the field, as the HTTP API would.
+pub fn parse_line(text: &str) -> Result<NewJob, String> {
+    let request: EnqueueRequest =
+        drover_http::extract::parse_json(text.as_bytes()).map_err(|e| api_message(&e))?;
+    let job = request
+        .into_new_job(&Principal::insecure(), None)
+        .map_err(|e| api_message(&e))?;
+    job.validate(&drover_core::SizeLimits::default())
+        .map_err(|e| e.to_string())?;
+    Ok(job)
+}
+
+fn api_message(e: &drover_http::ApiError) -> String {
+    e.message().to_owned()
+}
+
+/// Reads a whole file of jobs.
+///
+/// # Errors
+/// The file cannot be read (a line that is not UTF-8 is rejected, not fatal).
+pub fn read(reader: impl BufRead) -> std::io::Result<JobFile> {
+    let mut file = JobFile::default();
+    for (index, line) in reader.split(b'\n').enumerate() {
+        let number = index + 1;
+        let bytes = line?;
+        let Ok(text) = std::str::from_utf8(&bytes) else {
+            file.rejected.push(RejectedLine {
+                line: number,
+                error: "not valid UTF-8".to_owned(),
+            });
+            continue;
+        };
+        let text = text.trim();
+        if text.is_empty() {
+            continue;
+        }
+        match parse_line(text) {
+            Ok(job) => file.jobs.push((number, job)),
+            Err(error) => file.rejected.push(RejectedLine {
+                line: number,
+                error,
+            }),
+        }
+    }
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_bad_lines_and_keeps_the_rest() {
+        let text = b"{\"kind\": \"noop\"}\n\nnot json\n{\"kind\": \"sleep\", \"args\": {\"ms\": 5}, \"max_attempts\": 0}\n{\"kind\": \"a b\"}\n\xff\xfe\n{\"kind\": \"fail\", \"args\": {\"fail_times\": 1}, \"queue\": \"q\"}\n";
+        let file = read(&text[..]).unwrap();
+        assert_eq!(file.jobs.len(), 2);
+        assert_eq!(file.jobs[0].0, 1);
+        assert_eq!(file.jobs[1].0, 7);
+        assert_eq!(file.jobs[1].1.queue.as_str(), "q");
+        let lines: Vec<usize> = file.rejected.iter().map(|r| r.line).collect();
+        assert_eq!(lines, vec![3, 4, 5, 6]);
+        assert!(
+            file.rejected[1].error.contains("max_attempts"),
+            "{:?}",
+            file.rejected[1]
+        );
+        assert!(
+            file.rejected[2].error.contains("kind"),
+            "{:?}",
+            file.rejected[2]
+        );
+    }
+}

@@ -1,0 +1,79 @@
+//! Output for people (comfy-table tables) and for scripts (`--json`: one JSON document on
+//! stdout).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use comfy_table::{presets, ContentArrangement, Table};
+use serde::Serialize;
+
+/// A table with the given header, sized to the terminal.
+pub fn table(header: &[&str]) -> Table {
+    let mut t = Table::new();
+    t.load_preset(presets::UTF8_BORDERS_ONLY)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_header(header.iter().copied());
+    t
+}
+
+/// Prints `value` as pretty JSON on stdout.
+pub fn print_json<T: Serialize>(value: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+/// An instant as `2026-11-29 10:34:54Z`.
+pub fn time(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%SZ").to_string()
+}
+
+/// An optional instant, `-` when absent.
+pub fn opt_time(t: Option<DateTime<Utc>>) -> String {
+    t.map_or_else(|| "-".to_owned(), time)
+}
+
+/// A duration rounded for people: `850ms`, `12.3s`, `4m 05s`, `2h 10m`, `3d 4h`.
+pub fn duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    let s = d.as_secs();
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if s < 60 {
+        format!("{:.1}s", d.as_secs_f64())
+    } else if s < 3600 {
+        format!("{}m {:02}s", s / 60, s % 60)
+    } else if s < 86_400 {
+        format!("{}h {:02}m", s / 3600, (s % 3600) / 60)
+    } else {
+        format!("{}d {}h", s / 86_400, (s % 86_400) / 3600)
+    }
+}
+
+/// Shortens text to `max` characters with an ellipsis.
+pub fn short(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        text.to_owned()
+    } else {
+        let mut s: String = text.chars().take(max.saturating_sub(1)).collect();
+        s.push('…');
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_well() {
+        assert_eq!(duration(Duration::from_millis(850)), "850ms");
+        assert_eq!(duration(Duration::from_millis(12_340)), "12.3s");
+        assert_eq!(duration(Duration::from_secs(245)), "4m 05s");
+        assert_eq!(duration(Duration::from_secs(7800)), "2h 10m");
+        assert_eq!(
+            duration(Duration::from_secs(3 * 86_400 + 4 * 3600)),
+            "3d 4h"
+        );
+        assert_eq!(short("abcdef", 4), "abc…");
+    }
+}
