@@ -1,1 +1,40 @@
-//! Placeholder.
+//! Drover's `JobStore` on PostgreSQL (DESIGN.md section 5), built on sqlx.
+//!
+//! - [`PgStore`]: the store. Connect with [`PgStore::connect`] and [`PgOptions`], or wrap a pool
+//!   with [`PgStore::from_pool`]; [`PgStore::enqueue_in`] enqueues inside the caller's own
+//!   transaction.
+//! - [`migrate()`] and [`applied_versions`]: Drover's own migrator for the numbered,
+//!   forward-only files in `migrations/`, everything in schema `drover` (never `public`).
+//! - SQL lives in `src/sql/*.sql`, one statement per file, bound parameters only; rows decode
+//!   into private records converted into `core` types.
+//!
+//! Time is the database's `now()` everywhere (DESIGN.md section 9). Driver errors become
+//! `drover_core::Error` in exactly one function. Transitions on the worker hot path (claim,
+//! heartbeat, finish) are single fenced statements over `unnest` arrays pinned to core's
+//! `state::apply` table by the contract suite; rarer ones (cancel, retry, rescue, reconcile)
+//! run `apply` itself on locked rows.
+
+mod admin;
+mod claim;
+mod enqueue;
+mod error;
+mod lifecycle;
+mod listen;
+pub mod migrate;
+mod outcome;
+mod records;
+mod sql;
+mod store;
+
+pub use listen::{CANCEL_CHANNEL, EVENT_BUFFER, JOBS_CHANNEL};
+pub use migrate::{applied_versions, migrate, migrations, AppliedMigration, Migration};
+pub use store::{
+    PgOptions, PgStore, ACQUIRE_TIMEOUT_DEFAULT, APPLICATION_NAME, MAX_CONNECTIONS_DEFAULT,
+};
+
+/// Re-exported so applications can name the pool and connection types `enqueue_in` takes.
+pub use sqlx::{PgConnection, PgPool};
+
+/// The sqlx this store is built on, re-exported so applications (and tests) use the same
+/// version for their own transactions around [`PgStore::enqueue_in`].
+pub use sqlx;

@@ -1,0 +1,359 @@
+//! What operators look at and manage (DESIGN.md sections 4 and 7): job get and list, queues
+//! (pause, resume, list, snapshot), workers, limit policies and cron schedules. Each operation
+//! is one statement unless its doc says otherwise.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use drover_core::error::Entity;
+use drover_core::job::truncate_to;
+use drover_core::{
+    Error, Job, JobId, JobPage, JobState, LimitKey, LimitPolicy, LimitStatus, ListJobs,
+    NewSchedule, QueueInfo, QueueName, QueueSnapshot, Schedule, ScheduleName, Snapshot,
+    StoreConfig, WorkerId, WorkerInfo, WorkerRegistration,
+};
+use serde_json::Value;
+use sqlx::PgPool;
+
+use crate::claim::running_counts;
+use crate::error::SqlxResultExt;
+use crate::records::{into_jobs, micros, JobRecord, LimitRecord, ScheduleRecord, WorkerRecord};
+use crate::sql;
+
+/// Longest host name kept for a worker, in bytes.
+const HOST_BYTES_MAX: usize = 255;
+
+/// The database clock.
+pub(crate) async fn now(pool: &PgPool) -> Result<DateTime<Utc>, Error> {
+    sqlx::query_scalar(sql::DB_NOW)
+        .fetch_one(pool)
+        .await
+        .store_err()
+}
+
+/// One job.
+pub(crate) async fn job_get(pool: &PgPool, id: JobId) -> Result<Job, Error> {
+    sqlx::query_as::<_, JobRecord>(sql::JOB_GET)
+        .bind(id.as_uuid())
+        .fetch_optional(pool)
+        .await
+        .store_err()?
+        .ok_or_else(|| Error::job_not_found(id))?
+        .into_job()
+}
+
+/// A page of jobs, newest first; fetches one row more than the page to find the cursor.
+pub(crate) async fn jobs_list(pool: &PgPool, query: ListJobs) -> Result<JobPage, Error> {
+    query.validate()?;
+    let page = query.page_size();
+    let records = sqlx::query_as::<_, JobRecord>(sql::JOBS_LIST)
+        .bind(query.queue.as_ref().map(QueueName::as_str))
+        .bind(query.state.map(JobState::as_str))
+        .bind(query.kind.as_ref().map(|k| k.as_str()))
+        .bind(query.tenant.as_ref().map(|t| t.as_str()))
+        .bind(query.meta.as_ref())
+        .bind(query.before.map(|id| id.as_uuid()))
+        .bind(i64::from(page) + 1)
+        .fetch_all(pool)
+        .await
+        .store_err()?;
+    let mut jobs = into_jobs(records)?;
+    let page = usize::try_from(page).unwrap_or(usize::MAX);
+    let next = if jobs.len() > page {
+        jobs.truncate(page);
+        jobs.last().map(|j| j.id)
+    } else {
+        None
+    };
+    Ok(JobPage { jobs, next })
+}
+
+/// A row of queue_snapshot.sql.
+#[derive(sqlx::FromRow)]
+struct SnapshotRow {
+    queue: String,
+    paused: bool,
+    counts: Value,
+    ready: i64,
+    oldest_ready_age_ms: Option<i64>,
+    taken_at: DateTime<Utc>,
+}
+
+/// Counts per queue and state at one instant (one statement; a second for the clock when no
+/// queue exists).
+pub(crate) async fn snapshot(pool: &PgPool) -> Result<Snapshot, Error> {
+    let rows = sqlx::query_as::<_, SnapshotRow>(sql::QUEUE_SNAPSHOT)
+        .fetch_all(pool)
+        .await
+        .store_err()?;
+    let taken_at = match rows.first() {
+        Some(row) => row.taken_at,
+        None => now(pool).await?,
+    };
+    let mut queues = Vec::with_capacity(rows.len());
+    for row in rows {
+        let mut counts = BTreeMap::new();
+        if let Value::Object(map) = &row.counts {
+            for (state, n) in map {
+                let state: JobState = state
+                    .parse()
+                    .map_err(|_| Error::fatal("stored job state is invalid"))?;
+                counts.insert(state, n.as_u64().unwrap_or(0));
+            }
+        }
+        let running = counts.get(&JobState::Running).copied().unwrap_or(0);
+        queues.push(QueueSnapshot {
+            queue: QueueName::parse(row.queue)
+                .map_err(|_| Error::fatal("stored queue name is invalid"))?,
+            paused: row.paused,
+            counts,
+            ready: u64::try_from(row.ready).unwrap_or(0),
+            running,
+            oldest_ready_age_ms: row
+                .oldest_ready_age_ms
+                .map(|ms| u64::try_from(ms).unwrap_or(0)),
+        });
+    }
+    Ok(Snapshot { taken_at, queues })
+}
+
+/// A row of the queue statements.
+#[derive(sqlx::FromRow)]
+struct QueueRecord {
+    name: String,
+    paused: bool,
+    paused_at: Option<DateTime<Utc>>,
+}
+
+impl QueueRecord {
+    fn into_info(self) -> Result<QueueInfo, Error> {
+        Ok(QueueInfo {
+            name: QueueName::parse(self.name)
+                .map_err(|_| Error::fatal("stored queue name is invalid"))?,
+            paused: self.paused,
+            paused_at: if self.paused { self.paused_at } else { None },
+        })
+    }
+}
+
+/// Pauses a queue cluster-wide.
+pub(crate) async fn queue_pause(pool: &PgPool, queue: QueueName) -> Result<QueueInfo, Error> {
+    sqlx::query_as::<_, QueueRecord>(sql::QUEUE_PAUSE)
+        .bind(queue.as_str())
+        .fetch_one(pool)
+        .await
+        .store_err()?
+        .into_info()
+}
+
+/// Resumes a queue and wakes idle workers.
+pub(crate) async fn queue_resume(pool: &PgPool, queue: QueueName) -> Result<QueueInfo, Error> {
+    sqlx::query_as::<_, QueueRecord>(sql::QUEUE_RESUME)
+        .bind(queue.as_str())
+        .fetch_one(pool)
+        .await
+        .store_err()?
+        .into_info()
+}
+
+/// Queues with jobs or a stored pause state.
+pub(crate) async fn queues_list(pool: &PgPool) -> Result<Vec<QueueInfo>, Error> {
+    sqlx::query_as::<_, QueueRecord>(sql::QUEUES_LIST)
+        .fetch_all(pool)
+        .await
+        .store_err()?
+        .into_iter()
+        .map(QueueRecord::into_info)
+        .collect()
+}
+
+/// Registers (or re-registers) a worker.
+pub(crate) async fn worker_register(
+    pool: &PgPool,
+    worker: WorkerRegistration,
+) -> Result<WorkerInfo, Error> {
+    let host = truncate_to(&worker.host.replace('\0', "\u{fffd}"), HOST_BYTES_MAX);
+    let queues: Vec<&str> = worker.queues.iter().map(QueueName::as_str).collect();
+    sqlx::query_as::<_, WorkerRecord>(sql::WORKER_REGISTER)
+        .bind(worker.id.as_str())
+        .bind(host)
+        .bind(i64::from(worker.pid))
+        .bind(&queues)
+        .fetch_one(pool)
+        .await
+        .store_err()?
+        .into_info()
+}
+
+/// Records a worker heartbeat; `NotFound` when it is not registered.
+pub(crate) async fn worker_heartbeat(pool: &PgPool, id: WorkerId) -> Result<(), Error> {
+    let done = sqlx::query(sql::WORKER_HEARTBEAT)
+        .bind(id.as_str())
+        .execute(pool)
+        .await
+        .store_err()?;
+    if done.rows_affected() == 0 {
+        return Err(Error::NotFound {
+            entity: Entity::Worker,
+            id: id.to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// Removes a worker's registration (idempotent).
+pub(crate) async fn worker_deregister(pool: &PgPool, id: WorkerId) -> Result<(), Error> {
+    sqlx::query(sql::WORKER_DEREGISTER)
+        .bind(id.as_str())
+        .execute(pool)
+        .await
+        .store_err()?;
+    Ok(())
+}
+
+/// Registered workers by id.
+pub(crate) async fn workers_list(pool: &PgPool) -> Result<Vec<WorkerInfo>, Error> {
+    sqlx::query_as::<_, WorkerRecord>(sql::WORKERS_LIST)
+        .fetch_all(pool)
+        .await
+        .store_err()?
+        .into_iter()
+        .map(WorkerRecord::into_info)
+        .collect()
+}
+
+/// Removes workers whose last heartbeat is older than `older_than`.
+pub(crate) async fn workers_prune(pool: &PgPool, older_than: Duration) -> Result<u64, Error> {
+    let done = sqlx::query(sql::WORKERS_PRUNE)
+        .bind(micros(older_than))
+        .execute(pool)
+        .await
+        .store_err()?;
+    Ok(done.rows_affected())
+}
+
+/// A row of limits_list.sql.
+#[derive(sqlx::FromRow)]
+struct ListedLimit {
+    #[sqlx(flatten)]
+    limit: LimitRecord,
+    db_now: DateTime<Utc>,
+}
+
+/// Limit policies with their usage. Round trips: policies, running counts.
+pub(crate) async fn limits_list(pool: &PgPool) -> Result<Vec<LimitStatus>, Error> {
+    let rows = sqlx::query_as::<_, ListedLimit>(sql::LIMITS_LIST)
+        .fetch_all(pool)
+        .await
+        .store_err()?;
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let keys: Vec<&str> = rows.iter().map(|r| r.limit.key.as_str()).collect();
+    let mut conn = pool.acquire().await.store_err()?;
+    let running = running_counts(&mut conn, &keys).await?;
+    rows.iter()
+        .map(|row| {
+            let policy = row.limit.policy()?;
+            let rate_available = policy
+                .rate
+                .map(|rate| rate.available(row.limit.rate_tat, row.db_now));
+            Ok(LimitStatus {
+                running: running.get(row.limit.key.as_str()).copied().unwrap_or(0),
+                rate_available,
+                policy,
+            })
+        })
+        .collect()
+}
+
+/// Creates or replaces a limit policy (keeping its rate state).
+pub(crate) async fn limit_set(pool: &PgPool, policy: LimitPolicy) -> Result<LimitPolicy, Error> {
+    let policy = LimitPolicy::new(policy.key, policy.max_running, policy.rate)?;
+    let max_running = policy
+        .max_running
+        .map(|m| i32::try_from(m).unwrap_or(i32::MAX));
+    let rate_count = policy
+        .rate
+        .map(|r| i32::try_from(r.count).unwrap_or(i32::MAX));
+    let rate_period_ms = policy
+        .rate
+        .map(|r| i64::try_from(r.period.as_millis()).unwrap_or(i64::MAX));
+    sqlx::query_as::<_, LimitRecord>(sql::LIMIT_SET)
+        .bind(policy.key.as_str())
+        .bind(max_running)
+        .bind(rate_count)
+        .bind(rate_period_ms)
+        .fetch_one(pool)
+        .await
+        .store_err()?
+        .policy()
+}
+
+/// Removes a limit policy; `NotFound` when none has the key.
+pub(crate) async fn limit_clear(pool: &PgPool, key: LimitKey) -> Result<(), Error> {
+    let done = sqlx::query(sql::LIMIT_CLEAR)
+        .bind(key.as_str())
+        .execute(pool)
+        .await
+        .store_err()?;
+    if done.rows_affected() == 0 {
+        return Err(Error::NotFound {
+            entity: Entity::Limit,
+            id: key.to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// Schedules by name.
+pub(crate) async fn schedules_list(pool: &PgPool) -> Result<Vec<Schedule>, Error> {
+    sqlx::query_as::<_, ScheduleRecord>(sql::SCHEDULES_LIST)
+        .fetch_all(pool)
+        .await
+        .store_err()?
+        .into_iter()
+        .map(ScheduleRecord::into_schedule)
+        .collect()
+}
+
+/// Creates or replaces a schedule, validated against the database clock. Round trips: clock,
+/// upsert.
+pub(crate) async fn schedule_upsert(
+    pool: &PgPool,
+    config: &StoreConfig,
+    schedule: NewSchedule,
+) -> Result<Schedule, Error> {
+    let now = now(pool).await?;
+    schedule.validate(now, &config.sizes)?;
+    sqlx::query_as::<_, ScheduleRecord>(sql::SCHEDULE_UPSERT)
+        .bind(schedule.name.as_str())
+        .bind(&schedule.cron)
+        .bind(&schedule.timezone)
+        .bind(schedule.kind.as_str())
+        .bind(&schedule.args)
+        .bind(schedule.queue.as_str())
+        .bind(schedule.priority)
+        .bind(schedule.max_attempts)
+        .fetch_one(pool)
+        .await
+        .store_err()?
+        .into_schedule()
+}
+
+/// Removes a schedule; `NotFound` when none has the name.
+pub(crate) async fn schedule_remove(pool: &PgPool, name: ScheduleName) -> Result<(), Error> {
+    let done = sqlx::query(sql::SCHEDULE_REMOVE)
+        .bind(name.as_str())
+        .execute(pool)
+        .await
+        .store_err()?;
+    if done.rows_affected() == 0 {
+        return Err(Error::NotFound {
+            entity: Entity::Schedule,
+            id: name.to_string(),
+        });
+    }
+    Ok(())
+}

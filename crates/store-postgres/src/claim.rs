@@ -1,0 +1,229 @@
+//! Claim (DESIGN.md sections 3 and 4; `JobStore::jobs_claim`).
+//!
+//! Fast path, one statement (claim_fast.sql): while no limit policy exists, lock the next ready
+//! jobs `FOR UPDATE SKIP LOCKED` in claim order and start them in the same `UPDATE`.
+//!
+//! Slow path, one transaction, taken only while limit policies exist: lock every policy row
+//! (key order), count running jobs per policy key, read candidates page by page in claim order
+//! `FOR UPDATE SKIP LOCKED`, admit them in order with core's [`Admission`] (the same math as the
+//! memory store), then start the admitted jobs and store the policies' new GCRA times in one
+//! statement. Holding the policy locks until commit makes concurrent claimers see each other's
+//! claims, so they never exceed `max_running` or a rate. Skipped jobs are only read: they keep
+//! their place and spend nothing.
+//!
+//! Round trips: fast path 1 (plus 1 `EXISTS` check when it claimed nothing); slow path
+//! BEGIN, policies, running counts, one per candidate page, update, COMMIT.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use drover_core::lease::check_lease;
+use drover_core::store::CLAIM_LIMIT_MAX;
+use drover_core::{Admission, ClaimJobs, Error, Job, JobKind, LimitKey, LimitState, QueueName};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::error::SqlxResultExt;
+use crate::records::{into_jobs, micros, JobRecord, LimitRecord};
+use crate::sql;
+
+/// Most candidates the slow path reads in one claim before giving up on filling it.
+const SCAN_MAX: usize = 10_000;
+
+/// A policy row locked by claim_policies.sql, with the database clock.
+#[derive(sqlx::FromRow)]
+struct LockedPolicy {
+    #[sqlx(flatten)]
+    limit: LimitRecord,
+    db_now: DateTime<Utc>,
+}
+
+/// A claim candidate (claim_candidates.sql).
+#[derive(sqlx::FromRow)]
+struct Candidate {
+    id: Uuid,
+    kind: String,
+    queue: String,
+    limit_keys: Vec<String>,
+    priority: i16,
+    run_at: DateTime<Utc>,
+}
+
+impl Candidate {
+    /// The effective limit keys: explicit keys, `kind:<kind>` and `queue:<queue>`, sorted and
+    /// deduplicated like `Job::effective_limit_keys`.
+    fn effective_keys(&self) -> Result<Vec<LimitKey>, Error> {
+        let corrupt = || Error::fatal("stored job has an invalid name or limit key");
+        let mut keys = self
+            .limit_keys
+            .iter()
+            .map(|k| LimitKey::parse(k.as_str()).map_err(|_| corrupt()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let kind = JobKind::parse(self.kind.as_str()).map_err(|_| corrupt())?;
+        let queue = QueueName::parse(self.queue.as_str()).map_err(|_| corrupt())?;
+        keys.push(LimitKey::for_kind(&kind));
+        keys.push(LimitKey::for_queue(&queue));
+        keys.sort();
+        keys.dedup();
+        Ok(keys)
+    }
+}
+
+/// Checks a claim's limit and lease.
+fn validate(claim: &ClaimJobs) -> Result<(), Error> {
+    if claim.limit == 0 || claim.limit > CLAIM_LIMIT_MAX {
+        return Err(Error::invalid(
+            "limit",
+            format!(
+                "must be between 1 and {CLAIM_LIMIT_MAX}, got {}",
+                claim.limit
+            ),
+        ));
+    }
+    check_lease(claim.lease)
+}
+
+/// Claims up to `claim.limit` ready jobs; see the module docs.
+pub(crate) async fn claim(pool: &PgPool, claim: ClaimJobs) -> Result<Vec<Job>, Error> {
+    validate(&claim)?;
+    if claim.queues.is_empty() || claim.kinds.is_empty() {
+        return Ok(Vec::new());
+    }
+    let queues: Vec<&str> = claim.queues.iter().map(QueueName::as_str).collect();
+    let kinds: Vec<&str> = claim.kinds.iter().map(JobKind::as_str).collect();
+    let limit = i32::try_from(claim.limit).unwrap_or(i32::MAX);
+    let lease_us = micros(claim.lease);
+    let records = sqlx::query_as::<_, JobRecord>(sql::CLAIM_FAST)
+        .bind(&queues)
+        .bind(&kinds)
+        .bind(limit)
+        .bind(claim.worker.as_str())
+        .bind(lease_us)
+        .fetch_all(pool)
+        .await
+        .store_err()?;
+    if !records.is_empty() {
+        return sorted(records);
+    }
+    let limits_exist: bool = sqlx::query_scalar(sql::LIMITS_EXIST)
+        .fetch_one(pool)
+        .await
+        .store_err()?;
+    if !limits_exist {
+        return Ok(Vec::new());
+    }
+    claim_with_limits(pool, &claim, &queues, &kinds, lease_us).await
+}
+
+fn sorted(records: Vec<JobRecord>) -> Result<Vec<Job>, Error> {
+    let mut jobs = into_jobs(records)?;
+    jobs.sort_by_key(|j| (j.priority, j.run_at, j.id));
+    Ok(jobs)
+}
+
+/// The slow path: admission under locked policies, in one transaction.
+async fn claim_with_limits(
+    pool: &PgPool,
+    claim: &ClaimJobs,
+    queues: &[&str],
+    kinds: &[&str],
+    lease_us: i64,
+) -> Result<Vec<Job>, Error> {
+    let limit = usize::try_from(claim.limit).unwrap_or(usize::MAX);
+    let mut tx = pool.begin().await.store_err()?;
+    let policies = sqlx::query_as::<_, LockedPolicy>(sql::CLAIM_POLICIES)
+        .fetch_all(&mut *tx)
+        .await
+        .store_err()?;
+    let now = match policies.first() {
+        Some(p) => p.db_now,
+        None => sqlx::query_scalar(sql::DB_NOW)
+            .fetch_one(&mut *tx)
+            .await
+            .store_err()?,
+    };
+    let keys: Vec<&str> = policies.iter().map(|p| p.limit.key.as_str()).collect();
+    let running = running_counts(&mut tx, &keys).await?;
+    let mut states = Vec::with_capacity(policies.len());
+    for p in &policies {
+        states.push(LimitState {
+            policy: p.limit.policy()?,
+            running: running.get(p.limit.key.as_str()).copied().unwrap_or(0),
+            rate_tat: p.limit.rate_tat,
+        });
+    }
+    let mut admission = Admission::new(now, states);
+
+    let page = i32::try_from(limit.saturating_mul(2).clamp(100, SCAN_MAX)).unwrap_or(100);
+    let mut admitted: Vec<Uuid> = Vec::new();
+    let mut cursor: Option<(i16, DateTime<Utc>, Uuid)> = None;
+    let mut scanned = 0usize;
+    loop {
+        let candidates = sqlx::query_as::<_, Candidate>(sql::CLAIM_CANDIDATES)
+            .bind(queues)
+            .bind(kinds)
+            .bind(page)
+            .bind(cursor.map(|c| c.0))
+            .bind(cursor.map(|c| c.1))
+            .bind(cursor.map(|c| c.2))
+            .fetch_all(&mut *tx)
+            .await
+            .store_err()?;
+        for candidate in &candidates {
+            if admission.try_admit(&candidate.effective_keys()?) {
+                admitted.push(candidate.id);
+                if admitted.len() == limit {
+                    break;
+                }
+            }
+        }
+        scanned += candidates.len();
+        let exhausted = candidates.len() < usize::try_from(page).unwrap_or(0);
+        if admitted.len() == limit || exhausted || scanned >= SCAN_MAX {
+            break;
+        }
+        cursor = candidates.last().map(|c| (c.priority, c.run_at, c.id));
+    }
+    if admitted.is_empty() {
+        tx.commit().await.store_err()?;
+        return Ok(Vec::new());
+    }
+    let mut tat_keys = Vec::new();
+    let mut tats = Vec::new();
+    for state in admission.into_touched() {
+        if let (Some(_), Some(tat)) = (state.policy.rate, state.rate_tat) {
+            tat_keys.push(state.policy.key.as_str().to_owned());
+            tats.push(tat);
+        }
+    }
+    let records = sqlx::query_as::<_, JobRecord>(sql::CLAIM_IDS)
+        .bind(&admitted)
+        .bind(claim.worker.as_str())
+        .bind(lease_us)
+        .bind(&tat_keys)
+        .bind(&tats)
+        .fetch_all(&mut *tx)
+        .await
+        .store_err()?;
+    tx.commit().await.store_err()?;
+    sorted(records)
+}
+
+/// Running jobs per limit key (limits_running.sql), for `keys`.
+pub(crate) async fn running_counts(
+    conn: &mut sqlx::PgConnection,
+    keys: &[&str],
+) -> Result<HashMap<String, u64>, Error> {
+    if keys.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let rows: Vec<(String, i64)> = sqlx::query_as(sql::LIMITS_RUNNING)
+        .bind(keys)
+        .fetch_all(conn)
+        .await
+        .store_err()?;
+    Ok(rows
+        .into_iter()
+        .map(|(k, n)| (k, u64::try_from(n).unwrap_or(0)))
+        .collect())
+}

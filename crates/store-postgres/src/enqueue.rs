@@ -1,0 +1,501 @@
+//! Enqueue (DESIGN.md sections 3 and 4; `JobStore::jobs_enqueue`): validation, then one
+//! `INSERT ... SELECT FROM unnest(...) ON CONFLICT DO NOTHING` for the whole batch, then the
+//! resolution of skipped jobs (idempotency replay or conflict, unique-key duplicate), then the
+//! quotas.
+//!
+//! Round trips: a batch without keys and without quotas is one statement (autocommit). A single
+//! job with keys is one statement, plus one lookup when it was skipped. A batch with keys runs
+//! in a transaction (or a savepoint inside the caller's transaction) so a conflict stores
+//! nothing: BEGIN, insert, [lookup], COMMIT. With quotas: BEGIN, advisory locks (global and per
+//! tenant, only for the configured quotas), insert, [lookup], count, COMMIT.
+//!
+//! Semantics are those of enqueueing the jobs one after another: a key repeated inside the batch
+//! resolves to the first job that used it.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use drover_core::{
+    EnqueueStatus, Enqueued, Error, Job, JobId, JobState, NewJob, Quota, RunAt, StoreConfig,
+    TenantId,
+};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use sqlx::{Connection, PgConnection};
+use uuid::Uuid;
+
+use crate::error::SqlxResultExt;
+use crate::records::{micros, JobRecord};
+use crate::sql;
+
+/// How many times skipped jobs whose key holder vanished (finished or pruned between the insert
+/// and the lookup) are inserted again before giving up with `Unavailable`.
+const RESOLVE_ROUNDS_MAX: usize = 8;
+
+/// Advisory lock key of the global pending quota.
+const GLOBAL_QUOTA_LOCK: i64 = 0x6472_6f76_6572_7167; // "droverqg"
+
+/// A validated batch with the ids and request hashes the store assigns.
+pub(crate) struct Batch {
+    jobs: Vec<NewJob>,
+    ids: Vec<Uuid>,
+    hashes: Vec<Option<String>>,
+}
+
+impl Batch {
+    /// Validates every job (field prefixed `jobs[i].` for batches of more than one) and assigns
+    /// ids (UUID v7) and request hashes (jobs with an idempotency key only).
+    ///
+    /// # Errors
+    /// `InvalidInput` for the first invalid job, or a batch above `ENQUEUE_BATCH_MAX`.
+    pub(crate) fn prepare(jobs: Vec<NewJob>, config: &StoreConfig) -> Result<Batch, Error> {
+        if jobs.len() > drover_core::store::ENQUEUE_BATCH_MAX {
+            return Err(Error::invalid(
+                "jobs",
+                format!(
+                    "at most {} jobs per batch, got {}",
+                    drover_core::store::ENQUEUE_BATCH_MAX,
+                    jobs.len()
+                ),
+            ));
+        }
+        let many = jobs.len() > 1;
+        for (i, job) in jobs.iter().enumerate() {
+            job.validate(&config.sizes).map_err(|e| {
+                if many {
+                    e.in_field(&format!("jobs[{i}]"))
+                } else {
+                    e
+                }
+            })?;
+        }
+        let ids = jobs.iter().map(|_| JobId::new_v7().as_uuid()).collect();
+        let hashes = jobs
+            .iter()
+            .map(|j| j.idempotency_key.as_ref().map(|_| j.request_hash()))
+            .collect();
+        Ok(Batch { jobs, ids, hashes })
+    }
+
+    fn len(&self) -> usize {
+        self.jobs.len()
+    }
+}
+
+/// Enqueues a prepared batch on `conn` (autocommit, or inside the caller's transaction), opening
+/// a transaction or savepoint only when a conflict could require undoing part of the batch or a
+/// quota must be checked.
+pub(crate) async fn enqueue(
+    conn: &mut PgConnection,
+    config: &StoreConfig,
+    batch: Batch,
+) -> Result<Vec<Enqueued>, Error> {
+    if batch.len() == 0 {
+        return Ok(Vec::new());
+    }
+    let quotas = config.quotas;
+    let quota_checked = quotas.max_pending.is_some() || quotas.max_tenant_pending.is_some();
+    let has_keys = batch
+        .jobs
+        .iter()
+        .any(|j| j.idempotency_key.is_some() || j.unique_key.is_some());
+    let needs_transaction = quota_checked || (has_keys && batch.len() > 1);
+    if !needs_transaction {
+        return insert_and_resolve(conn, &batch).await;
+    }
+    let mut tx = conn.begin().await.store_err()?;
+    if quota_checked {
+        let keys = quota_lock_keys(
+            quotas.max_pending.is_some(),
+            quotas
+                .max_tenant_pending
+                .is_some()
+                .then(|| batch.jobs.iter().map(|j| &j.tenant)),
+        );
+        lock_quotas(&mut tx, &keys).await?;
+    }
+    let answers = insert_and_resolve(&mut tx, &batch).await?;
+    if quota_checked {
+        check_quotas(&mut tx, config, &answers).await?;
+    }
+    tx.commit().await.store_err()?;
+    Ok(answers)
+}
+
+/// The advisory lock keys for the configured quotas, sorted so every caller takes them in the
+/// same order.
+pub(crate) fn quota_lock_keys<'a>(
+    global: bool,
+    tenants: Option<impl Iterator<Item = &'a TenantId>>,
+) -> Vec<i64> {
+    let mut keys = Vec::new();
+    if global {
+        keys.push(GLOBAL_QUOTA_LOCK);
+    }
+    if let Some(tenants) = tenants {
+        keys.extend(tenants.map(tenant_lock_key));
+    }
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
+fn tenant_lock_key(tenant: &TenantId) -> i64 {
+    let digest = Sha256::digest(format!("drover.quota.tenant\0{tenant}").as_bytes());
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(bytes)
+}
+
+/// Takes the quota advisory locks for the rest of the transaction.
+pub(crate) async fn lock_quotas(conn: &mut PgConnection, keys: &[i64]) -> Result<(), Error> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(sql::QUOTA_LOCK)
+        .bind(keys)
+        .execute(conn)
+        .await
+        .store_err()?;
+    Ok(())
+}
+
+/// Checks the quotas after the insert, under the quota locks: pending counts now include this
+/// batch's new jobs, so `current` is the count minus them. Global first, then tenants in order
+/// of first appearance.
+async fn check_quotas(
+    conn: &mut PgConnection,
+    config: &StoreConfig,
+    answers: &[Enqueued],
+) -> Result<(), Error> {
+    let mut created_total = 0u64;
+    let mut created_per_tenant: Vec<(&str, u64)> = Vec::new();
+    for answer in answers {
+        if answer.status != EnqueueStatus::Created {
+            continue;
+        }
+        created_total += 1;
+        let tenant = answer.job.tenant.as_str();
+        match created_per_tenant.iter_mut().find(|(t, _)| *t == tenant) {
+            Some((_, n)) => *n += 1,
+            None => created_per_tenant.push((tenant, 1)),
+        }
+    }
+    if created_total == 0 {
+        return Ok(());
+    }
+    let quotas = config.quotas;
+    let tenants: Vec<&str> = if quotas.max_tenant_pending.is_some() {
+        created_per_tenant.iter().map(|(t, _)| *t).collect()
+    } else {
+        Vec::new()
+    };
+    let rows: Vec<(Option<String>, i64)> = sqlx::query_as(sql::QUOTA_COUNT)
+        .bind(quotas.max_pending.is_some())
+        .bind(&tenants)
+        .fetch_all(conn)
+        .await
+        .store_err()?;
+    let counted = |tenant: Option<&str>| -> u64 {
+        rows.iter()
+            .find(|(t, _)| t.as_deref() == tenant)
+            .map_or(0, |(_, n)| u64::try_from(*n).unwrap_or(0))
+    };
+    if let Some(max) = quotas.max_pending {
+        let pending = counted(None);
+        if pending > max {
+            return Err(Error::QuotaExceeded {
+                quota: Quota::Global,
+                current: pending.saturating_sub(created_total),
+                max,
+            });
+        }
+    }
+    if let Some(max) = quotas.max_tenant_pending {
+        for (tenant, created) in &created_per_tenant {
+            let pending = counted(Some(tenant));
+            if pending > max {
+                return Err(Error::QuotaExceeded {
+                    quota: Quota::Tenant((*tenant).to_owned()),
+                    current: pending.saturating_sub(*created),
+                    max,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A stored job with its request hash, as the resolution sees it.
+struct Holder {
+    job: Job,
+    request_hash: Option<String>,
+}
+
+impl Holder {
+    fn from_record(record: JobRecord) -> Result<Holder, Error> {
+        let request_hash = record.request_hash.clone();
+        Ok(Holder {
+            job: record.into_job()?,
+            request_hash,
+        })
+    }
+}
+
+/// Inserts the batch, then answers every job: created ones from the insert, skipped ones from
+/// the key holders, inserting again the few whose holder vanished meanwhile.
+async fn insert_and_resolve(
+    conn: &mut PgConnection,
+    batch: &Batch,
+) -> Result<Vec<Enqueued>, Error> {
+    let n = batch.len();
+    let position: HashMap<Uuid, usize> = batch
+        .ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (*id, i))
+        .collect();
+    let mut answers: Vec<Option<Enqueued>> = (0..n).map(|_| None).collect();
+    let mut to_insert: Vec<usize> = (0..n).collect();
+    for _ in 0..RESOLVE_ROUNDS_MAX {
+        let inserted = insert(conn, batch, &to_insert).await?;
+        for row in inserted {
+            let i = *position
+                .get(&row.id)
+                .ok_or_else(|| Error::fatal("enqueue returned a job it was not given"))?;
+            let mut job = batch.jobs[i]
+                .clone()
+                .into_job(JobId(row.id), row.created_at);
+            job.run_at = row.run_at;
+            answers[i] = Some(Enqueued {
+                status: EnqueueStatus::Created,
+                job,
+            });
+        }
+        let skipped: Vec<usize> = to_insert
+            .iter()
+            .copied()
+            .filter(|i| answers[*i].is_none())
+            .collect();
+        if skipped.is_empty() {
+            return finish_answers(answers);
+        }
+        let holders = lookup(conn, batch, &skipped).await?;
+        let index = HolderIndex::new(&holders, &position);
+        let mut again = Vec::new();
+        for i in skipped {
+            match resolve(batch, i, &index)? {
+                Some(answer) => answers[i] = Some(answer),
+                None => again.push(i),
+            }
+        }
+        if again.is_empty() {
+            return finish_answers(answers);
+        }
+        to_insert = again;
+    }
+    Err(Error::unavailable(
+        "enqueue kept racing with jobs finishing that hold its keys; retry",
+    ))
+}
+
+fn finish_answers(answers: Vec<Option<Enqueued>>) -> Result<Vec<Enqueued>, Error> {
+    answers
+        .into_iter()
+        .map(|a| a.ok_or_else(|| Error::fatal("enqueue left a job unanswered")))
+        .collect()
+}
+
+/// Key holders found by the lookup, indexed by (tenant, key). `created` is the batch position of
+/// holders created by this very batch.
+struct HolderIndex<'a> {
+    by_idempotency_key: HashMap<(&'a str, &'a str), (&'a Holder, Option<usize>)>,
+    by_unique_key: HashMap<(&'a str, &'a str), (&'a Holder, Option<usize>)>,
+}
+
+impl<'a> HolderIndex<'a> {
+    fn new(holders: &'a [Holder], position: &HashMap<Uuid, usize>) -> Self {
+        let mut index = HolderIndex {
+            by_idempotency_key: HashMap::new(),
+            by_unique_key: HashMap::new(),
+        };
+        for holder in holders {
+            let created = position.get(&holder.job.id.as_uuid()).copied();
+            let tenant = holder.job.tenant.as_str();
+            if let Some(key) = &holder.job.idempotency_key {
+                index
+                    .by_idempotency_key
+                    .insert((tenant, key.as_str()), (holder, created));
+            }
+            if let Some(key) = &holder.job.unique_key {
+                if JobState::PENDING.contains(&holder.job.state) {
+                    index
+                        .by_unique_key
+                        .insert((tenant, key.as_str()), (holder, created));
+                }
+            }
+        }
+        index
+    }
+}
+
+/// Answers skipped job `i` as if the batch were enqueued one job at a time: its idempotency key
+/// first (same request: replay; other request or legacy row: conflict), then its unique key
+/// (live holder: duplicate). Jobs of this batch created after `i` do not count. `None` when
+/// the key holder vanished between insert and lookup: insert the job again.
+fn resolve<'a>(
+    batch: &Batch,
+    i: usize,
+    index: &HolderIndex<'a>,
+) -> Result<Option<Enqueued>, Error> {
+    let job = &batch.jobs[i];
+    let tenant = job.tenant.as_str();
+    let visible = |found: Option<&(&'a Holder, Option<usize>)>| -> Option<&'a Holder> {
+        match found {
+            Some((holder, created)) if created.is_none_or(|pos| pos < i) => Some(*holder),
+            _ => None,
+        }
+    };
+    if let Some(key) = &job.idempotency_key {
+        if let Some(holder) = visible(index.by_idempotency_key.get(&(tenant, key.as_str()))) {
+            return match (&holder.request_hash, &batch.hashes[i]) {
+                (Some(stored), Some(hash)) if stored == hash => Ok(Some(Enqueued {
+                    status: EnqueueStatus::Replayed,
+                    job: holder.job.clone(),
+                })),
+                (None, _) => Err(Error::Conflict {
+                    reason: "idempotency key belongs to a job stored without a request hash; use a new key".to_owned(),
+                    existing: Some(holder.job.id),
+                }),
+                _ => Err(Error::Conflict {
+                    reason: "idempotency key was already used with a different request"
+                        .to_owned(),
+                    existing: Some(holder.job.id),
+                }),
+            };
+        }
+    }
+    if let Some(key) = &job.unique_key {
+        if let Some(holder) = visible(index.by_unique_key.get(&(tenant, key.as_str()))) {
+            return Ok(Some(Enqueued {
+                status: EnqueueStatus::Duplicate,
+                job: holder.job.clone(),
+            }));
+        }
+    }
+    Ok(None)
+}
+
+/// What enqueue_insert.sql returns for each created job: the values the database chose.
+#[derive(sqlx::FromRow)]
+struct Inserted {
+    id: Uuid,
+    run_at: DateTime<Utc>,
+    created_at: DateTime<Utc>,
+}
+
+/// Runs enqueue_insert.sql for the jobs at `positions`; returns the created ones.
+async fn insert(
+    conn: &mut PgConnection,
+    batch: &Batch,
+    positions: &[usize],
+) -> Result<Vec<Inserted>, Error> {
+    let len = positions.len();
+    let mut ids = Vec::with_capacity(len);
+    let mut kinds = Vec::with_capacity(len);
+    let mut queues = Vec::with_capacity(len);
+    let mut tenants = Vec::with_capacity(len);
+    let mut args: Vec<&Value> = Vec::with_capacity(len);
+    let mut metas: Vec<&Value> = Vec::with_capacity(len);
+    let mut priorities = Vec::with_capacity(len);
+    let mut run_ats = Vec::with_capacity(len);
+    let mut delays = Vec::with_capacity(len);
+    let mut max_attempts = Vec::with_capacity(len);
+    let mut idempotency_keys = Vec::with_capacity(len);
+    let mut hashes = Vec::with_capacity(len);
+    let mut unique_keys = Vec::with_capacity(len);
+    let mut limit_keys = Vec::with_capacity(len);
+    for &i in positions {
+        let job = &batch.jobs[i];
+        ids.push(batch.ids[i]);
+        kinds.push(job.kind.as_str());
+        queues.push(job.queue.as_str());
+        tenants.push(job.tenant.as_str());
+        args.push(&job.args);
+        metas.push(&job.meta);
+        priorities.push(job.priority);
+        let (at, delay) = match job.run_at {
+            None => (None, None),
+            Some(RunAt::At(at)) => (Some(at), None),
+            Some(RunAt::After(d)) => (None, Some(micros(d))),
+        };
+        run_ats.push(at);
+        delays.push(delay);
+        max_attempts.push(job.max_attempts);
+        idempotency_keys.push(job.idempotency_key.as_deref());
+        hashes.push(batch.hashes[i].as_deref());
+        unique_keys.push(job.unique_key.as_deref());
+        limit_keys.push(
+            job.limit_keys
+                .iter()
+                .map(|k| k.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+        );
+    }
+    sqlx::query_as::<_, Inserted>(sql::ENQUEUE_INSERT)
+        .bind(&ids)
+        .bind(&kinds)
+        .bind(&queues)
+        .bind(&tenants)
+        .bind(&args)
+        .bind(&metas)
+        .bind(&priorities)
+        .bind(&run_ats)
+        .bind(&delays)
+        .bind(&max_attempts)
+        .bind(&idempotency_keys)
+        .bind(&hashes)
+        .bind(&unique_keys)
+        .bind(&limit_keys)
+        .fetch_all(conn)
+        .await
+        .store_err()
+}
+
+/// Runs enqueue_lookup.sql for the keys of the jobs at `positions`.
+async fn lookup(
+    conn: &mut PgConnection,
+    batch: &Batch,
+    positions: &[usize],
+) -> Result<Vec<Holder>, Error> {
+    let mut idem_tenants = Vec::new();
+    let mut idem_keys = Vec::new();
+    let mut unique_tenants = Vec::new();
+    let mut unique_keys = Vec::new();
+    for &i in positions {
+        let job = &batch.jobs[i];
+        if let Some(key) = &job.idempotency_key {
+            idem_tenants.push(job.tenant.as_str());
+            idem_keys.push(key.as_str());
+        }
+        if let Some(key) = &job.unique_key {
+            unique_tenants.push(job.tenant.as_str());
+            unique_keys.push(key.as_str());
+        }
+    }
+    let records = sqlx::query_as::<_, JobRecord>(sql::ENQUEUE_LOOKUP)
+        .bind(&idem_tenants)
+        .bind(&idem_keys)
+        .bind(&unique_tenants)
+        .bind(&unique_keys)
+        .fetch_all(conn)
+        .await
+        .store_err()?;
+    let mut seen = std::collections::HashSet::new();
+    records
+        .into_iter()
+        .filter(|r| seen.insert(r.id))
+        .map(Holder::from_record)
+        .collect()
+}

@@ -1,0 +1,181 @@
+//! The one place where sqlx errors become `drover_core::Error` (STYLE.md, Errors; DESIGN.md
+//! section 5): transient trouble is `Unavailable` (retry with backoff), a missing or old schema
+//! is `Fatal` telling the operator to run `drover migrate`, data PostgreSQL cannot store is
+//! `InvalidInput`.
+//!
+//! Messages never include job args, SQL parameters, passwords or connection strings: database
+//! messages are not pasted in, only the SQLSTATE code and the constraint name; data errors
+//! (class 22) drop the driver error entirely because its text may quote the offending value.
+
+use drover_core::{BoxError, Error};
+
+/// The message of every "schema missing" error.
+pub(crate) const NOT_MIGRATED: &str = "database schema is not migrated (run `drover migrate`)";
+
+/// Maps a sqlx error to the contract's error (the only such mapping in this crate).
+///
+/// - connection refused/lost, I/O, TLS, protocol, pool timeout, `08xxx`, admin/crash shutdown
+///   (`57P01`, `57P02`), cannot connect now (`57P03`), too many connections (`53300`), deadlock
+///   (`40P01`), serialization failure (`40001`), lock not available (`55P03`), statement
+///   cancelled (`57014`) -> [`Error::Unavailable`];
+/// - missing schema, relation, column or function (`3F000`, `42P01`, `42703`, `42883`) ->
+///   [`Error::Fatal`] saying to run `drover migrate`;
+/// - unsupported Unicode escape / NUL in text (`22P05`, `22021`) and other data exceptions
+///   (class `22`) -> [`Error::InvalidInput`];
+/// - unique violation (`23505`) -> [`Error::Conflict`];
+/// - anything else -> [`Error::Fatal`] with the SQLSTATE.
+pub(crate) fn map_sqlx_error(error: sqlx::Error) -> Error {
+    match error {
+        sqlx::Error::Database(db) => {
+            let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+            let constraint = db.constraint().map(str::to_owned);
+            map_database_error(&code, constraint, Box::new(sqlx::Error::Database(db)))
+        }
+        sqlx::Error::Io(e) => unavailable("lost or could not open the database connection", e),
+        sqlx::Error::Tls(e) => unavailable_boxed("TLS failure talking to the database", e),
+        sqlx::Error::Protocol(_) => Error::unavailable("database protocol error"),
+        sqlx::Error::PoolTimedOut => Error::unavailable(
+            "timed out waiting for a database connection from the pool (pool too small or database down)",
+        ),
+        sqlx::Error::WorkerCrashed => Error::unavailable("database connection worker crashed"),
+        sqlx::Error::BeginFailed => Error::unavailable("could not begin a database transaction"),
+        sqlx::Error::PoolClosed => Error::fatal("the store was closed"),
+        sqlx::Error::Configuration(_) => {
+            Error::fatal("invalid database configuration (check the database URL)")
+        }
+        sqlx::Error::RowNotFound => Error::fatal("database returned no row where one was expected"),
+        sqlx::Error::ColumnDecode { index, .. } => Error::fatal(format!(
+            "could not decode database column {index} (schema newer or older than this binary?)"
+        )),
+        sqlx::Error::ColumnNotFound(column) => Error::Fatal {
+            message: format!("database column {column} is missing; {NOT_MIGRATED}"),
+            source: None,
+        },
+        sqlx::Error::TypeNotFound { type_name } => {
+            Error::fatal(format!("database type {type_name} is missing; {NOT_MIGRATED}"))
+        }
+        sqlx::Error::Decode(_) => Error::fatal("could not decode a database value"),
+        sqlx::Error::Encode(_) => Error::fatal("could not encode a query parameter"),
+        other => Error::Fatal {
+            message: "unexpected database driver error".to_owned(),
+            source: Some(Box::new(other)),
+        },
+    }
+}
+
+/// Maps a server error by SQLSTATE.
+fn map_database_error(code: &str, constraint: Option<String>, source: BoxError) -> Error {
+    let transient = code.starts_with("08")
+        || matches!(
+            code,
+            "57P01" | "57P02" | "57P03" | "53300" | "40P01" | "40001" | "55P03" | "57014"
+        );
+    if transient {
+        let what = match code {
+            "57P01" => "the database is shutting down (admin shutdown)",
+            "57P02" => "the database crashed (crash shutdown)",
+            "57P03" => "the database cannot accept connections yet",
+            "53300" => "the database has too many connections",
+            "40P01" => "deadlock detected",
+            "40001" => "serialization failure",
+            "55P03" => "lock not available",
+            "57014" => "statement cancelled",
+            _ => "database connection failure",
+        };
+        return Error::Unavailable {
+            message: format!("{what} (SQLSTATE {code})"),
+            source: Some(source),
+        };
+    }
+    match code {
+        "3F000" | "42P01" | "42703" | "42883" | "42704" => Error::Fatal {
+            message: format!("{NOT_MIGRATED}: a drover object is missing (SQLSTATE {code})"),
+            source: Some(source),
+        },
+        "22P05" | "22021" => Error::invalid(
+            "json",
+            "must not contain the NUL character (\\u0000) or text PostgreSQL cannot store",
+        ),
+        "23505" => Error::Conflict {
+            reason: match constraint {
+                Some(name) => format!("another job already holds this key ({name})"),
+                None => "another row already holds this key".to_owned(),
+            },
+            existing: None,
+        },
+        _ if code.starts_with("22") => Error::invalid(
+            "input",
+            format!("PostgreSQL refused a value (SQLSTATE {code})"),
+        ),
+        _ => Error::Fatal {
+            message: format!("database error (SQLSTATE {code})"),
+            source: Some(source),
+        },
+    }
+}
+
+fn unavailable(message: &str, source: std::io::Error) -> Error {
+    Error::Unavailable {
+        message: message.to_owned(),
+        source: Some(Box::new(source)),
+    }
+}
+
+fn unavailable_boxed(message: &str, source: BoxError) -> Error {
+    Error::Unavailable {
+        message: message.to_owned(),
+        source: Some(source),
+    }
+}
+
+/// Converts any sqlx result into the contract's result.
+pub(crate) trait SqlxResultExt<T> {
+    /// Maps the error with [`map_sqlx_error`].
+    fn store_err(self) -> Result<T, Error>;
+}
+
+impl<T> SqlxResultExt<T> for Result<T, sqlx::Error> {
+    fn store_err(self) -> Result<T, Error> {
+        self.map_err(map_sqlx_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn boxed() -> BoxError {
+        Box::new(std::io::Error::other("x"))
+    }
+
+    #[test]
+    fn codes_map_to_the_contract() {
+        for code in ["57P01", "57P03", "40P01", "40001", "08006", "08001"] {
+            assert!(
+                map_database_error(code, None, boxed()).is_transient(),
+                "{code}"
+            );
+        }
+        for code in ["3F000", "42P01", "42883"] {
+            let e = map_database_error(code, None, boxed());
+            assert!(matches!(e, Error::Fatal { .. }), "{code}");
+            assert!(e.to_string().contains("drover migrate"));
+        }
+        for code in ["22P05", "22021"] {
+            assert!(matches!(
+                map_database_error(code, None, boxed()),
+                Error::InvalidInput { .. }
+            ));
+        }
+        assert!(matches!(
+            map_sqlx_error(sqlx::Error::PoolTimedOut),
+            Error::Unavailable { .. }
+        ));
+        assert!(matches!(
+            map_sqlx_error(sqlx::Error::Io(std::io::Error::from(
+                std::io::ErrorKind::ConnectionRefused
+            ))),
+            Error::Unavailable { .. }
+        ));
+    }
+}

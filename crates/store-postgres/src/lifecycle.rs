@@ -1,0 +1,299 @@
+//! Transitions outside the worker hot path, computed by core's `state::apply` itself inside a
+//! transaction (lock the rows, apply, write back with jobs_write.sql), so they cannot drift from
+//! the table of DESIGN.md section 3: cancel, operator retry, rescue of expired leases and the
+//! reconciler's verdict. Plus the reconcile claim and prune, which are single statements.
+
+use chrono::{DateTime, Utc};
+use drover_core::lease::check_lease;
+use drover_core::{
+    apply, CancelEffect, CancelOutcome, ClaimReconciling, Error, Event, FencingToken, Job, JobId,
+    JobKind, JobState, PruneJobs, Quota, RescueExpired, Rescued, Resolution, StoreConfig,
+    Transition,
+};
+use serde_json::Value;
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use crate::enqueue::{lock_quotas, quota_lock_keys};
+use crate::error::SqlxResultExt;
+use crate::records::{into_jobs, micros, JobRecord};
+use crate::sql;
+
+/// Largest `limit` of a prune pass.
+const PRUNE_LIMIT_MAX: u32 = 100_000;
+
+/// A job locked FOR UPDATE with the database clock of its transaction.
+#[derive(sqlx::FromRow)]
+struct LockedJob {
+    #[sqlx(flatten)]
+    job: JobRecord,
+    db_now: DateTime<Utc>,
+}
+
+/// Locks one job; `NotFound` when it does not exist.
+async fn lock_job(conn: &mut PgConnection, id: JobId) -> Result<(Job, DateTime<Utc>), Error> {
+    let locked = sqlx::query_as::<_, LockedJob>(sql::JOB_LOCK)
+        .bind(id.as_uuid())
+        .fetch_optional(conn)
+        .await
+        .store_err()?
+        .ok_or_else(|| Error::job_not_found(id))?;
+    Ok((locked.job.into_job()?, locked.db_now))
+}
+
+/// Writes back jobs changed by `apply` (jobs_write.sql); returns them as stored.
+async fn write_jobs(
+    conn: &mut PgConnection,
+    jobs: &[Job],
+    notify_cancel: bool,
+) -> Result<Vec<Job>, Error> {
+    let len = jobs.len();
+    let mut ids = Vec::with_capacity(len);
+    let mut states = Vec::with_capacity(len);
+    let mut attempts = Vec::with_capacity(len);
+    let mut tokens = Vec::with_capacity(len);
+    let mut owners: Vec<Option<&str>> = Vec::with_capacity(len);
+    let mut expiries = Vec::with_capacity(len);
+    let mut cancels = Vec::with_capacity(len);
+    let mut results: Vec<Option<&Value>> = Vec::with_capacity(len);
+    let mut errors: Vec<Value> = Vec::with_capacity(len);
+    let mut progress: Vec<Option<&Value>> = Vec::with_capacity(len);
+    let mut run_ats = Vec::with_capacity(len);
+    let mut finished = Vec::with_capacity(len);
+    let mut metas: Vec<&Value> = Vec::with_capacity(len);
+    let mut attempted = Vec::with_capacity(len);
+    for job in jobs {
+        ids.push(job.id.as_uuid());
+        states.push(job.state.as_str());
+        attempts.push(job.attempt);
+        tokens.push(job.fencing_token.0);
+        owners.push(job.lease_owner.as_ref().map(|w| w.as_str()));
+        expiries.push(job.lease_expires_at);
+        cancels.push(job.cancel_requested);
+        results.push(job.result.as_ref());
+        errors.push(
+            serde_json::to_value(&job.errors)
+                .map_err(|_| Error::fatal("could not encode a job's error list"))?,
+        );
+        progress.push(job.progress.as_ref());
+        run_ats.push(job.run_at);
+        finished.push(job.finished_at);
+        metas.push(&job.meta);
+        attempted.push(job.attempted_at);
+    }
+    let records = sqlx::query_as::<_, JobRecord>(sql::JOBS_WRITE)
+        .bind(&ids)
+        .bind(&states)
+        .bind(&attempts)
+        .bind(&tokens)
+        .bind(&owners)
+        .bind(&expiries)
+        .bind(&cancels)
+        .bind(&results)
+        .bind(&errors)
+        .bind(&progress)
+        .bind(&run_ats)
+        .bind(&finished)
+        .bind(&metas)
+        .bind(&attempted)
+        .bind(notify_cancel)
+        .fetch_all(conn)
+        .await
+        .store_err()?;
+    into_jobs(records)
+}
+
+/// Writes back one job and returns it as stored.
+async fn write_job(conn: &mut PgConnection, job: &Job, notify_cancel: bool) -> Result<Job, Error> {
+    write_jobs(conn, std::slice::from_ref(job), notify_cancel)
+        .await?
+        .pop()
+        .ok_or_else(|| Error::job_not_found(job.id))
+}
+
+/// Cancels a job: queued or reconciling -> cancelled; running -> cancel requested and a
+/// `drover_cancel` NOTIFY with the job id. Round trips: BEGIN, lock, write, COMMIT.
+pub(crate) async fn cancel(pool: &PgPool, id: JobId) -> Result<CancelOutcome, Error> {
+    let mut tx = pool.begin().await.store_err()?;
+    let (mut job, now) = lock_job(&mut tx, id).await?;
+    let transition = apply(&mut job, Event::Cancel, now)?;
+    let job = write_job(&mut tx, &job, true).await?;
+    tx.commit().await.store_err()?;
+    let effect = if transition.to == JobState::Running {
+        CancelEffect::Requested
+    } else {
+        CancelEffect::Cancelled
+    };
+    Ok(CancelOutcome { effect, job })
+}
+
+/// Operator retry of a finished job: same id, attempt budget reset, ready now; quotas
+/// re-checked under the quota locks (before the unique key, like the memory store); unique key
+/// kept, refused with `Conflict` while another live job of the tenant holds it. Round trips: BEGIN, [tenant, locks], lock, checks, write,
+/// COMMIT.
+pub(crate) async fn retry(pool: &PgPool, config: &StoreConfig, id: JobId) -> Result<Job, Error> {
+    let quotas = config.quotas;
+    let quota_checked = quotas.max_pending.is_some() || quotas.max_tenant_pending.is_some();
+    let mut tx = pool.begin().await.store_err()?;
+    if quota_checked {
+        // Quota locks come before the row lock, in the same order as enqueue takes them.
+        let tenant: Option<String> =
+            sqlx::query_scalar("SELECT tenant FROM drover.jobs WHERE id = $1")
+                .bind(id.as_uuid())
+                .fetch_optional(&mut *tx)
+                .await
+                .store_err()?;
+        let tenant = tenant.ok_or_else(|| Error::job_not_found(id))?;
+        let tenant = drover_core::TenantId::parse(tenant)
+            .map_err(|_| Error::fatal("stored tenant is invalid"))?;
+        let keys = quota_lock_keys(
+            quotas.max_pending.is_some(),
+            quotas
+                .max_tenant_pending
+                .is_some()
+                .then(|| std::iter::once(&tenant)),
+        );
+        lock_quotas(&mut tx, &keys).await?;
+    }
+    let (mut job, now) = lock_job(&mut tx, id).await?;
+    apply(&mut job, Event::Retry, now)?;
+    let (global_pending, tenant_pending, holder): (i64, i64, Option<Uuid>) =
+        sqlx::query_as(sql::RETRY_CHECK)
+            .bind(job.tenant.as_str())
+            .bind(job.unique_key.as_deref())
+            .bind(id.as_uuid())
+            .fetch_one(&mut *tx)
+            .await
+            .store_err()?;
+    let pending = |n: i64| u64::try_from(n).unwrap_or(0);
+    if let Some(max) = quotas.max_pending {
+        if pending(global_pending) >= max {
+            return Err(Error::QuotaExceeded {
+                quota: Quota::Global,
+                current: pending(global_pending),
+                max,
+            });
+        }
+    }
+    if let Some(max) = quotas.max_tenant_pending {
+        if pending(tenant_pending) >= max {
+            return Err(Error::QuotaExceeded {
+                quota: Quota::Tenant(job.tenant.as_str().to_owned()),
+                current: pending(tenant_pending),
+                max,
+            });
+        }
+    }
+    if let Some(holder) = holder {
+        return Err(Error::Conflict {
+            reason: "another live job of the tenant holds this job's unique key".to_owned(),
+            existing: Some(JobId(holder)),
+        });
+    }
+    let job = write_job(&mut tx, &job, false).await?;
+    tx.commit().await.store_err()?;
+    Ok(job)
+}
+
+/// Rescues up to `limit` expired leases, each exactly once however many rescuers race
+/// (rescue_lock.sql skips rows another rescuer holds and re-checks expiry). Round trips: BEGIN,
+/// lock, write, COMMIT.
+pub(crate) async fn rescue(pool: &PgPool, rescue: RescueExpired) -> Result<Vec<Rescued>, Error> {
+    if rescue.limit == 0 {
+        return Ok(Vec::new());
+    }
+    let mut tx = pool.begin().await.store_err()?;
+    let locked = sqlx::query_as::<_, LockedJob>(sql::RESCUE_LOCK)
+        .bind(i32::try_from(rescue.limit).unwrap_or(i32::MAX))
+        .fetch_all(&mut *tx)
+        .await
+        .store_err()?;
+    if locked.is_empty() {
+        tx.commit().await.store_err()?;
+        return Ok(Vec::new());
+    }
+    let mut jobs = Vec::with_capacity(locked.len());
+    for row in locked {
+        let now = row.db_now;
+        let mut job = row.job.into_job()?;
+        let reconciler = rescue.reconciler_kinds.contains(&job.kind);
+        apply(&mut job, Event::LeaseExpired { reconciler }, now)?;
+        jobs.push(job);
+    }
+    write_jobs(&mut tx, &jobs, false).await?;
+    tx.commit().await.store_err()?;
+    Ok(jobs
+        .into_iter()
+        .map(|job| Rescued {
+            id: job.id,
+            kind: job.kind,
+            queue: job.queue,
+            to: job.state,
+        })
+        .collect())
+}
+
+/// Takes reconciling jobs under a reconcile lease (reconcile_claim.sql, one statement).
+pub(crate) async fn claim_reconciling(
+    pool: &PgPool,
+    claim: ClaimReconciling,
+) -> Result<Vec<Job>, Error> {
+    check_lease(claim.lease)?;
+    if claim.limit == 0 || claim.kinds.is_empty() {
+        return Ok(Vec::new());
+    }
+    let kinds: Vec<&str> = claim.kinds.iter().map(JobKind::as_str).collect();
+    let records = sqlx::query_as::<_, JobRecord>(sql::RECONCILE_CLAIM)
+        .bind(claim.worker.as_str())
+        .bind(&kinds)
+        .bind(i32::try_from(claim.limit).unwrap_or(i32::MAX))
+        .bind(micros(claim.lease))
+        .fetch_all(pool)
+        .await
+        .store_err()?;
+    let mut jobs = into_jobs(records)?;
+    jobs.sort_by_key(|j| j.id);
+    Ok(jobs)
+}
+
+/// Records a reconciler's verdict under its reconcile lease. Round trips: BEGIN, lock, write,
+/// COMMIT.
+pub(crate) async fn reconcile(
+    pool: &PgPool,
+    id: JobId,
+    token: FencingToken,
+    resolution: Resolution,
+) -> Result<Transition, Error> {
+    let mut tx = pool.begin().await.store_err()?;
+    let (mut job, now) = lock_job(&mut tx, id).await?;
+    let resolution = match resolution {
+        Resolution::Failed { message } => Resolution::Failed {
+            message: message.replace('\0', "\u{fffd}"),
+        },
+        other => other,
+    };
+    let transition = apply(&mut job, Event::Reconciled { token, resolution }, now)?;
+    write_job(&mut tx, &job, false).await?;
+    tx.commit().await.store_err()?;
+    Ok(transition)
+}
+
+/// Deletes at most `limit` terminal jobs finished before `now - older_than` (one statement).
+pub(crate) async fn prune(pool: &PgPool, prune: PruneJobs) -> Result<u64, Error> {
+    if prune.limit == 0 || prune.limit > PRUNE_LIMIT_MAX {
+        return Err(Error::invalid(
+            "limit",
+            format!(
+                "must be between 1 and {PRUNE_LIMIT_MAX}, got {}",
+                prune.limit
+            ),
+        ));
+    }
+    let done = sqlx::query(sql::JOBS_PRUNE)
+        .bind(micros(prune.older_than))
+        .bind(i32::try_from(prune.limit).unwrap_or(i32::MAX))
+        .execute(pool)
+        .await
+        .store_err()?;
+    Ok(done.rows_affected())
+}

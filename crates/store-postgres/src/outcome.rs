@@ -1,0 +1,190 @@
+//! Worker writes on running jobs, batched and fenced (DESIGN.md section 3; ADR 0001):
+//! `jobs_heartbeat` and `jobs_finish`, one statement each over `unnest` arrays, whatever the
+//! batch size. An item is applied only while its job is running under the presented fencing
+//! token with an unexpired lease by the database clock; every other item is answered
+//! `LeaseLost` and changes nothing.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use drover_core::job::{truncate_message, ERRORS_KEPT};
+use drover_core::json::check_value;
+use drover_core::lease::check_lease;
+use drover_core::{
+    Error, Finish, FinishItem, FinishReply, HeartbeatJobs, HeartbeatReply, JobId, Retry,
+    StoreConfig,
+};
+use serde_json::Value;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::error::SqlxResultExt;
+use crate::records::{micros, parse_state};
+use crate::sql;
+
+/// Largest progress value a heartbeat may store, in bytes of JSON.
+const PROGRESS_BYTES_MAX: usize = drover_core::job::JSON_BYTES_DEFAULT;
+
+/// Names a field of item `i` when the batch has more than one item.
+fn field(prefix: &str, i: usize, many: bool, name: &str) -> String {
+    if many {
+        format!("{prefix}[{i}].{name}")
+    } else {
+        name.to_owned()
+    }
+}
+
+/// Extends leases and saves meta/progress; answers per item in input order.
+pub(crate) async fn heartbeat(
+    pool: &PgPool,
+    config: &StoreConfig,
+    heartbeat: HeartbeatJobs,
+) -> Result<Vec<HeartbeatReply>, Error> {
+    check_lease(heartbeat.lease)?;
+    let many = heartbeat.jobs.len() > 1;
+    for (i, item) in heartbeat.jobs.iter().enumerate() {
+        if let Some(meta) = &item.meta {
+            let name = field("jobs", i, many, "meta");
+            if !meta.is_object() {
+                return Err(Error::invalid(name, "must be a JSON object"));
+            }
+            check_value(&name, meta, config.sizes.max_meta_bytes)?;
+        }
+        if let Some(progress) = &item.progress {
+            check_value(
+                &field("jobs", i, many, "progress"),
+                progress,
+                PROGRESS_BYTES_MAX,
+            )?;
+        }
+    }
+    if heartbeat.jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<Uuid> = heartbeat.jobs.iter().map(|j| j.id.as_uuid()).collect();
+    let tokens: Vec<i64> = heartbeat.jobs.iter().map(|j| j.token.0).collect();
+    let metas: Vec<Option<&Value>> = heartbeat.jobs.iter().map(|j| j.meta.as_ref()).collect();
+    let progress: Vec<Option<&Value>> =
+        heartbeat.jobs.iter().map(|j| j.progress.as_ref()).collect();
+    let rows: Vec<(Uuid, i64, bool, DateTime<Utc>)> = sqlx::query_as(sql::HEARTBEAT)
+        .bind(&ids)
+        .bind(&tokens)
+        .bind(&metas)
+        .bind(&progress)
+        .bind(micros(heartbeat.lease))
+        .fetch_all(pool)
+        .await
+        .store_err()?;
+    let extended: HashMap<Uuid, (i64, bool, DateTime<Utc>)> = rows
+        .into_iter()
+        .map(|(id, token, cancel, until)| (id, (token, cancel, until)))
+        .collect();
+    Ok(heartbeat
+        .jobs
+        .iter()
+        .map(|item| match extended.get(&item.id.as_uuid()) {
+            Some((token, cancel_requested, until)) if *token == item.token.0 => {
+                HeartbeatReply::Extended {
+                    id: item.id,
+                    cancel_requested: *cancel_requested,
+                    lease_expires_at: *until,
+                }
+            }
+            _ => HeartbeatReply::LeaseLost { id: item.id },
+        })
+        .collect())
+}
+
+/// A message as stored: truncated like `job::truncate_message`, with NUL characters (which
+/// PostgreSQL text cannot hold) replaced by U+FFFD.
+fn stored_message(message: &str) -> String {
+    let message = truncate_message(message);
+    if message.contains('\0') {
+        message.replace('\0', "\u{fffd}")
+    } else {
+        message
+    }
+}
+
+/// Records finished runs; answers per item in input order.
+pub(crate) async fn finish(
+    pool: &PgPool,
+    config: &StoreConfig,
+    items: Vec<FinishItem>,
+) -> Result<Vec<FinishReply>, Error> {
+    let many = items.len() > 1;
+    for (i, item) in items.iter().enumerate() {
+        if let Finish::Succeeded {
+            result: Some(result),
+        } = &item.finish
+        {
+            check_value(
+                &field("jobs", i, many, "result"),
+                result,
+                config.sizes.max_result_bytes,
+            )?;
+        }
+    }
+    if items.is_empty() {
+        return Ok(Vec::new());
+    }
+    let len = items.len();
+    let mut ids = Vec::with_capacity(len);
+    let mut tokens = Vec::with_capacity(len);
+    let mut outcomes = Vec::with_capacity(len);
+    let mut results: Vec<Option<&Value>> = Vec::with_capacity(len);
+    let mut messages: Vec<Option<String>> = Vec::with_capacity(len);
+    let mut delays: Vec<Option<i64>> = Vec::with_capacity(len);
+    for item in &items {
+        ids.push(item.id.as_uuid());
+        tokens.push(item.token.0);
+        let (outcome, result, message, delay) = match &item.finish {
+            Finish::Succeeded { result } => ("succeeded", result.as_ref(), None, None),
+            Finish::Failed { message, retry } => (
+                "failed",
+                None,
+                Some(stored_message(message)),
+                match retry {
+                    Retry::After(d) => Some(micros(*d)),
+                    Retry::Never => None,
+                },
+            ),
+            Finish::Snoozed { delay } => ("snoozed", None, None, Some(micros(*delay))),
+            Finish::Released => ("released", None, None, None),
+            Finish::Cancelled { message } => {
+                ("cancelled", None, Some(stored_message(message)), None)
+            }
+        };
+        outcomes.push(outcome);
+        results.push(result);
+        messages.push(message);
+        delays.push(delay);
+    }
+    let rows: Vec<(Uuid, String)> = sqlx::query_as(sql::FINISH)
+        .bind(&ids)
+        .bind(&tokens)
+        .bind(&outcomes)
+        .bind(&results)
+        .bind(&messages)
+        .bind(&delays)
+        .bind(i32::try_from(ERRORS_KEPT).unwrap_or(i32::MAX))
+        .fetch_all(pool)
+        .await
+        .store_err()?;
+    let mut recorded: HashMap<Uuid, String> = rows.into_iter().collect();
+    items
+        .iter()
+        .map(|item| {
+            // Of repeated ids only the first item is recorded (finish.sql keeps the first).
+            match recorded.remove(&item.id.as_uuid()) {
+                Some(state) => Ok(FinishReply::Recorded {
+                    id: item.id,
+                    to: parse_state(&state)?,
+                }),
+                None => Ok(FinishReply::LeaseLost {
+                    id: JobId(item.id.as_uuid()),
+                }),
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,110 @@
+//! The SQL statements of the store, one `.sql` file each under `src/sql/`, compiled in with
+//! `include_str!`. Every statement takes bind parameters only (never text built from user
+//! data), so SQL injection is impossible; sqlx prepares and caches each one per connection
+//! unless the statement cache is off (PgBouncer).
+
+macro_rules! statements {
+    ($($(#[$doc:meta])* $name:ident = $file:literal;)*) => {
+        $(
+            $(#[$doc])*
+            pub(crate) const $name: &str = include_str!(concat!("sql/", $file));
+        )*
+
+        /// Every statement with its file name, for tests.
+        #[cfg(test)]
+        pub(crate) const ALL: &[(&str, &str)] = &[$(($file, $name)),*];
+    };
+}
+
+statements! {
+    /// Batch insert of new jobs (UNNEST arrays, ON CONFLICT DO NOTHING, NOTIFY).
+    ENQUEUE_INSERT = "enqueue_insert.sql";
+    /// Holders of the keys that made an insert skip jobs.
+    ENQUEUE_LOOKUP = "enqueue_lookup.sql";
+    /// Quota advisory locks.
+    QUOTA_LOCK = "quota_lock.sql";
+    /// Pending counts for quotas.
+    QUOTA_COUNT = "quota_count.sql";
+    /// Claim without limit policies.
+    CLAIM_FAST = "claim_fast.sql";
+    /// Whether any limit policy exists.
+    LIMITS_EXIST = "limits_exist.sql";
+    /// Slow claim: lock the policies.
+    CLAIM_POLICIES = "claim_policies.sql";
+    /// Running jobs per limit key.
+    LIMITS_RUNNING = "limits_running.sql";
+    /// Slow claim: a page of candidates.
+    CLAIM_CANDIDATES = "claim_candidates.sql";
+    /// Slow claim: start the admitted jobs.
+    CLAIM_IDS = "claim_ids.sql";
+    /// Batch heartbeat.
+    HEARTBEAT = "heartbeat.sql";
+    /// Batch finish.
+    FINISH = "finish.sql";
+    /// Write back jobs changed by `apply`.
+    JOBS_WRITE = "jobs_write.sql";
+    /// Lock one job.
+    JOB_LOCK = "job_lock.sql";
+    /// Lock expired leases.
+    RESCUE_LOCK = "rescue_lock.sql";
+    /// Reconcile claim.
+    RECONCILE_CLAIM = "reconcile_claim.sql";
+    /// Operator retry checks.
+    RETRY_CHECK = "retry_check.sql";
+    /// Prune terminal jobs.
+    JOBS_PRUNE = "jobs_prune.sql";
+    /// One job.
+    JOB_GET = "job_get.sql";
+    /// A page of jobs.
+    JOBS_LIST = "jobs_list.sql";
+    /// Queue snapshot.
+    QUEUE_SNAPSHOT = "queue_snapshot.sql";
+    /// The database clock.
+    DB_NOW = "db_now.sql";
+    /// Pause a queue.
+    QUEUE_PAUSE = "queue_pause.sql";
+    /// Resume a queue.
+    QUEUE_RESUME = "queue_resume.sql";
+    /// List queues.
+    QUEUES_LIST = "queues_list.sql";
+    /// Register a worker.
+    WORKER_REGISTER = "worker_register.sql";
+    /// Worker heartbeat.
+    WORKER_HEARTBEAT = "worker_heartbeat.sql";
+    /// Deregister a worker.
+    WORKER_DEREGISTER = "worker_deregister.sql";
+    /// List workers.
+    WORKERS_LIST = "workers_list.sql";
+    /// Prune stale workers.
+    WORKERS_PRUNE = "workers_prune.sql";
+    /// List limit policies.
+    LIMITS_LIST = "limits_list.sql";
+    /// Create or replace a limit policy.
+    LIMIT_SET = "limit_set.sql";
+    /// Remove a limit policy.
+    LIMIT_CLEAR = "limit_clear.sql";
+    /// List schedules.
+    SCHEDULES_LIST = "schedules_list.sql";
+    /// Create or replace a schedule.
+    SCHEDULE_UPSERT = "schedule_upsert.sql";
+    /// Remove a schedule.
+    SCHEDULE_REMOVE = "schedule_remove.sql";
+    /// Consume a schedule tick.
+    SCHEDULE_FIRE = "schedule_fire.sql";
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn statements_use_the_drover_schema_only() {
+        for (file, text) in super::ALL {
+            assert!(!text.contains("public."), "{file} names schema public");
+            for table in ["jobs", "queues", "workers", "limits", "schedules"] {
+                for clause in ["FROM ", "JOIN ", "UPDATE ", "INTO "] {
+                    let bare = format!("{clause}{table} ");
+                    assert!(!text.contains(&bare), "{file}: `{bare}` without schema");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,21 @@
+-- Slow-path claim, step 3: start the admitted jobs (locked by claim_candidates.sql) and store
+-- the policies' new GCRA times, in one statement.
+--
+-- $1 ids uuid[], $2 worker text, $3 lease_us bigint, $4 policy keys text[],
+-- $5 new rate_tat timestamptz[].
+WITH tats AS (
+    UPDATE drover.limits l
+    SET rate_tat = u.tat
+    FROM unnest($4::text[], $5::timestamptz[]) AS u(key, tat)
+    WHERE l.key = u.key
+)
+UPDATE drover.jobs j
+SET state = 'running',
+    attempt = j.attempt + 1,
+    fencing_token = j.fencing_token + 1,
+    lease_owner = $2,
+    lease_expires_at = now() + $3 * interval '1 microsecond',
+    attempted_at = now(),
+    cancel_requested = false
+WHERE j.id = ANY($1::uuid[]) AND j.state = 'queued'
+RETURNING j.*

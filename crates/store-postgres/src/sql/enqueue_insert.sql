@@ -1,0 +1,45 @@
+-- Enqueue a batch in one statement: the jobs arrive as parallel arrays (one bind per column,
+-- so 10,000 jobs never approach the 65,535-parameter limit) and are inserted in input order.
+-- ON CONFLICT DO NOTHING skips a job whose idempotency key or live unique key is taken (by a
+-- stored job or an earlier job of the same batch); the caller resolves skipped jobs with
+-- enqueue_lookup.sql. Only the id and the two instants the database chose come back: the
+-- caller builds the rest of each job from its input (jsonb normalisation cannot change a
+-- value's JSON meaning), which saves sending and parsing every job's args again. Ready jobs
+-- wake idle workers with one small NOTIFY per queue (the payload
+-- is the queue name, never args; delivered only if the transaction commits).
+--
+-- $1 id uuid[], $2 kind text[], $3 queue text[], $4 tenant text[], $5 args jsonb[],
+-- $6 meta jsonb[], $7 priority smallint[], $8 run_at timestamptz[] (NULL: use the delay),
+-- $9 delay_us bigint[] (NULL: ready now), $10 max_attempts integer[],
+-- $11 idempotency_key text[], $12 request_hash text[], $13 unique_key text[],
+-- $14 limit_keys text[] (each comma-joined; '' for none).
+WITH input AS (
+    SELECT *
+    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[],
+                $7::smallint[], $8::timestamptz[], $9::bigint[], $10::integer[], $11::text[],
+                $12::text[], $13::text[], $14::text[])
+         WITH ORDINALITY AS i(id, kind, queue, tenant, args, meta, priority, run_at, delay_us,
+                              max_attempts, idempotency_key, request_hash, unique_key,
+                              limit_keys, ord)
+),
+inserted AS (
+    INSERT INTO drover.jobs (id, kind, queue, tenant, args, meta, priority, run_at, state,
+                             max_attempts, idempotency_key, request_hash, unique_key,
+                             limit_keys, created_at)
+    SELECT id, kind, queue, tenant, args, meta, priority,
+           COALESCE(run_at, now() + COALESCE(delay_us, 0) * interval '1 microsecond'),
+           'queued', max_attempts, idempotency_key, request_hash, unique_key,
+           CASE WHEN limit_keys = '' THEN '{}'::text[] ELSE string_to_array(limit_keys, ',') END,
+           now()
+    FROM input
+    ORDER BY ord
+    ON CONFLICT DO NOTHING
+    RETURNING id, queue, run_at, created_at
+),
+notified AS (
+    SELECT pg_notify('drover_jobs', q.queue)
+    FROM (SELECT DISTINCT queue FROM inserted WHERE run_at <= now()) AS q
+)
+SELECT inserted.id, inserted.run_at, inserted.created_at,
+       (SELECT count(*) FROM notified) AS notified_queues
+FROM inserted

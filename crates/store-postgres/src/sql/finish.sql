@@ -1,0 +1,80 @@
+-- Record a batch of finished runs in one statement, fenced like heartbeat.sql: a job is
+-- changed only while running under the presented token with an unexpired lease; the caller
+-- answers every other item LeaseLost. Of repeated ids only the first item counts.
+--
+-- The transitions are core's `state::apply` table (DESIGN.md section 3), pinned by the
+-- contract suite:
+--   succeeded -> succeeded, result stored;
+--   failed    -> error appended; cancelled if a cancel was requested; else queued at
+--                now + delay when a delay is given and attempt < max_attempts; else failed;
+--   snoozed   -> cancelled if a cancel was requested; else queued at now + delay, attempt
+--                given back;
+--   released  -> cancelled if a cancel was requested; else queued now, attempt given back;
+--   cancelled -> error appended, cancelled.
+-- Every outcome clears the lease; terminal outcomes set finished_at. The error list keeps the
+-- newest $7 entries. Jobs that became ready again wake idle workers (NOTIFY with the queue).
+--
+-- $1 id uuid[], $2 token bigint[], $3 outcome text[], $4 result jsonb[], $5 message text[],
+-- $6 delay_us bigint[] (failed: NULL means do not retry), $7 errors kept integer.
+WITH input AS (
+    SELECT DISTINCT ON (i.id) i.*
+    FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::jsonb[], $5::text[], $6::bigint[])
+         WITH ORDINALITY AS i(id, token, outcome, result, message, delay_us, ord)
+    ORDER BY i.id, i.ord
+),
+updated AS (
+    UPDATE drover.jobs j
+    SET state = CASE
+            WHEN i.outcome = 'succeeded' THEN 'succeeded'
+            WHEN i.outcome = 'cancelled' OR j.cancel_requested THEN 'cancelled'
+            WHEN i.outcome IN ('snoozed', 'released') THEN 'queued'
+            WHEN i.delay_us IS NOT NULL AND j.attempt < j.max_attempts THEN 'queued'
+            ELSE 'failed'
+        END,
+        attempt = CASE
+            WHEN i.outcome IN ('snoozed', 'released') AND NOT j.cancel_requested
+                THEN GREATEST(j.attempt - 1, 0)
+            ELSE j.attempt
+        END,
+        run_at = CASE
+            WHEN i.outcome IN ('succeeded', 'cancelled') OR j.cancel_requested THEN j.run_at
+            WHEN i.outcome = 'released' THEN now()
+            WHEN i.outcome = 'snoozed'
+                THEN now() + COALESCE(i.delay_us, 0) * interval '1 microsecond'
+            WHEN i.delay_us IS NOT NULL AND j.attempt < j.max_attempts
+                THEN now() + i.delay_us * interval '1 microsecond'
+            ELSE j.run_at
+        END,
+        finished_at = CASE
+            WHEN i.outcome IN ('succeeded', 'cancelled') OR j.cancel_requested THEN now()
+            WHEN i.outcome IN ('snoozed', 'released') THEN NULL
+            WHEN i.delay_us IS NOT NULL AND j.attempt < j.max_attempts THEN NULL
+            ELSE now()
+        END,
+        result = CASE WHEN i.outcome = 'succeeded' THEN i.result ELSE j.result END,
+        errors = CASE
+            WHEN i.outcome IN ('failed', 'cancelled') THEN (
+                SELECT COALESCE(jsonb_agg(e.value ORDER BY e.n), '[]'::jsonb)
+                FROM jsonb_array_elements(
+                         j.errors || jsonb_build_array(jsonb_build_object(
+                             'attempt', j.attempt, 'at', now(), 'message', i.message)))
+                     WITH ORDINALITY AS e(value, n)
+                WHERE e.n > jsonb_array_length(j.errors) + 1 - $7
+            )
+            ELSE j.errors
+        END,
+        lease_owner = NULL,
+        lease_expires_at = NULL
+    FROM input i
+    WHERE j.id = i.id
+      AND j.state = 'running'
+      AND j.fencing_token = i.token
+      AND j.lease_expires_at > now()
+    RETURNING j.id, j.state, j.queue, j.run_at
+),
+notified AS (
+    SELECT pg_notify('drover_jobs', q.queue)
+    FROM (SELECT DISTINCT queue FROM updated WHERE state = 'queued' AND run_at <= now()) AS q
+)
+SELECT updated.id, updated.state, (SELECT count(*) FROM notified) AS notified_queues
+FROM updated

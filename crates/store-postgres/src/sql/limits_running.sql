@@ -1,0 +1,10 @@
+-- Running jobs per limit key, for the keys in $1: a job counts once for each of its effective
+-- keys (explicit limit_keys, kind:<kind>, queue:<queue>). Run after claim_policies.sql took the
+-- policy locks, so it sees every job claimed under them.
+--
+-- $1 keys text[].
+SELECT k.key, count(DISTINCT j.id)::bigint AS running
+FROM drover.jobs j
+CROSS JOIN LATERAL unnest(j.limit_keys || ARRAY['kind:' || j.kind, 'queue:' || j.queue]) AS k(key)
+WHERE j.state = 'running' AND k.key = ANY($1::text[])
+GROUP BY k.key

@@ -1,0 +1,30 @@
+-- Counts per queue and state, ready jobs (queued with run_at <= now) and the age of the oldest
+-- ready job in milliseconds, for every queue with jobs or a stored pause state, at one instant
+-- of the database clock.
+WITH counts AS (
+    SELECT queue, state, count(*)::bigint AS n
+    FROM drover.jobs
+    GROUP BY queue, state
+),
+ready AS (
+    SELECT queue, count(*)::bigint AS n, min(run_at) AS oldest
+    FROM drover.jobs
+    WHERE state = 'queued' AND run_at <= now()
+    GROUP BY queue
+),
+names AS (
+    SELECT queue AS name FROM counts
+    UNION
+    SELECT name FROM drover.queues
+)
+SELECT n.name AS queue,
+       COALESCE(p.paused, false) AS paused,
+       COALESCE((SELECT jsonb_object_agg(c.state, c.n) FROM counts c WHERE c.queue = n.name),
+                '{}'::jsonb) AS counts,
+       COALESCE(r.n, 0)::bigint AS ready,
+       floor(EXTRACT(EPOCH FROM (now() - r.oldest)) * 1000)::bigint AS oldest_ready_age_ms,
+       now() AS taken_at
+FROM names n
+LEFT JOIN drover.queues p ON p.name = n.name
+LEFT JOIN ready r ON r.queue = n.name
+ORDER BY n.name

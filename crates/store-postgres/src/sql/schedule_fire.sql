@@ -1,0 +1,14 @@
+-- Consume a schedule tick: advance last_tick_at to $2 only if the schedule exists and its last
+-- tick is before $2. A concurrent firer of the same tick waits on the row lock, re-checks and
+-- finds nothing to do, so each tick is consumed once. Answers whether the schedule exists
+-- (from the statement's snapshot) and whether this call consumed the tick.
+--
+-- $1 name text, $2 tick timestamptz.
+WITH fired AS (
+    UPDATE drover.schedules s
+    SET last_tick_at = $2
+    WHERE s.name = $1 AND (s.last_tick_at IS NULL OR s.last_tick_at < $2)
+    RETURNING s.name
+)
+SELECT EXISTS (SELECT 1 FROM drover.schedules WHERE name = $1) AS schedule_exists,
+       EXISTS (SELECT 1 FROM fired) AS fired

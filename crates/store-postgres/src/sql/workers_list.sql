@@ -1,0 +1,2 @@
+-- Registered workers, by id.
+SELECT w.* FROM drover.workers w ORDER BY w.id

@@ -1,0 +1,357 @@
+//! [`PgStore`]: the `JobStore` on PostgreSQL, its options and constructors. The operations
+//! themselves live by area in `enqueue`, `claim`, `outcome`, `lifecycle` and `admin`; this file
+//! only wires them to the trait.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use drover_core::{
+    CancelOutcome, ClaimJobs, ClaimReconciling, Enqueued, Error, EventStream, FencingToken,
+    FinishItem, FinishReply, FireSchedule, HeartbeatJobs, HeartbeatReply, Job, JobId, JobPage,
+    JobStore, LimitKey, LimitPolicy, LimitStatus, ListJobs, NewJob, NewSchedule, PruneJobs,
+    QueueInfo, QueueName, RescueExpired, Rescued, Resolution, Schedule, ScheduleName, Snapshot,
+    StoreConfig, Transition, WorkerId, WorkerInfo, WorkerRegistration,
+};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{Connection, PgConnection, PgPool};
+
+use crate::enqueue::{self, Batch};
+use crate::error::SqlxResultExt;
+use crate::{admin, claim, lifecycle, listen, migrate, outcome, sql};
+
+/// The `application_name` the store's connections report (`pg_stat_activity`) unless the
+/// connect options name one.
+pub const APPLICATION_NAME: &str = "drover";
+/// Default largest pool size.
+pub const MAX_CONNECTIONS_DEFAULT: u32 = 10;
+/// Default time to wait for a pooled connection before `Unavailable`.
+pub const ACQUIRE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+
+/// How [`PgStore::connect`] builds its pool, and the store's configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PgOptions {
+    /// Largest number of pooled connections (default 10). A worker needs at least its slots + 2
+    /// (DESIGN.md section 5); a subscription uses one more connection of its own.
+    pub max_connections: u32,
+    /// Connections kept open while idle (default 0).
+    pub min_connections: u32,
+    /// How long an operation waits for a pooled connection before failing with `Unavailable`
+    /// (default 10 s).
+    pub acquire_timeout: Duration,
+    /// Cache prepared statements per connection (default true). Set false behind PgBouncer in
+    /// transaction mode: statements are then prepared unnamed for each use
+    /// (`statement_cache_capacity(0)`). Only [`PgStore::connect`] applies it; with
+    /// [`PgStore::from_pool`] configure the pool's connect options yourself.
+    pub statement_cache: bool,
+    /// Use LISTEN/NOTIFY for wake-ups (default true). Set false where LISTEN cannot work
+    /// (PgBouncer in transaction mode): `subscribe` then returns a stream that never yields and
+    /// workers rely on polling.
+    pub listen: bool,
+    /// Quotas and size bounds.
+    pub config: StoreConfig,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        PgOptions {
+            max_connections: MAX_CONNECTIONS_DEFAULT,
+            min_connections: 0,
+            acquire_timeout: ACQUIRE_TIMEOUT_DEFAULT,
+            statement_cache: true,
+            listen: true,
+            config: StoreConfig::default(),
+        }
+    }
+}
+
+/// The PostgreSQL job store: a connection pool plus the store configuration. Cheap to clone
+/// (the pool is shared).
+///
+/// Every method uses the database clock (`now()`), never the caller's (DESIGN.md section 9),
+/// and needs the schema applied by [`migrate`](crate::migrate()) (`drover migrate`); without it
+/// methods fail with `Fatal` saying so.
+#[derive(Debug, Clone)]
+pub struct PgStore {
+    pool: PgPool,
+    options: PgOptions,
+}
+
+impl PgStore {
+    /// Connects to `url` (`postgres://user@host:port/database?...`) with a new pool built from
+    /// `options`, opening one connection to check that the database answers.
+    ///
+    /// # Errors
+    /// `Fatal` for a malformed URL (the URL itself is never echoed, it may hold a password);
+    /// `Unavailable` when the database cannot be reached.
+    pub async fn connect(url: &str, options: PgOptions) -> Result<PgStore, Error> {
+        let connect = PgConnectOptions::from_str(url).map_err(|_| {
+            Error::fatal("invalid database URL (expected postgres://user@host:port/database)")
+        })?;
+        PgStore::connect_with(connect, options).await
+    }
+
+    /// Like [`PgStore::connect`] with already parsed connect options (host, database, TLS,
+    /// ...). Connections report `application_name` [`APPLICATION_NAME`] unless the options set
+    /// one.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database cannot be reached.
+    pub async fn connect_with(
+        mut connect: PgConnectOptions,
+        options: PgOptions,
+    ) -> Result<PgStore, Error> {
+        if connect.get_application_name().is_none() {
+            connect = connect.application_name(APPLICATION_NAME);
+        }
+        if !options.statement_cache {
+            connect = connect.statement_cache_capacity(0);
+        }
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections.max(1))
+            .min_connections(options.min_connections)
+            .acquire_timeout(options.acquire_timeout)
+            .connect_with(connect)
+            .await
+            .store_err()?;
+        Ok(PgStore { pool, options })
+    }
+
+    /// Wraps an existing pool (its connect options are used as they are; see
+    /// [`PgOptions::statement_cache`]).
+    pub fn from_pool(pool: PgPool, options: PgOptions) -> PgStore {
+        PgStore { pool, options }
+    }
+
+    /// The pool, for the application's own queries and transactions (see
+    /// [`PgStore::enqueue_in`]).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The options the store was built with.
+    pub fn options(&self) -> &PgOptions {
+        &self.options
+    }
+
+    /// Closes the pool, waiting for connections in use to be returned. Later calls fail with
+    /// `Fatal` ("the store was closed"); subscriptions end.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// Enqueues `jobs` inside the caller's own transaction (DESIGN.md section 5, transactional
+    /// enqueue): pass `&mut *tx` of a `sqlx::Transaction`. The jobs become visible, and idle
+    /// workers are notified, only if that transaction commits; a rollback leaves no trace.
+    /// Answers and errors as [`JobStore::jobs_enqueue`]; on error the caller's transaction
+    /// stays usable (a batch that may need undoing runs in a savepoint).
+    ///
+    /// With quotas configured the quota advisory locks are held until the caller's transaction
+    /// ends, serializing other enqueuers of the same quota meanwhile: keep such transactions
+    /// short.
+    ///
+    /// # Errors
+    /// As [`JobStore::jobs_enqueue`].
+    pub async fn enqueue_in(
+        &self,
+        conn: &mut PgConnection,
+        jobs: Vec<NewJob>,
+    ) -> Result<Vec<Enqueued>, Error> {
+        let batch = Batch::prepare(jobs, &self.options.config)?;
+        enqueue::enqueue(conn, &self.options.config, batch).await
+    }
+
+    /// Applies pending migrations to this store's database; see [`migrate`](crate::migrate()).
+    ///
+    /// # Errors
+    /// As [`migrate`](crate::migrate()).
+    pub async fn migrate(&self) -> Result<Vec<i64>, Error> {
+        migrate::migrate(&self.pool).await
+    }
+}
+
+#[async_trait]
+impl JobStore for PgStore {
+    async fn jobs_enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>, Error> {
+        let batch = Batch::prepare(jobs, &self.options.config)?;
+        let mut conn = self.pool.acquire().await.store_err()?;
+        enqueue::enqueue(&mut conn, &self.options.config, batch).await
+    }
+
+    async fn job_get(&self, id: JobId) -> Result<Job, Error> {
+        admin::job_get(&self.pool, id).await
+    }
+
+    async fn jobs_list(&self, query: ListJobs) -> Result<JobPage, Error> {
+        admin::jobs_list(&self.pool, query).await
+    }
+
+    async fn jobs_claim(&self, claim: ClaimJobs) -> Result<Vec<Job>, Error> {
+        claim::claim(&self.pool, claim).await
+    }
+
+    async fn jobs_heartbeat(&self, heartbeat: HeartbeatJobs) -> Result<Vec<HeartbeatReply>, Error> {
+        outcome::heartbeat(&self.pool, &self.options.config, heartbeat).await
+    }
+
+    async fn jobs_finish(&self, items: Vec<FinishItem>) -> Result<Vec<FinishReply>, Error> {
+        outcome::finish(&self.pool, &self.options.config, items).await
+    }
+
+    async fn job_cancel(&self, id: JobId) -> Result<CancelOutcome, Error> {
+        lifecycle::cancel(&self.pool, id).await
+    }
+
+    async fn job_retry(&self, id: JobId) -> Result<Job, Error> {
+        lifecycle::retry(&self.pool, &self.options.config, id).await
+    }
+
+    async fn jobs_rescue_expired(&self, rescue: RescueExpired) -> Result<Vec<Rescued>, Error> {
+        lifecycle::rescue(&self.pool, rescue).await
+    }
+
+    async fn jobs_claim_reconciling(&self, claim: ClaimReconciling) -> Result<Vec<Job>, Error> {
+        lifecycle::claim_reconciling(&self.pool, claim).await
+    }
+
+    async fn job_reconcile(
+        &self,
+        id: JobId,
+        token: FencingToken,
+        resolution: Resolution,
+    ) -> Result<Transition, Error> {
+        lifecycle::reconcile(&self.pool, id, token, resolution).await
+    }
+
+    async fn jobs_prune(&self, prune: PruneJobs) -> Result<u64, Error> {
+        lifecycle::prune(&self.pool, prune).await
+    }
+
+    async fn queue_pause(&self, queue: QueueName) -> Result<QueueInfo, Error> {
+        admin::queue_pause(&self.pool, queue).await
+    }
+
+    async fn queue_resume(&self, queue: QueueName) -> Result<QueueInfo, Error> {
+        admin::queue_resume(&self.pool, queue).await
+    }
+
+    async fn queues_list(&self) -> Result<Vec<QueueInfo>, Error> {
+        admin::queues_list(&self.pool).await
+    }
+
+    async fn queue_snapshot(&self) -> Result<Snapshot, Error> {
+        admin::snapshot(&self.pool).await
+    }
+
+    async fn worker_register(&self, worker: WorkerRegistration) -> Result<WorkerInfo, Error> {
+        admin::worker_register(&self.pool, worker).await
+    }
+
+    async fn worker_heartbeat(&self, id: WorkerId) -> Result<(), Error> {
+        admin::worker_heartbeat(&self.pool, id).await
+    }
+
+    async fn worker_deregister(&self, id: WorkerId) -> Result<(), Error> {
+        admin::worker_deregister(&self.pool, id).await
+    }
+
+    async fn workers_list(&self) -> Result<Vec<WorkerInfo>, Error> {
+        admin::workers_list(&self.pool).await
+    }
+
+    async fn workers_prune(&self, older_than: Duration) -> Result<u64, Error> {
+        admin::workers_prune(&self.pool, older_than).await
+    }
+
+    async fn limits_list(&self) -> Result<Vec<LimitStatus>, Error> {
+        admin::limits_list(&self.pool).await
+    }
+
+    async fn limit_set(&self, policy: LimitPolicy) -> Result<LimitPolicy, Error> {
+        admin::limit_set(&self.pool, policy).await
+    }
+
+    async fn limit_clear(&self, key: LimitKey) -> Result<(), Error> {
+        admin::limit_clear(&self.pool, key).await
+    }
+
+    async fn schedules_list(&self) -> Result<Vec<Schedule>, Error> {
+        admin::schedules_list(&self.pool).await
+    }
+
+    async fn schedule_upsert(&self, schedule: NewSchedule) -> Result<Schedule, Error> {
+        admin::schedule_upsert(&self.pool, &self.options.config, schedule).await
+    }
+
+    async fn schedule_remove(&self, name: ScheduleName) -> Result<(), Error> {
+        admin::schedule_remove(&self.pool, name).await
+    }
+
+    /// One transaction: consume the tick (schedule_fire.sql), then enqueue the job on the same
+    /// connection; an enqueue error rolls back, so the tick is not consumed.
+    async fn schedule_fire(&self, fire: FireSchedule) -> Result<Option<Enqueued>, Error> {
+        let config = &self.options.config;
+        let batch = Batch::prepare(vec![fire.job], config)?;
+        let mut conn = self.pool.acquire().await.store_err()?;
+        let mut tx = conn.begin().await.store_err()?;
+        let (exists, fired): (bool, bool) = sqlx::query_as(sql::SCHEDULE_FIRE)
+            .bind(fire.name.as_str())
+            .bind(fire.tick)
+            .fetch_one(&mut *tx)
+            .await
+            .store_err()?;
+        if !fired {
+            tx.rollback().await.store_err()?;
+            if !exists {
+                return Err(Error::NotFound {
+                    entity: drover_core::error::Entity::Schedule,
+                    id: fire.name.to_string(),
+                });
+            }
+            return Ok(None);
+        }
+        let mut answers = enqueue::enqueue(&mut tx, config, batch).await?;
+        tx.commit().await.store_err()?;
+        answers
+            .pop()
+            .map(Some)
+            .ok_or_else(|| Error::fatal("store answered an enqueue with no job"))
+    }
+
+    async fn now(&self) -> Result<DateTime<Utc>, Error> {
+        admin::now(&self.pool).await
+    }
+
+    async fn check_ready(&self) -> Result<(), Error> {
+        migrate::check_current(&self.pool).await
+    }
+
+    async fn subscribe(&self) -> Result<EventStream, Error> {
+        if !self.options.listen {
+            return Ok(Box::pin(futures::stream::pending()));
+        }
+        listen::subscribe(&self.pool).await
+    }
+
+    fn config(&self) -> StoreConfig {
+        self.options.config
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send<T: Send>(_: T) {}
+
+    /// The public async functions are `Send` for every lifetime, so they work inside
+    /// `tokio::spawn` and `async_trait` methods.
+    #[allow(dead_code)]
+    fn futures_are_send(store: &PgStore, conn: &mut PgConnection) {
+        assert_send(PgStore::connect("postgres://x", PgOptions::default()));
+        assert_send(store.enqueue_in(conn, Vec::new()));
+        assert_send(store.migrate());
+        assert_send(store.close());
+    }
+}

@@ -1,0 +1,1041 @@
+//! The store contract suite run against [`PgStore`], plus PostgreSQL-only tests: concurrency at
+//! scale, the migrator, transactional enqueue, error mapping and recovery after lost
+//! connections.
+//!
+//! Needs `DROVER_TEST_DATABASE_URL` (e.g. `postgres://postgres@127.0.0.1:5432/test`); without it
+//! every test here skips, unless `DROVER_REQUIRE_POSTGRES` is set, when they fail instead.
+//!
+//! Isolation: every `open` creates its own database `drover_t_<uuid v7 simple>` as a copy of a
+//! template database `drover_t_template_<checksum>` that holds the migrated schema. The template
+//! is built once (under an advisory lock, so parallel test processes agree) and reused while the
+//! migrations' checksum is unchanged; copying it is several times faster than migrating a fresh
+//! database (see `template_copy_is_faster_than_migrating`). `cleanup` drops the databases the
+//! factory created; databases left behind by killed runs are swept when older than an hour.
+
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use drover_core::{
+    ClaimJobs, EnqueueStatus, Error, JobId, JobKind, JobState, JobStore, LimitKey, LimitPolicy,
+    NewJob, QueueName, Quotas, StoreConfig, StoreEvent, WorkerId,
+};
+use drover_store_postgres::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use drover_store_postgres::sqlx::types::Uuid;
+use drover_store_postgres::sqlx::{self, Connection, PgPool};
+use drover_store_postgres::{migrations, PgOptions, PgStore};
+use drover_tests::{Harness, StoreFactory};
+use futures::StreamExt;
+use serde_json::json;
+
+/// Environment variable naming the server (any database on it) the tests may use.
+const URL_VAR: &str = "DROVER_TEST_DATABASE_URL";
+/// Advisory lock key serializing template creation across test processes.
+const TEMPLATE_LOCK: i64 = 0x6472_6f76_6572_7474; // "droverttt"
+/// Databases of killed runs older than this are dropped.
+const LEFTOVER_AGE: Duration = Duration::from_secs(3600);
+
+/// Opens PostgreSQL stores, each in a fresh database.
+struct PgFactory {
+    /// Connect options of `DROVER_TEST_DATABASE_URL` (the admin database).
+    admin: PgConnectOptions,
+    /// Databases created by this factory, dropped by `cleanup`.
+    created: Mutex<Vec<String>>,
+}
+
+/// The template's name for the migrations compiled into this binary.
+fn template_name() -> String {
+    let mut all = String::new();
+    for m in migrations() {
+        all.push_str(&m.checksum());
+    }
+    let digest = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        all.hash(&mut h);
+        h.finish()
+    };
+    format!("drover_t_template_{digest:016x}")
+}
+
+/// Runs one statement without parameters on `conn` (boxed, which keeps the callers' futures
+/// `Send` for every lifetime, as `async_trait` requires).
+fn exec<'a>(
+    conn: &'a mut sqlx::PgConnection,
+    statement: String,
+) -> futures::future::BoxFuture<'a, Result<(), sqlx::Error>> {
+    Box::pin(async move {
+        sqlx::query(&statement).execute(conn).await?;
+        Ok(())
+    })
+}
+
+/// Runs one statement without parameters on `pool` (boxed like [`exec`]).
+fn exec_pool(
+    pool: &PgPool,
+    statement: String,
+) -> futures::future::BoxFuture<'_, Result<(), sqlx::Error>> {
+    Box::pin(async move {
+        sqlx::query(&statement).execute(pool).await?;
+        Ok(())
+    })
+}
+
+/// Whether a database exists (boxed like [`exec`]).
+fn database_exists(pool: &PgPool, name: String) -> futures::future::BoxFuture<'_, bool> {
+    Box::pin(async move {
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(name)
+            .fetch_one(pool)
+            .await
+            .expect("look up database")
+    })
+}
+
+/// A double-quoted identifier; names here are generated (UUIDs, hex), never user input.
+fn ident(name: &str) -> String {
+    assert!(name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+    format!("\"{name}\"")
+}
+
+impl PgFactory {
+    /// The factory, or `None` when `DROVER_TEST_DATABASE_URL` is unset (the case then skips).
+    fn from_env() -> Option<PgFactory> {
+        let url = std::env::var(URL_VAR).ok().filter(|u| !u.is_empty())?;
+        let admin = PgConnectOptions::from_str(&url).expect("DROVER_TEST_DATABASE_URL parses");
+        Some(PgFactory {
+            admin,
+            created: Mutex::new(Vec::new()),
+        })
+    }
+
+    async fn admin_pool(&self) -> PgPool {
+        PgPoolOptions::new()
+            .max_connections(2)
+            .connect_with(self.admin.clone())
+            .await
+            .expect("connect to DROVER_TEST_DATABASE_URL")
+    }
+
+    /// Creates (once, across processes) the migrated template database and sweeps databases
+    /// left behind by killed runs.
+    async fn ensure_template(&self, admin: &PgPool) -> String {
+        let name = template_name();
+        let mut conn = admin.acquire().await.expect("admin connection");
+        exec(
+            &mut conn,
+            format!("SELECT pg_advisory_lock({TEMPLATE_LOCK})"),
+        )
+        .await
+        .expect("template lock");
+        let exists = database_exists(admin, name.clone()).await;
+        if !exists {
+            let building = format!("{name}_building");
+            exec(
+                &mut conn,
+                format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", ident(&building)),
+            )
+            .await
+            .expect("drop half-built template");
+            exec(&mut conn, format!("CREATE DATABASE {}", ident(&building)))
+                .await
+                .expect("create template");
+            let pool = PgPoolOptions::new()
+                .max_connections(1)
+                .connect_with(self.admin.clone().database(&building))
+                .await
+                .expect("connect to template");
+            drover_store_postgres::migrate(&pool)
+                .await
+                .expect("migrate template");
+            pool.close().await;
+            exec(
+                &mut conn,
+                format!(
+                    "ALTER DATABASE {} RENAME TO {}",
+                    ident(&building),
+                    ident(&name)
+                ),
+            )
+            .await
+            .expect("publish template");
+        }
+        self.sweep(admin).await;
+        exec(
+            &mut conn,
+            format!("SELECT pg_advisory_unlock({TEMPLATE_LOCK})"),
+        )
+        .await
+        .expect("template unlock");
+        name
+    }
+
+    /// Drops test databases older than [`LEFTOVER_AGE`] (their UUID v7 holds the creation
+    /// time) and templates of other migration checksums.
+    async fn sweep(&self, admin: &PgPool) {
+        let names: Vec<String> = sqlx::query_scalar(
+            "SELECT datname FROM pg_database WHERE datname LIKE 'drover\\_t\\_%'",
+        )
+        .fetch_all(admin)
+        .await
+        .expect("list test databases");
+        let current = template_name();
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        for name in names {
+            let doomed = if let Some(rest) = name.strip_prefix("drover_t_template_") {
+                name != current && !rest.ends_with("_building")
+            } else {
+                let Some(simple) = name.strip_prefix("drover_t_") else {
+                    continue;
+                };
+                match Uuid::parse_str(simple) {
+                    Ok(uuid) => {
+                        let b = uuid.as_bytes();
+                        let created_ms =
+                            u64::from_be_bytes([0, 0, b[0], b[1], b[2], b[3], b[4], b[5]]);
+                        now_ms.saturating_sub(created_ms) > LEFTOVER_AGE.as_millis() as u64
+                    }
+                    Err(_) => false,
+                }
+            };
+            if doomed {
+                let _ = exec_pool(
+                    admin,
+                    format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", ident(&name)),
+                )
+                .await;
+            }
+        }
+    }
+
+    /// Creates a fresh database from the template; returns its connect options.
+    async fn fresh_database(&self) -> (String, PgConnectOptions) {
+        let admin = self.admin_pool().await;
+        let template = self.ensure_template(&admin).await;
+        let name = format!("drover_t_{}", Uuid::now_v7().simple());
+        let statement = format!(
+            "CREATE DATABASE {} TEMPLATE {}",
+            ident(&name),
+            ident(&template)
+        );
+        let mut tries = 0;
+        loop {
+            match exec_pool(&admin, statement.clone()).await {
+                Ok(_) => break,
+                // "source database is being accessed by other users": retry briefly.
+                Err(e) if tries < 50 => {
+                    tries += 1;
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("create test database: {e}"),
+            }
+        }
+        admin.close().await;
+        self.created.lock().unwrap().push(name.clone());
+        let options = self.admin.clone().database(&name);
+        (name, options)
+    }
+
+    /// Opens a store with `options` on a fresh migrated database.
+    async fn open_pg(&self, options: PgOptions) -> PgHarness {
+        let (database, connect) = self.fresh_database().await;
+        let store = PgStore::connect_with(connect.clone(), options.clone())
+            .await
+            .expect("connect to the test database");
+        PgHarness {
+            store: Arc::new(store),
+            connect,
+            options,
+            database,
+        }
+    }
+}
+
+/// One store on its own database.
+struct PgHarness {
+    store: Arc<PgStore>,
+    connect: PgConnectOptions,
+    options: PgOptions,
+    #[allow(dead_code)]
+    database: String,
+}
+
+const ADVANCE: &str = "
+WITH jobs AS (
+    UPDATE drover.jobs
+    SET run_at = run_at - $1 * interval '1 microsecond',
+        created_at = created_at - $1 * interval '1 microsecond',
+        attempted_at = attempted_at - $1 * interval '1 microsecond',
+        finished_at = finished_at - $1 * interval '1 microsecond',
+        lease_expires_at = lease_expires_at - $1 * interval '1 microsecond'
+    RETURNING 1
+), limits AS (
+    UPDATE drover.limits SET rate_tat = rate_tat - $1 * interval '1 microsecond' RETURNING 1
+), schedules AS (
+    UPDATE drover.schedules
+    SET created_at = created_at - $1 * interval '1 microsecond',
+        last_tick_at = last_tick_at - $1 * interval '1 microsecond'
+    RETURNING 1
+), workers AS (
+    UPDATE drover.workers
+    SET started_at = started_at - $1 * interval '1 microsecond',
+        last_heartbeat_at = last_heartbeat_at - $1 * interval '1 microsecond'
+    RETURNING 1
+), queues AS (
+    UPDATE drover.queues SET paused_at = paused_at - $1 * interval '1 microsecond' RETURNING 1
+)
+SELECT (SELECT count(*) FROM jobs) + (SELECT count(*) FROM limits)
+     + (SELECT count(*) FROM schedules) + (SELECT count(*) FROM workers)
+     + (SELECT count(*) FROM queues)";
+
+#[async_trait]
+impl Harness for PgHarness {
+    fn store(&self) -> Arc<dyn JobStore> {
+        self.store.clone()
+    }
+
+    async fn another_store(&self) -> Arc<dyn JobStore> {
+        Arc::new(
+            PgStore::connect_with(self.connect.clone(), self.options.clone())
+                .await
+                .expect("second pool"),
+        )
+    }
+
+    async fn advance(&self, d: Duration) {
+        let micros = i64::try_from(d.as_micros()).expect("advance fits");
+        sqlx::query_scalar::<_, i64>(ADVANCE)
+            .bind(micros)
+            .fetch_one(self.store.pool())
+            .await
+            .expect("shift stored timestamps");
+    }
+
+    async fn forget_request_hash(&self, id: JobId) {
+        sqlx::query("UPDATE drover.jobs SET request_hash = NULL WHERE id = $1")
+            .bind(id.as_uuid())
+            .execute(self.store.pool())
+            .await
+            .expect("forget request hash");
+    }
+
+    fn store_name(&self) -> &'static str {
+        "postgres"
+    }
+}
+
+#[async_trait]
+impl StoreFactory for PgFactory {
+    async fn open(&self, config: StoreConfig) -> Box<dyn Harness> {
+        Box::new(
+            self.open_pg(PgOptions {
+                config,
+                max_connections: 16,
+                ..PgOptions::default()
+            })
+            .await,
+        )
+    }
+
+    async fn cleanup(&self) {
+        let names: Vec<String> = std::mem::take(&mut *self.created.lock().unwrap());
+        if names.is_empty() {
+            return;
+        }
+        let admin = self.admin_pool().await;
+        for name in names {
+            exec_pool(
+                &admin,
+                format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", ident(&name)),
+            )
+            .await
+            .expect("drop test database");
+        }
+        admin.close().await;
+    }
+}
+
+drover_tests::contract_suite!("postgres", PgFactory::from_env());
+
+// ---------------------------------------------------------------------------------------------
+// PostgreSQL-only tests. Like `run_case`, they skip without the URL, and fail without it when
+// DROVER_REQUIRE_POSTGRES is set.
+
+/// Runs `body` with a factory, then cleans up; skips (or fails) without a database URL.
+async fn pg_only<F>(name: &str, body: F)
+where
+    F: for<'a> FnOnce(
+        &'a PgFactory,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>,
+{
+    let Some(factory) = PgFactory::from_env() else {
+        if std::env::var_os("DROVER_REQUIRE_POSTGRES").is_some() {
+            panic!("postgres test {name} cannot run: {URL_VAR} is not set and DROVER_REQUIRE_POSTGRES forbids skipping");
+        }
+        eprintln!("SKIPPED postgres test {name}: set {URL_VAR} to run it");
+        return;
+    };
+    body(&factory).await;
+    factory.cleanup().await;
+}
+
+macro_rules! pg_test {
+    ($(#[$doc:meta])* $name:ident, |$factory:ident| $body:block) => {
+        $(#[$doc])*
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $name() {
+            pg_only(stringify!($name), |$factory| Box::pin(async move { $body })).await;
+        }
+    };
+}
+
+fn kind(name: &str) -> JobKind {
+    JobKind::parse(name).unwrap()
+}
+
+fn new_job(kind_name: &str) -> NewJob {
+    NewJob::new(kind(kind_name), json!({}))
+}
+
+fn unbounded_options() -> PgOptions {
+    PgOptions {
+        config: StoreConfig {
+            quotas: Quotas::unbounded(),
+            ..StoreConfig::default()
+        },
+        max_connections: 16,
+        ..PgOptions::default()
+    }
+}
+
+fn claim_params(worker: &str, limit: u32) -> ClaimJobs {
+    ClaimJobs {
+        worker: WorkerId::parse(worker).unwrap(),
+        queues: vec![QueueName::default_queue()],
+        kinds: vec![kind("work")],
+        limit,
+        lease: Duration::from_secs(60),
+    }
+}
+
+/// A fresh database without the drover schema (not copied from the template).
+async fn bare_database(factory: &PgFactory) -> PgConnectOptions {
+    let admin = factory.admin_pool().await;
+    let name = format!("drover_t_{}", Uuid::now_v7().simple());
+    exec_pool(&admin, format!("CREATE DATABASE {}", ident(&name)))
+        .await
+        .expect("create bare database");
+    admin.close().await;
+    factory.created.lock().unwrap().push(name.clone());
+    factory.admin.clone().database(&name)
+}
+
+/// Counts jobs of the store's database in `state`.
+async fn count_in_state(pool: &PgPool, state: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM drover.jobs WHERE state = $1")
+        .bind(state)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+pg_test!(
+    /// 8 concurrent claimers on two pools (as two worker processes would) drain 20,000 jobs;
+    /// every job runs exactly once.
+    claimers_8_take_20000_jobs_each_exactly_once,
+    |factory| {
+        let h = factory.open_pg(unbounded_options()).await;
+        let other = PgStore::connect_with(h.connect.clone(), unbounded_options())
+            .await
+            .unwrap();
+        let stores: Vec<Arc<PgStore>> = vec![h.store.clone(), Arc::new(other)];
+        for _ in 0..2 {
+            let batch: Vec<NewJob> = (0..10_000).map(|n| NewJob::new(kind("work"), json!(n))).collect();
+            h.store.jobs_enqueue(batch).await.unwrap();
+        }
+        let mut tasks = Vec::new();
+        for c in 0..8 {
+            let store = stores[c % 2].clone();
+            tasks.push(tokio::spawn(async move {
+                let mut seen = Vec::new();
+                loop {
+                    let jobs = store
+                        .jobs_claim(claim_params(&format!("w{c}"), 100))
+                        .await
+                        .unwrap();
+                    if jobs.is_empty() {
+                        return seen;
+                    }
+                    let items = jobs
+                        .iter()
+                        .map(|j| drover_core::FinishItem {
+                            id: j.id,
+                            token: j.fencing_token,
+                            finish: drover_core::Finish::Succeeded { result: None },
+                        })
+                        .collect();
+                    let replies = store.jobs_finish(items).await.unwrap();
+                    assert!(replies
+                        .iter()
+                        .all(|r| matches!(r, drover_core::FinishReply::Recorded { .. })));
+                    seen.extend(jobs.into_iter().map(|j| j.id));
+                }
+            }));
+        }
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.unwrap());
+        }
+        assert_eq!(all.len(), 20_000, "claims across all claimers");
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), 20_000, "no job was claimed twice");
+        assert_eq!(count_in_state(h.store.pool(), "succeeded").await, 20_000);
+        let reclaimed: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM drover.jobs WHERE attempt <> 1 OR fencing_token <> 1")
+                .fetch_one(h.store.pool())
+                .await
+                .unwrap();
+        assert_eq!(reclaimed, 0, "every job ran exactly once");
+    }
+);
+
+pg_test!(
+    /// 50 concurrent enqueues of one request with one idempotency key create exactly one job
+    /// (with quotas on, through the locked path, and off, through the autocommit path).
+    enqueue_50_concurrent_same_idempotency_key_create_one,
+    |factory| {
+        for options in [unbounded_options(), PgOptions { max_connections: 16, ..PgOptions::default() }] {
+            let h = factory.open_pg(options).await;
+            let mut tasks = Vec::new();
+            for _ in 0..50 {
+                let store = h.store.clone();
+                tasks.push(tokio::spawn(async move {
+                    store
+                        .job_enqueue(new_job("work").with_idempotency_key("once"))
+                        .await
+                        .unwrap()
+                }));
+            }
+            let mut created = 0;
+            let mut ids = Vec::new();
+            for t in tasks {
+                let answer = t.await.unwrap();
+                if answer.status == EnqueueStatus::Created {
+                    created += 1;
+                } else {
+                    assert_eq!(answer.status, EnqueueStatus::Replayed);
+                }
+                ids.push(answer.job.id);
+            }
+            assert_eq!(created, 1);
+            ids.dedup();
+            assert_eq!(ids.len(), 1, "every answer names the same job");
+            assert_eq!(count_in_state(h.store.pool(), "queued").await, 1);
+        }
+    }
+);
+
+pg_test!(
+    /// 50 concurrent enqueuers (single jobs and pairs) never push a tenant past its quota, and
+    /// the global quota holds across tenants.
+    enqueue_50_concurrent_enqueuers_never_pass_quotas,
+    |factory| {
+        let h = factory
+            .open_pg(PgOptions {
+                max_connections: 16,
+                config: StoreConfig {
+                    quotas: Quotas {
+                        max_pending: Some(30),
+                        max_tenant_pending: Some(20),
+                    },
+                    ..StoreConfig::default()
+                },
+                ..PgOptions::default()
+            })
+            .await;
+        let mut tasks = Vec::new();
+        for n in 0..50 {
+            let store = h.store.clone();
+            tasks.push(tokio::spawn(async move {
+                let tenant = drover_core::TenantId::parse(if n % 3 == 0 { "b" } else { "a" }).unwrap();
+                let size = if n % 2 == 0 { 1 } else { 2 };
+                let batch = (0..size).map(|_| new_job("work").with_tenant(tenant.clone())).collect();
+                match store.jobs_enqueue(batch).await {
+                    Ok(answers) => answers.len(),
+                    Err(Error::QuotaExceeded { current, max, .. }) => {
+                        assert!(current <= max);
+                        0
+                    }
+                    Err(other) => panic!("unexpected {other:?}"),
+                }
+            }));
+        }
+        let mut stored = 0;
+        for t in tasks {
+            stored += t.await.unwrap();
+        }
+        let per_tenant: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT tenant, count(*) FROM drover.jobs GROUP BY tenant ORDER BY tenant",
+        )
+        .fetch_all(h.store.pool())
+        .await
+        .unwrap();
+        let total: i64 = per_tenant.iter().map(|(_, n)| n).sum();
+        assert_eq!(total as usize, stored, "answers match what was stored");
+        assert!(total <= 30, "global quota held: {per_tenant:?}");
+        assert!(per_tenant.iter().all(|(_, n)| *n <= 20), "tenant quota held: {per_tenant:?}");
+        assert!(total >= 29, "the quota was filled, not starved: {per_tenant:?}");
+    }
+);
+
+pg_test!(
+    /// 8 concurrent claimers never run more jobs of a kind than its max_running allows.
+    limits_8_claimers_never_exceed_max_running,
+    |factory| {
+        let h = factory.open_pg(unbounded_options()).await;
+        h.store
+            .limit_set(LimitPolicy::new(LimitKey::parse("kind:work").unwrap(), Some(3), None).unwrap())
+            .await
+            .unwrap();
+        let batch: Vec<NewJob> = (0..300).map(|n| NewJob::new(kind("work"), json!(n))).collect();
+        h.store.jobs_enqueue(batch).await.unwrap();
+        let in_hand = Arc::new(std::sync::atomic::AtomicI64::new(0));
+        let peak = Arc::new(std::sync::atomic::AtomicI64::new(0));
+        let mut tasks = Vec::new();
+        for c in 0..8 {
+            let store = h.store.clone();
+            let in_hand = in_hand.clone();
+            let peak = peak.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut done = 0;
+                let mut idle = 0;
+                while idle < 50 {
+                    let jobs = store.jobs_claim(claim_params(&format!("w{c}"), 2)).await.unwrap();
+                    if jobs.is_empty() {
+                        idle += 1;
+                        tokio::task::yield_now().await;
+                        continue;
+                    }
+                    idle = 0;
+                    // The database counts these as running from the claim's commit until the
+                    // finish commits, so this counter never exceeds the true running count.
+                    let now = in_hand.fetch_add(jobs.len() as i64, std::sync::atomic::Ordering::SeqCst)
+                        + jobs.len() as i64;
+                    peak.fetch_max(now, std::sync::atomic::Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                    in_hand.fetch_sub(jobs.len() as i64, std::sync::atomic::Ordering::SeqCst);
+                    for j in &jobs {
+                        store
+                            .job_finish(j.id, j.fencing_token, drover_core::Finish::Succeeded { result: None })
+                            .await
+                            .unwrap();
+                    }
+                    done += jobs.len();
+                }
+                done
+            }));
+        }
+        let monitor = {
+            let pool = h.store.pool().clone();
+            tokio::spawn(async move {
+                let mut worst = 0;
+                for _ in 0..200 {
+                    let running = count_in_state(&pool, "running").await;
+                    worst = worst.max(running);
+                    tokio::task::yield_now().await;
+                }
+                worst
+            })
+        };
+        let mut done = 0;
+        for t in tasks {
+            done += t.await.unwrap();
+        }
+        let worst = monitor.await.unwrap();
+        assert_eq!(done, 300, "every job ran");
+        assert!(worst <= 3, "the database never had more than 3 running: {worst}");
+        let peak = peak.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(peak <= 3, "claimers never held more than 3 at once: {peak}");
+        assert!(peak >= 2, "claims overlapped (the test exercised concurrency): {peak}");
+    }
+);
+
+pg_test!(
+    /// A NUL character anywhere in args is refused as InvalidInput naming `args`, never a
+    /// database error; in a heartbeat's progress it names `progress`.
+    nul_character_is_invalid_input,
+    |factory| {
+        let h = factory.open_pg(unbounded_options()).await;
+        for args in [json!({"a": "x\u{0}y"}), json!({"k\u{0}": 1}), json!(["\u{0}"])] {
+            match h.store.job_enqueue(NewJob::new(kind("work"), args)).await {
+                Err(Error::InvalidInput { field, .. }) => assert_eq!(field, "args"),
+                other => panic!("expected InvalidInput for args, got {other:?}"),
+            }
+        }
+        h.store.job_enqueue(new_job("work")).await.unwrap();
+        let job = h.store.jobs_claim(claim_params("w", 1)).await.unwrap().remove(0);
+        let replies = h
+            .store
+            .jobs_heartbeat(drover_core::HeartbeatJobs {
+                lease: Duration::from_secs(60),
+                jobs: vec![drover_core::HeartbeatItem {
+                    id: job.id,
+                    token: job.fencing_token,
+                    meta: None,
+                    progress: Some(json!({"step": "a\u{0}"})),
+                }],
+            })
+            .await;
+        match replies {
+            Err(Error::InvalidInput { field, .. }) => assert_eq!(field, "progress"),
+            other => panic!("expected InvalidInput for progress, got {other:?}"),
+        }
+        // A failure message with NUL is stored (with the NUL replaced), not refused: the
+        // outcome of a run must always be recordable.
+        let to = h
+            .store
+            .job_finish(
+                job.id,
+                job.fencing_token,
+                drover_core::Finish::Failed {
+                    message: "bad\u{0}byte".into(),
+                    retry: drover_core::Retry::Never,
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(to, JobState::Failed);
+        let stored = h.store.job_get(job.id).await.unwrap();
+        assert_eq!(stored.errors[0].message, "bad\u{fffd}byte");
+    }
+);
+
+pg_test!(
+    /// A batch of 10,000 jobs is enqueued in one call (one statement: far below the 65,535 bind
+    /// parameter limit), without and with idempotency keys.
+    batch_enqueue_of_10000_jobs_in_one_call,
+    |factory| {
+        let h = factory.open_pg(unbounded_options()).await;
+        let batch: Vec<NewJob> = (0..10_000)
+            .map(|n| NewJob::new(kind("work"), json!({"n": n, "to": "someone@example.com"})))
+            .collect();
+        let started = Instant::now();
+        let answers = h.store.jobs_enqueue(batch).await.unwrap();
+        let plain = started.elapsed();
+        assert_eq!(answers.len(), 10_000);
+        assert!(answers.iter().all(|a| a.status == EnqueueStatus::Created));
+        let keyed: Vec<NewJob> = (0..10_000)
+            .map(|n| {
+                NewJob::new(kind("work"), json!({"n": n}))
+                    .with_idempotency_key(format!("key-{n}"))
+                    .with_unique_key(format!("unique-{n}"))
+            })
+            .collect();
+        let started = Instant::now();
+        let answers = h.store.jobs_enqueue(keyed.clone()).await.unwrap();
+        let with_keys = started.elapsed();
+        assert!(answers.iter().all(|a| a.status == EnqueueStatus::Created));
+        let started = Instant::now();
+        let replays = h.store.jobs_enqueue(keyed).await.unwrap();
+        let replayed = started.elapsed();
+        assert!(replays.iter().all(|a| a.status == EnqueueStatus::Replayed));
+        assert!(replays.iter().zip(&answers).all(|(r, a)| r.job.id == a.job.id));
+        assert_eq!(count_in_state(h.store.pool(), "queued").await, 20_000);
+        eprintln!(
+            "batch enqueue of 10,000 jobs: {:.1} ms plain, {:.1} ms with idempotency and unique keys, {:.1} ms replayed",
+            plain.as_secs_f64() * 1000.0,
+            with_keys.as_secs_f64() * 1000.0,
+            replayed.as_secs_f64() * 1000.0
+        );
+    }
+);
+
+pg_test!(
+    /// `enqueue_in` enqueues inside the caller's transaction: visible to others and announced
+    /// only after commit; nothing after rollback; a conflicting batch undoes only itself.
+    enqueue_in_commits_and_rolls_back_with_the_caller,
+    |factory| {
+        let h = factory.open_pg(unbounded_options()).await;
+        let mut events = h.store.subscribe().await.unwrap();
+
+        let mut tx = h.store.pool().begin().await.unwrap();
+        sqlx::query("CREATE TABLE app_orders (id int PRIMARY KEY)").execute(&mut *tx).await.unwrap();
+        sqlx::query("INSERT INTO app_orders VALUES (1)").execute(&mut *tx).await.unwrap();
+        let answers = h.store.enqueue_in(&mut tx, vec![new_job("work")]).await.unwrap();
+        let id = answers[0].job.id;
+        assert!(matches!(h.store.job_get(id).await, Err(Error::NotFound { .. })), "invisible before commit");
+        tx.commit().await.unwrap();
+        assert_eq!(h.store.job_get(id).await.unwrap().state, JobState::Queued);
+        let event = tokio::time::timeout(Duration::from_secs(10), events.next()).await.unwrap();
+        assert_eq!(event, Some(StoreEvent::JobsAvailable { queue: QueueName::default_queue() }));
+
+        let mut tx = h.store.pool().begin().await.unwrap();
+        sqlx::query("INSERT INTO app_orders VALUES (2)").execute(&mut *tx).await.unwrap();
+        let answers = h.store.enqueue_in(&mut tx, vec![new_job("work")]).await.unwrap();
+        let rolled_back = answers[0].job.id;
+        tx.rollback().await.unwrap();
+        assert!(matches!(h.store.job_get(rolled_back).await, Err(Error::NotFound { .. })));
+        let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM app_orders").fetch_one(h.store.pool()).await.unwrap();
+        assert_eq!(orders, 1);
+
+        // A batch that conflicts is undone alone (savepoint); the caller's work survives.
+        h.store.job_enqueue(new_job("work").with_idempotency_key("k")).await.unwrap();
+        let mut tx = h.store.pool().begin().await.unwrap();
+        sqlx::query("INSERT INTO app_orders VALUES (3)").execute(&mut *tx).await.unwrap();
+        let conflict = h
+            .store
+            .enqueue_in(
+                &mut tx,
+                vec![new_job("first"), NewJob::new(kind("work"), json!({"other": true})).with_idempotency_key("k")],
+            )
+            .await;
+        assert!(matches!(conflict, Err(Error::Conflict { .. })), "{conflict:?}");
+        let kept = h.store.enqueue_in(&mut tx, vec![new_job("kept")]).await.unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(h.store.job_get(kept[0].job.id).await.unwrap().kind.as_str(), "kept");
+        let firsts: i64 = sqlx::query_scalar("SELECT count(*) FROM drover.jobs WHERE kind = 'first'")
+            .fetch_one(h.store.pool())
+            .await
+            .unwrap();
+        assert_eq!(firsts, 0, "the conflicting batch stored nothing");
+        let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM app_orders").fetch_one(h.store.pool()).await.unwrap();
+        assert_eq!(orders, 2);
+    }
+);
+
+pg_test!(
+    /// Migrations applied concurrently from 4 tasks run once; migrate is idempotent;
+    /// applied_versions lists them; nothing lands in schema public.
+    migrate_concurrently_once_and_idempotent,
+    |factory| {
+        let connect = bare_database(factory).await;
+        let mut tasks = Vec::new();
+        for _ in 0..4 {
+            let connect = connect.clone();
+            tasks.push(tokio::spawn(async move {
+                let pool = PgPoolOptions::new().max_connections(1).connect_with(connect).await.unwrap();
+                let applied = drover_store_postgres::migrate(&pool).await.unwrap();
+                pool.close().await;
+                applied
+            }));
+        }
+        let mut results = Vec::new();
+        for t in tasks {
+            results.push(t.await.unwrap());
+        }
+        let known: Vec<i64> = migrations().iter().map(|m| m.version).collect();
+        assert_eq!(results.iter().filter(|r| **r == known).count(), 1, "{results:?}");
+        assert_eq!(results.iter().filter(|r| r.is_empty()).count(), 3, "{results:?}");
+
+        let pool = PgPoolOptions::new().max_connections(2).connect_with(connect).await.unwrap();
+        assert!(drover_store_postgres::migrate(&pool).await.unwrap().is_empty());
+        let applied = drover_store_postgres::applied_versions(&pool).await.unwrap();
+        assert_eq!(applied.iter().map(|m| m.version).collect::<Vec<_>>(), known);
+        for (applied, known) in applied.iter().zip(migrations()) {
+            assert_eq!(applied.name, known.name);
+            assert_eq!(applied.checksum, known.checksum());
+        }
+        let public: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(public, 0, "nothing is created in schema public");
+        let store = PgStore::from_pool(pool, unbounded_options());
+        store.check_ready().await.unwrap();
+        store.close().await;
+    }
+);
+
+pg_test!(
+    /// Without the schema every operation is Fatal and says to run `drover migrate`.
+    missing_schema_is_fatal_with_advice,
+    |factory| {
+        let connect = bare_database(factory).await;
+        let store = PgStore::connect_with(connect, unbounded_options()).await.unwrap();
+        let fatal = |e: Error| match e {
+            Error::Fatal { message, .. } => assert!(message.contains("drover migrate"), "{message}"),
+            other => panic!("expected Fatal, got {other:?}"),
+        };
+        fatal(store.check_ready().await.unwrap_err());
+        fatal(store.job_enqueue(new_job("work")).await.unwrap_err());
+        fatal(store.jobs_claim(claim_params("w", 1)).await.unwrap_err());
+        fatal(store.queue_snapshot().await.unwrap_err());
+        assert!(drover_store_postgres::applied_versions(store.pool()).await.unwrap().is_empty());
+        store.close().await;
+    }
+);
+
+pg_test!(
+    /// A server that refuses connections is Unavailable (transient), and the message does not
+    /// echo the URL.
+    closed_port_is_unavailable,
+    |_factory| {
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap().port()
+        };
+        let url = format!("postgres://postgres:secret@127.0.0.1:{port}/test");
+        let result = PgStore::connect(
+            &url,
+            PgOptions {
+                acquire_timeout: Duration::from_secs(1),
+                ..PgOptions::default()
+            },
+        )
+        .await;
+        match result {
+            Err(e @ Error::Unavailable { .. }) => {
+                let text = format!("{e}");
+                assert!(!text.contains("secret") && !text.contains("postgres://"), "{text}");
+                assert!(e.is_transient());
+            }
+            other => panic!("expected Unavailable, got {other:?}"),
+        }
+        match PgStore::connect("not a url", PgOptions::default()).await {
+            Err(Error::Fatal { message, .. }) => assert!(!message.contains("not a url")),
+            other => panic!("expected Fatal, got {other:?}"),
+        }
+    }
+);
+
+pg_test!(
+    /// Terminating the store's connections (one of them blocked mid-call) gives Unavailable to
+    /// the interrupted call; the next call succeeds on fresh connections.
+    terminated_connections_are_unavailable_then_recover,
+    |factory| {
+        let h = factory.open_pg(unbounded_options()).await;
+        let job = h.store.job_enqueue(new_job("work")).await.unwrap().job;
+        // Another session (not the store's: its application_name differs) locks the job row,
+        // so the store's cancel blocks inside its transaction.
+        let blocker_options = h.connect.clone().application_name("drover-test-blocker");
+        let mut blocker = sqlx::PgConnection::connect_with(&blocker_options).await.unwrap();
+        let mut blocker_tx = blocker.begin().await.unwrap();
+        sqlx::query("SELECT 1 FROM drover.jobs WHERE id = $1 FOR UPDATE")
+            .bind(job.id.as_uuid())
+            .execute(&mut *blocker_tx)
+            .await
+            .unwrap();
+        let store = h.store.clone();
+        let cancel = tokio::spawn(async move { store.job_cancel(job.id).await });
+        // Wait until the cancel is blocked on the row lock.
+        let database = h.database.clone();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'drover' AND wait_event_type = 'Lock'",
+            )
+            .bind(&database)
+            .fetch_one(&mut *blocker_tx)
+            .await
+            .unwrap();
+            if waiting > 0 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the cancel never blocked");
+            tokio::task::yield_now().await;
+        }
+        let terminated: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'drover') t",
+        )
+        .bind(&database)
+        .fetch_one(&mut *blocker_tx)
+        .await
+        .unwrap();
+        assert!(terminated >= 1);
+        let interrupted = cancel.await.unwrap();
+        match interrupted {
+            Err(e @ Error::Unavailable { .. }) => assert!(e.is_transient()),
+            other => panic!("expected Unavailable, got {other:?}"),
+        }
+        blocker_tx.rollback().await.unwrap();
+        // The pool discards the dead connections: the next calls just work.
+        assert_eq!(h.store.job_get(job.id).await.unwrap().state, JobState::Queued);
+        let outcome = h.store.job_cancel(job.id).await.unwrap();
+        assert_eq!(outcome.job.state, JobState::Cancelled);
+    }
+);
+
+pg_test!(
+    /// The event stream survives a lost LISTEN connection: it emits Resync once listening
+    /// again, then delivers new events.
+    events_resync_after_listen_connection_loss,
+    |factory| {
+        let h = factory.open_pg(unbounded_options()).await;
+        let mut events = h.store.subscribe().await.unwrap();
+        let killed: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND query ILIKE 'LISTEN%') t",
+        )
+        .bind(&h.database)
+        .fetch_one(h.store.pool())
+        .await
+        .unwrap();
+        assert_eq!(killed, 1, "one LISTEN connection");
+        let event = tokio::time::timeout(Duration::from_secs(20), events.next()).await.unwrap();
+        assert_eq!(event, Some(StoreEvent::Resync));
+        h.store.job_enqueue(new_job("work")).await.unwrap();
+        let event = tokio::time::timeout(Duration::from_secs(20), events.next()).await.unwrap();
+        assert_eq!(event, Some(StoreEvent::JobsAvailable { queue: QueueName::default_queue() }));
+    }
+);
+
+pg_test!(
+    /// PgBouncer settings: without the statement cache every operation still works, and with
+    /// `listen: false` the event stream never yields (workers poll).
+    pgbouncer_mode_works_without_statement_cache_or_listen,
+    |factory| {
+        let h = factory
+            .open_pg(PgOptions {
+                statement_cache: false,
+                listen: false,
+                ..unbounded_options()
+            })
+            .await;
+        let mut events = h.store.subscribe().await.unwrap();
+        let job = h.store.job_enqueue(new_job("work").with_unique_key("u")).await.unwrap().job;
+        let claimed = h.store.jobs_claim(claim_params("w", 5)).await.unwrap();
+        assert_eq!(claimed[0].id, job.id);
+        h.store
+            .job_finish(job.id, claimed[0].fencing_token, drover_core::Finish::Succeeded { result: Some(json!(1)) })
+            .await
+            .unwrap();
+        assert_eq!(h.store.job_get(job.id).await.unwrap().result, Some(json!(1)));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), events.next()).await.is_err(),
+            "no events without LISTEN"
+        );
+    }
+);
+
+pg_test!(
+    /// Prints how long a test database takes to set up by copying the migrated template versus
+    /// creating an empty one and migrating it (the factory uses the faster).
+    database_setup_timings,
+    |factory| {
+        let started = Instant::now();
+        for _ in 0..5 {
+            factory.fresh_database().await;
+        }
+        let copy = started.elapsed() / 5;
+        let started = Instant::now();
+        for _ in 0..5 {
+            let connect = bare_database(factory).await;
+            let pool = PgPoolOptions::new().max_connections(1).connect_with(connect).await.unwrap();
+            drover_store_postgres::migrate(&pool).await.unwrap();
+            pool.close().await;
+        }
+        let migrate = started.elapsed() / 5;
+        eprintln!(
+            "test database setup: {:.1} ms copying the template, {:.1} ms creating and migrating",
+            copy.as_secs_f64() * 1000.0,
+            migrate.as_secs_f64() * 1000.0
+        );
+    }
+);
