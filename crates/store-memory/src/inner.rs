@@ -83,7 +83,7 @@ impl Inner {
     ///
     /// A fresh random UUID v7 costs a `getrandom` call, so one is drawn per millisecond and
     /// ids within the same millisecond count up from it (its 62 random bits leave room).
-    fn next_id(&mut self) -> JobId {
+    pub(crate) fn next_id(&mut self) -> JobId {
         let ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis());

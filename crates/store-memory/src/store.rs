@@ -749,3 +749,152 @@ impl JobStore for MemoryStore {
         self.config
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Checks of the memory store's own bookkeeping; its behaviour is covered by the contract
+    //! suite in `tests/`.
+
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use chrono::TimeZone;
+    use drover_core::{JobKind, ManualClock, Quotas, Retry, RunAt};
+    use serde_json::json;
+
+    use super::*;
+
+    fn store() -> (MemoryStore, ManualClock) {
+        let clock = ManualClock::new(Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0).unwrap());
+        let config = StoreConfig {
+            quotas: Quotas::unbounded(),
+            ..StoreConfig::default()
+        };
+        (
+            MemoryStore::with_clock(config, Arc::new(clock.clone())),
+            clock,
+        )
+    }
+
+    fn claim(kinds: &[&str]) -> ClaimJobs {
+        ClaimJobs {
+            worker: WorkerId::parse("w").unwrap(),
+            queues: vec![QueueName::default_queue(), QueueName::parse("q2").unwrap()],
+            kinds: kinds.iter().map(|k| JobKind::parse(*k).unwrap()).collect(),
+            limit: 7,
+            lease: Duration::from_secs(5),
+        }
+    }
+
+    #[test]
+    fn ids_strictly_increase() {
+        let mut inner = Inner::default();
+        let mut last = None;
+        for _ in 0..20_000 {
+            let id = inner.next_id();
+            assert!(last.is_none_or(|l| l < id));
+            assert_eq!(id.0.get_version_num(), 7);
+            last = Some(id);
+        }
+    }
+
+    /// After a mix of operations, the snapshot's counters agree with a recount of the jobs.
+    #[tokio::test]
+    async fn counters_agree_with_a_recount() {
+        let (store, clock) = store();
+        for round in 0..30u32 {
+            let jobs = (0..10)
+                .map(|i| {
+                    let kind = JobKind::parse(["a", "b", "c"][i % 3]).unwrap();
+                    let mut job = NewJob::new(kind, json!(i)).with_priority((i % 4) as i16);
+                    if i % 2 == 0 {
+                        job = job.with_queue(QueueName::parse("q2").unwrap());
+                    }
+                    if i % 5 == 0 {
+                        job = job.with_run_at(RunAt::After(Duration::from_secs(3)));
+                    }
+                    job
+                })
+                .collect();
+            store.jobs_enqueue(jobs).await.unwrap();
+            let claimed = store.jobs_claim(claim(&["a", "b"])).await.unwrap();
+            let items = claimed
+                .iter()
+                .enumerate()
+                .map(|(i, j)| FinishItem {
+                    id: j.id,
+                    token: j.fencing_token,
+                    finish: match (i + round as usize) % 4 {
+                        0 => Finish::Succeeded { result: None },
+                        1 => Finish::Failed {
+                            message: "x".into(),
+                            retry: Retry::After(Duration::from_secs(1)),
+                        },
+                        2 => Finish::Released,
+                        _ => Finish::Snoozed {
+                            delay: Duration::from_secs(2),
+                        },
+                    },
+                })
+                .take(5)
+                .collect();
+            store.jobs_finish(items).await.unwrap();
+            clock.advance(Duration::from_secs(2));
+            store
+                .jobs_rescue_expired(RescueExpired {
+                    reconciler_kinds: vec![JobKind::parse("b").unwrap()],
+                    limit: 3,
+                })
+                .await
+                .unwrap();
+            if round % 7 == 0 {
+                store
+                    .jobs_prune(PruneJobs {
+                        older_than: Duration::from_secs(10),
+                        limit: 4,
+                    })
+                    .await
+                    .unwrap();
+            }
+        }
+        let now = store.now().await.unwrap();
+        let snapshot = store.queue_snapshot().await.unwrap();
+        let inner = store.inner.lock();
+        let mut recount: BTreeMap<(String, JobState), u64> = BTreeMap::new();
+        let mut ready: BTreeMap<String, u64> = BTreeMap::new();
+        for job in inner.jobs.values() {
+            *recount
+                .entry((job.queue.to_string(), job.state))
+                .or_default() += 1;
+            if job.is_ready(now) {
+                *ready.entry(job.queue.to_string()).or_default() += 1;
+            }
+        }
+        for q in &snapshot.queues {
+            for (state, n) in &q.counts {
+                assert_eq!(recount.get(&(q.queue.to_string(), *state)), Some(n));
+            }
+            assert_eq!(ready.get(q.queue.as_str()).copied().unwrap_or(0), q.ready);
+        }
+        let counted: u64 = snapshot.queues.iter().flat_map(|q| q.counts.values()).sum();
+        assert_eq!(counted as usize, inner.jobs.len());
+        let pending = inner
+            .jobs
+            .values()
+            .filter(|j| !j.state.is_terminal())
+            .count();
+        assert_eq!(inner.idx.pending as usize, pending);
+        let running = inner
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Running)
+            .count();
+        assert_eq!(inner.idx.leases.len(), running);
+        let finished = inner
+            .jobs
+            .values()
+            .filter(|j| j.state.is_terminal())
+            .count();
+        assert_eq!(inner.idx.finished.len(), finished);
+    }
+}

@@ -103,10 +103,19 @@ pub async fn lease_heartbeat_stale_token_is_lease_lost_per_item(f: &dyn StoreFac
     let mut stale_item = beat(&other);
     stale_item.token = stale(other.fencing_token);
     stale_item.meta = Some(json!({"overwritten": true}));
-    let replies = heartbeat(&*store, vec![stale_item, beat(&good), beat(&done)]).await;
+    let unknown = HeartbeatItem {
+        id: drover_core::JobId::new_v7(),
+        token: good.fencing_token,
+        meta: None,
+        progress: None,
+    };
+    let unknown_id = unknown.id;
+    let replies = heartbeat(&*store, vec![stale_item, beat(&good), beat(&done), unknown]).await;
+    assert_eq!(replies.len(), 4);
     assert!(matches!(replies[0], HeartbeatReply::LeaseLost { id } if id == other.id));
     assert!(matches!(replies[1], HeartbeatReply::Extended { id, .. } if id == good.id));
     assert!(matches!(replies[2], HeartbeatReply::LeaseLost { id } if id == done.id));
+    assert!(matches!(replies[3], HeartbeatReply::LeaseLost { id } if id == unknown_id));
     assert_eq!(
         store.job_get(other.id).await.unwrap(),
         other,
