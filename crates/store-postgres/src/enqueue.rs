@@ -7,7 +7,8 @@
 //! job with keys is one statement, plus one lookup when it was skipped. A batch with keys runs
 //! in a transaction (or a savepoint inside the caller's transaction) so a conflict stores
 //! nothing: BEGIN, insert, [lookup], COMMIT. With quotas: BEGIN, advisory locks (global and per
-//! tenant, only for the configured quotas), insert, [lookup], count, COMMIT.
+//! tenant, only for the configured quotas), insert (which also reads the pending counts),
+//! [lookup], COMMIT.
 //!
 //! Semantics are those of enqueueing the jobs one after another: a key repeated inside the batch
 //! resolves to the first job that used it.
@@ -101,7 +102,8 @@ pub(crate) async fn enqueue(
         .any(|j| j.idempotency_key.is_some() || j.unique_key.is_some());
     let needs_transaction = quota_checked || (has_keys && batch.len() > 1);
     if !needs_transaction {
-        return insert_and_resolve(conn, &batch).await;
+        let (answers, _) = insert_and_resolve(conn, &batch, Counting::default()).await?;
+        return Ok(answers);
     }
     let mut tx = conn.begin().await.store_err()?;
     if quota_checked {
@@ -114,9 +116,13 @@ pub(crate) async fn enqueue(
         );
         lock_quotas(&mut tx, &keys).await?;
     }
-    let answers = insert_and_resolve(&mut tx, &batch).await?;
+    let counting = Counting {
+        global: quotas.max_pending.is_some(),
+        tenants: quotas.max_tenant_pending.is_some(),
+    };
+    let (answers, pending) = insert_and_resolve(&mut tx, &batch, counting).await?;
     if quota_checked {
-        check_quotas(&mut tx, config, &answers).await?;
+        check_quotas(config, &answers, pending.as_ref())?;
     }
     tx.commit().await.store_err()?;
     Ok(answers)
@@ -160,13 +166,28 @@ pub(crate) async fn lock_quotas(conn: &mut PgConnection, keys: &[i64]) -> Result
     Ok(())
 }
 
-/// Checks the quotas after the insert, under the quota locks: pending counts now include this
-/// batch's new jobs, so `current` is the count minus them. Global first, then tenants in order
-/// of first appearance.
-async fn check_quotas(
-    conn: &mut PgConnection,
+/// Which pending counts the insert should return for the quota check.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counting {
+    /// Pending jobs in total (`max_pending` is configured).
+    global: bool,
+    /// Pending jobs per tenant of the batch (`max_tenant_pending` is configured).
+    tenants: bool,
+}
+
+/// Pending jobs before this enqueue's inserts, read under the quota locks.
+struct PendingBefore {
+    global: u64,
+    tenants: HashMap<String, u64>,
+}
+
+/// Checks the quotas for the jobs this enqueue created, all together: `pending` holds the
+/// counts before them (read under the quota locks by the first insert that created a job).
+/// Global first, then tenants in order of first appearance, like the memory store.
+fn check_quotas(
     config: &StoreConfig,
     answers: &[Enqueued],
+    pending: Option<&PendingBefore>,
 ) -> Result<(), Error> {
     let mut created_total = 0u64;
     let mut created_per_tenant: Vec<(&str, u64)> = Vec::new();
@@ -184,40 +205,25 @@ async fn check_quotas(
     if created_total == 0 {
         return Ok(());
     }
+    let pending = pending
+        .ok_or_else(|| Error::fatal("enqueue created jobs without counting pending ones"))?;
     let quotas = config.quotas;
-    let tenants: Vec<&str> = if quotas.max_tenant_pending.is_some() {
-        created_per_tenant.iter().map(|(t, _)| *t).collect()
-    } else {
-        Vec::new()
-    };
-    let rows: Vec<(Option<String>, i64)> = sqlx::query_as(sql::QUOTA_COUNT)
-        .bind(quotas.max_pending.is_some())
-        .bind(&tenants)
-        .fetch_all(conn)
-        .await
-        .store_err()?;
-    let counted = |tenant: Option<&str>| -> u64 {
-        rows.iter()
-            .find(|(t, _)| t.as_deref() == tenant)
-            .map_or(0, |(_, n)| u64::try_from(*n).unwrap_or(0))
-    };
     if let Some(max) = quotas.max_pending {
-        let pending = counted(None);
-        if pending > max {
+        if pending.global.saturating_add(created_total) > max {
             return Err(Error::QuotaExceeded {
                 quota: Quota::Global,
-                current: pending.saturating_sub(created_total),
+                current: pending.global,
                 max,
             });
         }
     }
     if let Some(max) = quotas.max_tenant_pending {
         for (tenant, created) in &created_per_tenant {
-            let pending = counted(Some(tenant));
-            if pending > max {
+            let current = pending.tenants.get(*tenant).copied().unwrap_or(0);
+            if current.saturating_add(*created) > max {
                 return Err(Error::QuotaExceeded {
                     quota: Quota::Tenant((*tenant).to_owned()),
-                    current: pending.saturating_sub(*created),
+                    current,
                     max,
                 });
             }
@@ -247,7 +253,8 @@ impl Holder {
 async fn insert_and_resolve(
     conn: &mut PgConnection,
     batch: &Batch,
-) -> Result<Vec<Enqueued>, Error> {
+    counting: Counting,
+) -> Result<(Vec<Enqueued>, Option<PendingBefore>), Error> {
     let n = batch.len();
     let position: HashMap<Uuid, usize> = batch
         .ids
@@ -257,8 +264,14 @@ async fn insert_and_resolve(
         .collect();
     let mut answers: Vec<Option<Enqueued>> = (0..n).map(|_| None).collect();
     let mut to_insert: Vec<usize> = (0..n).collect();
+    let mut pending: Option<PendingBefore> = None;
     for _ in 0..RESOLVE_ROUNDS_MAX {
-        let inserted = insert(conn, batch, &to_insert).await?;
+        let inserted = insert(conn, batch, &to_insert, counting).await?;
+        if pending.is_none() {
+            if let Some(first) = inserted.first() {
+                pending = Some(first.pending_before()?);
+            }
+        }
         for row in inserted {
             let i = *position
                 .get(&row.id)
@@ -278,7 +291,7 @@ async fn insert_and_resolve(
             .filter(|i| answers[*i].is_none())
             .collect();
         if skipped.is_empty() {
-            return finish_answers(answers);
+            return Ok((finish_answers(answers)?, pending));
         }
         let holders = lookup(conn, batch, &skipped).await?;
         let index = HolderIndex::new(&holders, &position);
@@ -290,7 +303,7 @@ async fn insert_and_resolve(
             }
         }
         if again.is_empty() {
-            return finish_answers(answers);
+            return Ok((finish_answers(answers)?, pending));
         }
         to_insert = again;
     }
@@ -386,12 +399,34 @@ fn resolve<'a>(
     Ok(None)
 }
 
-/// What enqueue_insert.sql returns for each created job: the values the database chose.
+/// What enqueue_insert.sql returns for each created job: the values the database chose, and
+/// the pending counts before the statement (zero unless asked for).
 #[derive(sqlx::FromRow)]
 struct Inserted {
     id: Uuid,
     run_at: DateTime<Utc>,
     created_at: DateTime<Utc>,
+    pending_before: i64,
+    tenant_pending_before: Value,
+}
+
+impl Inserted {
+    fn pending_before(&self) -> Result<PendingBefore, Error> {
+        let count = |n: i64| u64::try_from(n).unwrap_or(0);
+        let mut tenants = HashMap::new();
+        if let Value::Object(map) = &self.tenant_pending_before {
+            for (tenant, n) in map {
+                let n = n
+                    .as_i64()
+                    .ok_or_else(|| Error::fatal("pending count is not a number"))?;
+                tenants.insert(tenant.clone(), count(n));
+            }
+        }
+        Ok(PendingBefore {
+            global: count(self.pending_before),
+            tenants,
+        })
+    }
 }
 
 /// Runs enqueue_insert.sql for the jobs at `positions`; returns the created ones.
@@ -399,6 +434,7 @@ async fn insert(
     conn: &mut PgConnection,
     batch: &Batch,
     positions: &[usize],
+    counting: Counting,
 ) -> Result<Vec<Inserted>, Error> {
     let len = positions.len();
     let mut ids = Vec::with_capacity(len);
@@ -458,6 +494,8 @@ async fn insert(
         .bind(&hashes)
         .bind(&unique_keys)
         .bind(&limit_keys)
+        .bind(counting.global)
+        .bind(counting.tenants)
         .fetch_all(conn)
         .await
         .store_err()

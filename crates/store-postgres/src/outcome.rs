@@ -11,8 +11,8 @@ use drover_core::job::{truncate_message, ERRORS_KEPT};
 use drover_core::json::check_value;
 use drover_core::lease::check_lease;
 use drover_core::{
-    Error, Finish, FinishItem, FinishReply, HeartbeatJobs, HeartbeatReply, JobId, Retry,
-    StoreConfig,
+    Error, Finish, FinishItem, FinishReply, HeartbeatItem, HeartbeatJobs, HeartbeatReply, JobId,
+    Retry, StoreConfig,
 };
 use serde_json::Value;
 use sqlx::PgPool;
@@ -61,11 +61,14 @@ pub(crate) async fn heartbeat(
     if heartbeat.jobs.is_empty() {
         return Ok(Vec::new());
     }
-    let ids: Vec<Uuid> = heartbeat.jobs.iter().map(|j| j.id.as_uuid()).collect();
-    let tokens: Vec<i64> = heartbeat.jobs.iter().map(|j| j.token.0).collect();
-    let metas: Vec<Option<&Value>> = heartbeat.jobs.iter().map(|j| j.meta.as_ref()).collect();
-    let progress: Vec<Option<&Value>> =
-        heartbeat.jobs.iter().map(|j| j.progress.as_ref()).collect();
+    // Rows are locked in id order, the order finish.sql uses too, so a worker's concurrent
+    // heartbeat and finish batches never deadlock on each other's rows.
+    let mut order: Vec<&HeartbeatItem> = heartbeat.jobs.iter().collect();
+    order.sort_by_key(|j| j.id);
+    let ids: Vec<Uuid> = order.iter().map(|j| j.id.as_uuid()).collect();
+    let tokens: Vec<i64> = order.iter().map(|j| j.token.0).collect();
+    let metas: Vec<Option<&Value>> = order.iter().map(|j| j.meta.as_ref()).collect();
+    let progress: Vec<Option<&Value>> = order.iter().map(|j| j.progress.as_ref()).collect();
     let rows: Vec<(Uuid, i64, bool, DateTime<Utc>)> = sqlx::query_as(sql::HEARTBEAT)
         .bind(&ids)
         .bind(&tokens)

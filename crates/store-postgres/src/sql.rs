@@ -23,8 +23,6 @@ statements! {
     ENQUEUE_LOOKUP = "enqueue_lookup.sql";
     /// Quota advisory locks.
     QUOTA_LOCK = "quota_lock.sql";
-    /// Pending counts for quotas.
-    QUOTA_COUNT = "quota_count.sql";
     /// Claim without limit policies.
     CLAIM_FAST = "claim_fast.sql";
     /// Whether any limit policy exists.

@@ -12,7 +12,14 @@
 -- $6 meta jsonb[], $7 priority smallint[], $8 run_at timestamptz[] (NULL: use the delay),
 -- $9 delay_us bigint[] (NULL: ready now), $10 max_attempts integer[],
 -- $11 idempotency_key text[], $12 request_hash text[], $13 unique_key text[],
--- $14 limit_keys text[] (each comma-joined; '' for none).
+-- $14 limit_keys text[] (each comma-joined; '' for none), $15 count pending jobs in total
+-- boolean, $16 count pending jobs of the batch's tenants boolean.
+--
+-- Quotas: when asked ($15, $16; the caller holds the quota advisory locks, taken by an earlier
+-- statement, so this statement's snapshot holds every committed enqueue), every returned row
+-- also carries the pending (queued, running, reconciling) counts before this statement, in
+-- total and per tenant as a JSON object. The caller adds its new jobs and rolls back when a
+-- quota would be passed.
 WITH input AS (
     SELECT *
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[],
@@ -39,7 +46,25 @@ inserted AS (
 notified AS (
     SELECT pg_notify('drover_jobs', q.queue)
     FROM (SELECT DISTINCT queue FROM inserted WHERE run_at <= now()) AS q
+),
+pending AS (
+    SELECT count(*)::bigint AS n
+    FROM drover.jobs
+    WHERE $15::boolean AND state IN ('queued', 'running', 'reconciling')
+),
+tenant_pending AS (
+    SELECT COALESCE(jsonb_object_agg(c.tenant, c.n), '{}'::jsonb) AS counts
+    FROM (
+        SELECT tenant, count(*) AS n
+        FROM drover.jobs
+        WHERE $16::boolean
+          AND tenant = ANY($4::text[])
+          AND state IN ('queued', 'running', 'reconciling')
+        GROUP BY tenant
+    ) AS c
 )
 SELECT inserted.id, inserted.run_at, inserted.created_at,
-       (SELECT count(*) FROM notified) AS notified_queues
+       (SELECT count(*) FROM notified) AS notified_queues,
+       (SELECT n FROM pending) AS pending_before,
+       (SELECT counts FROM tenant_pending) AS tenant_pending_before
 FROM inserted
