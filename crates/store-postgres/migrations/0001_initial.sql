@@ -5,8 +5,8 @@
 -- released; add a new numbered file instead (the migrator refuses a changed checksum).
 --
 -- Large existing tables: `CREATE INDEX IF NOT EXISTS` lets an operator build an index
--- beforehand with `CREATE INDEX CONCURRENTLY` under the same name (the GIN index on meta is the
--- slow one); this migration then skips it.
+-- beforehand with `CREATE INDEX CONCURRENTLY` under the same name (the GIN index on meta,
+-- jobs_done_meta_idx, is the slow one); this migration then skips it.
 
 CREATE TABLE IF NOT EXISTS drover.jobs (
     id                uuid        PRIMARY KEY,
@@ -48,6 +48,12 @@ CREATE TABLE IF NOT EXISTS drover.jobs (
     )
 );
 
+-- Index design: every update of a job writes a new row version into every index whose
+-- predicate it matches (state changes rule out HOT updates), so most indexes are partial on the
+-- states they serve. A job's queued and running versions touch only the primary key, the claim
+-- or lease index and the pending index; the list and meta indexes hold terminal versions only
+-- (live jobs are few, bounded by the quotas, and lists reach them through the pending index).
+
 -- Claim: ready jobs of a queue in claim order (priority, run_at, id).
 CREATE INDEX IF NOT EXISTS jobs_claim_idx
     ON drover.jobs (queue, priority, run_at, id)
@@ -63,7 +69,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS jobs_unique_key_uidx
     ON drover.jobs (tenant, unique_key)
     WHERE unique_key IS NOT NULL AND state IN ('queued', 'running', 'reconciling');
 
--- Rescue of expired leases, and running counts for limits and the snapshot.
+-- Rescue of expired leases, and the running jobs counted by limits.
 CREATE INDEX IF NOT EXISTS jobs_running_lease_idx
     ON drover.jobs (lease_expires_at)
     WHERE state = 'running';
@@ -73,25 +79,36 @@ CREATE INDEX IF NOT EXISTS jobs_reconciling_idx
     ON drover.jobs (kind, id)
     WHERE state = 'reconciling';
 
+-- Live jobs: quota counts (pending = queued, running, reconciling) per tenant and in total,
+-- and the live part of lists and the snapshot.
+CREATE INDEX IF NOT EXISTS jobs_pending_idx
+    ON drover.jobs (tenant, id)
+    WHERE state IN ('queued', 'running', 'reconciling');
+
 -- Retention: terminal jobs by finish time.
 CREATE INDEX IF NOT EXISTS jobs_finished_idx
     ON drover.jobs (finished_at)
     WHERE state IN ('succeeded', 'failed', 'cancelled');
 
--- Quotas: pending (queued, running, reconciling) jobs per tenant and in total.
-CREATE INDEX IF NOT EXISTS jobs_pending_tenant_idx
-    ON drover.jobs (tenant)
-    WHERE state IN ('queued', 'running', 'reconciling');
+-- Lists of terminal jobs, newest first (keyset on id), per state and by queue, kind or tenant;
+-- the queue index also serves the snapshot's counts and the list of queues.
+CREATE INDEX IF NOT EXISTS jobs_done_state_idx
+    ON drover.jobs (state, id)
+    WHERE state IN ('succeeded', 'failed', 'cancelled');
+CREATE INDEX IF NOT EXISTS jobs_done_queue_idx
+    ON drover.jobs (queue, state, id)
+    WHERE state IN ('succeeded', 'failed', 'cancelled');
+CREATE INDEX IF NOT EXISTS jobs_done_kind_idx
+    ON drover.jobs (kind, state, id)
+    WHERE state IN ('succeeded', 'failed', 'cancelled');
+CREATE INDEX IF NOT EXISTS jobs_done_tenant_idx
+    ON drover.jobs (tenant, state, id)
+    WHERE state IN ('succeeded', 'failed', 'cancelled');
 
--- Lists (newest first, keyset on id) by queue (and state), state, kind and tenant; the
--- queue/state index also serves the snapshot's counts.
-CREATE INDEX IF NOT EXISTS jobs_queue_state_id_idx ON drover.jobs (queue, state, id);
-CREATE INDEX IF NOT EXISTS jobs_state_id_idx ON drover.jobs (state, id);
-CREATE INDEX IF NOT EXISTS jobs_kind_id_idx ON drover.jobs (kind, id);
-CREATE INDEX IF NOT EXISTS jobs_tenant_id_idx ON drover.jobs (tenant, id);
-
--- Meta containment filters (`meta @> $1`).
-CREATE INDEX IF NOT EXISTS jobs_meta_idx ON drover.jobs USING gin (meta jsonb_path_ops);
+-- Meta containment filters (`meta @> $1`) over terminal jobs.
+CREATE INDEX IF NOT EXISTS jobs_done_meta_idx
+    ON drover.jobs USING gin (meta jsonb_path_ops)
+    WHERE state IN ('succeeded', 'failed', 'cancelled');
 
 -- Queues with a stored pause state; queues that only have jobs have no row.
 CREATE TABLE IF NOT EXISTS drover.queues (

@@ -1,9 +1,16 @@
 -- Counts per queue and state, ready jobs (queued with run_at <= now) and the age of the oldest
 -- ready job in milliseconds, for every queue with jobs or a stored pause state, at one instant
--- of the database clock.
+-- of the database clock. Live jobs are counted through jobs_pending_idx, terminal ones with an
+-- index-only scan of jobs_done_queue_idx.
 WITH counts AS (
     SELECT queue, state, count(*)::bigint AS n
     FROM drover.jobs
+    WHERE state IN ('queued', 'running', 'reconciling')
+    GROUP BY queue, state
+    UNION ALL
+    SELECT queue, state, count(*)::bigint AS n
+    FROM drover.jobs
+    WHERE state IN ('succeeded', 'failed', 'cancelled')
     GROUP BY queue, state
 ),
 ready AS (

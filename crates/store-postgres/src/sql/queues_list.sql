@@ -1,14 +1,25 @@
--- Queues that have jobs or a stored pause state, by name. The queue names of jobs are found
--- with a loose index scan (one index probe per distinct queue), not a table scan.
-WITH RECURSIVE job_queues AS (
-    (SELECT j.queue FROM drover.jobs j ORDER BY j.queue LIMIT 1)
+-- Queues that have jobs or a stored pause state, by name. Queues of terminal jobs are found with
+-- a loose index scan of jobs_done_queue_idx (one probe per distinct queue, not a table scan);
+-- queues of live jobs (few) through jobs_pending_idx.
+WITH RECURSIVE done_queues AS (
+    (SELECT j.queue
+     FROM drover.jobs j
+     WHERE j.state IN ('succeeded', 'failed', 'cancelled')
+     ORDER BY j.queue
+     LIMIT 1)
     UNION ALL
-    SELECT (SELECT j.queue FROM drover.jobs j WHERE j.queue > jq.queue ORDER BY j.queue LIMIT 1)
-    FROM job_queues jq
-    WHERE jq.queue IS NOT NULL
+    SELECT (SELECT j.queue
+            FROM drover.jobs j
+            WHERE j.state IN ('succeeded', 'failed', 'cancelled') AND j.queue > d.queue
+            ORDER BY j.queue
+            LIMIT 1)
+    FROM done_queues d
+    WHERE d.queue IS NOT NULL
 ),
 names AS (
-    SELECT queue AS name FROM job_queues WHERE queue IS NOT NULL
+    SELECT queue AS name FROM done_queues WHERE queue IS NOT NULL
+    UNION
+    SELECT DISTINCT queue FROM drover.jobs WHERE state IN ('queued', 'running', 'reconciling')
     UNION
     SELECT name FROM drover.queues
 )
