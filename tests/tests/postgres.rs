@@ -1039,3 +1039,58 @@ pg_test!(
         );
     }
 );
+
+pg_test!(
+    /// A claim that meets a job subject to a limit policy part-way switches from the one-statement
+    /// path to the admission path without losing claim order: free jobs before and after it, the
+    /// admitted limited job, never the held one.
+    limits_mixed_claim_keeps_order_across_paths,
+    |factory| {
+        let h = factory.open_pg(unbounded_options()).await;
+        let store = &h.store;
+        let key = |k: &str| LimitKey::parse(k).unwrap();
+        store
+            .limit_set(LimitPolicy::new(key("open"), Some(5), None).unwrap())
+            .await
+            .unwrap();
+        store
+            .limit_set(LimitPolicy::new(key("hold"), Some(0), None).unwrap())
+            .await
+            .unwrap();
+        // A policy on an unrelated kind does not stop claims of this kind.
+        store
+            .limit_set(LimitPolicy::new(key("kind:other"), Some(0), None).unwrap())
+            .await
+            .unwrap();
+        let enqueue = |priority: i16, limit: Option<&str>| {
+            let mut job = new_job("work").with_priority(priority);
+            if let Some(k) = limit {
+                job = job.with_limit_key(key(k));
+            }
+            async move { store.job_enqueue(job).await.unwrap().job.id }
+        };
+        let a = enqueue(0, None).await;
+        let b = enqueue(1, Some("open")).await;
+        let held = enqueue(2, Some("hold")).await;
+        let d = enqueue(3, None).await;
+        let e = enqueue(4, Some("open")).await;
+        let got: Vec<JobId> = store
+            .jobs_claim(claim_params("w", 3))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|j| j.id)
+            .collect();
+        assert_eq!(got, vec![a, b, d]);
+        let got: Vec<JobId> = store
+            .jobs_claim(claim_params("w", 10))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|j| j.id)
+            .collect();
+        assert_eq!(got, vec![e]);
+        let held_job = store.job_get(held).await.unwrap();
+        assert_eq!((held_job.state, held_job.attempt), (JobState::Queued, 0));
+    }
+);

@@ -1,9 +1,11 @@
 //! Claim (DESIGN.md sections 3 and 4; `JobStore::jobs_claim`).
 //!
-//! Fast path, one statement (claim_fast.sql): while no limit policy exists, lock the next ready
-//! jobs `FOR UPDATE SKIP LOCKED` in claim order and start them in the same `UPDATE`.
+//! Fast path, one statement (claim_fast.sql): lock the next ready jobs `FOR UPDATE SKIP LOCKED`
+//! in claim order and start them in the same `UPDATE`, up to the first job subject to a limit
+//! policy (so order is kept).
 //!
-//! Slow path, one transaction, taken only while limit policies exist: lock every policy row
+//! Slow path, one transaction, taken only when the fast path stopped at such a job before
+//! filling the claim: lock every policy row
 //! (key order), count running jobs per policy key, read candidates page by page in claim order
 //! `FOR UPDATE SKIP LOCKED`, admit them in order with core's [`Admission`] (the same math as the
 //! memory store), then start the admitted jobs and store the policies' new GCRA times in one
@@ -11,16 +13,19 @@
 //! claims, so they never exceed `max_running` or a rate. Skipped jobs are only read: they keep
 //! their place and spend nothing.
 //!
-//! Round trips: fast path 1 (plus 1 `EXISTS` check when it claimed nothing); slow path
-//! BEGIN, policies, running counts, one per candidate page, update, COMMIT.
+//! Round trips: fast path 1; slow path BEGIN, policies, running counts, one per candidate page,
+//! update, COMMIT.
 
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use drover_core::lease::check_lease;
 use drover_core::store::CLAIM_LIMIT_MAX;
-use drover_core::{Admission, ClaimJobs, Error, Job, JobKind, LimitKey, LimitState, QueueName};
-use sqlx::PgPool;
+use drover_core::{
+    Admission, ClaimJobs, Error, Job, JobKind, LimitKey, LimitState, QueueName, WorkerId,
+};
+use sqlx::postgres::PgRow;
+use sqlx::{PgPool, Row};
 use uuid::Uuid;
 
 use crate::error::SqlxResultExt;
@@ -93,7 +98,7 @@ pub(crate) async fn claim(pool: &PgPool, claim: ClaimJobs) -> Result<Vec<Job>, E
     let kinds: Vec<&str> = claim.kinds.iter().map(JobKind::as_str).collect();
     let limit = i32::try_from(claim.limit).unwrap_or(i32::MAX);
     let lease_us = micros(claim.lease);
-    let records = sqlx::query_as::<_, JobRecord>(sql::CLAIM_FAST)
+    let rows = sqlx::query_as::<_, FastClaimRow>(sql::CLAIM_FAST)
         .bind(&queues)
         .bind(&kinds)
         .bind(limit)
@@ -102,17 +107,35 @@ pub(crate) async fn claim(pool: &PgPool, claim: ClaimJobs) -> Result<Vec<Job>, E
         .fetch_all(pool)
         .await
         .store_err()?;
-    if !records.is_empty() {
-        return sorted(records);
+    let blocked = rows.first().is_some_and(|r| r.blocked);
+    let records: Vec<JobRecord> = rows.into_iter().filter_map(|r| r.job).collect();
+    let claimed = records.len();
+    let mut jobs = sorted(records)?;
+    if !blocked || claimed >= usize::try_from(claim.limit).unwrap_or(usize::MAX) {
+        return Ok(jobs);
     }
-    let limits_exist: bool = sqlx::query_scalar(sql::LIMITS_EXIST)
-        .fetch_one(pool)
-        .await
-        .store_err()?;
-    if !limits_exist {
-        return Ok(Vec::new());
+    let rest = claim.limit - u32::try_from(claimed).unwrap_or(claim.limit);
+    jobs.extend(claim_with_limits(pool, &claim.worker, rest, &queues, &kinds, lease_us).await?);
+    Ok(jobs)
+}
+
+/// A row of claim_fast.sql: whether a job subject to a limit stopped the claim, and the claimed
+/// job (absent on the row that only carries `blocked`).
+struct FastClaimRow {
+    blocked: bool,
+    job: Option<JobRecord>,
+}
+
+impl<'r> sqlx::FromRow<'r, PgRow> for FastClaimRow {
+    fn from_row(row: &'r PgRow) -> Result<Self, sqlx::Error> {
+        let blocked = row.try_get("blocked")?;
+        let id: Option<Uuid> = row.try_get("id")?;
+        let job = match id {
+            Some(_) => Some(JobRecord::from_row(row)?),
+            None => None,
+        };
+        Ok(FastClaimRow { blocked, job })
     }
-    claim_with_limits(pool, &claim, &queues, &kinds, lease_us).await
 }
 
 fn sorted(records: Vec<JobRecord>) -> Result<Vec<Job>, Error> {
@@ -124,12 +147,13 @@ fn sorted(records: Vec<JobRecord>) -> Result<Vec<Job>, Error> {
 /// The slow path: admission under locked policies, in one transaction.
 async fn claim_with_limits(
     pool: &PgPool,
-    claim: &ClaimJobs,
+    worker: &WorkerId,
+    limit: u32,
     queues: &[&str],
     kinds: &[&str],
     lease_us: i64,
 ) -> Result<Vec<Job>, Error> {
-    let limit = usize::try_from(claim.limit).unwrap_or(usize::MAX);
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
     let mut tx = pool.begin().await.store_err()?;
     let policies = sqlx::query_as::<_, LockedPolicy>(sql::CLAIM_POLICIES)
         .fetch_all(&mut *tx)
@@ -198,7 +222,7 @@ async fn claim_with_limits(
     }
     let records = sqlx::query_as::<_, JobRecord>(sql::CLAIM_IDS)
         .bind(&admitted)
-        .bind(claim.worker.as_str())
+        .bind(worker.as_str())
         .bind(lease_us)
         .bind(&tat_keys)
         .bind(&tats)

@@ -13,6 +13,23 @@
 //! heartbeat, finish) are single fenced statements over `unnest` arrays pinned to core's
 //! `state::apply` table by the contract suite; rarer ones (cancel, retry, rescue, reconcile)
 //! run `apply` itself on locked rows.
+//!
+//! Round trips per call (each call also takes a pooled connection, which sqlx checks with one
+//! cheap `Sync` ping so a connection killed while idle is replaced instead of failing the call):
+//!
+//! | operation | round trips |
+//! |---|---|
+//! | enqueue, one job or a batch, no keys, no quotas | 1 |
+//! | enqueue with quotas (the default) | 4: BEGIN, advisory locks, insert + counts, COMMIT |
+//! | enqueue, batch with keys, no quotas | 3: BEGIN, insert, COMMIT |
+//! | ... when a key is already held | + 1 lookup |
+//! | claim (no limit policy) | 1 (+1 `EXISTS` check when nothing was claimed) |
+//! | claim while limit policies exist | 6+: BEGIN, policies, running counts, candidate pages, update, COMMIT |
+//! | heartbeat, finish (any batch size) | 1 |
+//! | rescue, cancel, reconcile | 4: BEGIN, lock, write, COMMIT |
+//! | operator retry | 5-6: BEGIN, [tenant, quota locks], lock, checks, write, COMMIT |
+//! | get, list, snapshot, prune, queues, workers, limits, schedules | 1 (limits list 2, schedule upsert 2) |
+//! | schedule fire | 4 + the enqueue's |
 
 mod admin;
 mod claim;

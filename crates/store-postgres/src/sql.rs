@@ -23,10 +23,8 @@ statements! {
     ENQUEUE_LOOKUP = "enqueue_lookup.sql";
     /// Quota advisory locks.
     QUOTA_LOCK = "quota_lock.sql";
-    /// Claim without limit policies.
+    /// Claim in one statement, up to the first job subject to a limit policy.
     CLAIM_FAST = "claim_fast.sql";
-    /// Whether any limit policy exists.
-    LIMITS_EXIST = "limits_exist.sql";
     /// Slow claim: lock the policies.
     CLAIM_POLICIES = "claim_policies.sql";
     /// Running jobs per limit key.

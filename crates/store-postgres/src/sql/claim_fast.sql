@@ -1,23 +1,31 @@
--- Claim without limit policies, in one statement: lock up to $3 ready jobs of the open
--- (unpaused) queues and registered kinds in claim order (priority, run_at, id), skipping rows
--- other claimers hold, and start them: attempt + 1, a new fencing token, the lease from the
--- database clock. One index scan per queue (jobs_claim_idx) feeds the merge.
+-- Claim in one statement: lock up to $3 ready jobs of the open (unpaused) queues and registered
+-- kinds in claim order (priority, run_at, id), skipping rows other claimers hold, and start
+-- them: attempt + 1, a new fencing token, the lease from the database clock. One index scan per
+-- queue (jobs_claim_idx) feeds the merge.
 --
--- Claims nothing while any limit policy exists: then jobs_claim takes the slow path, which
--- checks policies atomically with the claim (claim_candidates.sql).
+-- Limits: a candidate subject to a limit policy (one of its effective keys, explicit
+-- limit_keys, kind:<kind> and queue:<queue>, has a policy) must be admitted atomically with the
+-- policy check, which this statement does not do. So it claims only the candidates before the
+-- first such job (order is kept) and reports `blocked`; the caller then claims the rest through
+-- the slow path (claim_policies.sql ...). Always returns at least one row: when nothing was
+-- claimed, a row whose job columns are NULL carries `blocked`.
 --
 -- $1 queues text[], $2 kinds text[], $3 limit integer, $4 worker text, $5 lease_us bigint.
 WITH open_queues AS (
     SELECT q.name
     FROM unnest($1::text[]) AS q(name)
     WHERE NOT EXISTS (SELECT 1 FROM drover.queues p WHERE p.name = q.name AND p.paused)
-      AND NOT EXISTS (SELECT 1 FROM drover.limits)
 ),
 candidates AS (
-    SELECT c.id
+    SELECT c.id, c.priority, c.run_at, c.limited
     FROM open_queues oq
     CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.run_at
+        SELECT j.id, j.priority, j.run_at,
+               EXISTS (
+                   SELECT 1
+                   FROM drover.limits l
+                   WHERE l.key = ANY (j.limit_keys || ARRAY['kind:' || j.kind, 'queue:' || j.queue])
+               ) AS limited
         FROM drover.jobs j
         WHERE j.state = 'queued'
           AND j.queue = oq.name
@@ -29,15 +37,32 @@ candidates AS (
     ) AS c
     ORDER BY c.priority, c.run_at, c.id
     LIMIT $3
+),
+first_limited AS (
+    SELECT c.priority, c.run_at, c.id
+    FROM candidates c
+    WHERE c.limited
+    ORDER BY c.priority, c.run_at, c.id
+    LIMIT 1
+),
+claimed AS (
+    UPDATE drover.jobs j
+    SET state = 'running',
+        attempt = j.attempt + 1,
+        fencing_token = j.fencing_token + 1,
+        lease_owner = $4,
+        lease_expires_at = now() + $5 * interval '1 microsecond',
+        attempted_at = now(),
+        cancel_requested = false
+    FROM candidates c
+    WHERE j.id = c.id
+      AND NOT c.limited
+      AND NOT EXISTS (
+          SELECT 1 FROM first_limited f
+          WHERE (f.priority, f.run_at, f.id) < (c.priority, c.run_at, c.id)
+      )
+    RETURNING j.*
 )
-UPDATE drover.jobs j
-SET state = 'running',
-    attempt = j.attempt + 1,
-    fencing_token = j.fencing_token + 1,
-    lease_owner = $4,
-    lease_expires_at = now() + $5 * interval '1 microsecond',
-    attempted_at = now(),
-    cancel_requested = false
-FROM candidates c
-WHERE j.id = c.id
-RETURNING j.*
+SELECT EXISTS (SELECT 1 FROM first_limited) AS blocked, claimed.*
+FROM (SELECT 1) AS one
+LEFT JOIN claimed ON true
