@@ -160,6 +160,16 @@ impl PgFactory {
             )
             .await
             .expect("publish template");
+            // Like template0: nobody (not even autovacuum) connects to it, so copies never wait.
+            exec(
+                &mut conn,
+                format!(
+                    "ALTER DATABASE {} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false",
+                    ident(&name)
+                ),
+            )
+            .await
+            .expect("seal template");
         }
         self.sweep(admin).await;
         exec(
@@ -203,6 +213,12 @@ impl PgFactory {
                 }
             };
             if doomed {
+                // Templates must be unmarked before they can be dropped.
+                let _ = exec_pool(
+                    admin,
+                    format!("ALTER DATABASE {} WITH IS_TEMPLATE false", ident(&name)),
+                )
+                .await;
                 let _ = exec_pool(
                     admin,
                     format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", ident(&name)),
@@ -226,10 +242,11 @@ impl PgFactory {
         loop {
             match exec_pool(&admin, statement.clone()).await {
                 Ok(_) => break,
-                // "source database is being accessed by other users": retry briefly.
-                Err(e) if tries < 50 => {
+                // 55006 "source database is being accessed by other users": retry briefly.
+                Err(sqlx::Error::Database(e))
+                    if e.code().as_deref() == Some("55006") && tries < 300 =>
+                {
                     tries += 1;
-                    let _ = e;
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 Err(e) => panic!("create test database: {e}"),
@@ -253,6 +270,44 @@ impl PgFactory {
             options,
             database,
         }
+    }
+}
+
+/// A case that panicked never reaches `cleanup`: drop its databases here, from a thread with a
+/// runtime of its own (the test's runtime may be unwinding).
+impl Drop for PgFactory {
+    fn drop(&mut self) {
+        let names: Vec<String> = std::mem::take(&mut *self.created.lock().unwrap());
+        if names.is_empty() {
+            return;
+        }
+        let admin = self.admin.clone();
+        let dropper = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async move {
+                let Ok(pool) = PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect_with(admin)
+                    .await
+                else {
+                    return;
+                };
+                for name in names {
+                    let _ = exec_pool(
+                        &pool,
+                        format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", ident(&name)),
+                    )
+                    .await;
+                }
+                pool.close().await;
+            });
+        });
+        let _ = dropper.join();
     }
 }
 

@@ -128,16 +128,38 @@ pub fn contains(container: &Value, contained: &Value) -> bool {
     }
 }
 
+/// Numeric equality as PostgreSQL's `numeric` decides it for the decimal text serde_json
+/// writes: exact, so an integer beyond 2^53 never equals the float it rounds to
+/// (`9007199254740993` versus `9007199254740992.0`), while `1` equals `1.0` and `0` equals
+/// `-0.0`.
 fn numbers_equal(a: &serde_json::Number, b: &serde_json::Number) -> bool {
-    if let (Some(x), Some(y)) = (a.as_i64(), b.as_i64()) {
-        return x == y;
-    }
-    if let (Some(x), Some(y)) = (a.as_u64(), b.as_u64()) {
-        return x == y;
-    }
-    match (a.as_f64(), b.as_f64()) {
+    match (exact_integer(a), exact_integer(b)) {
         (Some(x), Some(y)) => x == y,
-        _ => false,
+        // An integral value never equals a float with a fraction or beyond i128.
+        (Some(_), None) | (None, Some(_)) => false,
+        (None, None) => match (a.as_f64(), b.as_f64()) {
+            (Some(x), Some(y)) => x == y,
+            _ => false,
+        },
+    }
+}
+
+/// The exact integer value of `n`: its i64 or u64, or a float without a fraction inside the
+/// i128 range (converted exactly); `None` for other floats.
+fn exact_integer(n: &serde_json::Number) -> Option<i128> {
+    if let Some(i) = n.as_i64() {
+        return Some(i128::from(i));
+    }
+    if let Some(u) = n.as_u64() {
+        return Some(i128::from(u));
+    }
+    let f = n.as_f64()?;
+    // 2^127 is exactly representable; integral floats below it convert exactly.
+    const LIMIT: f64 = 170_141_183_460_469_231_731_687_303_715_884_105_728.0;
+    if f.fract() == 0.0 && f.abs() < LIMIT {
+        Some(f as i128)
+    } else {
+        None
     }
 }
 
@@ -160,6 +182,29 @@ mod tests {
         assert!(!contains(&doc, &json!({"tags": "x"})));
         assert!(!contains(&doc, &json!({"o": {"r": null}})));
         assert!(!contains(&doc, &json!({"missing": 1})));
+    }
+
+    #[test]
+    fn containment_compares_numbers_exactly_like_jsonb() {
+        // Found by the HTTP suite's comparison with PostgreSQL's `@>`.
+        assert!(!contains(
+            &json!({"n": 9007199254740993i64}),
+            &json!({"n": 9007199254740992.0})
+        ));
+        assert!(!contains(
+            &json!({"n": u64::MAX}),
+            &json!({"n": 1.8446744073709552e19})
+        ));
+        assert!(contains(
+            &json!({"n": 9007199254740992i64}),
+            &json!({"n": 9007199254740992.0})
+        ));
+        assert!(contains(&json!({"n": 0}), &json!({"n": -0.0})));
+        assert!(contains(&json!({"n": -3}), &json!({"n": -3.0})));
+        assert!(contains(&json!({"n": 2.5}), &json!({"n": 2.5})));
+        assert!(!contains(&json!({"n": 2}), &json!({"n": 2.5})));
+        assert!(contains(&json!({"n": 1e300}), &json!({"n": 1e300})));
+        assert!(!contains(&json!({"n": u64::MAX}), &json!({"n": 1e300})));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use drover_core::{
     CancelEffect, EnqueueStatus, Enqueued, Job, JobKind, LimitKey, NewJob, QueueInfo, QueueName,
-    QueueSnapshot, RunAt, TenantId, WorkerInfo,
+    QueueSnapshot, RunAt, SizeLimits, TenantId, WorkerInfo,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -57,7 +57,8 @@ pub struct EnqueueRequest {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchEnqueueRequest {
-    /// The jobs, 1..=10,000.
+    /// The jobs, 1..=10,000, each a JSON object.
+    #[serde(deserialize_with = "crate::extract::objects")]
     pub jobs: Vec<EnqueueRequest>,
 }
 
@@ -80,10 +81,12 @@ fn store_err(e: drover_core::Error) -> ApiError {
 
 impl EnqueueRequest {
     /// Converts to a `NewJob` for `principal`, with `header_key` from `Idempotency-Key`.
+    /// Checks names, numbers and the role; the rules that need the store's size bounds are
+    /// checked by [`EnqueueRequest::into_valid_job`].
     ///
     /// # Errors
-    /// 400 naming the field; 403 when the tenant is not the caller's or a producer enqueues
-    /// `exec`.
+    /// 400 naming the field; 403 naming `tenant` when the tenant is not the caller's, or
+    /// `kind` when a producer enqueues `exec` (DESIGN.md section 9).
     pub fn into_new_job(
         self,
         principal: &Principal,
@@ -91,7 +94,8 @@ impl EnqueueRequest {
     ) -> Result<NewJob, ApiError> {
         let kind = JobKind::parse(self.kind).map_err(store_err)?;
         if kind.as_str() == EXEC_KIND && principal.role != Role::Operator {
-            return Err(ApiError::forbidden(
+            return Err(ApiError::forbidden_field(
+                "kind",
                 "only the operator role may enqueue the exec kind",
             ));
         }
@@ -142,7 +146,15 @@ impl EnqueueRequest {
         if let Some(keys) = self.limit_keys {
             job.limit_keys = keys
                 .into_iter()
-                .map(|k| LimitKey::parse(k).map_err(store_err))
+                .enumerate()
+                .map(|(i, k)| {
+                    LimitKey::parse(k).map_err(|e| match e {
+                        drover_core::Error::InvalidInput { reason, .. } => {
+                            ApiError::invalid(format!("limit_keys[{i}]"), reason)
+                        }
+                        other => store_err(other),
+                    })
+                })
                 .collect::<Result<_, _>>()?;
         }
         if let Some(meta) = self.meta {
@@ -157,6 +169,25 @@ impl EnqueueRequest {
             }
             (h, b) => h.or(b),
         };
+        Ok(job)
+    }
+}
+
+impl EnqueueRequest {
+    /// [`EnqueueRequest::into_new_job`], then every rule [`NewJob::validate`] checks with the
+    /// store's `sizes` (args and meta size, NUL characters, keys, `run_at` range), so an
+    /// invalid job is refused with 400 before the store is asked.
+    ///
+    /// # Errors
+    /// As [`EnqueueRequest::into_new_job`]; 400 naming the field `NewJob::validate` names.
+    pub fn into_valid_job(
+        self,
+        principal: &Principal,
+        header_key: Option<String>,
+        sizes: &SizeLimits,
+    ) -> Result<NewJob, ApiError> {
+        let job = self.into_new_job(principal, header_key)?;
+        job.validate(sizes).map_err(store_err)?;
         Ok(job)
     }
 }
@@ -177,7 +208,8 @@ pub fn resolve_tenant(
     match (&principal.scope, requested) {
         (TenantScope::One(own), None) => Ok(own.clone()),
         (TenantScope::One(own), Some(t)) if &t == own => Ok(t),
-        (TenantScope::One(_), Some(_)) => Err(ApiError::forbidden(
+        (TenantScope::One(_), Some(_)) => Err(ApiError::forbidden_field(
+            "tenant",
             "this token may only act for its own tenant",
         )),
         (TenantScope::All, requested) => Ok(requested.unwrap_or_default()),

@@ -20,16 +20,19 @@ pub struct ErrorBody {
 /// What went wrong.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ErrorDetail {
-    /// Stable code: `invalid_input`, `unauthorized`, `forbidden`, `not_found`, `conflict`,
-    /// `quota_exceeded`, `invalid_transition`, `payload_too_large`, `unsupported_media_type`,
-    /// `unavailable`, `fatal`, `lease_lost`.
+    /// Stable code: `invalid_input` (400), `unauthorized` (401), `forbidden` (403),
+    /// `not_found` (404), `method_not_allowed` (405), `conflict` and `invalid_transition`
+    /// (409), `payload_too_large` (413), `unsupported_media_type` (415), `quota_exceeded`
+    /// (429), `fatal` (500; 503 from `/v1/ready`), `unavailable` (503), `lease_lost`.
     pub code: String,
     /// Human-readable, safe to show (never args, tokens or passwords).
     pub message: String,
     /// The offending request field, for `invalid_input` and `forbidden`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
-    /// Extra facts: the quota's `limit`, `current`, `max`; a conflict's `existing_job_id`.
+    /// Extra facts: a quota's `limit` (`max_pending` or `max_tenant_pending`), `setting`
+    /// (`DROVER_MAX_PENDING` or `DROVER_MAX_TENANT_PENDING`), `current`, `max` and `tenant`;
+    /// a conflict's `existing_job_id`.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Object)]
     pub details: Option<Value>,
@@ -90,6 +93,14 @@ impl ApiError {
         Self::new(StatusCode::FORBIDDEN, "forbidden", message)
     }
 
+    /// 403 naming the request field whose value the caller may not use (`kind` for `exec`
+    /// enqueued by a producer, `tenant` for another tenant).
+    pub fn forbidden_field(field: impl Into<String>, message: impl Into<String>) -> Self {
+        let mut e = Self::forbidden(message);
+        e.body.error.field = Some(field.into());
+        e
+    }
+
     /// 404 for a job the caller may not see (same answer as a missing one).
     pub fn job_not_found(id: &str) -> Self {
         Self::new(
@@ -131,7 +142,7 @@ impl ApiError {
         )
     }
 
-    /// Prefixes the field of an `invalid_input` answer (`kind` becomes `jobs[3].kind`).
+    /// Prefixes the field of an answer that names one (`kind` becomes `jobs[3].kind`).
     pub fn in_field(mut self, prefix: &str) -> Self {
         if let Some(field) = self.body.error.field.take() {
             let prefixed = format!("{prefix}.{field}");
@@ -163,6 +174,21 @@ impl ApiError {
     /// The error's message.
     pub fn message(&self) -> &str {
         &self.body.error.message
+    }
+
+    /// The stable code (`invalid_input`, `forbidden`, ...).
+    pub fn code(&self) -> &str {
+        &self.body.error.code
+    }
+
+    /// The offending request field, when the error names one.
+    pub fn field(&self) -> Option<&str> {
+        self.body.error.field.as_deref()
+    }
+
+    /// The body this answer sends.
+    pub fn body(&self) -> &ErrorBody {
+        &self.body
     }
 
     /// The status code.
@@ -199,6 +225,10 @@ impl ApiError {
                     Self::new(StatusCode::TOO_MANY_REQUESTS, "quota_exceeded", message);
                 let mut details = serde_json::json!({
                     "limit": quota.setting(),
+                    "setting": match quota {
+                        drover_core::Quota::Global => "DROVER_MAX_PENDING",
+                        drover_core::Quota::Tenant(_) => "DROVER_MAX_TENANT_PENDING",
+                    },
                     "current": current,
                     "max": max,
                 });

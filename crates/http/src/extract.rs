@@ -1,8 +1,12 @@
-//! Request extractors: the authenticated [`Principal`], and [`JsonBody`], a strict JSON body
+//! Request extractors: the authenticated [`Principal`]; [`JsonBody`], a strict JSON body
 //! reader that enforces the size limit (413), the content type (415) and names the offending
-//! field of any parse error (400).
+//! field of any parse error (400); and [`PathParam`] and [`QueryParams`], which answer a
+//! malformed path segment or query string with the API's error shape instead of axum's plain
+//! text.
 
-use axum::extract::{FromRequest, FromRequestParts, Request};
+use std::collections::HashMap;
+
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::header;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
@@ -56,6 +60,16 @@ impl<T: DeserializeOwned + Send> FromRequest<ApiState> for JsonBody<T> {
             return Err(ApiError::not_json());
         }
         let limit = state.max_body_bytes();
+        // A declared length over the limit is refused before reading anything; a body without
+        // one (chunked) is cut off once it passes the limit.
+        let declared = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|len| len > limit as u64) {
+            return Err(ApiError::too_large(limit));
+        }
         let bytes = axum::body::to_bytes(req.into_body(), limit)
             .await
             .map_err(|_| ApiError::too_large(limit))?;
@@ -63,8 +77,85 @@ impl<T: DeserializeOwned + Send> FromRequest<ApiState> for JsonBody<T> {
     }
 }
 
-/// Parses `bytes` as `T`, naming the field of the first error (`jobs[2].max_attempts`), or
-/// `body` when the text is not JSON at all.
+/// The one path parameter of a route (`{id}`, `{name}`), percent-decoded.
+#[derive(Debug)]
+pub struct PathParam(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathParam {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Path::<String>::from_request_parts(parts, state)
+            .await
+            .map(|Path(value)| PathParam(value))
+            .map_err(|_| ApiError::invalid("path", "must be percent-encoded UTF-8"))
+    }
+}
+
+/// The query string as name/value pairs (the last value wins for a repeated name).
+#[derive(Debug)]
+pub struct QueryParams(pub HashMap<String, String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for QueryParams {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Query::<HashMap<String, String>>::from_request_parts(parts, state)
+            .await
+            .map(|Query(pairs)| QueryParams(pairs))
+            .map_err(|_| ApiError::invalid("query", "must be a URL-encoded query string"))
+    }
+}
+
+/// A `T` that must be written as a JSON object.
+///
+/// serde's derived `Deserialize` for a struct also accepts a JSON array of its fields in
+/// declaration order (`["email.send", {"to": "x"}]` would read as a request with a kind and
+/// args); the API refuses that: request bodies and batch items are objects, or 400 naming
+/// them.
+#[derive(Debug)]
+pub struct Object<T>(pub T);
+
+impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for Object<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ObjectVisitor<T>(std::marker::PhantomData<T>);
+
+        impl<'de, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for ObjectVisitor<T> {
+            type Value = Object<T>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Object<T>, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Object)
+            }
+        }
+
+        deserializer.deserialize_map(ObjectVisitor(std::marker::PhantomData))
+    }
+}
+
+/// Serde helper for a list of objects (`#[serde(deserialize_with = "objects")]`): every
+/// element must be a JSON object (see [`Object`]).
+///
+/// # Errors
+/// The deserializer's error for a value that is not an array of objects of `T`.
+pub fn objects<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    let items: Vec<Object<T>> = serde::Deserialize::deserialize(deserializer)?;
+    Ok(items.into_iter().map(|Object(item)| item).collect())
+}
+
+/// Parses `bytes` as `T` written as a JSON object (see [`Object`]), naming the field of the
+/// first error (`jobs[2].max_attempts`), or `body` when the text is not JSON at all or not an
+/// object.
 ///
 /// # Errors
 /// 400 `invalid_input`.
@@ -73,7 +164,7 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         return Err(ApiError::invalid("body", "must be UTF-8 JSON"));
     }
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+    let Object(value) = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         let syntax = matches!(
@@ -82,8 +173,18 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         );
         let at_root = syntax || path == "." || path == "?" || path.is_empty();
         let message = describe(&inner);
-        // serde_path_to_error's path already ends with an unknown field's own name.
-        let field = if at_root { "body".to_owned() } else { path };
+        // serde_path_to_error's path already ends with an unknown field's own name; a missing
+        // field is reported at its parent, so its name is added here.
+        let missing = message
+            .strip_prefix("missing field `")
+            .and_then(|rest| rest.strip_suffix('`'))
+            .filter(|_| !syntax);
+        let field = match (missing, at_root) {
+            (Some(name), true) => name.to_owned(),
+            (Some(name), false) => format!("{path}.{name}"),
+            (None, true) => "body".to_owned(),
+            (None, false) => path,
+        };
         ApiError::invalid(field, message)
     })?;
     de.end()
@@ -171,6 +272,22 @@ mod tests {
             "priority"
         );
         assert_eq!(field_of::<EnqueueRequest>(r#"{"kind": 5}"#), "kind");
+        assert_eq!(field_of::<EnqueueRequest>(r#"["a", {}]"#), "body");
+        assert_eq!(field_of::<EnqueueRequest>(r#"{}"#), "kind");
+        assert_eq!(
+            field_of::<BatchEnqueueRequest>(r#"{"jobs": [{"kind": "a"}, {"args": {}}]}"#),
+            "jobs[1].kind"
+        );
+        assert_eq!(field_of::<BatchEnqueueRequest>(r#"{}"#), "jobs");
+        assert_eq!(field_of::<EnqueueRequest>(r#"null"#), "body");
+        assert_eq!(
+            field_of::<BatchEnqueueRequest>(r#"{"jobs": [{"kind": "a"}, ["b"]]}"#),
+            "jobs[1]"
+        );
+        assert_eq!(
+            field_of::<BatchEnqueueRequest>(r#"{"jobs": {"kind": "a"}}"#),
+            "jobs"
+        );
         assert_eq!(field_of::<EnqueueRequest>(r#"{"kind": "a""#), "body");
         assert_eq!(
             field_of::<BatchEnqueueRequest>(

@@ -7,9 +7,15 @@
 //!
 //! Status codes: 202 enqueue committed; 200 replay/duplicate and reads; 400 invalid input
 //! naming the field; 401 missing/wrong token; 403 role or tenant not allowed; 404 unknown (or
-//! another tenant's) job; 409 idempotency conflict or invalid transition; 413 body too large;
-//! 415 not JSON; 429 quota exceeded (with `Retry-After`); 503 store unavailable or not ready.
-//! Every error body has the shape of [`error::ErrorBody`].
+//! another tenant's) job, unknown route; 405 method not allowed; 409 idempotency conflict or
+//! invalid transition; 413 body too large; 415 not JSON; 429 quota exceeded (with
+//! `Retry-After`); 500 fatal store error; 503 store unavailable or not ready. Every error body
+//! has the shape of [`error::ErrorBody`].
+//!
+//! Authentication ([`auth`]): bearer tokens mapping to a tenant and a role; `/v1/ready`,
+//! `/metrics` and `/v1/openapi.json` need none. Tokens are kept as digests, compared in constant
+//! time, and never logged: request tracing records method, path, status and latency only, and
+//! the `Authorization` header is marked sensitive.
 
 pub mod auth;
 pub mod dto;
@@ -37,14 +43,19 @@ pub use metrics::ProcessMetrics;
 pub const MAX_BODY_BYTES_DEFAULT: usize = 1024 * 1024;
 /// Default `Retry-After` of a 429 answer, in seconds.
 pub const RETRY_AFTER_SECS_DEFAULT: u64 = 5;
+/// Default bound on the store check of `GET /v1/ready`: 2 s.
+pub const READY_TIMEOUT_DEFAULT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Settings of the API.
+/// Settings of the API. Build with `ApiConfig { field: value, ..ApiConfig::default() }`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ApiConfig {
     /// Largest accepted request body, in bytes (default 1 MiB); larger ones get 413.
     pub max_body_bytes: usize,
-    /// `Retry-After` seconds sent with 429 answers.
+    /// `Retry-After` seconds sent with 429 answers (default 5).
     pub retry_after_secs: u64,
+    /// How long `GET /v1/ready` waits for the store before answering 503 (default 2 s; a
+    /// database that is down can otherwise hold the probe for the pool's acquire timeout).
+    pub ready_timeout: std::time::Duration,
 }
 
 impl Default for ApiConfig {
@@ -52,6 +63,7 @@ impl Default for ApiConfig {
         ApiConfig {
             max_body_bytes: MAX_BODY_BYTES_DEFAULT,
             retry_after_secs: RETRY_AFTER_SECS_DEFAULT,
+            ready_timeout: READY_TIMEOUT_DEFAULT,
         }
     }
 }
@@ -102,6 +114,11 @@ impl ApiState {
     /// Largest accepted body.
     pub fn max_body_bytes(&self) -> usize {
         self.inner.config.max_body_bytes
+    }
+
+    /// Bound on the readiness check.
+    pub fn ready_timeout(&self) -> std::time::Duration {
+        self.inner.config.ready_timeout
     }
 
     /// The process's job counters, if any.
@@ -171,58 +188,61 @@ fn api_router() -> OpenApiRouter<ApiState> {
         .routes(routes!(routes::queues::list_workers))
         .routes(routes!(routes::system::ready))
         .routes(routes!(routes::system::metrics))
+        .routes(routes!(routes::system::openapi_json))
 }
 
-/// The OpenAPI document of every route [`router`] serves, generated from the handlers.
+/// The OpenAPI 3.1 document of every route [`router`] serves, generated from the handlers'
+/// `#[utoipa::path]` attributes (the router is built from the same list, so the two cannot
+/// drift apart).
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    let (_, mut doc) = api_router().split_for_parts();
-    doc.paths.paths.insert(
-        "/v1/openapi.json".to_owned(),
-        utoipa::openapi::path::PathItem::new(
-            utoipa::openapi::HttpMethod::Get,
-            utoipa::openapi::path::OperationBuilder::new()
-                .tag("system")
-                .summary(Some("This OpenAPI document"))
-                .response(
-                    "200",
-                    utoipa::openapi::ResponseBuilder::new().description("OpenAPI 3.1 JSON"),
-                ),
-        ),
-    );
-    doc
+    api_router().split_for_parts().1
 }
 
-/// The API's router: every route, request tracing (method, path, status and latency; never
-/// bodies or headers), and JSON answers for unknown routes and methods.
+/// [`openapi`], built once per process (served at `/v1/openapi.json`).
+pub(crate) fn openapi_cached() -> &'static utoipa::openapi::OpenApi {
+    static DOC: std::sync::OnceLock<utoipa::openapi::OpenApi> = std::sync::OnceLock::new();
+    DOC.get_or_init(openapi)
+}
+
+/// The API's router: every route of [`openapi`] and nothing else; JSON answers in the shape of
+/// [`error::ErrorBody`] for unknown routes (404) and methods (405); the `Authorization` header
+/// marked sensitive, so nothing that prints headers can show a token; and request tracing: a
+/// span per request with method and path (never the query, headers or body), a debug event
+/// when it starts and an info event with status and latency when it ends.
 pub fn router(state: ApiState) -> Router {
     let (router, _) = api_router().split_for_parts();
-    let doc = openapi();
     router
-        .route(
-            "/v1/openapi.json",
-            axum::routing::get(move || {
-                let doc = doc.clone();
-                async move { axum::Json(doc) }
-            }),
-        )
         .fallback(|| async { ApiError::no_route() })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(
-            tower_http::trace::TraceLayer::new_for_http().make_span_with(
-                |request: &axum::http::Request<axum::body::Body>| {
+            tower_http::trace::TraceLayer::new_for_http()
+                .make_span_with(|request: &axum::http::Request<axum::body::Body>| {
                     tracing::info_span!(
                         "http",
                         method = %request.method(),
                         path = %request.uri().path(),
                     )
-                },
-            ),
+                })
+                .on_response(
+                    tower_http::trace::DefaultOnResponse::new()
+                        .level(tracing::Level::INFO)
+                        .latency_unit(tower_http::LatencyUnit::Millis),
+                ),
+        )
+        .layer(
+            tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer::new([
+                axum::http::header::AUTHORIZATION,
+                axum::http::header::PROXY_AUTHORIZATION,
+                axum::http::header::COOKIE,
+            ]),
         )
         .with_state(state)
 }
 
-/// Serves `router` on `listener` until `shutdown` fires, then finishes in-flight requests and
-/// returns.
+/// Serves `router` on `listener` until `shutdown` fires; then stops accepting connections
+/// (the listener is closed at once), lets requests already received finish, closes idle
+/// connections and returns. `drover serve` cancels the same token for its worker, so the
+/// server and the worker stop together and the store is closed after both.
 ///
 /// # Errors
 /// The listener's I/O error.

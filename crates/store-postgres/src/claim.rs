@@ -25,12 +25,13 @@ use drover_core::{
     Admission, ClaimJobs, Error, Job, JobKind, LimitKey, LimitState, QueueName, WorkerId,
 };
 use sqlx::postgres::PgRow;
-use sqlx::{PgPool, Row};
+use sqlx::{PgConnection, PgPool, Row};
 use uuid::Uuid;
 
 use crate::error::SqlxResultExt;
 use crate::records::{into_jobs, micros, JobRecord, LimitRecord};
 use crate::sql;
+use crate::transaction::settle;
 
 /// Most candidates the slow path reads in one claim before giving up on filling it.
 const SCAN_MAX: usize = 10_000;
@@ -94,7 +95,10 @@ pub(crate) async fn claim(pool: &PgPool, claim: ClaimJobs) -> Result<Vec<Job>, E
     if claim.queues.is_empty() || claim.kinds.is_empty() {
         return Ok(Vec::new());
     }
-    let queues: Vec<&str> = claim.queues.iter().map(QueueName::as_str).collect();
+    // Each queue once: claim_fast.sql scans per queue and limits the merged candidates.
+    let mut queues: Vec<&str> = claim.queues.iter().map(QueueName::as_str).collect();
+    queues.sort_unstable();
+    queues.dedup();
     let kinds: Vec<&str> = claim.kinds.iter().map(JobKind::as_str).collect();
     let limit = i32::try_from(claim.limit).unwrap_or(i32::MAX);
     let lease_us = micros(claim.lease);
@@ -153,21 +157,33 @@ async fn claim_with_limits(
     kinds: &[&str],
     lease_us: i64,
 ) -> Result<Vec<Job>, Error> {
-    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
     let mut tx = pool.begin().await.store_err()?;
+    let result = claim_with_limits_in(&mut tx, worker, limit, queues, kinds, lease_us).await;
+    settle(tx, result).await
+}
+
+async fn claim_with_limits_in(
+    conn: &mut PgConnection,
+    worker: &WorkerId,
+    limit: u32,
+    queues: &[&str],
+    kinds: &[&str],
+    lease_us: i64,
+) -> Result<Vec<Job>, Error> {
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
     let policies = sqlx::query_as::<_, LockedPolicy>(sql::CLAIM_POLICIES)
-        .fetch_all(&mut *tx)
+        .fetch_all(&mut *conn)
         .await
         .store_err()?;
     let now = match policies.first() {
         Some(p) => p.db_now,
         None => sqlx::query_scalar(sql::DB_NOW)
-            .fetch_one(&mut *tx)
+            .fetch_one(&mut *conn)
             .await
             .store_err()?,
     };
     let keys: Vec<&str> = policies.iter().map(|p| p.limit.key.as_str()).collect();
-    let running = running_counts(&mut tx, &keys).await?;
+    let running = running_counts(conn, &keys).await?;
     let mut states = Vec::with_capacity(policies.len());
     for p in &policies {
         states.push(LimitState {
@@ -190,7 +206,7 @@ async fn claim_with_limits(
             .bind(cursor.map(|c| c.0))
             .bind(cursor.map(|c| c.1))
             .bind(cursor.map(|c| c.2))
-            .fetch_all(&mut *tx)
+            .fetch_all(&mut *conn)
             .await
             .store_err()?;
         for candidate in &candidates {
@@ -209,7 +225,6 @@ async fn claim_with_limits(
         cursor = candidates.last().map(|c| (c.priority, c.run_at, c.id));
     }
     if admitted.is_empty() {
-        tx.commit().await.store_err()?;
         return Ok(Vec::new());
     }
     let mut tat_keys = Vec::new();
@@ -226,10 +241,9 @@ async fn claim_with_limits(
         .bind(lease_us)
         .bind(&tat_keys)
         .bind(&tats)
-        .fetch_all(&mut *tx)
+        .fetch_all(&mut *conn)
         .await
         .store_err()?;
-    tx.commit().await.store_err()?;
     sorted(records)
 }
 

@@ -28,6 +28,7 @@ use uuid::Uuid;
 use crate::error::SqlxResultExt;
 use crate::records::{micros, JobRecord};
 use crate::sql;
+use crate::transaction::settle;
 
 /// How many times skipped jobs whose key holder vanished (finished or pruned between the insert
 /// and the lookup) are inserted again before giving up with `Unavailable`.
@@ -106,6 +107,19 @@ pub(crate) async fn enqueue(
         return Ok(answers);
     }
     let mut tx = conn.begin().await.store_err()?;
+    let result = enqueue_locked(&mut tx, config, &batch).await;
+    settle(tx, result).await
+}
+
+/// The transactional enqueue: quota locks (when quotas are configured), insert and resolve,
+/// quota check.
+async fn enqueue_locked(
+    conn: &mut PgConnection,
+    config: &StoreConfig,
+    batch: &Batch,
+) -> Result<Vec<Enqueued>, Error> {
+    let quotas = config.quotas;
+    let quota_checked = quotas.max_pending.is_some() || quotas.max_tenant_pending.is_some();
     if quota_checked {
         let keys = quota_lock_keys(
             quotas.max_pending.is_some(),
@@ -114,17 +128,16 @@ pub(crate) async fn enqueue(
                 .is_some()
                 .then(|| batch.jobs.iter().map(|j| &j.tenant)),
         );
-        lock_quotas(&mut tx, &keys).await?;
+        lock_quotas(conn, &keys).await?;
     }
     let counting = Counting {
         global: quotas.max_pending.is_some(),
         tenants: quotas.max_tenant_pending.is_some(),
     };
-    let (answers, pending) = insert_and_resolve(&mut tx, &batch, counting).await?;
+    let (answers, pending) = insert_and_resolve(conn, batch, counting).await?;
     if quota_checked {
         check_quotas(config, &answers, pending.as_ref())?;
     }
-    tx.commit().await.store_err()?;
     Ok(answers)
 }
 

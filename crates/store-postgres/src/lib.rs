@@ -42,6 +42,7 @@ mod outcome;
 mod records;
 mod sql;
 mod store;
+mod transaction;
 
 pub use listen::{CANCEL_CHANNEL, EVENT_BUFFER, JOBS_CHANNEL};
 pub use migrate::{applied_versions, migrate, migrations, AppliedMigration, Migration};

@@ -18,6 +18,7 @@ use crate::enqueue::{lock_quotas, quota_lock_keys};
 use crate::error::SqlxResultExt;
 use crate::records::{into_jobs, micros, JobRecord};
 use crate::sql;
+use crate::transaction::settle;
 
 /// Largest `limit` of a prune pass.
 const PRUNE_LIMIT_MAX: u32 = 100_000;
@@ -115,10 +116,14 @@ async fn write_job(conn: &mut PgConnection, job: &Job, notify_cancel: bool) -> R
 /// `drover_cancel` NOTIFY with the job id. Round trips: BEGIN, lock, write, COMMIT.
 pub(crate) async fn cancel(pool: &PgPool, id: JobId) -> Result<CancelOutcome, Error> {
     let mut tx = pool.begin().await.store_err()?;
-    let (mut job, now) = lock_job(&mut tx, id).await?;
+    let result = cancel_in(&mut tx, id).await;
+    settle(tx, result).await
+}
+
+async fn cancel_in(conn: &mut PgConnection, id: JobId) -> Result<CancelOutcome, Error> {
+    let (mut job, now) = lock_job(conn, id).await?;
     let transition = apply(&mut job, Event::Cancel, now)?;
-    let job = write_job(&mut tx, &job, true).await?;
-    tx.commit().await.store_err()?;
+    let job = write_job(conn, &job, true).await?;
     let effect = if transition.to == JobState::Running {
         CancelEffect::Requested
     } else {
@@ -132,15 +137,20 @@ pub(crate) async fn cancel(pool: &PgPool, id: JobId) -> Result<CancelOutcome, Er
 /// kept, refused with `Conflict` while another live job of the tenant holds it. Round trips: BEGIN, [tenant, locks], lock, checks, write,
 /// COMMIT.
 pub(crate) async fn retry(pool: &PgPool, config: &StoreConfig, id: JobId) -> Result<Job, Error> {
+    let mut tx = pool.begin().await.store_err()?;
+    let result = retry_in(&mut tx, config, id).await;
+    settle(tx, result).await
+}
+
+async fn retry_in(conn: &mut PgConnection, config: &StoreConfig, id: JobId) -> Result<Job, Error> {
     let quotas = config.quotas;
     let quota_checked = quotas.max_pending.is_some() || quotas.max_tenant_pending.is_some();
-    let mut tx = pool.begin().await.store_err()?;
     if quota_checked {
         // Quota locks come before the row lock, in the same order as enqueue takes them.
         let tenant: Option<String> =
             sqlx::query_scalar("SELECT tenant FROM drover.jobs WHERE id = $1")
                 .bind(id.as_uuid())
-                .fetch_optional(&mut *tx)
+                .fetch_optional(&mut *conn)
                 .await
                 .store_err()?;
         let tenant = tenant.ok_or_else(|| Error::job_not_found(id))?;
@@ -153,16 +163,16 @@ pub(crate) async fn retry(pool: &PgPool, config: &StoreConfig, id: JobId) -> Res
                 .is_some()
                 .then(|| std::iter::once(&tenant)),
         );
-        lock_quotas(&mut tx, &keys).await?;
+        lock_quotas(conn, &keys).await?;
     }
-    let (mut job, now) = lock_job(&mut tx, id).await?;
+    let (mut job, now) = lock_job(conn, id).await?;
     apply(&mut job, Event::Retry, now)?;
     let (global_pending, tenant_pending, holder): (i64, i64, Option<Uuid>) =
         sqlx::query_as(sql::RETRY_CHECK)
             .bind(job.tenant.as_str())
             .bind(job.unique_key.as_deref())
             .bind(id.as_uuid())
-            .fetch_one(&mut *tx)
+            .fetch_one(&mut *conn)
             .await
             .store_err()?;
     let pending = |n: i64| u64::try_from(n).unwrap_or(0);
@@ -190,9 +200,7 @@ pub(crate) async fn retry(pool: &PgPool, config: &StoreConfig, id: JobId) -> Res
             existing: Some(JobId(holder)),
         });
     }
-    let job = write_job(&mut tx, &job, false).await?;
-    tx.commit().await.store_err()?;
-    Ok(job)
+    write_job(conn, &job, false).await
 }
 
 /// Rescues up to `limit` expired leases, each exactly once however many rescuers race
@@ -203,13 +211,17 @@ pub(crate) async fn rescue(pool: &PgPool, rescue: RescueExpired) -> Result<Vec<R
         return Ok(Vec::new());
     }
     let mut tx = pool.begin().await.store_err()?;
+    let result = rescue_in(&mut tx, &rescue).await;
+    settle(tx, result).await
+}
+
+async fn rescue_in(conn: &mut PgConnection, rescue: &RescueExpired) -> Result<Vec<Rescued>, Error> {
     let locked = sqlx::query_as::<_, LockedJob>(sql::RESCUE_LOCK)
         .bind(i32::try_from(rescue.limit).unwrap_or(i32::MAX))
-        .fetch_all(&mut *tx)
+        .fetch_all(&mut *conn)
         .await
         .store_err()?;
     if locked.is_empty() {
-        tx.commit().await.store_err()?;
         return Ok(Vec::new());
     }
     let mut jobs = Vec::with_capacity(locked.len());
@@ -220,8 +232,7 @@ pub(crate) async fn rescue(pool: &PgPool, rescue: RescueExpired) -> Result<Vec<R
         apply(&mut job, Event::LeaseExpired { reconciler }, now)?;
         jobs.push(job);
     }
-    write_jobs(&mut tx, &jobs, false).await?;
-    tx.commit().await.store_err()?;
+    write_jobs(conn, &jobs, false).await?;
     Ok(jobs
         .into_iter()
         .map(|job| Rescued {
@@ -265,7 +276,17 @@ pub(crate) async fn reconcile(
     resolution: Resolution,
 ) -> Result<Transition, Error> {
     let mut tx = pool.begin().await.store_err()?;
-    let (mut job, now) = lock_job(&mut tx, id).await?;
+    let result = reconcile_in(&mut tx, id, token, resolution).await;
+    settle(tx, result).await
+}
+
+async fn reconcile_in(
+    conn: &mut PgConnection,
+    id: JobId,
+    token: FencingToken,
+    resolution: Resolution,
+) -> Result<Transition, Error> {
+    let (mut job, now) = lock_job(conn, id).await?;
     let resolution = match resolution {
         Resolution::Failed { message } => Resolution::Failed {
             message: message.replace('\0', "\u{fffd}"),
@@ -273,8 +294,7 @@ pub(crate) async fn reconcile(
         other => other,
     };
     let transition = apply(&mut job, Event::Reconciled { token, resolution }, now)?;
-    write_job(&mut tx, &job, false).await?;
-    tx.commit().await.store_err()?;
+    write_job(conn, &job, false).await?;
     Ok(transition)
 }
 

@@ -96,24 +96,27 @@ pub async fn migrate(pool: &PgPool) -> Result<Vec<i64>, Error> {
 /// returns whether this call applied it.
 async fn apply_one(conn: &mut PgConnection, migration: &'static Migration) -> Result<bool, Error> {
     let mut tx = conn.begin().await.store_err()?;
+    let result = apply_in(&mut tx, migration).await;
+    crate::transaction::settle(tx, result).await
+}
+
+/// The body of [`apply_one`], inside its transaction.
+async fn apply_in(conn: &mut PgConnection, migration: &'static Migration) -> Result<bool, Error> {
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(MIGRATION_LOCK_KEY)
-        .execute(&mut *tx)
+        .execute(&mut *conn)
         .await
         .store_err()?;
-    (&mut *tx).execute(BOOTSTRAP).await.store_err()?;
+    (&mut *conn).execute(BOOTSTRAP).await.store_err()?;
     let stored: Option<String> =
         sqlx::query_scalar("SELECT checksum FROM drover.schema_migrations WHERE version = $1")
             .bind(migration.version)
-            .fetch_optional(&mut *tx)
+            .fetch_optional(&mut *conn)
             .await
             .store_err()?;
     let checksum = migration.checksum();
     match stored {
-        Some(stored) if stored == checksum => {
-            tx.commit().await.store_err()?;
-            return Ok(false);
-        }
+        Some(stored) if stored == checksum => return Ok(false),
         Some(_) => {
             return Err(Error::fatal(format!(
                 "migration {} ({}) was changed after it was applied; restore the released file",
@@ -122,7 +125,7 @@ async fn apply_one(conn: &mut PgConnection, migration: &'static Migration) -> Re
         }
         None => {}
     }
-    if let Err(e) = (&mut *tx).execute(migration.sql).await {
+    if let Err(e) = (&mut *conn).execute(migration.sql).await {
         let inner = crate::error::map_sqlx_error(e);
         return Err(if inner.is_transient() {
             inner
@@ -142,10 +145,9 @@ async fn apply_one(conn: &mut PgConnection, migration: &'static Migration) -> Re
     .bind(migration.version)
     .bind(migration.name)
     .bind(&checksum)
-    .execute(&mut *tx)
+    .execute(&mut *conn)
     .await
     .store_err()?;
-    tx.commit().await.store_err()?;
     Ok(true)
 }
 

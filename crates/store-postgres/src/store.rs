@@ -15,10 +15,11 @@ use drover_core::{
     StoreConfig, Transition, WorkerId, WorkerInfo, WorkerRegistration,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{Connection, PgConnection, PgPool};
+use sqlx::{PgConnection, PgPool};
 
 use crate::enqueue::{self, Batch};
 use crate::error::SqlxResultExt;
+use crate::transaction::settle;
 use crate::{admin, claim, lifecycle, listen, migrate, outcome, sql};
 
 /// The `application_name` the store's connections report (`pg_stat_activity`) unless the
@@ -293,30 +294,9 @@ impl JobStore for PgStore {
     async fn schedule_fire(&self, fire: FireSchedule) -> Result<Option<Enqueued>, Error> {
         let config = &self.options.config;
         let batch = Batch::prepare(vec![fire.job], config)?;
-        let mut conn = self.pool.acquire().await.store_err()?;
-        let mut tx = conn.begin().await.store_err()?;
-        let (exists, fired): (bool, bool) = sqlx::query_as(sql::SCHEDULE_FIRE)
-            .bind(fire.name.as_str())
-            .bind(fire.tick)
-            .fetch_one(&mut *tx)
-            .await
-            .store_err()?;
-        if !fired {
-            tx.rollback().await.store_err()?;
-            if !exists {
-                return Err(Error::NotFound {
-                    entity: drover_core::error::Entity::Schedule,
-                    id: fire.name.to_string(),
-                });
-            }
-            return Ok(None);
-        }
-        let mut answers = enqueue::enqueue(&mut tx, config, batch).await?;
-        tx.commit().await.store_err()?;
-        answers
-            .pop()
-            .map(Some)
-            .ok_or_else(|| Error::fatal("store answered an enqueue with no job"))
+        let mut tx = self.pool.begin().await.store_err()?;
+        let result = fire_in(&mut tx, config, &fire.name, fire.tick, batch).await;
+        settle(tx, result).await
     }
 
     async fn now(&self) -> Result<DateTime<Utc>, Error> {
@@ -337,6 +317,38 @@ impl JobStore for PgStore {
     fn config(&self) -> StoreConfig {
         self.options.config
     }
+}
+
+/// Consumes the tick and enqueues its job on `conn` (inside the caller's transaction). A tick
+/// that was already consumed (or a missing schedule) is reported as an error-free `None` (or
+/// `NotFound`) after nothing was written.
+async fn fire_in(
+    conn: &mut PgConnection,
+    config: &StoreConfig,
+    name: &ScheduleName,
+    tick: DateTime<Utc>,
+    batch: Batch,
+) -> Result<Option<Enqueued>, Error> {
+    let (exists, fired): (bool, bool) = sqlx::query_as(sql::SCHEDULE_FIRE)
+        .bind(name.as_str())
+        .bind(tick)
+        .fetch_one(&mut *conn)
+        .await
+        .store_err()?;
+    if !fired {
+        if !exists {
+            return Err(Error::NotFound {
+                entity: drover_core::error::Entity::Schedule,
+                id: name.to_string(),
+            });
+        }
+        return Ok(None);
+    }
+    let mut answers = enqueue::enqueue(conn, config, batch).await?;
+    answers
+        .pop()
+        .map(Some)
+        .ok_or_else(|| Error::fatal("store answered an enqueue with no job"))
 }
 
 #[cfg(test)]

@@ -1,8 +1,6 @@
 //! `/v1/jobs` routes: enqueue (single and batch), list, get, cancel, retry.
 
-use std::collections::HashMap;
-
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -14,7 +12,7 @@ use crate::dto::{
     JobListResponse, JobResponse, BATCH_MAX,
 };
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::JsonBody;
+use crate::extract::{JsonBody, PathParam, QueryParams};
 use crate::ApiState;
 
 /// The `Idempotency-Key` header's value, if any.
@@ -72,7 +70,8 @@ pub async fn enqueue_job(
     JsonBody(request): JsonBody<EnqueueRequest>,
 ) -> Result<Response, ApiError> {
     let key = idempotency_header(&headers)?;
-    let job = request.into_new_job(&principal, key)?;
+    let sizes = state.store().config().sizes;
+    let job = request.into_valid_job(&principal, key, &sizes)?;
     let answer = state
         .store()
         .job_enqueue(job)
@@ -98,8 +97,9 @@ pub async fn enqueue_job(
     responses(
         (status = 202, description = "Enqueued and committed", body = BatchEnqueueResponse),
         (status = 200, description = "Every job was a replay or duplicate", body = BatchEnqueueResponse),
-        (status = 400, description = "Invalid input (field jobs[i].name)", body = ErrorBody),
+        (status = 400, description = "Invalid input (field jobs[i].name), or an Idempotency-Key header", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Not allowed for this token (field jobs[i].tenant or jobs[i].kind)", body = ErrorBody),
         (status = 409, description = "An idempotency key was used with a different request", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 429, description = "Quota exceeded", body = ErrorBody),
@@ -109,8 +109,15 @@ pub async fn enqueue_job(
 pub async fn enqueue_batch(
     State(state): State<ApiState>,
     principal: Principal,
+    headers: HeaderMap,
     JsonBody(request): JsonBody<BatchEnqueueRequest>,
 ) -> Result<Response, ApiError> {
+    if headers.contains_key("idempotency-key") {
+        return Err(ApiError::invalid(
+            "idempotency_key",
+            "a batch takes no Idempotency-Key header; give each job its own idempotency_key",
+        ));
+    }
     if request.jobs.is_empty() || request.jobs.len() > BATCH_MAX {
         return Err(ApiError::invalid(
             "jobs",
@@ -120,16 +127,14 @@ pub async fn enqueue_batch(
             ),
         ));
     }
+    let sizes = state.store().config().sizes;
     let jobs = request
         .jobs
         .into_iter()
         .enumerate()
         .map(|(i, item)| {
-            item.into_new_job(&principal, None)
-                .map_err(|e| match e.status() {
-                    StatusCode::BAD_REQUEST => e.in_field(&format!("jobs[{i}]")),
-                    _ => e,
-                })
+            item.into_valid_job(&principal, None, &sizes)
+                .map_err(|e| e.in_field(&format!("jobs[{i}]")))
         })
         .collect::<Result<Vec<_>, _>>()?;
     let answers = state
@@ -186,7 +191,7 @@ const LIST_PARAMS: [&str; 7] = [
 pub async fn list_jobs(
     State(state): State<ApiState>,
     principal: Principal,
-    Query(params): Query<HashMap<String, String>>,
+    QueryParams(params): QueryParams,
 ) -> Result<Json<JobListResponse>, ApiError> {
     if let Some(unknown) = params.keys().find(|k| !LIST_PARAMS.contains(&k.as_str())) {
         return Err(ApiError::invalid(
@@ -215,7 +220,8 @@ pub async fn list_jobs(
         (TenantScope::One(own), None) => Some(own.clone()),
         (TenantScope::One(own), Some(t)) if &t == own => Some(t),
         (TenantScope::One(_), Some(_)) => {
-            return Err(ApiError::forbidden(
+            return Err(ApiError::forbidden_field(
+                "tenant",
                 "this token may only list its own tenant's jobs",
             ))
         }
@@ -266,7 +272,7 @@ pub async fn list_jobs(
 pub async fn get_job(
     State(state): State<ApiState>,
     principal: Principal,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
 ) -> Result<Json<JobResponse>, ApiError> {
     let job = visible_job(&state, &principal, &id).await?;
     Ok(Json(JobResponse { job: job.into() }))
@@ -282,6 +288,7 @@ pub async fn get_job(
     params(("id" = String, Path, description = "Job id (UUID)")),
     responses(
         (status = 200, description = "Cancelled or cancel requested", body = CancelResponse),
+        (status = 400, description = "Malformed id", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 404, description = "No such job for this tenant", body = ErrorBody),
         (status = 409, description = "The job already finished", body = ErrorBody),
@@ -291,7 +298,7 @@ pub async fn get_job(
 pub async fn cancel_job(
     State(state): State<ApiState>,
     principal: Principal,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
 ) -> Result<Json<CancelResponse>, ApiError> {
     let job = visible_job(&state, &principal, &id).await?;
     let outcome = state
@@ -311,6 +318,7 @@ pub async fn cancel_job(
     params(("id" = String, Path, description = "Job id (UUID)")),
     responses(
         (status = 200, description = "Queued again", body = JobResponse),
+        (status = 400, description = "Malformed id", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 403, description = "Operator role required", body = ErrorBody),
         (status = 404, description = "No such job for this tenant", body = ErrorBody),
@@ -322,7 +330,7 @@ pub async fn cancel_job(
 pub async fn retry_job(
     State(state): State<ApiState>,
     principal: Principal,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
 ) -> Result<Json<JobResponse>, ApiError> {
     if principal.role != Role::Operator {
         return Err(ApiError::forbidden("retry needs the operator role"));

@@ -2,13 +2,14 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::Json;
 use drover_core::QueueName;
 
 use crate::auth::{Principal, Role};
 use crate::dto::{QueueListResponse, QueueStateResponse, QueueView, WorkerListResponse};
 use crate::error::{ApiError, ErrorBody};
+use crate::extract::PathParam;
 use crate::ApiState;
 
 /// Every queue with its pause state, counts per state, ready and running jobs, and lag.
@@ -80,7 +81,7 @@ fn require_operator(principal: &Principal, action: &str) -> Result<(), ApiError>
 pub async fn pause_queue(
     State(state): State<ApiState>,
     principal: Principal,
-    Path(name): Path<String>,
+    PathParam(name): PathParam,
 ) -> Result<Json<QueueStateResponse>, ApiError> {
     require_operator(&principal, "pausing a queue")?;
     let queue = queue_name(&state, &name)?;
@@ -109,7 +110,7 @@ pub async fn pause_queue(
 pub async fn resume_queue(
     State(state): State<ApiState>,
     principal: Principal,
-    Path(name): Path<String>,
+    PathParam(name): PathParam,
 ) -> Result<Json<QueueStateResponse>, ApiError> {
     require_operator(&principal, "resuming a queue")?;
     let queue = queue_name(&state, &name)?;

@@ -9,7 +9,9 @@ use crate::dto::ReadyResponse;
 use crate::error::{ApiError, ErrorBody};
 use crate::ApiState;
 
-/// 200 only when the store answers and its schema is migrated; otherwise 503 with the reason.
+/// 200 only when the store answers and its schema is migrated; otherwise 503 with the reason
+/// (`drover migrate` not run, store unreachable, or no answer within the configured
+/// `ready_timeout`, so a probe gets an answer before its own timeout).
 #[utoipa::path(
     get,
     path = "/v1/ready",
@@ -20,17 +22,26 @@ use crate::ApiState;
     )
 )]
 pub async fn ready(State(state): State<ApiState>) -> Result<Json<ReadyResponse>, ApiError> {
-    match state.store().check_ready().await {
-        Ok(()) => Ok(Json(ReadyResponse {
+    let timeout = state.ready_timeout();
+    let checked = tokio::time::timeout(timeout, state.store().check_ready()).await;
+    match checked {
+        Ok(Ok(())) => Ok(Json(ReadyResponse {
             status: "ready".to_owned(),
         })),
-        Err(e) => {
+        Ok(Err(e)) => {
             let mut answer = ApiError::from_store(e, 1);
             if answer.status() != axum::http::StatusCode::SERVICE_UNAVAILABLE {
                 answer = answer.into_unavailable();
             }
             Err(answer)
         }
+        Err(_) => Err(ApiError::from_store(
+            drover_core::Error::unavailable(format!(
+                "the store did not answer within {} ms",
+                timeout.as_millis()
+            )),
+            1,
+        )),
     }
 }
 
@@ -53,4 +64,17 @@ pub async fn metrics(State(state): State<ApiState>) -> Result<Response, ApiError
         .map_err(|e| state.error(e))?;
     let text = crate::metrics::render(&snapshot, state.process_metrics());
     Ok(([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response())
+}
+
+/// This OpenAPI document, generated from the route handlers.
+#[utoipa::path(
+    get,
+    path = "/v1/openapi.json",
+    tag = "system",
+    responses(
+        (status = 200, description = "OpenAPI 3.1 document (JSON)", content_type = "application/json", body = Object),
+    )
+)]
+pub async fn openapi_json() -> Json<&'static utoipa::openapi::OpenApi> {
+    Json(crate::openapi_cached())
 }
