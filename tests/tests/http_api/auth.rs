@@ -1,0 +1,219 @@
+//! Authentication and authorization over HTTP: 401 for missing or wrong tokens, 403 for
+//! operator-only actions and `exec`, tenant isolation, and `drover serve` refusing to start
+//! without tokens (issue #6 item 4).
+
+use drover_core::JobState;
+use serde_json::json;
+
+use crate::harness::*;
+
+// ------------------------------------------------------------------------------------------
+// Authentication and authorization (issue #6 item 4)
+
+/// Missing, wrong or malformed tokens answer 401 with a Bearer challenge; the scheme is
+/// case-insensitive.
+pub(crate) async fn missing_or_wrong_token_answers_401(env: &Env) {
+    let api = env.api(unbounded()).await;
+    let no_token = api.get(None, "/v1/jobs").await;
+    no_token.assert_error(401, "unauthorized", None);
+    assert_eq!(no_token.headers["www-authenticate"], "Bearer");
+    api.get(Some("wrong-token-0000000000"), "/v1/jobs")
+        .await
+        .assert_error(401, "unauthorized", None);
+    api.get(Some(&format!("{PRODUCER_A}x")), "/v1/jobs")
+        .await
+        .assert_error(401, "unauthorized", None);
+    api.get(Some(&PRODUCER_A[..PRODUCER_A.len() - 1]), "/v1/jobs")
+        .await
+        .assert_error(401, "unauthorized", None);
+    api.send(reqwest::Method::GET, "/v1/jobs", None, |r| {
+        r.header("Authorization", format!("Basic {PRODUCER_A}"))
+    })
+    .await
+    .assert_error(401, "unauthorized", None);
+    api.send(reqwest::Method::GET, "/v1/jobs", None, |r| {
+        r.header("Authorization", PRODUCER_A)
+    })
+    .await
+    .assert_error(401, "unauthorized", None);
+    let lower = api
+        .send(reqwest::Method::GET, "/v1/jobs", None, |r| {
+            r.header("Authorization", format!("bearer {PRODUCER_A}"))
+        })
+        .await;
+    assert_eq!(lower.status, 200, "{}", lower.text);
+
+    let refused = api.post(None, "/v1/jobs", &json!({"kind": "k"})).await;
+    refused.assert_error(401, "unauthorized", None);
+    assert!(
+        api.all_jobs().await.is_empty(),
+        "an unauthenticated enqueue stores nothing"
+    );
+}
+
+/// A producer may not retry, pause, resume, enqueue `exec`, or act for another tenant: 403.
+pub(crate) async fn producer_is_forbidden_operator_actions(env: &Env) {
+    let api = env.api(unbounded()).await;
+    let id = api.enqueue_ok(PRODUCER_A, &json!({"kind": "k"})).await;
+    api.post_empty(Some(PRODUCER_A), &format!("/v1/jobs/{id}/cancel"))
+        .await;
+    api.post_empty(Some(PRODUCER_A), &format!("/v1/jobs/{id}/retry"))
+        .await
+        .assert_error(403, "forbidden", None);
+    assert_eq!(api.stored(&id).await.state, JobState::Cancelled);
+    api.post_empty(Some(PRODUCER_A), "/v1/queues/default/pause")
+        .await
+        .assert_error(403, "forbidden", None);
+    api.post_empty(Some(PRODUCER_A), "/v1/queues/default/resume")
+        .await
+        .assert_error(403, "forbidden", None);
+    let queues = api.get(Some(PRODUCER_A), "/v1/queues").await;
+    assert!(
+        !queues.json["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|q| q["paused"] == true),
+        "the refused pause changed nothing"
+    );
+
+    let exec = json!({"kind": "exec", "args": {"program": "/bin/echo", "args": ["hi"]}});
+    api.post(Some(PRODUCER_A), "/v1/jobs", &exec)
+        .await
+        .assert_error(403, "forbidden", Some("kind"));
+    assert_eq!(api.all_jobs().await.len(), 1, "the exec job was not stored");
+    let by_operator = api.post(Some(OPERATOR_A), "/v1/jobs", &exec).await;
+    assert_eq!(by_operator.status, 202, "{}", by_operator.text);
+
+    api.post(
+        Some(PRODUCER_A),
+        "/v1/jobs",
+        &json!({"kind": "k", "tenant": TENANT_B}),
+    )
+    .await
+    .assert_error(403, "forbidden", Some("tenant"));
+    api.send(reqwest::Method::GET, "/v1/jobs", Some(PRODUCER_A), |r| {
+        r.query(&[("tenant", TENANT_B)])
+    })
+    .await
+    .assert_error(403, "forbidden", Some("tenant"));
+    let retried = api
+        .post_empty(Some(OPERATOR_A), &format!("/v1/jobs/{id}/retry"))
+        .await;
+    assert_eq!(retried.status, 200, "{}", retried.text);
+}
+
+/// Tenant A cannot list, get, cancel or retry tenant B's jobs (404, as for a missing job);
+/// B and an all-tenant operator see them.
+pub(crate) async fn tenants_are_isolated(env: &Env) {
+    let api = env.api(unbounded()).await;
+    let b_queued = api
+        .enqueue_ok(
+            PRODUCER_B,
+            &json!({"kind": "b.work", "meta": {"owner": "b"}}),
+        )
+        .await;
+    let b_done = api.enqueue_ok(PRODUCER_B, &json!({"kind": "b.work"})).await;
+    let cancel = api
+        .post_empty(Some(PRODUCER_B), &format!("/v1/jobs/{b_done}/cancel"))
+        .await;
+    assert_eq!(cancel.status, 200);
+    let a_job = api.enqueue_ok(PRODUCER_A, &json!({"kind": "a.work"})).await;
+
+    for token in [PRODUCER_A, OPERATOR_A] {
+        let listed = api.get(Some(token), "/v1/jobs").await;
+        assert_eq!(listed.status, 200);
+        let ids: Vec<&str> = listed.json["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| j["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, [a_job.as_str()], "tenant A sees only its job");
+        let filtered = api
+            .send(reqwest::Method::GET, "/v1/jobs", Some(token), |r| {
+                r.query(&[("kind", "b.work"), ("meta", r#"{"owner":"b"}"#)])
+            })
+            .await;
+        assert_eq!(filtered.json["jobs"], json!([]));
+        api.send(reqwest::Method::GET, "/v1/jobs", Some(token), |r| {
+            r.query(&[("tenant", TENANT_B)])
+        })
+        .await
+        .assert_error(403, "forbidden", Some("tenant"));
+
+        for id in [&b_queued, &b_done] {
+            let got = api.get(Some(token), &format!("/v1/jobs/{id}")).await;
+            got.assert_error(404, "not_found", None);
+            assert_eq!(got.message(), format!("job {id} not found"));
+            api.post_empty(Some(token), &format!("/v1/jobs/{id}/cancel"))
+                .await
+                .assert_error(404, "not_found", None);
+        }
+    }
+    api.post_empty(Some(OPERATOR_A), &format!("/v1/jobs/{b_done}/retry"))
+        .await
+        .assert_error(404, "not_found", None);
+    assert_eq!(api.stored(&b_queued).await.state, JobState::Queued);
+    assert_eq!(api.stored(&b_done).await.state, JobState::Cancelled);
+
+    // Tenant B sees its own; an all-tenant operator sees all and may filter by tenant.
+    let b_list = api.get(Some(OPERATOR_B), "/v1/jobs").await;
+    assert_eq!(b_list.json["jobs"].as_array().unwrap().len(), 2);
+    let b_retry = api
+        .post_empty(Some(OPERATOR_B), &format!("/v1/jobs/{b_done}/retry"))
+        .await;
+    assert_eq!(b_retry.status, 200, "{}", b_retry.text);
+    let all = api.get(Some(OPERATOR_ALL), "/v1/jobs").await;
+    assert_eq!(all.json["jobs"].as_array().unwrap().len(), 3);
+    let only_b = api
+        .send(reqwest::Method::GET, "/v1/jobs", Some(OPERATOR_ALL), |r| {
+            r.query(&[("tenant", TENANT_B)])
+        })
+        .await;
+    assert_eq!(only_b.json["jobs"].as_array().unwrap().len(), 2);
+    let got = api
+        .get(Some(OPERATOR_ALL), &format!("/v1/jobs/{b_queued}"))
+        .await;
+    assert_eq!(got.status, 200);
+}
+
+// ------------------------------------------------------------------------------------------
+// `drover serve` startup (issue #6 item 4)
+
+/// `drover serve` refuses to start without a token unless `--insecure-no-auth`; a token file
+/// given with `--tokens` is read; a malformed one is refused without echoing its tokens.
+#[test]
+fn serve_refuses_to_start_without_tokens() {
+    use drover_cli::commands::serve::auth_mode;
+    use drover_http::AuthMode;
+
+    if std::env::var_os("DROVER_API_TOKENS").is_none() {
+        let refused = auth_mode(None, false).unwrap_err().to_string();
+        assert!(refused.contains("--insecure-no-auth"), "{refused}");
+        assert!(refused.contains("DROVER_API_TOKENS"), "{refused}");
+        assert!(matches!(
+            auth_mode(None, true),
+            Ok(AuthMode::InsecureNoAuth)
+        ));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tokens");
+    std::fs::write(
+        &file,
+        format!("# API tokens\n{}\n", token_spec().replace(',', "\n")),
+    )
+    .unwrap();
+    match auth_mode(Some(&file), false) {
+        Ok(AuthMode::Tokens(tokens)) => {
+            assert_eq!(tokens.len(), 5);
+            assert!(tokens.authenticate(OPERATOR_ALL).is_some());
+        }
+        other => panic!("token file not used: {other:?}"),
+    }
+    std::fs::write(&file, "# nothing here\n").unwrap();
+    assert!(auth_mode(Some(&file), false).is_err());
+    std::fs::write(&file, "short-secret:acme:producer\n").unwrap();
+    let malformed = auth_mode(Some(&file), false).unwrap_err().to_string();
+    assert!(!malformed.contains("short-secret"), "{malformed}");
+}

@@ -1,0 +1,348 @@
+//! Input limits and the one error shape over HTTP (400, 413, 415, 404, 405), and the OpenAPI
+//! document against the routes (issue #6 items 5 and 6).
+
+use std::collections::BTreeSet;
+
+use drover_http::ApiConfig;
+use serde_json::json;
+
+use crate::harness::*;
+
+// ------------------------------------------------------------------------------------------
+// Input limits and the error shape (issue #6 item 5)
+
+/// Invalid bodies answer 400 naming the field; a body that is not declared JSON, 415;
+/// nothing is stored.
+pub(crate) async fn invalid_input_answers_400_naming_the_field(env: &Env) {
+    let api = env.api(unbounded()).await;
+    let big_args = format!(
+        r#"{{"kind": "a", "args": {{"pad": "{}"}}}}"#,
+        "x".repeat(300 * 1024)
+    );
+    let cases: Vec<(String, &str)> = vec![
+        (r#"{"kind": "a""#.into(), "body"),
+        ("".into(), "body"),
+        (r#"["a", {}]"#.into(), "body"),
+        (r#"{"kind": "a", "colour": "red"}"#.into(), "colour"),
+        (r#"{}"#.into(), "kind"),
+        (r#"{"kind": ""}"#.into(), "kind"),
+        (r#"{"kind": "has space"}"#.into(), "kind"),
+        (r#"{"kind": "a", "queue": "no spaces"}"#.into(), "queue"),
+        (r#"{"kind": "a", "queue": ""}"#.into(), "queue"),
+        (
+            r#"{"kind": "a", "args": {"s": "nul\u0000"}}"#.into(),
+            "args",
+        ),
+        (r#"{"kind": "a", "args": ["\u0000"]}"#.into(), "args"),
+        (r#"{"kind": "a", "args": {"k\u0000": 1}}"#.into(), "args"),
+        (r#"{"kind": "a", "meta": {"m": "\u0000"}}"#.into(), "meta"),
+        (r#"{"kind": "a\u0000"}"#.into(), "kind"),
+        (
+            r#"{"kind": "a", "unique_key": "u\u0000"}"#.into(),
+            "unique_key",
+        ),
+        (
+            r#"{"kind": "a", "max_attempts": -1}"#.into(),
+            "max_attempts",
+        ),
+        (r#"{"kind": "a", "max_attempts": 0}"#.into(), "max_attempts"),
+        (
+            r#"{"kind": "a", "max_attempts": 1001}"#.into(),
+            "max_attempts",
+        ),
+        (
+            r#"{"kind": "a", "max_attempts": 1e40}"#.into(),
+            "max_attempts",
+        ),
+        (
+            r#"{"kind": "a", "max_attempts": 99999999999999999999}"#.into(),
+            "max_attempts",
+        ),
+        (
+            r#"{"kind": "a", "max_attempts": "3"}"#.into(),
+            "max_attempts",
+        ),
+        (r#"{"kind": "a", "priority": 40000}"#.into(), "priority"),
+        (r#"{"kind": "a", "run_at": "tomorrow"}"#.into(), "run_at"),
+        (
+            r#"{"kind": "a", "run_at": "0500-01-01T00:00:00Z"}"#.into(),
+            "run_at",
+        ),
+        (r#"{"kind": "a", "delay_ms": -5}"#.into(), "delay_ms"),
+        (r#"{"kind": "a", "meta": [1]}"#.into(), "meta"),
+        (
+            r#"{"kind": "a", "limit_keys": ["ok:1", "not ok"]}"#.into(),
+            "limit_keys[1]",
+        ),
+        (big_args, "args"),
+    ];
+    for (body, field) in cases {
+        let answer = api
+            .send(reqwest::Method::POST, "/v1/jobs", Some(OPERATOR_ALL), |r| {
+                r.header("Content-Type", "application/json")
+                    .body(body.clone())
+            })
+            .await;
+        assert_eq!(
+            answer.json["error"]["field"].as_str(),
+            Some(field),
+            "{}: {}",
+            &body[..body.len().min(80)],
+            answer.text
+        );
+        answer.assert_error(400, "invalid_input", Some(field));
+    }
+    api.send(reqwest::Method::POST, "/v1/jobs", Some(OPERATOR_ALL), |r| {
+        r.header("Idempotency-Key", "k".repeat(300))
+            .json(&json!({"kind": "a"}))
+    })
+    .await
+    .assert_error(400, "invalid_input", Some("idempotency_key"));
+
+    let not_json = api
+        .send(reqwest::Method::POST, "/v1/jobs", Some(OPERATOR_ALL), |r| {
+            r.header("Content-Type", "text/plain")
+                .body(r#"{"kind": "a"}"#)
+        })
+        .await;
+    not_json.assert_error(415, "unsupported_media_type", None);
+    let no_type = api
+        .send(reqwest::Method::POST, "/v1/jobs", Some(OPERATOR_ALL), |r| {
+            r.body(r#"{"kind": "a"}"#)
+        })
+        .await;
+    no_type.assert_error(415, "unsupported_media_type", None);
+
+    assert!(
+        api.all_jobs().await.is_empty(),
+        "no refused request stored a job"
+    );
+}
+
+/// A body over the limit answers 413, whether its length is declared or it is chunked; a
+/// body of exactly the limit is read (and then judged on its content).
+pub(crate) async fn body_over_the_limit_answers_413(env: &Env) {
+    let api = env.api(unbounded()).await;
+    let limit = drover_http::MAX_BODY_BYTES_DEFAULT;
+
+    // Declared too long: refused from the headers alone.
+    let head = format!(
+        "POST /v1/jobs HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {OPERATOR_ALL}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        limit + 1
+    );
+    let mut stream = raw_send(api.addr, head.as_bytes()).await;
+    let answer = read_response(&mut stream).await;
+    assert_eq!(answer.status, 413);
+    assert_eq!(answer.header("content-type"), Some("application/json"));
+    assert_eq!(answer.json()["error"]["code"], "payload_too_large");
+    assert_error_shape(&answer.json(), &String::from_utf8_lossy(&answer.body));
+
+    // Exactly the limit: read in full; the args are then too large for a job (400).
+    let prefix = r#"{"kind": "a", "args": {"pad": ""#;
+    let suffix = r#""}}"#;
+    let body = format!(
+        "{prefix}{}{suffix}",
+        "x".repeat(limit - prefix.len() - suffix.len())
+    );
+    assert_eq!(body.len(), limit);
+    api.send(reqwest::Method::POST, "/v1/jobs", Some(OPERATOR_ALL), |r| {
+        r.header("Content-Type", "application/json").body(body)
+    })
+    .await
+    .assert_error(400, "invalid_input", Some("args"));
+
+    // A configured limit of 1 KiB, chunked body without a declared length.
+    let small = env
+        .serve(
+            api.store.clone(),
+            ApiConfig {
+                max_body_bytes: 1024,
+                ..ApiConfig::default()
+            },
+        )
+        .await;
+    let ok = json!({"kind": "a", "args": {"pad": "y".repeat(900)}});
+    assert!(serde_json::to_vec(&ok).unwrap().len() <= 1024);
+    small.enqueue_ok(OPERATOR_ALL, &ok).await;
+    let chunk = format!(
+        r#"{{"kind": "a", "args": {{"pad": "{}"}}}}"#,
+        "z".repeat(1100)
+    );
+    let request = format!(
+        "POST /v1/jobs/batch HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {OPERATOR_ALL}\r\n\
+         Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{chunk}\r\n",
+        chunk.len()
+    );
+    let mut stream = raw_send(small.addr, request.as_bytes()).await;
+    let answer = read_response(&mut stream).await;
+    assert_eq!(
+        answer.status,
+        413,
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    assert_eq!(answer.json()["error"]["code"], "payload_too_large");
+    assert!(answer.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("1024"));
+    assert_eq!(api.all_jobs().await.len(), 1);
+}
+
+/// Unknown routes answer 404 and wrong methods 405, both in the error shape.
+pub(crate) async fn unknown_routes_and_methods_answer_in_the_error_shape(env: &Env) {
+    let api = env.api(unbounded()).await;
+    api.get(Some(OPERATOR_ALL), "/v1/nope")
+        .await
+        .assert_error(404, "not_found", None);
+    api.get(None, "/")
+        .await
+        .assert_error(404, "not_found", None);
+    api.send(
+        reqwest::Method::DELETE,
+        "/v1/jobs",
+        Some(OPERATOR_ALL),
+        |r| r,
+    )
+    .await
+    .assert_error(405, "method_not_allowed", None);
+    api.get(
+        Some(OPERATOR_ALL),
+        "/v1/jobs/0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79/cancel",
+    )
+    .await
+    .assert_error(405, "method_not_allowed", None);
+    api.send(
+        reqwest::Method::PUT,
+        "/v1/queues/default/pause",
+        Some(OPERATOR_ALL),
+        |r| r,
+    )
+    .await
+    .assert_error(405, "method_not_allowed", None);
+}
+
+// ------------------------------------------------------------------------------------------
+// OpenAPI (issue #6 item 6)
+
+/// Every route the issue names is in `/v1/openapi.json` and nothing else is; every documented
+/// path and method answers (never 404/405) with a status the document lists; documented
+/// operations with `security` answer 401 without a token and the others do not; methods the
+/// document does not list answer 405.
+pub(crate) async fn openapi_document_matches_the_routes(env: &Env) {
+    let api = env.api(unbounded()).await;
+    let doc = api.get(None, "/v1/openapi.json").await;
+    assert_eq!(doc.status, 200);
+    assert_eq!(
+        doc.json,
+        serde_json::to_value(drover_http::openapi()).unwrap(),
+        "the served document is the generated one"
+    );
+
+    let mut documented: BTreeSet<(String, String)> = BTreeSet::new();
+    for (path, item) in doc.json["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            if ["get", "post", "put", "delete", "patch", "head", "options"]
+                .contains(&method.as_str())
+            {
+                documented.insert((method.to_uppercase(), path.clone()));
+            }
+        }
+    }
+    let expected: BTreeSet<(String, String)> = [
+        ("POST", "/v1/jobs"),
+        ("GET", "/v1/jobs"),
+        ("POST", "/v1/jobs/batch"),
+        ("GET", "/v1/jobs/{id}"),
+        ("POST", "/v1/jobs/{id}/cancel"),
+        ("POST", "/v1/jobs/{id}/retry"),
+        ("GET", "/v1/queues"),
+        ("POST", "/v1/queues/{name}/pause"),
+        ("POST", "/v1/queues/{name}/resume"),
+        ("GET", "/v1/workers"),
+        ("GET", "/v1/ready"),
+        ("GET", "/metrics"),
+        ("GET", "/v1/openapi.json"),
+    ]
+    .into_iter()
+    .map(|(m, p)| (m.to_owned(), p.to_owned()))
+    .collect();
+    assert_eq!(documented, expected);
+
+    let job = api
+        .enqueue_ok(OPERATOR_ALL, &json!({"kind": "doc.probe"}))
+        .await;
+    for (method, path) in &documented {
+        let operation = &doc.json["paths"][path][method.to_lowercase()];
+        let listed: BTreeSet<u16> = operation["responses"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|k| k.parse().unwrap())
+            .collect();
+        let concrete = path.replace("{id}", &job).replace("{name}", "default");
+        let body = match path.as_str() {
+            "/v1/jobs" => Some(json!({"kind": "doc.probe"})),
+            "/v1/jobs/batch" => Some(json!({"jobs": [{"kind": "doc.probe"}]})),
+            _ => None,
+        };
+        let http_method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let answer = api
+            .send(
+                http_method.clone(),
+                &concrete,
+                Some(OPERATOR_ALL),
+                |r| match &body {
+                    Some(b) => r.json(b),
+                    None => r,
+                },
+            )
+            .await;
+        assert!(
+            answer.status != 404 && answer.status != 405,
+            "{method} {path} answered {}",
+            answer.status
+        );
+        assert!(
+            listed.contains(&answer.status),
+            "{method} {path} answered {} which the document does not list ({listed:?}): {}",
+            answer.status,
+            answer.text
+        );
+
+        let secured = operation["security"]
+            .as_array()
+            .is_some_and(|s| !s.is_empty());
+        let anonymous = api
+            .send(http_method, &concrete, None, |r| match &body {
+                Some(b) => r.json(b),
+                None => r,
+            })
+            .await;
+        if secured {
+            assert!(listed.contains(&401), "{method} {path} documents 401");
+            anonymous.assert_error(401, "unauthorized", None);
+        } else {
+            assert!(
+                (200..300).contains(&anonymous.status),
+                "{method} {path} needs no token: {}",
+                anonymous.status
+            );
+        }
+
+        for other in ["GET", "POST", "PUT", "DELETE", "PATCH"] {
+            if documented.contains(&(other.to_owned(), path.clone())) {
+                continue;
+            }
+            api.send(
+                reqwest::Method::from_bytes(other.as_bytes()).unwrap(),
+                &concrete,
+                Some(OPERATOR_ALL),
+                |r| r,
+            )
+            .await
+            .assert_error(405, "method_not_allowed", None);
+        }
+    }
+}

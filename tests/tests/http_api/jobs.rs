@@ -1,0 +1,342 @@
+//! Reading and changing jobs and queues over HTTP: list with filters and pages, get, cancel,
+//! retry, queues, workers, readiness and metrics (issue #6 item 2).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use drover_core::{JobState, WorkerId, WorkerRegistration};
+use serde_json::json;
+
+use crate::harness::*;
+
+// ------------------------------------------------------------------------------------------
+// Reading and changing jobs (issue #6 item 2)
+
+/// `GET /v1/jobs` filters by queue, state, kind and meta containment, pages newest first with
+/// a cursor, and names the field of a bad filter.
+pub(crate) async fn list_filters_and_paginates(env: &Env) {
+    let api = env.api(unbounded()).await;
+    let j1 = api
+        .enqueue_ok(
+            PRODUCER_A,
+            &json!({"kind": "a.one", "queue": "q1", "meta": {"customer": "acme", "tags": ["x", "y"]}}),
+        )
+        .await;
+    let j2 = api
+        .enqueue_ok(
+            PRODUCER_A,
+            &json!({"kind": "a.two", "queue": "q1", "meta": {"customer": "globex"}}),
+        )
+        .await;
+    let j3 = api
+        .enqueue_ok(
+            PRODUCER_A,
+            &json!({"kind": "a.one", "queue": "q2", "meta": {"customer": "acme", "n": 1}}),
+        )
+        .await;
+    let j4 = api
+        .enqueue_ok(PRODUCER_A, &json!({"kind": "a.one", "queue": "q1"}))
+        .await;
+    let cancel = api
+        .post_empty(Some(PRODUCER_A), &format!("/v1/jobs/{j4}/cancel"))
+        .await;
+    assert_eq!(cancel.status, 200);
+    let mut all = vec![j1.clone(), j2.clone(), j3.clone(), j4.clone()];
+    for _ in 0..3 {
+        all.push(
+            api.enqueue_ok(PRODUCER_A, &json!({"kind": "b", "queue": "q3"}))
+                .await,
+        );
+    }
+
+    let list = |query: Vec<(&'static str, String)>| {
+        let api = &api;
+        async move {
+            let answer = api
+                .send(reqwest::Method::GET, "/v1/jobs", Some(PRODUCER_A), |r| {
+                    r.query(&query)
+                })
+                .await;
+            assert_eq!(answer.status, 200, "{query:?}: {}", answer.text);
+            let ids: BTreeSet<String> = answer.json["jobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|j| j["id"].as_str().unwrap().to_owned())
+                .collect();
+            ids
+        }
+    };
+    let set = |ids: &[&String]| ids.iter().map(|s| (*s).clone()).collect::<BTreeSet<_>>();
+    assert_eq!(
+        list(vec![("queue", "q1".into())]).await,
+        set(&[&j1, &j2, &j4])
+    );
+    assert_eq!(
+        list(vec![("kind", "a.one".into())]).await,
+        set(&[&j1, &j3, &j4])
+    );
+    assert_eq!(list(vec![("state", "cancelled".into())]).await, set(&[&j4]));
+    assert_eq!(
+        list(vec![("meta", r#"{"customer":"acme"}"#.into())]).await,
+        set(&[&j1, &j3])
+    );
+    assert_eq!(
+        list(vec![("meta", r#"{"tags":["y"]}"#.into())]).await,
+        set(&[&j1])
+    );
+    assert_eq!(
+        list(vec![("meta", r#"{"n":1.0}"#.into())]).await,
+        set(&[&j3])
+    );
+    assert_eq!(
+        list(vec![
+            ("queue", "q1".into()),
+            ("kind", "a.one".into()),
+            ("state", "queued".into())
+        ])
+        .await,
+        set(&[&j1])
+    );
+    assert_eq!(list(vec![("meta", "{}".into())]).await.len(), 7);
+
+    // Pages of two, newest first, until no cursor is given.
+    let mut seen: Vec<String> = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut query = vec![("limit", "2".to_owned())];
+        if let Some(c) = &cursor {
+            query.push(("cursor", c.clone()));
+        }
+        let page = api
+            .send(reqwest::Method::GET, "/v1/jobs", Some(PRODUCER_A), |r| {
+                r.query(&query)
+            })
+            .await;
+        assert_eq!(page.status, 200, "{}", page.text);
+        let jobs = page.json["jobs"].as_array().unwrap();
+        assert!(jobs.len() <= 2);
+        seen.extend(jobs.iter().map(|j| j["id"].as_str().unwrap().to_owned()));
+        match page.json["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+        assert!(seen.len() <= 7, "pagination terminates");
+    }
+    let mut expected = all.clone();
+    expected.sort();
+    expected.reverse();
+    assert_eq!(seen, expected, "every job once, newest first");
+
+    for (query, field) in [
+        (vec![("state", "bogus")], "state"),
+        (vec![("limit", "0")], "limit"),
+        (vec![("limit", "1001")], "limit"),
+        (vec![("limit", "-1")], "limit"),
+        (vec![("cursor", "not-a-job-id")], "cursor"),
+        (vec![("meta", "[1]")], "meta"),
+        (vec![("meta", "{not json")], "meta"),
+        (vec![("meta", "{\"k\":\"\u{0}\"}")], "meta"),
+        (vec![("queue", "no spaces")], "queue"),
+        (vec![("kind", "")], "kind"),
+        (vec![("colour", "red")], "colour"),
+    ] {
+        api.send(reqwest::Method::GET, "/v1/jobs", Some(PRODUCER_A), |r| {
+            r.query(&query)
+        })
+        .await
+        .assert_error(400, "invalid_input", Some(field));
+    }
+}
+
+/// Get, cancel and retry: 200s, 404 for an unknown job, 400 for a malformed id, 409 for a
+/// transition the state machine refuses; retry keeps the id and args and resets the attempt
+/// budget.
+pub(crate) async fn get_cancel_and_retry(env: &Env) {
+    let api = env.api(unbounded()).await;
+    let unknown = "0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79";
+    api.get(Some(OPERATOR_A), &format!("/v1/jobs/{unknown}"))
+        .await
+        .assert_error(404, "not_found", None);
+    api.post_empty(Some(OPERATOR_A), &format!("/v1/jobs/{unknown}/cancel"))
+        .await
+        .assert_error(404, "not_found", None);
+    api.post_empty(Some(OPERATOR_A), &format!("/v1/jobs/{unknown}/retry"))
+        .await
+        .assert_error(404, "not_found", None);
+    api.get(Some(OPERATOR_A), "/v1/jobs/not-a-uuid")
+        .await
+        .assert_error(400, "invalid_input", Some("id"));
+    api.post_empty(Some(OPERATOR_A), "/v1/jobs/%FF%FE/cancel")
+        .await
+        .assert_error(400, "invalid_input", Some("path"));
+
+    let args = json!({"file": "a.csv"});
+    let id = api
+        .enqueue_ok(
+            PRODUCER_A,
+            &json!({"kind": "import", "args": args, "max_attempts": 2}),
+        )
+        .await;
+    let retry_path = format!("/v1/jobs/{id}/retry");
+    let cancel_path = format!("/v1/jobs/{id}/cancel");
+
+    // Retry of a queued job is refused: it never makes a copy.
+    api.post_empty(Some(OPERATOR_A), &retry_path)
+        .await
+        .assert_error(409, "invalid_transition", None);
+
+    let cancel = api.post_empty(Some(PRODUCER_A), &cancel_path).await;
+    assert_eq!(cancel.status, 200, "{}", cancel.text);
+    assert_eq!(cancel.json["effect"], "cancelled");
+    assert_eq!(cancel.job()["state"], "cancelled");
+    api.post_empty(Some(PRODUCER_A), &cancel_path)
+        .await
+        .assert_error(409, "invalid_transition", None);
+
+    let retried = api.post_empty(Some(OPERATOR_A), &retry_path).await;
+    assert_eq!(retried.status, 200, "{}", retried.text);
+    assert_eq!(retried.job_id(), id);
+    assert_eq!(retried.job()["state"], "queued");
+    assert_eq!(retried.job()["args"], args);
+
+    // Spend the attempt budget, then retry: attempt back to 0, same id and args.
+    api.run_job(&id, false).await;
+    let failed = api.stored(&id).await;
+    assert_eq!((failed.state, failed.attempt), (JobState::Failed, 1));
+    let retried = api.post_empty(Some(OPERATOR_A), &retry_path).await;
+    assert_eq!(retried.status, 200, "{}", retried.text);
+    assert_eq!(retried.job()["attempt"], 0);
+    assert_eq!(retried.job()["max_attempts"], 2);
+    assert_eq!(retried.job()["args"], args);
+    assert_eq!(api.all_jobs().await.len(), 1, "retry never copies a job");
+
+    // Cancel of a running job asks its handler to stop.
+    let claimed = api
+        .store
+        .jobs_claim(drover_core::ClaimJobs {
+            worker: WorkerId::parse("w").unwrap(),
+            queues: vec![queue("default")],
+            kinds: vec![kind("import")],
+            limit: 1,
+            lease: Duration::from_secs(60),
+        })
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    let cancel = api.post_empty(Some(PRODUCER_A), &cancel_path).await;
+    assert_eq!(cancel.status, 200, "{}", cancel.text);
+    assert_eq!(cancel.json["effect"], "requested");
+    assert_eq!(cancel.job()["state"], "running");
+    assert_eq!(cancel.job()["cancel_requested"], true);
+    assert!(cancel.json["message"]
+        .as_str()
+        .unwrap()
+        .contains("succeeded"));
+}
+
+/// Pause and resume (operator only) and the queue list with counts.
+pub(crate) async fn queues_pause_resume_and_list(env: &Env) {
+    let api = env.api(unbounded()).await;
+    api.enqueue_ok(PRODUCER_A, &json!({"kind": "send", "queue": "mail"}))
+        .await;
+    let paused = api
+        .post_empty(Some(OPERATOR_A), "/v1/queues/mail/pause")
+        .await;
+    assert_eq!(paused.status, 200, "{}", paused.text);
+    assert_eq!(paused.json["name"], "mail");
+    assert_eq!(paused.json["paused"], true);
+    assert!(paused.json["paused_at"].is_string());
+    let again = api
+        .post_empty(Some(OPERATOR_A), "/v1/queues/mail/pause")
+        .await;
+    assert_eq!(again.status, 200, "pause is idempotent: {}", again.text);
+
+    let queues = api.get(Some(PRODUCER_A), "/v1/queues").await;
+    assert_eq!(queues.status, 200, "{}", queues.text);
+    let mail = queues.json["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "mail")
+        .cloned()
+        .expect("mail listed");
+    assert_eq!(mail["paused"], true);
+    assert_eq!(mail["counts"]["queued"], 1);
+    assert_eq!(mail["ready"], 1);
+
+    let resumed = api
+        .post_empty(Some(OPERATOR_ALL), "/v1/queues/mail/resume")
+        .await;
+    assert_eq!(resumed.status, 200, "{}", resumed.text);
+    assert_eq!(resumed.json["paused"], false);
+    let queues = api.get(Some(PRODUCER_A), "/v1/queues").await;
+    assert!(queues.json["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|q| q["name"] == "mail" && q["paused"] == false));
+
+    api.post_empty(Some(OPERATOR_A), "/v1/queues/no%20spaces/pause")
+        .await
+        .assert_error(400, "invalid_input", Some("queue"));
+}
+
+/// `GET /v1/workers` lists registered workers.
+pub(crate) async fn workers_are_listed(env: &Env) {
+    let api = env.api(unbounded()).await;
+    api.store
+        .worker_register(WorkerRegistration {
+            id: WorkerId::parse("worker-7").unwrap(),
+            host: "host-a".to_owned(),
+            pid: 4242,
+            queues: vec![queue("default"), queue("mail")],
+        })
+        .await
+        .unwrap();
+    let workers = api.get(Some(PRODUCER_B), "/v1/workers").await;
+    assert_eq!(workers.status, 200, "{}", workers.text);
+    let list = workers.json["workers"].as_array().unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0]["id"], "worker-7");
+    assert_eq!(list[0]["pid"], 4242);
+    assert_eq!(list[0]["queues"], json!(["default", "mail"]));
+}
+
+/// `/v1/ready`, `/metrics` and `/v1/openapi.json` answer without a token; metrics are
+/// Prometheus text with the DESIGN.md names and no tenant or args in them.
+pub(crate) async fn ready_metrics_and_openapi_need_no_token(env: &Env) {
+    let api = env.api(unbounded()).await;
+    let ready = api.get(None, "/v1/ready").await;
+    assert_eq!(ready.status, 200, "{}", ready.text);
+    assert_eq!(ready.json["status"], "ready");
+    let ready = api.get(Some("not-a-configured-token"), "/v1/ready").await;
+    assert_eq!(ready.status, 200, "a stray token does not matter");
+
+    api.enqueue_ok(
+        PRODUCER_A,
+        &json!({"kind": "send", "queue": "mail", "args": {"secret": "args-marker-1"}}),
+    )
+    .await;
+    api.post_empty(Some(OPERATOR_A), "/v1/queues/other/pause")
+        .await;
+    let metrics = api.get(None, "/metrics").await;
+    assert_eq!(metrics.status, 200, "{}", metrics.text);
+    let content_type = metrics.headers["content-type"].to_str().unwrap();
+    assert!(content_type.contains("text"), "{content_type}");
+    for line in [
+        r#"drover_jobs{queue="mail",state="queued"} 1"#,
+        r#"drover_jobs_running{queue="mail"} 0"#,
+        r#"drover_queue_paused{queue="other"} 1"#,
+        r#"drover_queue_paused{queue="mail"} 0"#,
+        "# TYPE drover_queue_lag_seconds gauge",
+    ] {
+        assert!(metrics.text.contains(line), "{line} in\n{}", metrics.text);
+    }
+    assert!(!metrics.text.contains(TENANT_A));
+    assert!(!metrics.text.contains("args-marker-1"));
+
+    let doc = api.get(None, "/v1/openapi.json").await;
+    assert_eq!(doc.status, 200);
+    assert!(doc.json["openapi"].as_str().unwrap().starts_with("3."));
+}
