@@ -1149,3 +1149,70 @@ pg_test!(
         assert_eq!((held_job.state, held_job.attempt), (JobState::Queued, 0));
     }
 );
+
+pg_test!(
+    /// Enqueues of a unique key racing with its holder finishing never fail and never leave two
+    /// live holders: each answer is the live holder (Duplicate) or a new job (Created).
+    unique_key_enqueue_racing_holder_finish_stays_consistent,
+    |factory| {
+        let h = factory.open_pg(unbounded_options()).await;
+        for round in 0..20 {
+            let key = format!("u{round}");
+            let holder = h
+                .store
+                .job_enqueue(new_job("work").with_unique_key(key.clone()))
+                .await
+                .unwrap()
+                .job;
+            let running = h.store.jobs_claim(claim_params("w", 1)).await.unwrap().remove(0);
+            assert_eq!(running.id, holder.id);
+            let finisher = {
+                let store = h.store.clone();
+                tokio::spawn(async move {
+                    store
+                        .job_finish(
+                            running.id,
+                            running.fencing_token,
+                            drover_core::Finish::Succeeded { result: None },
+                        )
+                        .await
+                        .unwrap();
+                })
+            };
+            let mut tasks = Vec::new();
+            for _ in 0..8 {
+                let store = h.store.clone();
+                let key = key.clone();
+                tasks.push(tokio::spawn(async move {
+                    store
+                        .job_enqueue(new_job("work").with_unique_key(key))
+                        .await
+                        .unwrap()
+                }));
+            }
+            finisher.await.unwrap();
+            let mut created = Vec::new();
+            for t in tasks {
+                let answer = t.await.unwrap();
+                match answer.status {
+                    EnqueueStatus::Created => created.push(answer.job.id),
+                    EnqueueStatus::Duplicate => {}
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            assert!(created.len() <= 1, "one new holder at most: {created:?}");
+            let live: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM drover.jobs WHERE unique_key = $1 AND state IN ('queued', 'running', 'reconciling')",
+            )
+            .bind(&key)
+            .fetch_one(h.store.pool())
+            .await
+            .unwrap();
+            assert_eq!(live as usize, created.len());
+            // Clear the new holder (if any) out of the way of the next round's claim.
+            for id in created {
+                h.store.job_cancel(id).await.unwrap();
+            }
+        }
+    }
+);
