@@ -1217,3 +1217,41 @@ pg_test!(
         }
     }
 );
+
+pg_test!(
+    /// A batch spanning thousands of tenants under tenant quotas takes a bounded number of quota
+    /// locks (never exhausting PostgreSQL's lock table) and still checks every tenant.
+    enqueue_batch_of_5000_tenants_under_tenant_quota,
+    |factory| {
+        let h = factory
+            .open_pg(PgOptions {
+                config: StoreConfig {
+                    quotas: Quotas {
+                        max_pending: None,
+                        max_tenant_pending: Some(2),
+                    },
+                    ..StoreConfig::default()
+                },
+                ..unbounded_options()
+            })
+            .await;
+        let tenant = |n: usize| drover_core::TenantId::parse(format!("t{n}")).unwrap();
+        let batch: Vec<NewJob> = (0..10_000)
+            .map(|n| new_job("work").with_tenant(tenant(n % 5000)))
+            .collect();
+        let answers = h.store.jobs_enqueue(batch).await.unwrap();
+        assert!(answers.iter().all(|a| a.status == EnqueueStatus::Created));
+        match h
+            .store
+            .jobs_enqueue(vec![new_job("work").with_tenant(tenant(1)), new_job("work").with_tenant(tenant(4999))])
+            .await
+        {
+            Err(Error::QuotaExceeded { quota, current, max }) => {
+                assert_eq!(quota, drover_core::Quota::Tenant("t1".into()));
+                assert_eq!((current, max), (2, 2));
+            }
+            other => panic!("expected QuotaExceeded, got {other:?}"),
+        }
+        assert_eq!(count_in_state(h.store.pool(), "queued").await, 10_000);
+    }
+);

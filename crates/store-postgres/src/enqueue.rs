@@ -6,9 +6,9 @@
 //! Round trips: a batch without keys and without quotas is one statement (autocommit). A single
 //! job with keys is one statement, plus one lookup when it was skipped. A batch with keys runs
 //! in a transaction (or a savepoint inside the caller's transaction) so a conflict stores
-//! nothing: BEGIN, insert, [lookup], COMMIT. With quotas: BEGIN, advisory locks (global and per
-//! tenant, only for the configured quotas), insert (which also reads the pending counts),
-//! [lookup], COMMIT.
+//! nothing: BEGIN, insert, [lookup], COMMIT. With quotas: BEGIN, advisory locks (the global
+//! lock, or tenant stripe locks when only tenant quotas are configured), insert (which also
+//! reads the pending counts), [lookup], COMMIT.
 //!
 //! Semantics are those of enqueueing the jobs one after another: a key repeated inside the batch
 //! resolves to the first job that used it.
@@ -143,27 +143,40 @@ async fn enqueue_locked(
 
 /// The advisory lock keys for the configured quotas, sorted so every caller takes them in the
 /// same order.
+///
+/// With a global quota every enqueue takes the one global lock, which already serializes all
+/// quota checks, so no tenant lock is needed. With only tenant quotas, tenants map onto
+/// [`TENANT_LOCK_STRIPES`] stripe locks: a batch of thousands of tenants takes at most that
+/// many locks (PostgreSQL's shared lock table is small: `max_locks_per_transaction` x
+/// connections), at the price of tenants that share a stripe waiting for each other.
 pub(crate) fn quota_lock_keys<'a>(
     global: bool,
     tenants: Option<impl Iterator<Item = &'a TenantId>>,
 ) -> Vec<i64> {
-    let mut keys = Vec::new();
     if global {
-        keys.push(GLOBAL_QUOTA_LOCK);
+        return vec![GLOBAL_QUOTA_LOCK];
     }
-    if let Some(tenants) = tenants {
-        keys.extend(tenants.map(tenant_lock_key));
-    }
+    let mut keys: Vec<i64> = match tenants {
+        Some(tenants) => tenants.map(tenant_lock_key).collect(),
+        None => Vec::new(),
+    };
     keys.sort_unstable();
     keys.dedup();
     keys
 }
 
+/// How many stripe locks the tenant quotas are spread over.
+pub(crate) const TENANT_LOCK_STRIPES: u64 = 64;
+
+/// Advisory lock key of the first tenant quota stripe ("droverqt" in ASCII, low byte cleared).
+const TENANT_QUOTA_LOCK_BASE: i64 = 0x6472_6f76_6572_7100;
+
 fn tenant_lock_key(tenant: &TenantId) -> i64 {
     let digest = Sha256::digest(format!("drover.quota.tenant\0{tenant}").as_bytes());
     let mut bytes = [0u8; 8];
     bytes.copy_from_slice(&digest[..8]);
-    i64::from_be_bytes(bytes)
+    let stripe = u64::from_be_bytes(bytes) % TENANT_LOCK_STRIPES;
+    TENANT_QUOTA_LOCK_BASE + i64::try_from(stripe).unwrap_or(0)
 }
 
 /// Takes the quota advisory locks for the rest of the transaction.
@@ -549,4 +562,26 @@ async fn lookup(
         .filter(|r| seen.insert(r.id))
         .map(Holder::from_record)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quota_locks_are_bounded_and_ordered() {
+        let tenants: Vec<TenantId> = (0..5000)
+            .map(|n| TenantId::parse(format!("t{n}")).unwrap())
+            .collect();
+        assert_eq!(
+            quota_lock_keys(true, Some(tenants.iter())),
+            vec![GLOBAL_QUOTA_LOCK]
+        );
+        let keys = quota_lock_keys(false, Some(tenants.iter()));
+        assert_eq!(keys.len() as u64, TENANT_LOCK_STRIPES);
+        assert!(keys.windows(2).all(|w| w[0] < w[1]));
+        let one = quota_lock_keys(false, Some(tenants[..1].iter()));
+        assert_eq!(one, quota_lock_keys(false, Some(tenants[..1].iter())));
+        assert!(quota_lock_keys(false, None::<std::slice::Iter<'_, TenantId>>).is_empty());
+    }
 }
