@@ -139,6 +139,11 @@ pub struct WorkerArgs {
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub heartbeat: Option<Duration>,
 
+    /// How often this worker looks for expired leases to rescue (default 15s, or the lease
+    /// when --lease is shorter, so a crashed worker's jobs come back soon after it expires).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub rescue_interval: Option<Duration>,
+
     /// Shutdown grace period for running jobs (e.g. 30s).
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub shutdown_grace: Option<Duration>,
@@ -175,42 +180,43 @@ pub struct EnqueueArgs {
     #[arg(required_unless_present = "file", conflicts_with = "file")]
     pub kind: Option<String>,
     /// Args as JSON (default {}).
-    #[arg(long, value_name = "JSON")]
+    #[arg(long, value_name = "JSON", conflicts_with = "file")]
     pub args: Option<String>,
     /// Queue (default `default`).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "file")]
     pub queue: Option<String>,
     /// Priority; smaller runs first (default 0).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, conflicts_with = "file")]
     pub priority: Option<i64>,
     /// Absolute ready time, RFC 3339 (e.g. 2026-12-01T10:00:00Z).
-    #[arg(long, value_name = "TIME", conflicts_with = "delay")]
+    #[arg(long, value_name = "TIME", conflicts_with_all = ["delay", "file"])]
     pub run_at: Option<String>,
     /// Ready after this delay from the database clock (e.g. 30s, 10m).
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION", conflicts_with = "file")]
     pub delay: Option<Duration>,
     /// Attempt budget (1..=1000, default 3).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, conflicts_with = "file")]
     pub max_attempts: Option<i64>,
     /// Idempotency key: the same key with the same request returns the stored job.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "file")]
     pub idempotency_key: Option<String>,
     /// Unique key among the tenant's live jobs.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "file")]
     pub unique_key: Option<String>,
     /// Tenant (default `default`).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "file")]
     pub tenant: Option<String>,
     /// Metadata as a JSON object.
-    #[arg(long, value_name = "JSON")]
+    #[arg(long, value_name = "JSON", conflicts_with = "file")]
     pub meta: Option<String>,
     /// A limit key the job is subject to (repeatable).
-    #[arg(long = "limit-key", value_name = "KEY")]
+    #[arg(long = "limit-key", value_name = "KEY", conflicts_with = "file")]
     pub limit_keys: Vec<String>,
-    /// Enqueue every line of a JSON Lines file (one job object per line).
+    /// Enqueue every line of a JSON Lines file (one job object per line, with the fields of
+    /// the HTTP API's enqueue request); the per-job flags above do not apply to it.
     #[arg(long, value_name = "FILE")]
     pub file: Option<PathBuf>,
-    /// Jobs per batch with --file.
+    /// Jobs per batch with --file (1..=10000).
     #[arg(long, default_value_t = 1000, value_name = "N")]
     pub batch_size: usize,
 }

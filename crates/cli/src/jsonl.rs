@@ -44,8 +44,15 @@ pub fn parse_line(text: &str) -> Result<NewJob, String> {
     Ok(job)
 }
 
+/// The API's message, reworded for a line of a file where the API speaks of a request body
+/// (`the line is not valid JSON (column 2)` rather than `invalid body: ... (line 1, ...)`).
 fn api_message(e: &drover_http::ApiError) -> String {
-    e.message().to_owned()
+    let message = e.message();
+    if e.field() != Some("body") {
+        return message.to_owned();
+    }
+    let reason = message.strip_prefix("invalid body: ").unwrap_or(message);
+    format!("the line {}", reason.replace("(line 1, column", "(column"))
 }
 
 /// Reads a whole file of jobs.
@@ -93,6 +100,13 @@ mod tests {
         assert_eq!(file.jobs[1].1.queue.as_str(), "q");
         let lines: Vec<usize> = file.rejected.iter().map(|r| r.line).collect();
         assert_eq!(lines, vec![3, 4, 5, 6]);
+        assert!(
+            file.rejected[0]
+                .error
+                .starts_with("the line is not valid JSON (column "),
+            "{:?}",
+            file.rejected[0]
+        );
         assert!(
             file.rejected[1].error.contains("max_attempts"),
             "{:?}",

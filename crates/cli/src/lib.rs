@@ -16,7 +16,8 @@
 //! ```
 //!
 //! Errors are printed as one line on stderr (`drover: ...`) with a non-zero exit code; no
-//! panic, no stack of internals.
+//! panic, no stack of internals. A closed stdout (`drover jobs list --json | head`) ends the
+//! command quietly with exit code 0.
 
 pub mod args;
 pub mod builtin;
@@ -91,6 +92,8 @@ pub fn run_with(extensions: Extensions, args: impl IntoIterator<Item = OsString>
     };
     match runtime.block_on(commands::dispatch(cli, extensions)) {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of stdout went away (`| head`): stop quietly, like a shell filter.
+        Err(e) if e.chain().any(|c| c.is::<output::OutputClosed>()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("drover: {}", one_line(&e));
             ExitCode::FAILURE
@@ -117,8 +120,10 @@ fn init_tracing(filter: Option<&str>) {
         .map(EnvFilter::new)
         .or_else(|| EnvFilter::try_from_default_env().ok())
         .unwrap_or_else(|| EnvFilter::new("warn"));
+    // Colours only on a terminal: log files and journald get plain text.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
 }

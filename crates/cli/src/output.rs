@@ -1,6 +1,10 @@
 //! Output for people (comfy-table tables) and for scripts (`--json`: one JSON document on
-//! stdout).
+//! stdout). Everything on stdout goes through [`write_text`] (or the crate's `outln!`), so a
+//! closed pipe (`drover jobs list --json | head`) ends the command quietly instead of
+//! panicking.
 
+use std::fmt;
+use std::io::Write;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -16,10 +20,58 @@ pub fn table(header: &[&str]) -> Table {
     t
 }
 
+/// Stdout was closed by the reader (a pipe to `head`, a pager that quit): the command stops
+/// and the process exits 0 without a message, as a shell filter would.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputClosed;
+
+impl fmt::Display for OutputClosed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("standard output was closed")
+    }
+}
+
+impl std::error::Error for OutputClosed {}
+
+/// Writes `text` to stdout and flushes it.
+///
+/// # Errors
+/// [`OutputClosed`] when the reader closed the pipe; another write error as a message.
+pub fn write_text(text: &str) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(OutputClosed.into()),
+        Err(e) => Err(anyhow::anyhow!("cannot write to standard output: {e}")),
+    }
+}
+
+/// Writes formatted text and a newline to stdout (what `outln!` expands to).
+///
+/// # Errors
+/// As [`write_text`].
+pub fn write_line(args: fmt::Arguments<'_>) -> anyhow::Result<()> {
+    let mut text = args.to_string();
+    text.push('\n');
+    write_text(&text)
+}
+
+/// `println!` that returns `anyhow::Result<()>` instead of panicking on a closed stdout.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::output::write_line(::std::format_args!($($arg)*))
+    };
+}
+pub(crate) use outln;
+
 /// Prints `value` as pretty JSON on stdout.
+///
+/// # Errors
+/// As [`write_text`].
 pub fn print_json<T: Serialize>(value: &T) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
-    Ok(())
+    let mut text = serde_json::to_string_pretty(value)?;
+    text.push('\n');
+    write_text(&text)
 }
 
 /// An instant as `2026-11-29 10:34:54Z`.

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use crate::args::{LimitsCommand, PruneArgs, QueuesCommand, SchedulesCommand};
 use crate::context::{call, Ctx};
-use crate::output::{self, print_json, table};
+use crate::output::{self, outln, print_json, table};
 
 /// `drover migrate`.
 pub async fn migrate(ctx: &Ctx) -> Result<()> {
@@ -30,12 +30,12 @@ pub async fn migrate(ctx: &Ctx) -> Result<()> {
         }));
     }
     if applied.is_empty() {
-        println!(
+        outln!(
             "database is up to date (schema version {})",
             all.iter().map(|m| m.version).max().unwrap_or(0)
-        );
+        )?;
     } else {
-        println!(
+        outln!(
             "applied {} migration(s): {}",
             applied.len(),
             applied
@@ -43,7 +43,7 @@ pub async fn migrate(ctx: &Ctx) -> Result<()> {
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
                 .join(", ")
-        );
+        )?;
     }
     Ok(())
 }
@@ -79,7 +79,7 @@ pub async fn migrations_list(ctx: &Ctx) -> Result<()> {
             r["applied_at"].as_str().unwrap_or("-").to_owned(),
         ]);
     }
-    println!("{t}");
+    outln!("{t}")?;
     Ok(())
 }
 
@@ -93,17 +93,17 @@ pub async fn queues(ctx: &Ctx, command: QueuesCommand) -> Result<()> {
             if ctx.json {
                 return print_json(&info);
             }
-            println!(
+            outln!(
                 "queue {} paused: no worker claims from it; running jobs finish",
                 info.name
-            );
+            )?;
         }
         QueuesCommand::Resume { name } => {
             let info = call(ctx, store.queue_resume(parse(&name)?)).await?;
             if ctx.json {
                 return print_json(&info);
             }
-            println!("queue {} resumed", info.name);
+            outln!("queue {} resumed", info.name)?;
         }
         QueuesCommand::List => {
             let infos = call(ctx, store.queues_list()).await?;
@@ -153,7 +153,7 @@ pub async fn queues(ctx: &Ctx, command: QueuesCommand) -> Result<()> {
                     ),
                 ]);
             }
-            println!("{t}");
+            outln!("{t}")?;
         }
     }
     Ok(())
@@ -183,9 +183,9 @@ pub async fn workers_list(ctx: &Ctx) -> Result<()> {
             format!("{} ago", output::duration(ago)),
         ]);
     }
-    println!("{t}");
+    outln!("{t}")?;
     if workers.is_empty() {
-        println!("no workers registered");
+        outln!("no workers registered")?;
     }
     Ok(())
 }
@@ -214,9 +214,9 @@ pub async fn limits(ctx: &Ctx, command: LimitsCommand) -> Result<()> {
                         .map_or_else(|| "-".to_owned(), |r| r.to_string()),
                 ]);
             }
-            println!("{t}");
+            outln!("{t}")?;
             if limits.is_empty() {
-                println!("no limit policies");
+                outln!("no limit policies")?;
             }
         }
         LimitsCommand::Set {
@@ -235,7 +235,7 @@ pub async fn limits(ctx: &Ctx, command: LimitsCommand) -> Result<()> {
             if ctx.json {
                 return print_json(&policy);
             }
-            println!("limit {} set", policy.key);
+            outln!("limit {} set", policy.key)?;
         }
         LimitsCommand::Clear { key } => {
             let key = LimitKey::parse(key).map_err(|e| anyhow!("{e}"))?;
@@ -243,7 +243,7 @@ pub async fn limits(ctx: &Ctx, command: LimitsCommand) -> Result<()> {
             if ctx.json {
                 return print_json(&json!({"cleared": key}));
             }
-            println!("limit {key} cleared; jobs it held are claimable again");
+            outln!("limit {key} cleared; jobs it held are claimable again")?;
         }
     }
     Ok(())
@@ -296,9 +296,9 @@ pub async fn schedules(ctx: &Ctx, command: SchedulesCommand) -> Result<()> {
                     output::opt_time(s.next_tick(now)),
                 ]);
             }
-            println!("{t}");
+            outln!("{t}")?;
             if schedules.is_empty() {
-                println!("no schedules");
+                outln!("no schedules")?;
             }
         }
         SchedulesCommand::Add {
@@ -335,11 +335,11 @@ pub async fn schedules(ctx: &Ctx, command: SchedulesCommand) -> Result<()> {
             if ctx.json {
                 return print_json(&stored);
             }
-            println!(
+            outln!(
                 "schedule {} saved; next tick {}",
                 stored.name,
                 output::opt_time(stored.next_tick(now))
-            );
+            )?;
         }
         SchedulesCommand::Remove { name } => {
             let name = ScheduleName::parse(name).map_err(|e| anyhow!("{e}"))?;
@@ -347,7 +347,7 @@ pub async fn schedules(ctx: &Ctx, command: SchedulesCommand) -> Result<()> {
             if ctx.json {
                 return print_json(&json!({"removed": name}));
             }
-            println!("schedule {name} removed");
+            outln!("schedule {name} removed")?;
         }
     }
     Ok(())
@@ -374,8 +374,8 @@ pub async fn snapshot(ctx: &Ctx) -> Result<()> {
         row.push(q.lag().map_or_else(|| "-".to_owned(), output::duration));
         t.add_row(row);
     }
-    println!("{t}");
-    println!("taken at {}", output::time(snapshot.taken_at));
+    outln!("{t}")?;
+    outln!("taken at {}", output::time(snapshot.taken_at))?;
     Ok(())
 }
 
@@ -383,8 +383,7 @@ pub async fn snapshot(ctx: &Ctx) -> Result<()> {
 pub async fn metrics(ctx: &Ctx) -> Result<()> {
     let store = ctx.store().await?;
     let snapshot = call(ctx, store.queue_snapshot()).await?;
-    print!("{}", drover_http::metrics::render(&snapshot, None));
-    Ok(())
+    output::write_text(&drover_http::metrics::render(&snapshot, None))
 }
 
 /// `drover prune`: deletes in batches until none is left, with a progress spinner.
@@ -432,10 +431,10 @@ pub async fn prune(ctx: &Ctx, args: PruneArgs) -> Result<()> {
             "seconds": started.elapsed().as_secs_f64(),
         }));
     }
-    println!(
+    outln!(
         "deleted {total} finished job(s) older than {} in {}",
         humantime::format_duration(args.older_than),
         output::duration(started.elapsed())
-    );
+    )?;
     Ok(())
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context, Result};
 use drover_core::{Backoff, JobKind, JobState, JobStore, NewJob, QueueName};
 use drover_http::{ApiConfig, ApiState, AuthMode, ProcessMetrics};
-use drover_runner::{JobOutcome, KindConfig, Metrics, Worker};
+use drover_runner::{JobOutcome, KindConfig, Metrics, Registry, Worker};
 use serde::Serialize;
 use serde_json::json;
 use tokio::sync::Notify;
@@ -24,7 +24,7 @@ use crate::args::DevArgs;
 use crate::commands::{enqueue, worker};
 use crate::context::Ctx;
 use crate::jsonl::{self, RejectedLine};
-use crate::output::{self, table};
+use crate::output::{self, outln, table};
 use crate::{env, Extensions};
 
 /// Outcomes of one kind.
@@ -141,6 +141,44 @@ pub fn demo_jobs() -> Vec<(usize, NewJob)> {
         .collect()
 }
 
+/// Splits off the jobs whose kind has no handler in `registry` (no worker of this process
+/// would ever claim them), as rejected lines saying which kinds there are.
+pub fn split_unhandled(
+    jobs: Vec<(usize, NewJob)>,
+    registry: &Registry,
+) -> (Vec<(usize, NewJob)>, Vec<RejectedLine>) {
+    let known = || {
+        registry
+            .kinds()
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut kept = Vec::with_capacity(jobs.len());
+    let mut rejected = Vec::new();
+    for (line, job) in jobs {
+        if registry.contains(&job.kind) {
+            kept.push((line, job));
+        } else if job.kind.as_str() == "exec" {
+            rejected.push(RejectedLine {
+                line,
+                error: "kind exec runs only with --allow-exec PROGRAM".to_owned(),
+            });
+        } else {
+            rejected.push(RejectedLine {
+                line,
+                error: format!(
+                    "no handler for kind {} in this binary (kinds: {})",
+                    job.kind,
+                    known()
+                ),
+            });
+        }
+    }
+    (kept, rejected)
+}
+
 /// Runs `drover dev`.
 pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()> {
     if ctx.database_url.is_some() {
@@ -176,6 +214,9 @@ pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()>
         cap: Duration::from_secs(2),
         jitter: 0.25,
     }));
+    // A job of a kind without a handler would wait until --max-wait; report it like a bad line.
+    let (jobs, unhandled) = split_unhandled(jobs, &registry);
+    rejected.extend(unhandled);
     let registry = Arc::new(registry);
 
     let counter = Arc::new(DevCounter::default());
@@ -206,7 +247,8 @@ pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()>
                 ApiConfig::default(),
                 Some(process.clone()),
             );
-            eprintln!("drover: API on http://{addr}/v1 (OpenAPI at /v1/openapi.json)");
+            let bound = listener.local_addr().unwrap_or(addr);
+            eprintln!("drover: API on http://{bound}/v1 (OpenAPI at /v1/openapi.json)");
             Some(tokio::spawn(drover_http::serve(
                 listener,
                 drover_http::router(state),
@@ -340,8 +382,8 @@ fn print_summary(ctx: &Ctx, s: &DevSummary) -> Result<()> {
         sum.retried.to_string(),
         sum.cancelled.to_string(),
     ]);
-    println!("{t}");
-    println!(
+    outln!("{t}")?;
+    outln!(
         "{} jobs finished in {} ({:.0} jobs/s){}{}",
         s.finished,
         output::duration(Duration::from_secs_f64(s.wall_seconds)),
@@ -356,6 +398,6 @@ fn print_summary(ctx: &Ctx, s: &DevSummary) -> Result<()> {
         } else {
             format!(", {} input line(s) rejected", s.rejected.len())
         },
-    );
+    )?;
     Ok(())
 }

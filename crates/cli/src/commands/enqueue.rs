@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use crate::args::EnqueueArgs;
 use crate::context::{call, Ctx};
 use crate::jsonl::{self, RejectedLine};
-use crate::output::print_json;
+use crate::output::{outln, print_json};
 
 /// Builds the job of a single-job `enqueue` from its flags, with the same rules as the HTTP API.
 ///
@@ -135,10 +135,14 @@ pub async fn run(ctx: &Ctx, args: EnqueueArgs) -> Result<()> {
         EnqueueStatus::Replayed => "already enqueued with this idempotency key",
         EnqueueStatus::Duplicate => "a live job holds this unique key",
     };
-    println!(
+    outln!(
         "{} job {} ({}, queue {}, state {})",
-        what, answer.job.id, answer.job.kind, answer.job.queue, answer.job.state
-    );
+        what,
+        answer.job.id,
+        answer.job.kind,
+        answer.job.queue,
+        answer.job.state
+    )?;
     Ok(())
 }
 
@@ -179,10 +183,10 @@ async fn from_file(ctx: &Ctx, path: &std::path::Path, batch_size: usize) -> Resu
             "rejected": rejected,
         }));
     }
-    println!(
+    outln!(
         "{created} enqueued, {replayed} replayed, {duplicate} duplicate, {} rejected",
         rejected.len()
-    );
+    )?;
     for r in &rejected {
         eprintln!("line {}: {}", r.line, r.error);
     }

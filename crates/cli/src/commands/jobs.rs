@@ -1,12 +1,10 @@
 //! `drover jobs list|get|cancel|retry`.
 
-use anyhow::{anyhow, Result};
-use drover_core::{CancelEffect, Job, JobId, JobKind, JobState, ListJobs, QueueName, TenantId};
-use serde_json::json;
-
 use crate::args::{JobsCommand, ListArgs};
 use crate::context::{call, Ctx};
-use crate::output::{self, print_json, table};
+use crate::output::{self, outln, print_json, table};
+use anyhow::{anyhow, Result};
+use drover_core::{CancelEffect, Job, JobId, JobKind, JobState, ListJobs, QueueName, TenantId};
 
 fn job_id(id: &str) -> Result<JobId> {
     id.parse().map_err(|e: drover_core::Error| anyhow!("{e}"))
@@ -37,10 +35,10 @@ pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
                     output::opt_time(j.finished_at),
                 ]);
             }
-            println!("{t}");
+            outln!("{t}")?;
             match page.next {
-                Some(next) => println!("more: --before {next}"),
-                None => println!("{} job(s)", page.jobs.len()),
+                Some(next) => outln!("more: --before {next}")?,
+                None => outln!("{} job(s)", page.jobs.len())?,
             }
         }
         JobsCommand::Get { id } => {
@@ -48,7 +46,7 @@ pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
             if ctx.json {
                 return print_json(&job);
             }
-            print_job(&job);
+            print_job(&job)?;
         }
         JobsCommand::Cancel { id } => {
             let outcome = call(ctx, store.job_cancel(job_id(&id)?)).await?;
@@ -56,11 +54,11 @@ pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
                 return print_json(&outcome);
             }
             match outcome.effect {
-                CancelEffect::Cancelled => println!("job {} cancelled", outcome.job.id),
-                CancelEffect::Requested => println!(
+                CancelEffect::Cancelled => outln!("job {} cancelled", outcome.job.id)?,
+                CancelEffect::Requested => outln!(
                     "job {} is running: its handler was asked to stop; it ends cancelled, or succeeded if the handler completes anyway",
                     outcome.job.id
-                ),
+                )?,
             }
         }
         JobsCommand::Retry { id } => {
@@ -68,10 +66,11 @@ pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
             if ctx.json {
                 return print_json(&job);
             }
-            println!(
+            outln!(
                 "job {} queued again (attempts reset: 0/{})",
-                job.id, job.max_attempts
-            );
+                job.id,
+                job.max_attempts
+            )?;
         }
     }
     Ok(())
@@ -106,7 +105,7 @@ pub fn list_query(args: ListArgs) -> Result<ListJobs> {
     })
 }
 
-fn print_job(j: &Job) {
+fn print_job(j: &Job) -> Result<()> {
     let mut t = table(&["field", "value"]);
     let rows: Vec<(&str, String)> = vec![
         ("id", j.id.to_string()),
@@ -167,7 +166,7 @@ fn print_job(j: &Job) {
     for (k, v) in rows {
         t.add_row(vec![k.to_owned(), v]);
     }
-    println!("{t}");
+    outln!("{t}")?;
     if !j.errors.is_empty() {
         let mut e = table(&["attempt", "at", "error"]);
         for err in &j.errors {
@@ -177,7 +176,7 @@ fn print_job(j: &Job) {
                 err.message.clone(),
             ]);
         }
-        println!("errors:\n{e}");
+        outln!("errors:\n{e}")?;
     }
-    let _ = json!(null);
+    Ok(())
 }

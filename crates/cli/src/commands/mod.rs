@@ -40,8 +40,9 @@ pub async fn dispatch(cli: Cli, extensions: Extensions) -> Result<()> {
         Command::Dev(args) => dev::run(&ctx, args, extensions).await,
         Command::Completions { shell } => {
             let mut command = Cli::command();
-            clap_complete::generate(shell, &mut command, "drover", &mut std::io::stdout());
-            Ok(())
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut command, "drover", &mut script);
+            crate::output::write_text(&String::from_utf8_lossy(&script))
         }
     }
 }

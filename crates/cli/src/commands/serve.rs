@@ -93,10 +93,8 @@ pub async fn run(ctx: &Ctx, args: ServeArgs, extensions: Extensions) -> Result<(
         Some(metrics.clone()),
     );
     let router = drover_http::router(state);
-    eprintln!(
-        "drover: API on http://{}/v1 (OpenAPI at /v1/openapi.json)",
-        args.listen
-    );
+    let bound = listener.local_addr().unwrap_or(args.listen);
+    eprintln!("drover: API on http://{bound}/v1 (OpenAPI at /v1/openapi.json)");
     let server = tokio::spawn(drover_http::serve(listener, router, shutdown.clone()));
     let worker_result = if args.worker {
         let registry = Arc::new(worker::registry(extensions, &args.worker_args));

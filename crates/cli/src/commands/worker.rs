@@ -77,6 +77,13 @@ pub fn worker_config(args: &WorkerArgs, default_queues: &[QueueName]) -> Result<
     if let Some(d) = args.heartbeat {
         config.heartbeat_interval = d;
     }
+    match args.rescue_interval {
+        Some(d) => config.rescue_interval = d,
+        None if args.lease.is_some() => {
+            config.rescue_interval = config.rescue_interval.min(config.lease);
+        }
+        None => {}
+    }
     if let Some(d) = args.shutdown_grace {
         config.shutdown_grace = d;
     }
@@ -158,7 +165,9 @@ pub async fn serve_metrics(
         Some(metrics),
     );
     let router = drover_http::router(state);
-    eprintln!("drover: metrics on http://{addr}/metrics");
+    // The bound address: with port 0 the system picked one.
+    let bound = listener.local_addr().unwrap_or(addr);
+    eprintln!("drover: metrics on http://{bound}/metrics");
     Ok(tokio::spawn(async move {
         if let Err(e) = drover_http::serve(listener, router, shutdown).await {
             tracing::error!(error = %e, "metrics server stopped");

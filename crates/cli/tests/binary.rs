@@ -1,0 +1,308 @@
+//! The `drover` binary without PostgreSQL: `--help` of every command carries an example,
+//! shell completions, the one-line errors for an unreachable or missing database, a closed
+//! stdout, and `drover dev` (the in-memory development mode) on the example job files.
+//!
+//! Being an integration test of this crate, it also makes `cargo test --workspace` build
+//! `target/<profile>/drover`, which the end-to-end tests in `tests/` run against PostgreSQL.
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use clap::CommandFactory;
+use serde_json::Value;
+
+fn drover(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_drover"))
+        .args(args)
+        .env_remove("DROVER_DATABASE_URL")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run drover")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A file of the workspace's `examples/` folder.
+fn example(name: &str) -> String {
+    let path: PathBuf = [env!("CARGO_MANIFEST_DIR"), "..", "..", "examples", name]
+        .iter()
+        .collect();
+    path.to_str().expect("UTF-8 path").to_owned()
+}
+
+/// Every command path of the grammar: `["jobs", "list"]`, `["migrate"]`, ...
+fn command_paths(command: &clap::Command, prefix: &[String], out: &mut Vec<Vec<String>>) {
+    for sub in command.get_subcommands() {
+        let mut path = prefix.to_vec();
+        path.push(sub.get_name().to_owned());
+        if sub.has_subcommands() {
+            command_paths(sub, &path, out);
+        } else {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn help_of_every_command_has_an_example() {
+    let mut paths = Vec::new();
+    command_paths(&drover_cli::args::Cli::command(), &[], &mut paths);
+    assert!(paths.len() >= 24, "{paths:?}");
+    let mut seen = Vec::new();
+    for path in std::iter::once(Vec::new()).chain(paths) {
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        args.push("--help");
+        let out = drover(&args);
+        assert!(
+            out.status.success(),
+            "drover {args:?}: {}",
+            text(&out.stderr)
+        );
+        let help = text(&out.stdout);
+        assert!(
+            help.contains("Example"),
+            "drover {args:?} has no example:\n{help}"
+        );
+        assert!(help.contains("drover "), "{help}");
+        seen.push(path.join(" "));
+    }
+    for command in [
+        "migrate",
+        "migrations list",
+        "worker",
+        "enqueue",
+        "jobs list",
+        "jobs get",
+        "jobs cancel",
+        "jobs retry",
+        "queues list",
+        "queues pause",
+        "queues resume",
+        "workers list",
+        "limits list",
+        "limits set",
+        "limits clear",
+        "schedules list",
+        "schedules add",
+        "schedules remove",
+        "snapshot",
+        "metrics",
+        "prune",
+        "serve",
+        "dev",
+        "completions",
+    ] {
+        assert!(
+            seen.iter().any(|s| s == command),
+            "{command} missing: {seen:?}"
+        );
+    }
+}
+
+#[test]
+fn help_never_shows_the_database_url_from_the_environment() {
+    let out = Command::new(env!("CARGO_BIN_EXE_drover"))
+        .args(["jobs", "list", "--help"])
+        .env("DROVER_DATABASE_URL", "postgres://app:s3cret-pw@db/app")
+        .output()
+        .expect("run drover");
+    assert!(out.status.success());
+    assert!(
+        !text(&out.stdout).contains("s3cret-pw"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn completions_print_a_script() {
+    let out = drover(&["completions", "bash"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let script = text(&out.stdout);
+    assert!(script.contains("_drover()"), "{script}");
+    assert!(script.contains("complete -F _drover"), "{script}");
+    assert!(script.contains("worker") && script.contains("--allow-exec"));
+    for shell in ["zsh", "fish"] {
+        let out = drover(&["completions", shell]);
+        assert!(out.status.success() && !out.stdout.is_empty(), "{shell}");
+    }
+}
+
+/// Checks one line `drover: ...` on stderr, nothing on stdout, exit code 1, and no panic.
+fn one_line_failure(out: &Output) -> String {
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("drover: "), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    stderr
+}
+
+#[test]
+fn unreachable_database_is_one_clear_line_and_a_non_zero_exit() {
+    let out = drover(&[
+        "--database-url",
+        "postgres://nobody@127.0.0.1:1/x",
+        "jobs",
+        "list",
+    ]);
+    let line = one_line_failure(&out);
+    assert!(
+        line.contains("cannot reach the database at 127.0.0.1:1/x"),
+        "{line}"
+    );
+    assert!(line.contains("check --database-url"), "{line}");
+
+    // The same from DROVER_DATABASE_URL, for a worker; the password never shows.
+    let out = Command::new(env!("CARGO_BIN_EXE_drover"))
+        .args(["worker", "--slots", "1"])
+        .env(
+            "DROVER_DATABASE_URL",
+            "postgres://nobody:s3cret-pw@127.0.0.1:1/x",
+        )
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run drover");
+    let line = one_line_failure(&out);
+    assert!(line.contains("cannot reach"), "{line}");
+    assert!(!line.contains("s3cret-pw"), "{line}");
+
+    let out = drover(&["--database-url", "not a url", "snapshot"]);
+    let line = one_line_failure(&out);
+    assert!(line.contains("database_url"), "{line}");
+}
+
+#[test]
+fn no_database_says_how_to_give_one() {
+    for args in [
+        &["jobs", "list"][..],
+        &["migrate"],
+        &["worker"],
+        &["enqueue", "noop"],
+    ] {
+        let out = drover(args);
+        let line = one_line_failure(&out);
+        assert!(
+            line.contains("--database-url")
+                && line.contains("DROVER_DATABASE_URL")
+                && line.contains("drover dev"),
+            "{args:?}: {line}"
+        );
+    }
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let out = drover(&["jobs", "frobnicate"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = drover(&["enqueue", "--file", "jobs.jsonl", "--queue", "mail"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "per-job flags do not apply to --file"
+    );
+    assert!(text(&out.stderr).contains("cannot be used with"));
+    let out = drover(&["worker", "--lease", "soon"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("30s"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_drover"))
+        .args(["completions", "bash"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn drover");
+    // Close the reading end before drover writes (it is still starting up).
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait for drover");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+}
+
+fn dev(args: &[&str]) -> Value {
+    let mut all = vec!["dev", "--json"];
+    all.extend_from_slice(args);
+    let out = drover(&all);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("in-memory development mode"), "{stderr}");
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON summary ({e}): {}", text(&out.stdout)))
+}
+
+fn counts(summary: &Value, kind: &str) -> [u64; 5] {
+    let c = &summary["kinds"][kind];
+    ["jobs", "succeeded", "failed", "retried", "cancelled"].map(|k| {
+        c[k].as_u64()
+            .unwrap_or_else(|| panic!("{kind}.{k}: {summary}"))
+    })
+}
+
+#[test]
+fn dev_runs_the_example_jobs_with_exact_outcomes_per_kind() {
+    let summary = dev(&["--jobs", &example("jobs.jsonl")]);
+    assert_eq!(summary["total"], 225, "{summary}");
+    assert_eq!(summary["finished"], 225);
+    assert_eq!(summary["unfinished"], 0);
+    assert_eq!(summary["rejected"], serde_json::json!([]));
+    assert_eq!(counts(&summary, "noop"), [110, 110, 0, 0, 0]);
+    assert_eq!(counts(&summary, "sleep"), [70, 70, 0, 0, 0]);
+    assert_eq!(counts(&summary, "fail"), [45, 30, 15, 60, 0]);
+}
+
+#[test]
+fn dev_runs_the_demo_set() {
+    let summary = dev(&[]);
+    assert_eq!(summary["total"], 240, "{summary}");
+    assert_eq!(summary["finished"], 240);
+    assert_eq!(counts(&summary, "noop"), [100, 100, 0, 0, 0]);
+    assert_eq!(counts(&summary, "sleep"), [90, 90, 0, 0, 0]);
+    assert_eq!(counts(&summary, "fail"), [50, 30, 20, 65, 0]);
+}
+
+#[test]
+fn dev_reports_bad_lines_and_unknown_kinds_and_runs_the_rest() {
+    let summary = dev(&["--jobs", &example("jobs-with-errors.jsonl")]);
+    let lines: Vec<u64> = summary["rejected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["line"].as_u64().unwrap())
+        .collect();
+    assert_eq!(lines, vec![3, 4, 5, 6], "{summary}");
+    assert_eq!(summary["total"], 3);
+    assert_eq!(summary["finished"], 3);
+
+    // A kind no handler serves would never finish: it is rejected at once, not waited for.
+    let dir = std::env::temp_dir().join(format!("drover-dev-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("unknown.jsonl");
+    std::fs::write(
+        &file,
+        "{\"kind\": \"noop\"}\n{\"kind\": \"email.send\"}\n{\"kind\": \"exec\", \"args\": {\"program\": \"/bin/echo\"}}\n",
+    )
+    .unwrap();
+    let summary = dev(&["--jobs", file.to_str().unwrap(), "--max-wait", "60s"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(summary["total"], 1, "{summary}");
+    assert_eq!(summary["unfinished"], 0, "{summary}");
+    let rejected = summary["rejected"].as_array().unwrap();
+    assert_eq!(rejected.len(), 2, "{summary}");
+    assert_eq!(rejected[0]["line"], 2);
+    assert!(rejected[0]["error"]
+        .as_str()
+        .unwrap()
+        .contains("no handler for kind email.send"));
+    assert_eq!(rejected[1]["line"], 3);
+    assert!(rejected[1]["error"]
+        .as_str()
+        .unwrap()
+        .contains("--allow-exec"));
+}

@@ -1,0 +1,952 @@
+//! Every `drover` operator command of issue #5 run as a real process against PostgreSQL (one
+//! fresh database per test), with its `--json` output parsed and checked against the
+//! database, and its table output looked at once.
+//!
+//! Needs `DROVER_TEST_DATABASE_URL`; without it every test here prints `SKIPPED ...` and
+//! passes, unless `DROVER_REQUIRE_POSTGRES` is set (CI), when it fails.
+
+mod cli_support;
+
+use std::time::Duration;
+
+use cli_support::{wait_until, TempFile, TestDb};
+use drover_store_postgres::sqlx;
+use rustix::process::Signal;
+use serde_json::{json, Value};
+
+/// Deadline for jobs to reach a state on the loaded 2-core CI machine.
+const WAIT: Duration = Duration::from_secs(30);
+
+fn ids(page: &Value) -> Vec<String> {
+    page["jobs"]
+        .as_array()
+        .expect("a jobs array")
+        .iter()
+        .map(|j| j["id"].as_str().expect("id").to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_schema_says_migrate_then_migrate_and_migrations_list() {
+    let Some(db) =
+        TestDb::empty("missing_schema_says_migrate_then_migrate_and_migrations_list").await
+    else {
+        return;
+    };
+    for command in [
+        &["jobs", "list"][..],
+        &["enqueue", "noop"],
+        &["snapshot", "--json"],
+        &["worker", "--slots", "1"],
+    ] {
+        let line = db.fails(command).await;
+        assert!(line.contains("`drover migrate`"), "{command:?}: {line}");
+    }
+
+    let pending = db.json(&["migrations", "list"]).await;
+    assert_eq!(pending[0]["version"], 1, "{pending}");
+    assert_eq!(pending[0]["state"], "pending", "{pending}");
+    assert!(pending[0]["applied_at"].is_null(), "{pending}");
+
+    let first = db.json(&["migrate"]).await;
+    assert_eq!(first["applied_now"], json!([1]), "{first}");
+    assert_eq!(first["schema_version"], 1, "{first}");
+    let again = db.ok(&["migrate"]).await;
+    assert!(
+        again.contains("database is up to date (schema version 1)"),
+        "{again}"
+    );
+
+    let applied = db.json(&["migrations", "list"]).await;
+    assert_eq!(applied[0]["state"], "applied", "{applied}");
+    assert!(applied[0]["applied_at"].is_string(), "{applied}");
+    let table = db.ok(&["migrations", "list"]).await;
+    assert!(
+        table.contains("initial") && table.contains("applied"),
+        "{table}"
+    );
+    assert_eq!(db.json(&["jobs", "list"]).await["jobs"], json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_flags_round_trip_through_jobs_get() {
+    let Some(db) = TestDb::migrated("enqueue_flags_round_trip_through_jobs_get").await else {
+        return;
+    };
+    let flags = [
+        "enqueue",
+        "report.build",
+        "--args",
+        r#"{"scope":"all","n":3}"#,
+        "--queue",
+        "reports",
+        "--priority",
+        "-2",
+        "--run-at",
+        "2030-01-02T03:04:05Z",
+        "--max-attempts",
+        "7",
+        "--idempotency-key",
+        "idem-1",
+        "--unique-key",
+        "report:2030-01",
+        "--tenant",
+        "acme",
+        "--meta",
+        r#"{"customer":"acme","tier":1}"#,
+        "--limit-key",
+        "customer:acme",
+    ];
+    let created = db.json(&flags).await;
+    assert_eq!(created["status"], "created", "{created}");
+    let id = created["job"]["id"].as_str().unwrap().to_owned();
+
+    let job = db.json(&["jobs", "get", &id]).await;
+    assert_eq!(job["kind"], "report.build");
+    assert_eq!(job["args"], json!({"scope": "all", "n": 3}));
+    assert_eq!(job["queue"], "reports");
+    assert_eq!(job["priority"], -2);
+    assert_eq!(job["run_at"], "2030-01-02T03:04:05Z");
+    assert_eq!(job["max_attempts"], 7);
+    assert_eq!(job["attempt"], 0);
+    assert_eq!(job["state"], "queued");
+    assert_eq!(job["idempotency_key"], "idem-1");
+    assert_eq!(job["unique_key"], "report:2030-01");
+    assert_eq!(job["tenant"], "acme");
+    assert_eq!(job["meta"], json!({"customer": "acme", "tier": 1}));
+    assert_eq!(job["limit_keys"], json!(["customer:acme"]));
+
+    // The same request with the same idempotency key returns the stored job.
+    let replay = db.json(&flags).await;
+    assert_eq!(replay["status"], "replayed", "{replay}");
+    assert_eq!(replay["job"]["id"], id.as_str());
+    // Another request under the key is a conflict, reported in one line.
+    let conflict = db
+        .fails(&[
+            "enqueue",
+            "noop",
+            "--tenant",
+            "acme",
+            "--idempotency-key",
+            "idem-1",
+        ])
+        .await;
+    assert!(conflict.contains("conflict"), "{conflict}");
+    // The unique key: a second live job of the tenant returns the first.
+    let duplicate = db
+        .json(&[
+            "enqueue",
+            "report.build",
+            "--tenant",
+            "acme",
+            "--unique-key",
+            "report:2030-01",
+        ])
+        .await;
+    assert_eq!(duplicate["status"], "duplicate", "{duplicate}");
+    assert_eq!(duplicate["job"]["id"], id.as_str());
+
+    // --delay is counted from the database clock.
+    let delayed = db.json(&["enqueue", "noop", "--delay", "10m"]).await;
+    let (run_at, created_at): (chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>) =
+        sqlx::query_as("SELECT run_at, created_at FROM drover.jobs WHERE id = $1::uuid")
+            .bind(delayed["job"]["id"].as_str().unwrap())
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert_eq!((run_at - created_at).num_seconds(), 600);
+
+    // People get a line and a table.
+    let line = db.ok(&["enqueue", "noop", "--queue", "mail"]).await;
+    assert!(
+        line.starts_with("enqueued job ") && line.contains("queue mail"),
+        "{line}"
+    );
+    let table = db.ok(&["jobs", "get", &id]).await;
+    for field in [
+        "report.build",
+        "reports",
+        "acme",
+        "0/7",
+        "customer:acme",
+        "idem-1",
+    ] {
+        assert!(table.contains(field), "{field} missing from:\n{table}");
+    }
+    // Bad input is one line naming the field.
+    let bad = db.fails(&["enqueue", "noop", "--max-attempts", "0"]).await;
+    assert!(bad.contains("max_attempts"), "{bad}");
+    let bad = db.fails(&["enqueue", "noop", "--args", "{not json"]).await;
+    assert!(bad.contains("--args"), "{bad}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_list_filters_paginate_and_cancel_retry() {
+    let Some(db) = TestDb::migrated("jobs_list_filters_paginate_and_cancel_retry").await else {
+        return;
+    };
+    let a = db
+        .enqueue(
+            "noop",
+            "{}",
+            &["--queue", "mail", "--meta", r#"{"customer":"acme"}"#],
+        )
+        .await;
+    let b = db
+        .enqueue("sleep", r#"{"ms":1}"#, &["--tenant", "t2"])
+        .await;
+    let c = db
+        .enqueue("noop", "{}", &["--meta", r#"{"customer":"globex","x":1}"#])
+        .await;
+
+    let all = db.json(&["jobs", "list"]).await;
+    assert_eq!(
+        ids(&all),
+        vec![c.clone(), b.clone(), a.clone()],
+        "newest first"
+    );
+    assert!(all["next"].is_null());
+    let by = |args: &'static [&'static str]| {
+        let db = &db;
+        async move {
+            let mut all = vec!["jobs", "list"];
+            all.extend_from_slice(args);
+            ids(&db.json(&all).await)
+        }
+    };
+    assert_eq!(by(&["--queue", "mail"]).await, vec![a.clone()]);
+    assert_eq!(by(&["--kind", "sleep"]).await, vec![b.clone()]);
+    assert_eq!(by(&["--tenant", "t2"]).await, vec![b.clone()]);
+    assert_eq!(
+        by(&["--meta", r#"{"customer":"globex"}"#]).await,
+        vec![c.clone()]
+    );
+    assert_eq!(
+        by(&["--state", "queued", "--kind", "noop"]).await,
+        vec![c.clone(), a.clone()]
+    );
+    assert!(by(&["--state", "failed"]).await.is_empty());
+
+    // Keyset pages.
+    let first = db.json(&["jobs", "list", "--limit", "2"]).await;
+    assert_eq!(ids(&first), vec![c.clone(), b.clone()]);
+    let next = first["next"].as_str().expect("a next cursor").to_owned();
+    let second = db
+        .json(&["jobs", "list", "--limit", "2", "--before", &next])
+        .await;
+    assert_eq!(ids(&second), vec![a.clone()]);
+    let table = db.ok(&["jobs", "list", "--limit", "2"]).await;
+    assert!(
+        table.contains(&c) && table.contains(&format!("more: --before {next}")),
+        "{table}"
+    );
+
+    // Cancel a queued job, retry it, refuse a retry of a live job.
+    let cancelled = db.json(&["jobs", "cancel", &a]).await;
+    assert_eq!(cancelled["effect"], "cancelled", "{cancelled}");
+    assert_eq!(cancelled["job"]["state"], "cancelled");
+    let again = db.fails(&["jobs", "cancel", &a]).await;
+    assert!(
+        again.contains("cannot cancel a job that is cancelled"),
+        "{again}"
+    );
+    let retried = db.json(&["jobs", "retry", &a]).await;
+    assert_eq!(retried["id"], a.as_str());
+    assert_eq!(retried["state"], "queued");
+    assert_eq!(retried["attempt"], 0);
+    let refused = db.fails(&["jobs", "retry", &a]).await;
+    assert!(
+        refused.contains("cannot retry a job that is queued"),
+        "{refused}"
+    );
+    assert_eq!(db.count("queued").await, 3, "a retry never makes a copy");
+
+    let unknown = db
+        .fails(&["jobs", "get", "0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79"])
+        .await;
+    assert!(unknown.contains("not found"), "{unknown}");
+    let bad = db.fails(&["jobs", "get", "nope"]).await;
+    assert!(bad.contains("invalid id"), "{bad}");
+    let bad = db.fails(&["jobs", "list", "--state", "sleeping"]).await;
+    assert!(bad.contains("state"), "{bad}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queues_pause_resume_and_list() {
+    let Some(db) = TestDb::migrated("queues_pause_resume_and_list").await else {
+        return;
+    };
+    db.enqueue("noop", "{}", &["--queue", "mail"]).await;
+    db.enqueue("noop", "{}", &["--queue", "mail"]).await;
+    let paused = db.json(&["queues", "pause", "mail"]).await;
+    assert_eq!(paused["name"], "mail", "{paused}");
+    assert_eq!(paused["paused"], true, "{paused}");
+
+    let list = db.json(&["queues", "list"]).await;
+    let mail = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "mail")
+        .unwrap_or_else(|| panic!("mail missing: {list}"));
+    assert_eq!(mail["paused"], true);
+    assert_eq!(mail["queued"], 2);
+    assert_eq!(mail["running"], 0);
+    let table = db.ok(&["queues", "list"]).await;
+    assert!(table.contains("mail") && table.contains("yes"), "{table}");
+
+    let resumed = db.json(&["queues", "resume", "mail"]).await;
+    assert_eq!(resumed["paused"], false, "{resumed}");
+    let line = db.ok(&["queues", "resume", "mail"]).await;
+    assert!(line.contains("queue mail resumed"), "{line}");
+    let list = db.json(&["queues", "list"]).await;
+    assert_eq!(list[0]["paused"], false, "{list}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_set_list_clear_round_trip() {
+    let Some(db) = TestDb::migrated("limits_set_list_clear_round_trip").await else {
+        return;
+    };
+    let set = db
+        .json(&[
+            "limits",
+            "set",
+            "kind:email.send",
+            "--max-running",
+            "5",
+            "--rate",
+            "100/1m",
+        ])
+        .await;
+    assert_eq!(set["key"], "kind:email.send", "{set}");
+    assert_eq!(set["max_running"], 5);
+    assert_eq!(set["rate"], json!({"count": 100, "period_ms": 60000}));
+    db.ok(&["limits", "set", "customer:42", "--rate", "10/s"])
+        .await;
+
+    let list = db.json(&["limits", "list"]).await;
+    let keys: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, vec!["customer:42", "kind:email.send"], "{list}");
+    assert_eq!(list[1]["running"], 0);
+    assert_eq!(list[0]["max_running"], Value::Null);
+    let table = db.ok(&["limits", "list"]).await;
+    assert!(
+        table.contains("kind:email.send") && table.contains("100/1m"),
+        "{table}"
+    );
+
+    let cleared = db.json(&["limits", "clear", "kind:email.send"]).await;
+    assert_eq!(cleared["cleared"], "kind:email.send");
+    let list = db.json(&["limits", "list"]).await;
+    assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
+    let missing = db.fails(&["limits", "clear", "kind:email.send"]).await;
+    assert!(missing.contains("not found"), "{missing}");
+    let empty = db.fails(&["limits", "set", "kind:x"]).await;
+    assert!(empty.contains("--max-running"), "{empty}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedules_add_list_remove_round_trip() {
+    let Some(db) = TestDb::migrated("schedules_add_list_remove_round_trip").await else {
+        return;
+    };
+    let added = db
+        .json(&[
+            "schedules",
+            "add",
+            "nightly-report",
+            "--cron",
+            "0 2 * * *",
+            "--timezone",
+            "Europe/Berlin",
+            "--kind",
+            "report.build",
+            "--args",
+            r#"{"scope":"all"}"#,
+            "--queue",
+            "reports",
+            "--priority",
+            "3",
+            "--max-attempts",
+            "4",
+        ])
+        .await;
+    assert_eq!(added["name"], "nightly-report", "{added}");
+
+    let list = db.json(&["schedules", "list"]).await;
+    let s = &list[0];
+    assert_eq!(s["cron"], "0 2 * * *", "{list}");
+    assert_eq!(s["timezone"], "Europe/Berlin");
+    assert_eq!(s["kind"], "report.build");
+    assert_eq!(s["args"], json!({"scope": "all"}));
+    assert_eq!(s["queue"], "reports");
+    assert_eq!(s["priority"], 3);
+    assert_eq!(s["max_attempts"], 4);
+    let next: chrono::DateTime<chrono::Utc> = s["next_tick_at"]
+        .as_str()
+        .expect("next tick")
+        .parse()
+        .unwrap();
+    assert!(
+        [0, 1].contains(&chrono::Timelike::hour(&next)) && chrono::Timelike::minute(&next) == 0,
+        "02:00 in Berlin is 00:00 or 01:00 UTC: {next}"
+    );
+    let table = db.ok(&["schedules", "list"]).await;
+    assert!(
+        table.contains("nightly-report") && table.contains("Europe/Berlin"),
+        "{table}"
+    );
+
+    let bad = db
+        .fails(&[
+            "schedules",
+            "add",
+            "x",
+            "--cron",
+            "not cron",
+            "--kind",
+            "noop",
+        ])
+        .await;
+    assert!(bad.contains("cron"), "{bad}");
+    let bad = db
+        .fails(&[
+            "schedules",
+            "add",
+            "x",
+            "--cron",
+            "* * * * *",
+            "--kind",
+            "noop",
+            "--timezone",
+            "Mars/Base",
+        ])
+        .await;
+    assert!(bad.contains("timezone"), "{bad}");
+
+    let removed = db.json(&["schedules", "remove", "nightly-report"]).await;
+    assert_eq!(removed["removed"], "nightly-report");
+    assert_eq!(db.json(&["schedules", "list"]).await, json!([]));
+    let missing = db.fails(&["schedules", "remove", "nightly-report"]).await;
+    assert!(missing.contains("not found"), "{missing}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_and_metrics_count_per_queue_and_state() {
+    let Some(db) = TestDb::migrated("snapshot_and_metrics_count_per_queue_and_state").await else {
+        return;
+    };
+    db.enqueue("noop", "{}", &["--queue", "mail"]).await;
+    db.enqueue("noop", "{}", &["--queue", "mail"]).await;
+    db.enqueue("noop", "{}", &["--queue", "later", "--delay", "1h"])
+        .await;
+    let cancelled = db.enqueue("noop", "{}", &["--queue", "later"]).await;
+    db.ok(&["jobs", "cancel", &cancelled]).await;
+
+    let snapshot = db.json(&["snapshot"]).await;
+    let queue = |name: &str| {
+        snapshot["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|q| q["queue"] == name)
+            .unwrap_or_else(|| panic!("{name} missing: {snapshot}"))
+            .clone()
+    };
+    let mail = queue("mail");
+    assert_eq!(mail["counts"]["queued"], 2, "{snapshot}");
+    assert_eq!(mail["ready"], 2);
+    assert_eq!(mail["running"], 0);
+    assert!(mail["oldest_ready_age_ms"].as_u64().is_some(), "{snapshot}");
+    let later = queue("later");
+    assert_eq!(later["counts"]["queued"], 1, "{snapshot}");
+    assert_eq!(later["counts"]["cancelled"], 1, "{snapshot}");
+    assert_eq!(later["ready"], 0);
+    assert!(later["oldest_ready_age_ms"].is_null(), "{snapshot}");
+    let table = db.ok(&["snapshot"]).await;
+    assert!(
+        table.contains("oldest ready") && table.contains("mail"),
+        "{table}"
+    );
+
+    let metrics = db.ok(&["metrics"]).await;
+    assert!(metrics.contains("drover_jobs{"), "{metrics}");
+    assert!(
+        metrics.contains(r#"drover_jobs{queue="mail",state="queued"} 2"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"drover_jobs{queue="later",state="cancelled"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"drover_queue_paused{queue="mail"} 0"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("drover_queue_lag_seconds{queue=\"mail\"}"),
+        "{metrics}"
+    );
+    assert!(metrics.trim_end().ends_with("# EOF"), "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_enqueue_reports_bad_lines_and_loads_the_rest() {
+    let Some(db) = TestDb::migrated("bulk_enqueue_reports_bad_lines_and_loads_the_rest").await
+    else {
+        return;
+    };
+    // 250 lines in batches of 100: bad lines spread over the batches, a blank line (skipped),
+    // and an idempotency conflict that makes the store refuse its whole batch (which is then
+    // loaded job by job so only the conflicting line is rejected).
+    let mut lines = Vec::new();
+    let mut bad = Vec::new();
+    for number in 1..=250usize {
+        let line = match number {
+            3 => "this is not JSON".to_owned(),
+            50 => String::new(),
+            120 => r#"{"kind": "bad kind!"}"#.to_owned(),
+            130 => r#"{"kind": "noop", "idempotency_key": "k"}"#.to_owned(),
+            131 => r#"{"kind": "sleep", "args": {"ms": 1}, "idempotency_key": "k"}"#.to_owned(),
+            199 => r#"{"kind": "noop", "max_attempts": 0}"#.to_owned(),
+            250 => r#"{"kind": "noop", "colour": "blue"}"#.to_owned(),
+            n => format!(r#"{{"kind": "noop", "meta": {{"line": {n}}}}}"#),
+        };
+        if [3, 120, 131, 199, 250].contains(&number) {
+            bad.push(number);
+        }
+        lines.push(line);
+    }
+    let file = TempFile::new("bulk.jsonl", &(lines.join("\n") + "\n"));
+    let answer = db
+        .json(&["enqueue", "--file", file.arg(), "--batch-size", "100"])
+        .await;
+    let rejected: Vec<u64> = answer["rejected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["line"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        rejected,
+        bad.iter().map(|&n| n as u64).collect::<Vec<_>>(),
+        "{answer}"
+    );
+    let by_line = |n: u64| {
+        answer["rejected"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["line"] == n)
+            .unwrap()["error"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert!(by_line(3).contains("not valid JSON"), "{answer}");
+    assert!(by_line(120).contains("kind"), "{answer}");
+    assert!(by_line(131).contains("conflict"), "{answer}");
+    assert!(by_line(199).contains("max_attempts"), "{answer}");
+    assert!(by_line(250).contains("colour"), "{answer}");
+    let loaded = 250 - 1 - bad.len() as i64;
+    assert_eq!(answer["created"], loaded, "{answer}");
+    assert_eq!(db.count("queued").await, loaded);
+    let line_7: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM drover.jobs WHERE meta @> '{\"line\": 7}'")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(line_7, 1);
+
+    // People get a summary on stdout and the bad lines on stderr; loading again replays the
+    // idempotent line and creates the rest anew.
+    let out = db.run(&["enqueue", "--file", file.arg()]).await;
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout.contains(&format!(
+            "{} enqueued, 1 replayed, 0 duplicate, 5 rejected",
+            loaded - 1
+        )),
+        "{stdout}"
+    );
+    for n in &bad {
+        assert!(
+            stderr.contains(&format!("line {n}: ")),
+            "line {n} missing from:\n{stderr}"
+        );
+    }
+    // Per-job flags do not silently apply to a file.
+    let out = db
+        .run(&["enqueue", "--file", file.arg(), "--queue", "mail"])
+        .await;
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prune_deletes_old_finished_jobs_in_batches() {
+    let Some(db) = TestDb::migrated("prune_deletes_old_finished_jobs_in_batches").await else {
+        return;
+    };
+    let jobs = TempFile::new(
+        "noops.jsonl",
+        &format!("{}\n", [r#"{"kind": "noop"}"#; 7].join("\n")),
+    );
+    db.json(&["enqueue", "--file", jobs.arg()]).await;
+    let mut worker = db.spawn(&["worker", "--slots", "4"]);
+    worker.worker_started().await;
+    wait_until("7 jobs to succeed", WAIT, || async {
+        (db.count("succeeded").await == 7).then_some(())
+    })
+    .await;
+    worker.signal(Signal::TERM);
+    assert!(worker.wait_exit(WAIT).await.success());
+
+    // Five finished 8 days ago, two just now; one queued and one far in the future.
+    sqlx::query(
+        "UPDATE drover.jobs SET finished_at = now() - interval '8 days' \
+         WHERE id IN (SELECT id FROM drover.jobs ORDER BY id LIMIT 5)",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    db.enqueue("noop", "{}", &["--queue", "idle"]).await;
+    db.enqueue(
+        "noop",
+        "{}",
+        &["--queue", "idle", "--run-at", "2099-01-01T00:00:00Z"],
+    )
+    .await;
+
+    let pruned = db
+        .json(&["prune", "--older-than", "7d", "--batch", "2"])
+        .await;
+    assert_eq!(pruned["deleted"], 5, "{pruned}");
+    assert_eq!(pruned["older_than_seconds"], 7 * 24 * 3600);
+    assert_eq!(db.count("succeeded").await, 2);
+    assert_eq!(db.count("queued").await, 2);
+    let line = db.ok(&["prune"]).await;
+    assert!(
+        line.starts_with("deleted 0 finished job(s) older than 7days"),
+        "{line}"
+    );
+    let bad = db.fails(&["prune", "--batch", "0"]).await;
+    assert!(bad.contains("--batch"), "{bad}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_list_shows_a_running_worker_until_it_stops() {
+    let Some(db) = TestDb::migrated("workers_list_shows_a_running_worker_until_it_stops").await
+    else {
+        return;
+    };
+    assert_eq!(db.json(&["workers", "list"]).await, json!([]));
+    let mut worker = db.spawn(&[
+        "worker",
+        "--queue",
+        "default",
+        "--queue",
+        "mail",
+        "--slots",
+        "2",
+        "--heartbeat",
+        "300ms",
+        "--lease",
+        "5s",
+    ]);
+    let id = worker.worker_started().await;
+    let row = wait_until("the worker to register", WAIT, || async {
+        let list = db.json(&["workers", "list"]).await;
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["id"] == id.as_str())
+            .cloned()
+    })
+    .await;
+    assert_eq!(row["pid"], worker.pid, "{row}");
+    assert!(!row["host"].as_str().unwrap().is_empty(), "{row}");
+    assert_eq!(row["queues"], json!(["default", "mail"]), "{row}");
+    let started: chrono::DateTime<chrono::Utc> =
+        row["started_at"].as_str().unwrap().parse().unwrap();
+    // The heartbeat moves last_heartbeat_at forward.
+    wait_until("a heartbeat after the start", WAIT, || async {
+        let list = db.json(&["workers", "list"]).await;
+        let beat: chrono::DateTime<chrono::Utc> =
+            list[0]["last_heartbeat_at"].as_str()?.parse().ok()?;
+        (beat > started).then_some(())
+    })
+    .await;
+    let table = db.ok(&["workers", "list"]).await;
+    for column in [
+        "id",
+        "host",
+        "pid",
+        "queues",
+        "started",
+        "last heartbeat",
+        "default,mail",
+    ] {
+        assert!(table.contains(column), "{column} missing from:\n{table}");
+    }
+    assert!(table.contains(&id), "{table}");
+
+    worker.signal(Signal::TERM);
+    assert!(worker.wait_exit(WAIT).await.success());
+    assert!(
+        worker.stderr().contains("drover: worker stopped: "),
+        "{}",
+        worker.stderr()
+    );
+    assert_eq!(db.json(&["workers", "list"]).await, json!([]));
+    assert!(db
+        .ok(&["workers", "list"])
+        .await
+        .contains("no workers registered"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stock_worker_runs_builtin_kinds_and_cancel_stops_a_running_job() {
+    let Some(db) =
+        TestDb::migrated("stock_worker_runs_builtin_kinds_and_cancel_stops_a_running_job").await
+    else {
+        return;
+    };
+    let noop = db.enqueue("noop", "{}", &[]).await;
+    let sleep = db.enqueue("sleep", r#"{"ms": 50}"#, &[]).await;
+    let fail_once = db.enqueue("fail", r#"{"fail_times": 1}"#, &[]).await;
+    let fail_always = db
+        .enqueue("fail", r#"{"fail_times": 5}"#, &["--max-attempts", "1"])
+        .await;
+    let long = db.enqueue("sleep", r#"{"ms": 600000}"#, &[]).await;
+    let mut worker = db.spawn(&["worker", "--slots", "8"]);
+    let id = worker.worker_started().await;
+    assert!(
+        worker.stderr().contains("kinds fail, noop, sleep"),
+        "the stock worker ships noop, sleep and fail (exec only with --allow-exec): {}",
+        worker.stderr()
+    );
+
+    db.wait_jobs(&[&long], "running", Some(&id), WAIT).await;
+    let requested = db.json(&["jobs", "cancel", &long]).await;
+    assert_eq!(requested["effect"], "requested", "{requested}");
+    db.wait_jobs(&[&long], "cancelled", None, WAIT).await;
+
+    db.wait_jobs(&[&noop, &sleep, &fail_once], "succeeded", None, WAIT)
+        .await;
+    db.wait_jobs(&[&fail_always], "failed", None, WAIT).await;
+    let job = db.json(&["jobs", "get", &fail_once]).await;
+    assert_eq!(job["attempt"], 2, "{job}");
+    assert_eq!(job["result"], json!({"succeeded_on_attempt": 2}));
+    assert_eq!(job["errors"][0]["attempt"], 1, "{job}");
+    let job = db.json(&["jobs", "get", &fail_always]).await;
+    assert_eq!(job["attempt"], 1, "{job}");
+    let failed = db.json(&["jobs", "list", "--state", "failed"]).await;
+    assert_eq!(ids(&failed), vec![fail_always.clone()]);
+
+    worker.signal(Signal::TERM);
+    assert!(worker.wait_exit(WAIT).await.success());
+    let stopped = worker.wait_for_line("worker stopped", WAIT).await;
+    assert!(
+        stopped.contains("succeeded 3") && stopped.contains("cancelled 1"),
+        "{stopped}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_runs_only_on_a_worker_started_with_allow_exec() {
+    let Some(db) = TestDb::migrated("exec_runs_only_on_a_worker_started_with_allow_exec").await
+    else {
+        return;
+    };
+    let echo = db
+        .enqueue(
+            "exec",
+            r#"{"program": "/bin/echo", "args": ["hello", "drover"]}"#,
+            &[],
+        )
+        .await;
+    let marker = db.enqueue("noop", "{}", &[]).await;
+
+    // Without --allow-exec the worker does not claim exec jobs at all.
+    let mut plain = db.spawn(&["worker", "--slots", "2"]);
+    let plain_id = plain.worker_started().await;
+    assert!(!plain.stderr().contains("exec"), "{}", plain.stderr());
+    db.wait_jobs(&[&marker], "succeeded", None, WAIT).await;
+    assert_eq!(
+        db.job_row(&echo).await,
+        cli_support::JobRow {
+            state: "queued".to_owned(),
+            attempt: 0,
+            lease_owner: None
+        },
+        "a worker without --allow-exec ({plain_id}) left the exec job alone"
+    );
+    plain.signal(Signal::TERM);
+    assert!(plain.wait_exit(WAIT).await.success());
+
+    // With it, the allowed program runs; another program is refused without a retry.
+    let denied = db
+        .enqueue(
+            "exec",
+            r#"{"program": "/bin/true"}"#,
+            &["--max-attempts", "3"],
+        )
+        .await;
+    let mut worker = db.spawn(&["worker", "--slots", "2", "--allow-exec", "/bin/echo"]);
+    worker.worker_started().await;
+    assert!(
+        worker.stderr().contains("kinds exec, fail, noop, sleep"),
+        "{}",
+        worker.stderr()
+    );
+    db.wait_jobs(&[&echo], "succeeded", None, WAIT).await;
+    let job = db.json(&["jobs", "get", &echo]).await;
+    assert_eq!(job["result"]["exit_code"], 0, "{job}");
+    assert_eq!(job["result"]["stdout"], "hello drover\n", "{job}");
+    assert_eq!(job["result"]["stderr"], "", "{job}");
+    db.wait_jobs(&[&denied], "failed", None, WAIT).await;
+    let job = db.json(&["jobs", "get", &denied]).await;
+    assert_eq!(job["attempt"], 1, "refused at once: {job}");
+    let message = job["errors"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("not allowed") && message.contains("--allow-exec"),
+        "{message}"
+    );
+    worker.signal(Signal::TERM);
+    assert!(worker.wait_exit(WAIT).await.success());
+}
+
+/// `GET path` on `addr` over plain HTTP/1.0; returns the whole response.
+async fn http_get(addr: &str, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    response
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_pools_filter_kinds_and_serve_metrics() {
+    let Some(db) = TestDb::migrated("worker_pools_filter_kinds_and_serve_metrics").await else {
+        return;
+    };
+    // `main` serves default with 2 slots; pool `long` serves reports with 1 slot, sleep only.
+    let mut worker = db.spawn(&[
+        "worker",
+        "--queue",
+        "default",
+        "--slots",
+        "2",
+        "--pool",
+        "long:reports:1:sleep",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ]);
+    let id = worker.worker_started().await;
+    assert!(
+        worker.stderr().contains(": 3 slot(s)"),
+        "{}",
+        worker.stderr()
+    );
+    let metrics_line = worker
+        .wait_for_line("drover: metrics on http://", WAIT)
+        .await;
+    let addr = metrics_line
+        .trim_start_matches("drover: metrics on http://")
+        .trim_end_matches("/metrics")
+        .to_owned();
+    assert!(
+        !addr.ends_with(":0"),
+        "the bound port is shown: {metrics_line}"
+    );
+
+    let noop_elsewhere = db.enqueue("noop", "{}", &["--queue", "reports"]).await;
+    let sleep = db
+        .enqueue("sleep", r#"{"ms": 10}"#, &["--queue", "reports"])
+        .await;
+    let noop = db.enqueue("noop", "{}", &[]).await;
+    db.wait_jobs(&[&sleep, &noop], "succeeded", None, WAIT)
+        .await;
+    assert_eq!(
+        db.job_row(&noop_elsewhere).await.state,
+        "queued",
+        "pool long of {id} runs only sleep"
+    );
+    let workers = db.json(&["workers", "list"]).await;
+    assert_eq!(
+        workers[0]["queues"],
+        json!(["default", "reports"]),
+        "{workers}"
+    );
+
+    let metrics = http_get(&addr, "/metrics").await;
+    assert!(
+        metrics.starts_with("HTTP/1.0 200") || metrics.starts_with("HTTP/1.1 200"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"drover_jobs{queue="reports",state="queued"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"drover_job_outcomes_total{kind="noop",outcome="succeeded"} 1"#),
+        "{metrics}"
+    );
+    let ready = http_get(&addr, "/v1/ready").await;
+    assert!(ready.contains(" 200 "), "{ready}");
+
+    worker.signal(Signal::TERM);
+    assert!(worker.wait_exit(WAIT).await.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quotas_come_from_the_environment() {
+    let Some(db) = TestDb::migrated("quotas_come_from_the_environment").await else {
+        return;
+    };
+    let enqueue = |tenant: &'static str| {
+        let mut command = db.command(&["enqueue", "noop", "--tenant", tenant]);
+        command
+            .env("DROVER_MAX_PENDING", "3")
+            .env("DROVER_MAX_TENANT_PENDING", "2")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        async move { command.output().await.unwrap() }
+    };
+    assert!(enqueue("a").await.status.success());
+    assert!(enqueue("a").await.status.success());
+    let refused = enqueue("a").await;
+    let line = cli_support::one_line_error(&refused.stderr);
+    assert!(
+        line.contains("quota exceeded: max_tenant_pending of tenant a"),
+        "{line}"
+    );
+    assert!(enqueue("b").await.status.success());
+    let refused = enqueue("c").await;
+    let line = cli_support::one_line_error(&refused.stderr);
+    assert!(
+        line.contains("quota exceeded: max_pending allows 3"),
+        "{line}"
+    );
+    // 0 turns a quota off.
+    let mut command = db.command(&["enqueue", "noop", "--tenant", "a"]);
+    command
+        .env("DROVER_MAX_PENDING", "0")
+        .env("DROVER_MAX_TENANT_PENDING", "none");
+    assert!(command.output().await.unwrap().status.success());
+    assert_eq!(db.count("queued").await, 4);
+}
