@@ -49,7 +49,7 @@ pub enum Command {
     Migrations(MigrationsCommand),
     /// Run a worker: claim and run jobs until SIGTERM or Ctrl-C.
     #[command(
-        after_help = "Examples:\n  drover worker --queue default --queue mail --slots 8\n  drover worker --slots 4 --pool long:reports:1:report.build\n  drover worker --allow-exec /usr/bin/convert"
+        after_help = "Examples:\n  drover worker --queue default --queue mail --slots 8\n  drover worker --queue default --slots 4 --pool long:reports:1:report.build\n  drover worker --allow-exec /usr/bin/convert"
     )]
     Worker(WorkerArgs),
     /// Enqueue one job, or many from a JSON Lines file.
@@ -110,7 +110,7 @@ pub enum MigrationsCommand {
 /// Worker settings shared by `worker`, `serve --worker` and `dev`.
 #[derive(Debug, Clone, Args)]
 pub struct WorkerArgs {
-    /// A queue to serve (repeatable; default: `default`).
+    /// A queue to serve (repeatable; default: `default` unless --pool is given).
     #[arg(long = "queue", value_name = "QUEUE")]
     pub queues: Vec<String>,
 
@@ -119,7 +119,8 @@ pub struct WorkerArgs {
     pub slots: usize,
 
     /// An extra pool NAME:QUEUE[,QUEUE...]:SLOTS[:KIND[,KIND...]] (repeatable), e.g.
-    /// `long:reports:1:report.build` reserves one slot for a long-running kind.
+    /// `long:reports:1:report.build` reserves one slot for a long-running kind. With --pool
+    /// and no --queue the worker serves only its pools (--slots applies to --queue).
     #[arg(long = "pool", value_name = "SPEC")]
     pub pools: Vec<String>,
 

@@ -225,3 +225,73 @@ pub async fn run(ctx: &Ctx, args: WorkerArgs, extensions: Extensions) -> Result<
     eprintln!("drover: worker stopped: {report}");
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use clap::Parser;
+
+    use super::*;
+    use crate::args::{Cli, Command};
+
+    fn config(args: &[&str]) -> WorkerConfig {
+        let cli = Cli::try_parse_from(std::iter::once("drover").chain(args.iter().copied()))
+            .expect("valid flags");
+        let Command::Worker(worker) = cli.command else {
+            panic!("not a worker command");
+        };
+        worker_config(&worker, &[]).expect("valid worker flags")
+    }
+
+    #[test]
+    fn slots_are_per_queue_and_pools_add_up() {
+        let c = config(&["worker", "--queue", "a", "--queue", "b", "--slots", "8"]);
+        assert_eq!(c.max_running(), 16);
+        let c = config(&[
+            "worker",
+            "--queue",
+            "default",
+            "--slots",
+            "2",
+            "--pool",
+            "long:reports:1:sleep",
+        ]);
+        assert_eq!(c.pools.len(), 2);
+        assert_eq!(c.pools[0].queues, vec![QueueName::default_queue()]);
+        assert_eq!(
+            c.pools[1].kinds,
+            Some(vec![JobKind::parse("sleep").unwrap()])
+        );
+        assert_eq!(c.max_running(), 3);
+        let c = config(&["worker", "--pool", "long:reports:1"]);
+        assert_eq!(c.pools.len(), 1, "a pool alone serves no default queue");
+    }
+
+    #[test]
+    fn a_short_lease_shortens_the_rescue_interval() {
+        let default = config(&["worker"]);
+        assert_eq!(default.rescue_interval, Duration::from_secs(15));
+        let short = config(&["worker", "--lease", "2s", "--heartbeat", "500ms"]);
+        assert_eq!(short.lease, Duration::from_secs(2));
+        assert_eq!(short.heartbeat_interval, Duration::from_millis(500));
+        assert_eq!(short.rescue_interval, Duration::from_secs(2));
+        let long = config(&["worker", "--lease", "10m"]);
+        assert_eq!(long.rescue_interval, Duration::from_secs(15));
+        let explicit = config(&["worker", "--lease", "2s", "--rescue-interval", "300ms"]);
+        assert_eq!(explicit.rescue_interval, Duration::from_millis(300));
+    }
+
+    #[test]
+    fn bad_pool_specs_name_the_problem() {
+        for (spec, needle) in [
+            ("long", "NAME:QUEUE"),
+            ("long:reports:x", "SLOTS"),
+            ("long:bad queue:1", "--pool"),
+            ("long:reports:1:bad kind", "--pool"),
+        ] {
+            let err = parse_pool(spec).unwrap_err().to_string();
+            assert!(err.contains(needle), "{spec}: {err}");
+        }
+    }
+}

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Set Drover's figures beside its peers' (issue #7, item 2) and print one table.
+
+    python3 bench/compare.py PEERS_JSONL DROVER_JSON [--clients 8]
+
+PEERS_JSONL: the results file of the peers' run-all.sh (one JSON line per measurement, with
+"peer", "config", and enqueue_per_s / process_per_s / p50_ms ... fields). DROVER_JSON: the file
+drover-bench writes (its "summary" holds medians per store and scenario). Peer figures are
+medians over their repetitions, like the peers' summarize.py. Throughput ratios are
+Drover / best peer (higher is better); latency ratios are Drover / best peer (lower is better).
+Targets are those of issue #7; "met" compares the median only, so read noisy runs with care.
+"""
+import argparse
+import json
+import re
+import statistics as st
+from collections import OrderedDict
+
+FLOOR = "pgbench-floor"
+
+
+def load_peers(path):
+    rows = []
+    if not path:
+        return rows
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("{"):
+                rows.append(json.loads(line))
+    return rows
+
+
+def medians(rows):
+    """{(peer, config): {"enqueue_per_s": m, "process_per_s": m, "p50_ms": m, ..., "partial": bool}}"""
+    groups = OrderedDict()
+    for r in rows:
+        if r.get("system") == "drover":
+            continue
+        key = (r.get("peer", "?"), r.get("config", r.get("mode", "?")))
+        groups.setdefault(key, []).append(r)
+    out = OrderedDict()
+    for key, rs in groups.items():
+        m = {"runs": len(rs), "partial": any(r.get("partial") for r in rs),
+             "aborted": any(r.get("aborted") for r in rs)}
+        for field in ("enqueue_per_s", "process_per_s", "p50_ms", "p90_ms", "p99_ms", "max_ms"):
+            xs = [r[field] for r in rs if isinstance(r.get(field), (int, float))]
+            m[field] = st.median(xs) if xs else None
+        out[key] = m
+    return out
+
+
+def best(groups, field, want_max=True, include=lambda peer, cfg: peer != FLOOR):
+    cands = [(m[field], peer, cfg, m) for (peer, cfg), m in groups.items()
+             if m.get(field) is not None and include(peer, cfg)]
+    if not cands:
+        return None
+    return (max if want_max else min)(cands, key=lambda c: c[0])
+
+
+def fmt_num(v, digits=0):
+    if v is None:
+        return "-"
+    return f"{v:,.{digits}f}"
+
+
+def drover_summary(doc, store, scenario):
+    for s in doc.get("summary", []):
+        if s.get("store") == store and s.get("scenario") == scenario:
+            return s
+    return None
+
+
+def spread_median(s, field):
+    if not s or not s.get(field):
+        return None
+    return s[field]["median"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("peers_jsonl", nargs="?", default="")
+    ap.add_argument("drover_json")
+    ap.add_argument("--clients", type=int, default=8,
+                    help="pgbench clients matched to Drover's producers (default 8)")
+    args = ap.parse_args()
+
+    groups = medians(load_peers(args.peers_jsonl))
+    with open(args.drover_json) as f:
+        doc = json.load(f)
+
+    rows = []  # (workload, drover, peer figure, peer label, ratio text, target text, verdict)
+
+    def add(workload, d, peer, target, higher_better=True, unit_digits=0, abs_target=None):
+        if peer is not None:
+            pv, pname, pcfg, pm = peer
+            label = f"{pname}: {pcfg}" + (" PARTIAL" if pm.get("partial") else "")
+        else:
+            pv, label = None, "-"
+        ratio = (d / pv) if (d is not None and pv) else None
+        ratio_text = "-" if ratio is None else f"{ratio:.2f}x"
+        verdict = ""
+        if abs_target is not None and d is not None:
+            verdict = "met" if abs_target(d) else "not met"
+        elif target is not None and ratio is not None:
+            verdict = "met" if (ratio >= target if higher_better else ratio <= target) else "not met"
+        rows.append((workload, fmt_num(d, unit_digits), fmt_num(pv, unit_digits), label,
+                     ratio_text, verdict))
+
+    pg = lambda sc: drover_summary(doc, "postgres", sc)
+    mem = lambda sc: drover_summary(doc, "memory", sc)
+
+    # Batch enqueue vs the fastest peer queue's bulk enqueue (target: 2x).
+    add("PG enqueue, batches of 1,000 (jobs/s) [target >= 2x]",
+        spread_median(pg("enqueue_batch"), "enqueue_per_s"), best(groups, "enqueue_per_s"), 2.0)
+
+    # Single-job enqueue vs pgbench one-row INSERT per transaction with as many clients.
+    def floor_insert1(peer, cfg):
+        m = re.match(r"insert 1 row/tx\s+c=(\d+)", cfg)
+        return peer == FLOOR and m is not None and int(m.group(1)) == args.clients
+    ref = best(groups, "enqueue_per_s", include=floor_insert1)
+    if ref is None:  # fall back to the largest client count measured
+        def any_insert1(peer, cfg):
+            m = re.match(r"insert 1 row/tx\s+c=(\d+)", cfg)
+            return peer == FLOOR and m is not None and int(m.group(1)) > 1
+        ref = best(groups, "enqueue_per_s", include=any_insert1)
+    add(f"PG enqueue, 1 job/call, {args.clients} producers (jobs/s) [target >= 0.8x pgbench]",
+        spread_median(pg("enqueue_single"), "enqueue_per_s"), ref, 0.8)
+
+    # Processing vs the fastest peer (target: 1.5x).
+    best_proc = best(groups, "process_per_s")
+    for s in doc.get("summary", []):
+        if s.get("store") == "postgres" and s.get("scenario", "").startswith("process_"):
+            add(f"PG process, {s['config']} (jobs/s) [target >= 1.5x]",
+                spread_median(s, "process_per_s"), best_proc, 1.5)
+
+    # Latency: lowest peer p50 / p99; absolute targets p50 < 3 ms, p99 < 10 ms.
+    lat = pg("latency")
+    lat_pg = lat.get("latency") if lat else None
+    add("PG enqueue-to-start p50 (ms) [target < 3 ms; ratio: lower is better]",
+        lat_pg and lat_pg["p50_ms"], best(groups, "p50_ms", want_max=False), None, False, 2,
+        abs_target=lambda v: v < 3.0)
+    add("PG enqueue-to-start p99 (ms) [target < 10 ms; ratio: lower is better]",
+        lat_pg and lat_pg["p99_ms"], best(groups, "p99_ms", want_max=False), None, False, 2,
+        abs_target=lambda v: v < 10.0)
+
+    # Memory store: absolute target on end-to-end processing.
+    mem_best = None
+    for s in doc.get("summary", []):
+        if s.get("store") == "memory" and s.get("scenario", "").startswith("process_"):
+            v = spread_median(s, "process_per_s")
+            if v is not None and (mem_best is None or v > mem_best[0]):
+                mem_best = (v, s["config"])
+    if mem_best:
+        rows.append((f"memory process, best: {mem_best[1]} (jobs/s) [target >= 500,000]",
+                     fmt_num(mem_best[0]), "-", "-", "-",
+                     "met" if mem_best[0] >= 500_000 else "not met"))
+
+    machine = doc.get("machine", {})
+    pginfo = doc.get("postgres") or {}
+    print(f"Drover vs peers - {doc.get('started_at', '?')} - {machine.get('nproc', '?')} cores "
+          f"({machine.get('cpu_model', '?')}), load at start {machine.get('load_average_start')}"
+          + (" NOISY" if doc.get("noisy") else ""))
+    if pginfo:
+        settings = pginfo.get("settings", {})
+        print(f"{pginfo.get('version', '?').split(' on ')[0]}; fsync={settings.get('fsync')} "
+              f"synchronous_commit={settings.get('synchronous_commit')}; "
+              f"Drover n={doc['plan']['jobs']} reps={doc['plan']['reps']}, quotas {doc.get('quotas')}")
+    w = [max(len(r[i]) for r in rows + [("workload", "Drover", "peer", "best peer (config)", "ratio", "")])
+         for i in range(6)]
+    w[3] = min(w[3], 60)
+    head = ("workload", "Drover", "peer", "best peer (config)", "ratio", "target")
+    print(f"{head[0]:<{w[0]}}  {head[1]:>{w[1]}}  {head[2]:>{w[2]}}  {head[3]:<{w[3]}}  {head[4]:>{w[4]}}  {head[5]}")
+    for r in rows:
+        print(f"{r[0]:<{w[0]}}  {r[1]:>{w[1]}}  {r[2]:>{w[2]}}  {r[3][:w[3]]:<{w[3]}}  {r[4]:>{w[4]}}  {r[5]}")
+
+    refs = [(cfg, m) for (peer, cfg), m in groups.items() if peer == FLOOR]
+    if refs:
+        print()
+        print("pgbench references (PostgreSQL floor on this machine, medians):")
+        for cfg, m in refs:
+            v = m.get("process_per_s") or m.get("enqueue_per_s")
+            what = "process" if m.get("process_per_s") else "enqueue"
+            print(f"  {cfg:<34} {what} {fmt_num(v):>10} jobs/s" + (" ABORTED" if m.get("aborted") else ""))
+
+
+if __name__ == "__main__":
+    main()

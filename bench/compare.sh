@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Drover beside its peers, on the same PostgreSQL, in the same run (issue #7, item 2).
+#
+# Builds drover-bench in release, runs it, then runs the peer benchmark scripts of
+# ../shared/bench (pgbench reference scripts, graphile-worker and pg-boss from npm, awa and
+# River for Rust from crates.io) with the same job count, and prints Drover's figures as ratios
+# to the best peer's. See BENCHMARKS.md.
+#
+#   bash bench/compare.sh            # full: N=20000 jobs, REPS=3 (about 25 min on 2 cores)
+#   bash bench/compare.sh quick      # smoke: N=2000, REPS=1 (a few minutes once peers are built)
+#   N=50000 bash bench/compare.sh    # other job count (Drover and peers use the same N)
+#   PEERS_JSONL=bench/results/<run>/peers.jsonl bash bench/compare.sh   # reuse a peers run
+#
+# Env: PGHOST PGPORT PGUSER PGPASSWORD (default 127.0.0.1 5432 postgres postgres);
+#      N (20000), REPS (3), PEERS (run-all.sh's list, default all: "floor gw pgboss awa river");
+#      PGB_C (8: pgbench clients, as many as Drover's producers), PGB_T (pgbench seconds);
+#      PEER_SRC (../shared/bench beside the repo), PEERS_DIR (bench/.peers: the peers' copy,
+#      kept between runs so npm packages and Rust builds are reused);
+#      PEERS_JSONL (a peers results file to reuse instead of running the peers);
+#      SKIP_PEERS=1 (Drover only); DROVER_ARGS (extra drover-bench options).
+# Results: bench/results/<UTC time>/ (gitignored): drover.json, drover.jsonl, peers.jsonl,
+#          comparison.txt, and the logs.
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+cd "$REPO"
+
+export PGHOST=${PGHOST:-127.0.0.1} PGPORT=${PGPORT:-5432} PGUSER=${PGUSER:-postgres} PGPASSWORD=${PGPASSWORD:-postgres}
+MODE=${1:-full}
+FAILED=""
+N=${N:-20000}; REPS=${REPS:-3}; PGB_C=${PGB_C:-8}
+LAT_JOBS=${LAT_JOBS:-1000}
+PEER_SRC=${PEER_SRC:-$REPO/../shared/bench}
+PEERS_DIR=${PEERS_DIR:-$REPO/bench/.peers}
+RUN_ALL_ARGS=()
+if [[ $MODE == quick ]]; then
+  N=2000; REPS=1; LAT_JOBS=100; RUN_ALL_ARGS=(quick)   # run-all.sh quick: N=2000, REPS=1
+elif [[ $MODE != full ]]; then
+  echo "usage: bash bench/compare.sh [full|quick]" >&2; exit 2
+fi
+
+STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+OUT=$REPO/bench/results/$STAMP
+mkdir -p "$OUT"
+log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
+
+read -r LOAD1 _ < /proc/loadavg
+if awk -v l="$LOAD1" 'BEGIN { exit !(l >= 1.0) }'; then
+  log "WARNING: load average $LOAD1 >= 1: other work is using the CPU; figures will be noisy"
+fi
+{
+  echo "# $(date -Is) $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "# drover $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' (modified tree)') mode=$MODE N=$N REPS=$REPS PGB_C=$PGB_C LAT_JOBS=$LAT_JOBS"
+} | tee "$OUT/env.txt" >&2
+
+# ---------- Drover ----------
+log "cargo build --release -p drover-bench"
+cargo build --release --quiet -p drover-bench
+DB_URL="postgres://$PGUSER:$PGPASSWORD@$PGHOST:$PGPORT/drover_bench"
+log "drover-bench: N=$N REPS=$REPS"
+# shellcheck disable=SC2086  # DROVER_ARGS is a list of options
+DROVER_BENCH_DATABASE_URL=$DB_URL target/release/drover-bench \
+  --jobs "$N" --reps "$REPS" --latency-jobs "$LAT_JOBS" --producers "$PGB_C" \
+  --out "$OUT/drover.json" --note "$(sed -n 2p "$OUT/env.txt" | sed 's/^# //')" ${DROVER_ARGS:-} \
+  | tee "$OUT/drover.txt" || { FAILED="drover-bench"; log "drover-bench reported a failure (see above)"; }
+grep '^{' "$OUT/drover.txt" > "$OUT/drover.jsonl" || true
+[[ -f $OUT/drover.json ]] || { echo "drover-bench wrote no results file" >&2; exit 1; }
+
+# ---------- peers ----------
+if [[ -n ${PEERS_JSONL:-} ]]; then
+  log "reusing peers results $PEERS_JSONL (not re-running the peers)"
+  cp "$PEERS_JSONL" "$OUT/peers.jsonl"
+elif [[ -z ${SKIP_PEERS:-} ]]; then
+  if [[ ! -f $PEER_SRC/run-all.sh ]]; then
+    echo "peer scripts not found at $PEER_SRC (set PEER_SRC)" >&2; exit 1
+  fi
+  # Refresh the copy file by file (only what changed), keeping node_modules and Rust builds.
+  # Each Rust peer gets an empty [workspace] table so cargo does not take it for a member of
+  # the Drover workspace it sits in.
+  mkdir -p "$PEERS_DIR"
+  STAGE=$(mktemp -d); trap 'rm -rf "$STAGE"' EXIT
+  cp -R "$PEER_SRC/." "$STAGE/"; chmod -R u+w "$STAGE"
+  for manifest in "$STAGE"/rust/Cargo.toml "$STAGE"/rust-river/Cargo.toml; do
+    [[ -f $manifest ]] && printf '\n# Added by bench/compare.sh: keep this peer out of the Drover workspace.\n[workspace]\n' >> "$manifest"
+  done
+  (cd "$STAGE" && find . -type f) | while read -r f; do
+    if ! cmp -s "$STAGE/$f" "$PEERS_DIR/$f"; then mkdir -p "$(dirname "$PEERS_DIR/$f")"; cp "$STAGE/$f" "$PEERS_DIR/$f"; fi
+  done
+  mkdir -p "$PEERS_DIR/results"
+  before=$(ls "$PEERS_DIR"/results/*.jsonl 2>/dev/null || true)
+  log "peers: run-all.sh ${RUN_ALL_ARGS[*]:-} (N=$N REPS=$REPS PGB_C=$PGB_C; first use installs npm packages and builds the Rust peers)"
+  (cd "$PEERS_DIR" && N=$N REPS=$REPS PGB_C=$PGB_C bash run-all.sh "${RUN_ALL_ARGS[@]}") 2>&1 | tee "$OUT/peers.txt" \
+    || { FAILED="${FAILED:+$FAILED, }peers"; log "the peers' run-all.sh failed (see above); comparing what it wrote"; }
+  after=$(ls -t "$PEERS_DIR"/results/*.jsonl 2>/dev/null | head -1 || true)
+  if [[ -z $after ]] || grep -qxF "$after" <<<"$before"; then
+    echo "the peers' run wrote no results file" >&2; exit 1
+  fi
+  cp "$after" "$OUT/peers.jsonl"; cp "$after.env" "$OUT/peers.env" 2>/dev/null || true
+fi
+
+# ---------- comparison ----------
+echo
+PEERS_FILE=""; [[ -f $OUT/peers.jsonl ]] && PEERS_FILE=$OUT/peers.jsonl
+python3 bench/compare.py --clients "$PGB_C" "$PEERS_FILE" "$OUT/drover.json" | tee "$OUT/comparison.txt"
+if [[ -f $OUT/peers.jsonl && -f $PEERS_DIR/summarize.py ]]; then
+  # Everything in one list too, with the peers' own summarizer (Drover lines carry peer/config).
+  cat "$OUT/peers.jsonl" "$OUT/drover.jsonl" > "$OUT/combined.jsonl"
+  echo; python3 "$PEERS_DIR/summarize.py" "$OUT/combined.jsonl" | tee "$OUT/combined.txt"
+fi
+echo
+echo "results: $OUT"
+if [[ -n ${FAILED:-} ]]; then echo "FAILED: $FAILED (partial results)" >&2; exit 1; fi

@@ -1,0 +1,73 @@
+//! `drover-bench`: Drover's benchmark harness (issue #7, DESIGN.md section 8). Not a test: it
+//! asserts nothing about time, it measures and reports.
+//!
+//! Against PostgreSQL and against the memory store it measures
+//! - enqueue throughput: one job per call from 8 concurrent producers, and batches of 1,000;
+//! - end-to-end processing throughput of N no-op jobs enqueued beforehand, with 1, 2 and 4
+//!   worker processes of 32 slots each (the memory store runs its workers in-process);
+//! - enqueue-to-start latency (p50, p90, p99, max) of jobs enqueued one at a time at a steady
+//!   rate while an idle worker waits on LISTEN/NOTIFY.
+//!
+//! Every PostgreSQL measurement runs on a freshly created database. Quotas are off
+//! (`Quotas::unbounded()`), PostgreSQL's durability settings are whatever the server has (the
+//! bench records them and warns when fsync or synchronous_commit is off). Output: one JSON line
+//! per measurement on stdout (the field names of the peer scripts in `../shared/bench`), then a
+//! table of medians; a JSON file with everything plus the machine and PostgreSQL settings.
+//!
+//! `drover-bench worker` is the child mode the bench spawns for multi-process runs; it is not
+//! meant to be run by hand.
+
+mod child;
+mod enqueue;
+mod latency;
+mod machine;
+mod options;
+mod process;
+mod report;
+mod run;
+mod stats;
+mod target;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::options::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,sqlx::query=error")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("drover-bench: cannot start the tokio runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = match cli.command {
+        Some(Command::Worker(args)) => runtime.block_on(child::run_worker(args)),
+        Some(Command::Run(args)) => runtime.block_on(run::run(*args)),
+        None => runtime.block_on(run::run(cli.run)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("drover-bench: {error}");
+            let mut source = std::error::Error::source(&error);
+            while let Some(cause) = source {
+                eprintln!("  caused by: {cause}");
+                source = cause.source();
+            }
+            ExitCode::FAILURE
+        }
+    }
+}

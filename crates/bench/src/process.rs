@@ -1,0 +1,396 @@
+//! End-to-end processing throughput (issue #7, item 1b): N no-op jobs are enqueued beforehand,
+//! then W workers of S slots each are told to start; the figure is N / (time from that moment
+//! until the last job is recorded succeeded).
+//!
+//! "Recorded" is exact: the runner reports [`Metrics::job_finished`] only after the completer's
+//! `jobs_finish` call returned, so when the counts reach N every outcome is committed; the
+//! store's own count (`queue_snapshot`) is checked afterwards and, should it still be short,
+//! polled until it agrees (then its time is used).
+//!
+//! Workers run either in this process (memory store, or `--worker-mode in-process`) or as child
+//! processes (this binary in `worker` mode, see `child.rs`), which report their counts on
+//! stdout.
+
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use drover_core::{Error, JobKind, JobStore, QueueName};
+use drover_runner::{
+    CancellationToken, JobContext, JobOutcome, Metrics, Outcome, PoolConfig, Registry, Worker,
+    WorkerConfig,
+};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::{mpsc, Notify};
+
+use crate::options::{DATABASE_URL_ENV, KIND, QUEUE};
+use crate::target::{succeeded, wait_succeeded, PgTarget};
+
+/// How often the store's count is polled when it lags the workers' reports.
+const VERIFY_INTERVAL: Duration = Duration::from_millis(5);
+/// How long a worker process may take to connect and say `ready`.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a worker process may take to stop after `stop`.
+const STOP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The longest a processing measurement of `n` jobs may take before it is abandoned: 2 min,
+/// or 10 ms a job if that is longer.
+pub fn deadline_for(n: usize) -> Duration {
+    Duration::from_secs(120).max(Duration::from_millis(10).saturating_mul(n as u32))
+}
+
+/// Counts jobs recorded as succeeded; wakes waiters when the count changes and when it
+/// reaches its target.
+#[derive(Debug)]
+pub struct SucceededCounter {
+    count: AtomicU64,
+    target: u64,
+    /// Notified (one stored permit) when the count reaches the target.
+    pub reached: Notify,
+    /// Notified (one stored permit, so bursts coalesce) whenever the count grows.
+    pub changed: Notify,
+}
+
+impl SucceededCounter {
+    /// A counter that fires [`SucceededCounter::reached`] at `target` (`u64::MAX`: never).
+    pub fn new(target: u64) -> Self {
+        SucceededCounter {
+            count: AtomicU64::new(0),
+            target,
+            reached: Notify::new(),
+            changed: Notify::new(),
+        }
+    }
+
+    /// Jobs counted so far.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Acquire)
+    }
+}
+
+impl Metrics for SucceededCounter {
+    fn job_finished(&self, _: &JobKind, _: &QueueName, outcome: JobOutcome, _: Duration) {
+        if outcome == JobOutcome::Succeeded {
+            let count = self.count.fetch_add(1, Ordering::AcqRel) + 1;
+            self.changed.notify_one();
+            if count == self.target {
+                self.reached.notify_one();
+            }
+        }
+    }
+}
+
+/// A registry with the `noop` kind: a handler that succeeds at once.
+///
+/// # Errors
+/// Never in practice (`KIND` is a valid name).
+pub fn noop_registry() -> Result<Registry, Error> {
+    let mut registry = Registry::new();
+    registry.register_fn(JobKind::parse(KIND)?, |_ctx: JobContext| async {
+        Outcome::success()
+    });
+    Ok(registry)
+}
+
+/// A worker with one pool of `slots` slots on the `bench` queue, default settings otherwise
+/// (LISTEN/NOTIFY wake-ups, 1 s poll fallback, batched completer), reporting to `metrics`.
+///
+/// # Errors
+/// `InvalidInput` from the worker configuration.
+pub fn bench_worker(
+    store: Arc<dyn JobStore>,
+    registry: Registry,
+    slots: usize,
+    metrics: Arc<dyn Metrics>,
+) -> Result<Worker, Error> {
+    let config = WorkerConfig::with_pools(vec![PoolConfig::new(
+        "bench",
+        vec![QueueName::parse(QUEUE)?],
+        slots,
+    )]);
+    Ok(Worker::new(store, Arc::new(registry), config)?.metrics(metrics))
+}
+
+/// Runs `workers` workers of `slots` slots inside this process on `store`, which holds `n`
+/// ready jobs; returns the time from their start until all `n` are recorded succeeded.
+///
+/// # Errors
+/// `Fatal` when they do not finish within [`deadline_for`]; a worker's error.
+pub async fn in_process(
+    store: Arc<dyn JobStore>,
+    n: usize,
+    workers: usize,
+    slots: usize,
+) -> Result<Duration, Error> {
+    let counter = Arc::new(SucceededCounter::new(n as u64));
+    let built = (0..workers)
+        .map(|_| {
+            bench_worker(
+                Arc::clone(&store),
+                noop_registry()?,
+                slots,
+                Arc::clone(&counter) as Arc<dyn Metrics>,
+            )
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    let shutdown = CancellationToken::new();
+    let started = Instant::now();
+    let runs: Vec<_> = built
+        .into_iter()
+        .map(|worker| tokio::spawn(worker.run(shutdown.clone())))
+        .collect();
+    let waited = tokio::time::timeout(deadline_for(n), counter.reached.notified()).await;
+    let mut finished = Instant::now();
+    let outcome = match waited {
+        Ok(()) => {
+            if succeeded(store.as_ref()).await? < n as u64 {
+                finished = wait_succeeded(
+                    store.as_ref(),
+                    n as u64,
+                    VERIFY_INTERVAL,
+                    Duration::from_secs(60),
+                )
+                .await?;
+            }
+            Ok(finished.duration_since(started))
+        }
+        Err(_) => Err(Error::fatal(format!(
+            "only {} of {n} jobs succeeded within {} s",
+            counter.count(),
+            deadline_for(n).as_secs()
+        ))),
+    };
+    shutdown.cancel();
+    for run in runs {
+        run.await
+            .map_err(|error| Error::fatal(format!("a worker task failed: {error}")))??;
+    }
+    outcome
+}
+
+/// A line from a worker process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ChildLine {
+    /// Connected and waiting for `start`.
+    Ready,
+    /// Jobs it has recorded as succeeded so far.
+    Succeeded(u64),
+    /// Anything else (its final report), passed to the log.
+    Other(String),
+    /// Its stdout closed: it exited.
+    Closed,
+}
+
+impl ChildLine {
+    fn parse(line: &str) -> ChildLine {
+        let line = line.trim();
+        if line == "ready" {
+            return ChildLine::Ready;
+        }
+        match line.strip_prefix("succeeded ").map(str::parse) {
+            Some(Ok(count)) => ChildLine::Succeeded(count),
+            _ => ChildLine::Other(line.to_owned()),
+        }
+    }
+}
+
+/// One spawned worker process.
+struct WorkerProcess {
+    child: Child,
+    stdin: ChildStdin,
+}
+
+impl WorkerProcess {
+    async fn say(&mut self, word: &str) -> Result<(), Error> {
+        let io = |error: std::io::Error| Error::Fatal {
+            message: "could not write to a worker process".to_owned(),
+            source: Some(Box::new(error)),
+        };
+        self.stdin
+            .write_all(format!("{word}\n").as_bytes())
+            .await
+            .map_err(io)?;
+        self.stdin.flush().await.map_err(io)
+    }
+}
+
+/// Runs `workers` worker processes of `slots` slots on the PostgreSQL `target`, whose database
+/// holds `n` ready jobs; `store` is used only to check the final count. Returns the time from
+/// telling them to start until all `n` are recorded succeeded.
+///
+/// # Errors
+/// `Fatal` when a process cannot be started, exits early, or they do not finish within
+/// [`deadline_for`].
+pub async fn processes(
+    target: &PgTarget,
+    store: &dyn JobStore,
+    n: usize,
+    workers: usize,
+    slots: usize,
+) -> Result<Duration, Error> {
+    let exe = std::env::current_exe().map_err(|error| Error::Fatal {
+        message: "cannot find the drover-bench executable to spawn workers".to_owned(),
+        source: Some(Box::new(error)),
+    })?;
+    let (tx, mut rx) = mpsc::unbounded_channel::<(usize, ChildLine)>();
+    let mut children = Vec::with_capacity(workers);
+    for index in 0..workers {
+        let mut child = Command::new(&exe)
+            .arg("worker")
+            .arg("--slots")
+            .arg(slots.to_string())
+            .env(DATABASE_URL_ENV, target.url())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|error| Error::Fatal {
+                message: "could not spawn a worker process".to_owned(),
+                source: Some(Box::new(error)),
+            })?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(Error::fatal("a worker process has no stdin or stdout pipe"));
+        };
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if tx.send((index, ChildLine::parse(&line))).is_err() {
+                    return;
+                }
+            }
+            let _ = tx.send((index, ChildLine::Closed));
+        });
+        children.push(WorkerProcess { child, stdin });
+    }
+    drop(tx);
+
+    let result = drive(&mut children, &mut rx, store, n).await;
+    for child in &mut children {
+        // A child that already exited cannot be told anything; it is reaped below.
+        let _ = child.say("stop").await;
+    }
+    for (index, child) in children.iter_mut().enumerate() {
+        match tokio::time::timeout(STOP_TIMEOUT, child.child.wait()).await {
+            Ok(Ok(status)) if status.success() => {}
+            Ok(Ok(status)) => tracing::warn!(index, %status, "worker process exited with failure"),
+            Ok(Err(error)) => tracing::warn!(index, %error, "could not wait for a worker process"),
+            Err(_) => {
+                tracing::warn!(index, "worker process did not stop; killing it");
+                let _ = child.child.kill().await;
+            }
+        }
+    }
+    while let Ok((index, line)) = rx.try_recv() {
+        if let ChildLine::Other(text) = line {
+            tracing::debug!(index, %text, "worker process said");
+        }
+    }
+    result
+}
+
+/// Waits for every child's `ready`, starts them, and waits until their counts reach `n`.
+async fn drive(
+    children: &mut [WorkerProcess],
+    rx: &mut mpsc::UnboundedReceiver<(usize, ChildLine)>,
+    store: &dyn JobStore,
+    n: usize,
+) -> Result<Duration, Error> {
+    let mut ready = 0;
+    while ready < children.len() {
+        match tokio::time::timeout(READY_TIMEOUT, rx.recv()).await {
+            Ok(Some((_, ChildLine::Ready))) => ready += 1,
+            Ok(Some((index, ChildLine::Closed))) => {
+                return Err(Error::fatal(format!(
+                    "worker process {index} exited before it was ready (see its stderr above)"
+                )))
+            }
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => {
+                return Err(Error::fatal(format!(
+                    "worker processes not ready within {} s",
+                    READY_TIMEOUT.as_secs()
+                )))
+            }
+        }
+    }
+    let started = Instant::now();
+    for child in children.iter_mut() {
+        child.say("start").await?;
+    }
+    let deadline = started + deadline_for(n);
+    let mut counts = vec![0u64; children.len()];
+    while counts.iter().sum::<u64>() < n as u64 {
+        match tokio::time::timeout_at(deadline.into(), rx.recv()).await {
+            Ok(Some((index, ChildLine::Succeeded(count)))) => counts[index] = count,
+            Ok(Some((index, ChildLine::Closed))) => {
+                return Err(Error::fatal(format!(
+                    "worker process {index} exited during the run (see its stderr above)"
+                )))
+            }
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => {
+                return Err(Error::fatal(format!(
+                    "only {} of {n} jobs succeeded within {} s",
+                    counts.iter().sum::<u64>(),
+                    deadline_for(n).as_secs()
+                )))
+            }
+        }
+    }
+    let mut finished = Instant::now();
+    if succeeded(store).await? < n as u64 {
+        finished =
+            wait_succeeded(store, n as u64, VERIFY_INTERVAL, Duration::from_secs(60)).await?;
+    }
+    Ok(finished.duration_since(started))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::enqueue::batches;
+    use crate::target::memory_store;
+
+    #[test]
+    fn child_lines_parse() {
+        assert_eq!(ChildLine::parse("ready\n"), ChildLine::Ready);
+        assert_eq!(ChildLine::parse("succeeded 42"), ChildLine::Succeeded(42));
+        assert_eq!(
+            ChildLine::parse("succeeded x"),
+            ChildLine::Other("succeeded x".to_owned())
+        );
+    }
+
+    #[test]
+    fn deadlines_grow_with_the_job_count() {
+        assert_eq!(deadline_for(100), Duration::from_secs(120));
+        assert_eq!(deadline_for(50_000), Duration::from_secs(500));
+    }
+
+    #[tokio::test]
+    async fn counter_fires_at_its_target_only_for_successes() {
+        let counter = SucceededCounter::new(2);
+        let kind = JobKind::parse("noop").unwrap();
+        let queue = QueueName::default_queue();
+        counter.job_finished(&kind, &queue, JobOutcome::Retried, Duration::ZERO);
+        counter.job_finished(&kind, &queue, JobOutcome::Succeeded, Duration::ZERO);
+        counter.job_finished(&kind, &queue, JobOutcome::Succeeded, Duration::ZERO);
+        assert_eq!(counter.count(), 2);
+        tokio::time::timeout(Duration::from_secs(5), counter.reached.notified())
+            .await
+            .expect("the stored permit wakes a late waiter");
+    }
+
+    #[tokio::test]
+    async fn in_process_workers_finish_every_job_on_the_memory_store() {
+        let store = memory_store();
+        batches(store.as_ref(), 500, 100).await.unwrap();
+        let elapsed = in_process(Arc::clone(&store), 500, 2, 8).await.unwrap();
+        assert!(elapsed > Duration::ZERO);
+        assert_eq!(succeeded(store.as_ref()).await.unwrap(), 500);
+    }
+}

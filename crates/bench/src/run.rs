@@ -1,0 +1,394 @@
+//! `drover-bench run`: the order of measurements, one store at a time; repetitions interleave
+//! the workloads (rep 1 of each, then rep 2 of each, ...) so drift of a shared machine spreads
+//! over all of them. Each measurement prints its JSON line as soon as it is taken; a failed
+//! measurement is reported (JSON line with `error`) and the run goes on, exiting non-zero at
+//! the end.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{SecondsFormat, Utc};
+use drover_core::{Error, JobStore};
+
+use crate::child::EXTRA_CONNECTIONS;
+use crate::machine::{load_average, Machine};
+use crate::options::{Plan, RunArgs, StoreKind, WorkerMode, Workload};
+use crate::report::{summarize, table, thousands, Measurement, RunFile, QUOTAS};
+use crate::stats::{per_second, Percentiles};
+use crate::target::{memory_store, PgInfo, PgTarget};
+use crate::{enqueue, latency, process};
+
+/// Runs the plan of `args`, prints JSON lines and the table, writes the JSON file.
+///
+/// # Errors
+/// `InvalidInput` for bad options; `Unavailable` when PostgreSQL cannot be reached at the
+/// start; `Fatal` when a measurement failed (after all others ran) or the file cannot be
+/// written.
+pub async fn run(args: RunArgs) -> Result<(), Error> {
+    let plan = Plan::resolve(&args)?;
+    let machine = Machine::read();
+    let started_at = Utc::now();
+    let postgres = if plan.stores.contains(&StoreKind::Postgres) {
+        let target = PgTarget::parse(&args.database_url)?;
+        let info = target.info().await?;
+        Some((target, info))
+    } else {
+        None
+    };
+    let header = header(&plan, &machine, postgres.as_ref().map(|(_, info)| info));
+    eprint!("{header}");
+
+    let mut measurements = Vec::new();
+    let mut failures = 0usize;
+    for &store in &plan.stores {
+        let target = postgres.as_ref().map(|(target, _)| target);
+        let mut steps: Vec<(Workload, Option<usize>)> = Vec::new();
+        for &workload in &plan.workloads {
+            match workload {
+                Workload::Process => {
+                    steps.extend(plan.workers.iter().map(|&w| (workload, Some(w))))
+                }
+                Workload::Latency => {}
+                _ => steps.push((workload, None)),
+            }
+        }
+        let mut reps: Vec<(usize, Workload, Option<usize>)> = Vec::new();
+        for rep in 1..=plan.reps {
+            reps.extend(
+                steps
+                    .iter()
+                    .map(|&(workload, workers)| (rep, workload, workers)),
+            );
+        }
+        if plan.workloads.contains(&Workload::Latency) {
+            reps.extend((1..=plan.reps).map(|rep| (rep, Workload::Latency, None)));
+        }
+        for (rep, workload, workers) in reps {
+            let mut m = describe(&plan, store, workload, workers);
+            m.rep = rep;
+            eprintln!(
+                "[{}] {} {} rep {rep}/{} ...",
+                Utc::now().format("%H:%M:%S"),
+                store.as_str(),
+                m.scenario,
+                plan.reps
+            );
+            match measure(&plan, store, target, workload, workers, &mut m).await {
+                Ok(()) => {}
+                Err(error) => {
+                    failures += 1;
+                    eprintln!("  failed: {error}");
+                    m.error = Some(error.to_string());
+                }
+            }
+            println!("{}", m.json_line());
+            measurements.push(m);
+        }
+    }
+
+    let summary = summarize(&measurements);
+    println!();
+    print!("{header}");
+    print!("{}", table(&summary));
+    let file = RunFile {
+        system: crate::report::SYSTEM,
+        version: env!("CARGO_PKG_VERSION"),
+        note: args.note.clone(),
+        started_at: started_at.to_rfc3339_opts(SecondsFormat::Secs, true),
+        finished_at: Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true),
+        noisy: machine.noisy(),
+        plan,
+        quotas: QUOTAS,
+        machine,
+        load_average_end: load_average(),
+        postgres: postgres.map(|(_, info)| info),
+        measurements,
+        summary,
+    };
+    let path = args.out.clone().unwrap_or_else(|| {
+        PathBuf::from("bench/results").join(format!(
+            "drover-bench-{}.json",
+            started_at.format("%Y%m%dT%H%M%SZ")
+        ))
+    });
+    file.write(&path)?;
+    println!("(json: {})", path.display());
+    if failures > 0 {
+        return Err(Error::fatal(format!(
+            "{failures} measurement(s) failed; see the errors above"
+        )));
+    }
+    Ok(())
+}
+
+/// The lines printed above the table (and to stderr at the start).
+fn header(plan: &Plan, machine: &Machine, postgres: Option<&PgInfo>) -> String {
+    let mut out = format!(
+        "drover-bench {} {} - {}\n",
+        env!("CARGO_PKG_VERSION"),
+        Utc::now().format("%Y-%m-%d %H:%M UTC"),
+        machine.summary()
+    );
+    if machine.noisy() {
+        out.push_str(
+            "NOISY: the load average was 1 or more at the start; other work shared the CPU\n",
+        );
+    }
+    if let Some(info) = postgres {
+        out.push_str(&format!("PostgreSQL {}: {}\n", info.server, info.version));
+        let settings: Vec<String> = info
+            .settings
+            .iter()
+            .map(|(name, value)| format!("{name}={value}"))
+            .collect();
+        out.push_str(&format!("  {}\n", settings.join(" ")));
+        if !info.durable() {
+            out.push_str("WARNING: fsync or synchronous_commit is OFF: these figures are not comparable (issue #7 requires PostgreSQL's default durability)\n");
+        }
+    }
+    out.push_str(&format!(
+        "jobs {} per throughput run, {} rep(s), quotas {QUOTAS}; latency: {} jobs at {} jobs/s\n",
+        thousands(plan.jobs as f64),
+        plan.reps,
+        thousands(plan.latency_jobs as f64),
+        plan.latency_rate
+    ));
+    out
+}
+
+/// A measurement record with its scenario name and configuration filled in.
+fn describe(
+    plan: &Plan,
+    store: StoreKind,
+    workload: Workload,
+    workers: Option<usize>,
+) -> Measurement {
+    let in_process = store == StoreKind::Memory || plan.worker_mode == WorkerMode::InProcess;
+    let mut m = match workload {
+        Workload::EnqueueSingle => {
+            let mut m = Measurement::new(
+                store,
+                "enqueue_single",
+                format!("1 job/call, {} producers", plan.producers),
+            );
+            m.producers = Some(plan.producers);
+            m.batch = Some(1);
+            m
+        }
+        Workload::EnqueueBatch => {
+            let mut m = Measurement::new(
+                store,
+                "enqueue_batch",
+                format!("{} jobs/call, 1 producer", thousands(plan.batch as f64)),
+            );
+            m.producers = Some(1);
+            m.batch = Some(plan.batch);
+            m
+        }
+        Workload::Process => {
+            let w = workers.unwrap_or(1);
+            let noun = match (in_process, w == 1) {
+                (true, true) => "in-process worker",
+                (true, false) => "in-process workers",
+                (false, true) => "worker process",
+                (false, false) => "worker processes",
+            };
+            let mut m = Measurement::new(
+                store,
+                format!("process_{w}w"),
+                format!("{w} {noun} x {} slots", plan.slots),
+            );
+            m.workers = Some(w);
+            m.slots = Some(plan.slots);
+            m.worker_mode = Some(if in_process { "in-process" } else { "process" });
+            m
+        }
+        Workload::Latency => {
+            let mut m = Measurement::new(
+                store,
+                "latency",
+                format!(
+                    "1 idle in-process worker x {} slots, {} jobs/s",
+                    plan.slots, plan.latency_rate
+                ),
+            );
+            m.mode = "latency";
+            m.workers = Some(1);
+            m.slots = Some(plan.slots);
+            m.worker_mode = Some("in-process");
+            m.rate_per_s = Some(plan.latency_rate);
+            m
+        }
+    };
+    m.n = if workload == Workload::Latency {
+        plan.latency_jobs
+    } else {
+        plan.jobs
+    };
+    m
+}
+
+/// Takes one measurement into `m`.
+async fn measure(
+    plan: &Plan,
+    store: StoreKind,
+    target: Option<&PgTarget>,
+    workload: Workload,
+    workers: Option<usize>,
+    m: &mut Measurement,
+) -> Result<(), Error> {
+    let pg = match (store, target) {
+        (StoreKind::Postgres, Some(target)) => {
+            target.fresh().await?;
+            Some(target)
+        }
+        (StoreKind::Postgres, None) => return Err(Error::fatal("no PostgreSQL target")),
+        (StoreKind::Memory, _) => None,
+    };
+    m.load1 = load_average().map(|load| load[0]);
+    let n = m.n;
+    let connections = |wanted: usize| u32::try_from(wanted).unwrap_or(u32::MAX);
+    let fresh = |wanted: usize| async move {
+        match pg {
+            Some(target) => {
+                Ok::<(Arc<dyn JobStore>, Option<drover_store_postgres::PgStore>), Error>({
+                    let store = target.store(connections(wanted)).await?;
+                    (Arc::new(store.clone()) as Arc<dyn JobStore>, Some(store))
+                })
+            }
+            None => Ok((memory_store(), None)),
+        }
+    };
+    match workload {
+        Workload::EnqueueSingle => {
+            let (handle, pool) = fresh(plan.producers + 2).await?;
+            let took = enqueue::single(handle, n, plan.producers).await;
+            close(pool).await;
+            record_enqueue(m, n, took?);
+        }
+        Workload::EnqueueBatch => {
+            let (handle, pool) = fresh(2).await?;
+            let took = enqueue::batches(handle.as_ref(), n, plan.batch).await;
+            close(pool).await;
+            record_enqueue(m, n, took?);
+        }
+        Workload::Process => {
+            let w = workers.unwrap_or(1);
+            let (handle, pool) = match (pg, plan.worker_mode) {
+                (Some(_), WorkerMode::Process) => fresh(2).await?,
+                _ => fresh(w * (plan.slots + EXTRA_CONNECTIONS)).await?,
+            };
+            // Prefill, untimed, in batches of 1,000 (or --batch).
+            enqueue::batches(handle.as_ref(), n, plan.batch).await?;
+            let took = match (pg, plan.worker_mode) {
+                (Some(target), WorkerMode::Process) => {
+                    process::processes(target, handle.as_ref(), n, w, plan.slots).await
+                }
+                _ => process::in_process(Arc::clone(&handle), n, w, plan.slots).await,
+            };
+            close(pool).await;
+            let took = took?;
+            m.process_s = Some(seconds(took));
+            m.process_per_s = Some(per_second(n, took.as_secs_f64()));
+        }
+        Workload::Latency => {
+            let (worker_store, worker_pool) = fresh(plan.slots + EXTRA_CONNECTIONS).await?;
+            let (producer, producer_pool) = match pg {
+                Some(_) => fresh(2).await?,
+                None => (Arc::clone(&worker_store), None),
+            };
+            let samples =
+                latency::measure(worker_store, producer, n, plan.latency_period(), plan.slots)
+                    .await;
+            close(worker_pool).await;
+            close(producer_pool).await;
+            m.latency = Percentiles::of(&samples?);
+        }
+    }
+    Ok(())
+}
+
+fn record_enqueue(m: &mut Measurement, n: usize, took: Duration) {
+    m.enqueue_s = Some(seconds(took));
+    m.enqueue_per_s = Some(per_second(n, took.as_secs_f64()));
+}
+
+fn seconds(d: Duration) -> f64 {
+    (d.as_secs_f64() * 10_000.0).round() / 10_000.0
+}
+
+async fn close(pool: Option<drover_store_postgres::PgStore>) {
+    if let Some(store) = pool {
+        store.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::Cli;
+    use clap::Parser;
+
+    fn plan(args: &[&str]) -> Plan {
+        let mut argv = vec!["drover-bench"];
+        argv.extend_from_slice(args);
+        Plan::resolve(&Cli::try_parse_from(argv).unwrap().run).unwrap()
+    }
+
+    #[test]
+    fn scenario_names_and_configs() {
+        let p = plan(&[]);
+        let m = describe(&p, StoreKind::Postgres, Workload::Process, Some(2));
+        assert_eq!(m.scenario, "process_2w");
+        assert_eq!(m.config, "2 worker processes x 32 slots");
+        let m = describe(&p, StoreKind::Memory, Workload::Process, Some(1));
+        assert_eq!(m.config, "1 in-process worker x 32 slots");
+        let m = describe(&p, StoreKind::Memory, Workload::Process, Some(4));
+        assert_eq!(m.config, "4 in-process workers x 32 slots");
+        let m = describe(&p, StoreKind::Postgres, Workload::EnqueueSingle, None);
+        assert_eq!((m.scenario.as_str(), m.n), ("enqueue_single", 50_000));
+        let m = describe(&p, StoreKind::Postgres, Workload::Latency, None);
+        assert_eq!((m.mode, m.n), ("latency", 1_000));
+    }
+
+    #[tokio::test]
+    async fn a_quick_memory_run_measures_every_workload() {
+        let p = plan(&[
+            "--store",
+            "memory",
+            "--jobs",
+            "300",
+            "--latency-jobs",
+            "5",
+            "--latency-rate",
+            "500",
+            "--workers",
+            "1,2",
+            "--slots",
+            "8",
+        ]);
+        for (workload, workers) in [
+            (Workload::EnqueueSingle, None),
+            (Workload::EnqueueBatch, None),
+            (Workload::Process, Some(2)),
+            (Workload::Latency, None),
+        ] {
+            let mut m = describe(&p, StoreKind::Memory, workload, workers);
+            measure(&p, StoreKind::Memory, None, workload, workers, &mut m)
+                .await
+                .unwrap();
+            let value: serde_json::Value = serde_json::from_str(&m.json_line()).unwrap();
+            let field = match workload {
+                Workload::EnqueueSingle | Workload::EnqueueBatch => "enqueue_per_s",
+                Workload::Process => "process_per_s",
+                Workload::Latency => "p99_ms",
+            };
+            let figure = value[field].as_f64().unwrap();
+            assert!(figure.is_finite() && figure >= 0.0, "{workload:?}: {value}");
+            if field != "p99_ms" {
+                assert!(figure > 0.0, "{workload:?}: {value}");
+            }
+        }
+    }
+}
