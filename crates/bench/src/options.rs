@@ -99,8 +99,9 @@ pub enum WorkerMode {
 /// Options of `drover-bench run`.
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
-    /// PostgreSQL URL. Its database (which must have `bench` in its name) is DROPPED and
-    /// recreated before every measurement.
+    /// PostgreSQL URL (default postgres://postgres:postgres@127.0.0.1:5432/drover_bench, or
+    /// DROVER_BENCH_DATABASE_URL). Its database (which must have `bench` in its name) is
+    /// DROPPED and recreated before every measurement.
     #[arg(long, env = DATABASE_URL_ENV, default_value = DATABASE_URL_DEFAULT, hide_env_values = true, hide_default_value = true)]
     pub database_url: String,
     /// Stores to measure (repeat or comma-separate); default both.
