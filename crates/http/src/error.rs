@@ -250,8 +250,10 @@ impl ApiError {
                 e.to_string(),
             )
             .with_retry_after(1),
+            // A non-transient store failure such as a missing schema: the service cannot
+            // serve until an operator acts (the message says how), so 503, like readiness.
             e @ Error::Fatal { .. } => {
-                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "fatal", e.to_string())
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "fatal", e.to_string())
             }
             other => Self::new(
                 StatusCode::INTERNAL_SERVER_ERROR,

@@ -9,7 +9,7 @@
 //! naming the field; 401 missing/wrong token; 403 role or tenant not allowed; 404 unknown (or
 //! another tenant's) job, unknown route; 405 method not allowed; 409 idempotency conflict or
 //! invalid transition; 413 body too large; 415 not JSON; 429 quota exceeded (with
-//! `Retry-After`); 500 fatal store error; 503 store unavailable or not ready. Every error body
+//! `Retry-After`); 503 store unavailable, not ready, or schema missing (`fatal`). Every error body
 //! has the shape of [`error::ErrorBody`].
 //!
 //! Authentication ([`auth`]): bearer tokens mapping to a tenant and a role; `/v1/ready`,

@@ -235,20 +235,24 @@ pub(crate) async fn get_cancel_and_retry(env: &Env) {
         .contains("succeeded"));
 }
 
-/// Pause and resume (operator only) and the queue list with counts.
+/// Pause and resume (operators of every tenant only: a queue is shared by all tenants) and the
+/// queue list with counts.
 pub(crate) async fn queues_pause_resume_and_list(env: &Env) {
     let api = env.api(unbounded()).await;
     api.enqueue_ok(PRODUCER_A, &json!({"kind": "send", "queue": "mail"}))
         .await;
+    api.post_empty(Some(OPERATOR_A), "/v1/queues/mail/pause")
+        .await
+        .assert_error(403, "forbidden", None);
     let paused = api
-        .post_empty(Some(OPERATOR_A), "/v1/queues/mail/pause")
+        .post_empty(Some(OPERATOR_ALL), "/v1/queues/mail/pause")
         .await;
     assert_eq!(paused.status, 200, "{}", paused.text);
     assert_eq!(paused.json["name"], "mail");
     assert_eq!(paused.json["paused"], true);
     assert!(paused.json["paused_at"].is_string());
     let again = api
-        .post_empty(Some(OPERATOR_A), "/v1/queues/mail/pause")
+        .post_empty(Some(OPERATOR_ALL), "/v1/queues/mail/pause")
         .await;
     assert_eq!(again.status, 200, "pause is idempotent: {}", again.text);
 
@@ -277,7 +281,7 @@ pub(crate) async fn queues_pause_resume_and_list(env: &Env) {
         .iter()
         .any(|q| q["name"] == "mail" && q["paused"] == false));
 
-    api.post_empty(Some(OPERATOR_A), "/v1/queues/no%20spaces/pause")
+    api.post_empty(Some(OPERATOR_ALL), "/v1/queues/no%20spaces/pause")
         .await
         .assert_error(400, "invalid_input", Some("queue"));
 }
@@ -318,7 +322,7 @@ pub(crate) async fn ready_metrics_and_openapi_need_no_token(env: &Env) {
         &json!({"kind": "send", "queue": "mail", "args": {"secret": "args-marker-1"}}),
     )
     .await;
-    api.post_empty(Some(OPERATOR_A), "/v1/queues/other/pause")
+    api.post_empty(Some(OPERATOR_ALL), "/v1/queues/other/pause")
         .await;
     let metrics = api.get(None, "/metrics").await;
     assert_eq!(metrics.status, 200, "{}", metrics.text);

@@ -34,7 +34,8 @@ pub(crate) async fn ready_is_503_until_migrated(env: &Env) {
         let enqueue = api
             .post(Some(OPERATOR_ALL), "/v1/jobs", &json!({"kind": "k"}))
             .await;
-        assert!(enqueue.status >= 500, "{}", enqueue.text);
+        assert_eq!(enqueue.status, 503, "{}", enqueue.text);
+        assert_eq!(enqueue.json["error"]["code"], "fatal", "{}", enqueue.text);
         assert!(
             enqueue.message().contains("drover migrate"),
             "{}",

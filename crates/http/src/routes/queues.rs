@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::Json;
 use drover_core::QueueName;
 
-use crate::auth::{Principal, Role};
+use crate::auth::{Principal, Role, TenantScope};
 use crate::dto::{QueueListResponse, QueueStateResponse, QueueView, WorkerListResponse};
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::PathParam;
@@ -54,17 +54,23 @@ fn queue_name(state: &ApiState, name: &str) -> Result<QueueName, ApiError> {
     QueueName::parse(name).map_err(|e| state.error(e))
 }
 
-fn require_operator(principal: &Principal, action: &str) -> Result<(), ApiError> {
-    if principal.role == Role::Operator {
-        Ok(())
-    } else {
-        Err(ApiError::forbidden(format!(
+/// Queues are shared by every tenant, so pausing or resuming one needs an operator of every
+/// tenant (tenant `*`): a tenant-scoped operator could otherwise stop other tenants' work.
+fn require_cluster_operator(principal: &Principal, action: &str) -> Result<(), ApiError> {
+    if principal.role != Role::Operator {
+        return Err(ApiError::forbidden(format!(
             "{action} needs the operator role"
-        )))
+        )));
     }
+    if principal.scope != TenantScope::All {
+        return Err(ApiError::forbidden(format!(
+            "{action} affects every tenant: it needs an operator token for tenant *"
+        )));
+    }
+    Ok(())
 }
 
-/// Pause a queue cluster-wide: no worker claims from it; running jobs finish. Operator only.
+/// Pause a queue cluster-wide: no worker claims from it; running jobs finish. Operators of every tenant (`*`) only.
 #[utoipa::path(
     post,
     path = "/v1/queues/{name}/pause",
@@ -74,7 +80,7 @@ fn require_operator(principal: &Principal, action: &str) -> Result<(), ApiError>
         (status = 200, description = "Paused", body = QueueStateResponse),
         (status = 400, description = "Bad queue name", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
-        (status = 403, description = "Operator role required", body = ErrorBody),
+        (status = 403, description = "Operator of every tenant required", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -83,7 +89,7 @@ pub async fn pause_queue(
     principal: Principal,
     PathParam(name): PathParam,
 ) -> Result<Json<QueueStateResponse>, ApiError> {
-    require_operator(&principal, "pausing a queue")?;
+    require_cluster_operator(&principal, "pausing a queue")?;
     let queue = queue_name(&state, &name)?;
     let info = state
         .store()
@@ -93,7 +99,7 @@ pub async fn pause_queue(
     Ok(Json(info.into()))
 }
 
-/// Resume a paused queue. Operator only.
+/// Resume a paused queue. Operators of every tenant (`*`) only.
 #[utoipa::path(
     post,
     path = "/v1/queues/{name}/resume",
@@ -103,7 +109,7 @@ pub async fn pause_queue(
         (status = 200, description = "Resumed", body = QueueStateResponse),
         (status = 400, description = "Bad queue name", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
-        (status = 403, description = "Operator role required", body = ErrorBody),
+        (status = 403, description = "Operator of every tenant required", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -112,7 +118,7 @@ pub async fn resume_queue(
     principal: Principal,
     PathParam(name): PathParam,
 ) -> Result<Json<QueueStateResponse>, ApiError> {
-    require_operator(&principal, "resuming a queue")?;
+    require_cluster_operator(&principal, "resuming a queue")?;
     let queue = queue_name(&state, &name)?;
     let info = state
         .store()
