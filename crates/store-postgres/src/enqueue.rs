@@ -505,6 +505,13 @@ async fn insert(
                 .join(","),
         );
     }
+    let mut distinct_tenants: Vec<&str> = if counting.tenants {
+        tenants.clone()
+    } else {
+        Vec::new()
+    };
+    distinct_tenants.sort_unstable();
+    distinct_tenants.dedup();
     sqlx::query_as::<_, Inserted>(sql::ENQUEUE_INSERT)
         .bind(&ids)
         .bind(&kinds)
@@ -522,6 +529,7 @@ async fn insert(
         .bind(&limit_keys)
         .bind(counting.global)
         .bind(counting.tenants)
+        .bind(&distinct_tenants)
         .fetch_all(conn)
         .await
         .store_err()

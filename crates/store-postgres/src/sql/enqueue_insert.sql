@@ -13,13 +13,15 @@
 -- $9 delay_us bigint[] (NULL: ready now), $10 max_attempts integer[],
 -- $11 idempotency_key text[], $12 request_hash text[], $13 unique_key text[],
 -- $14 limit_keys text[] (each comma-joined; '' for none), $15 count pending jobs in total
--- boolean, $16 count pending jobs of the batch's tenants boolean.
+-- boolean, $16 count pending jobs of the batch's tenants boolean, $17 the batch's distinct
+-- tenants text[].
 --
 -- Quotas: when asked ($15, $16; the caller holds the quota advisory locks, taken by an earlier
 -- statement, so this statement's snapshot holds every committed enqueue), every returned row
 -- also carries the pending (queued, running, reconciling) counts before this statement, in
--- total and per tenant as a JSON object. The caller adds its new jobs and rolls back when a
--- quota would be passed.
+-- total and per tenant as a JSON object, from one scan of jobs_pending_idx (all of it for the
+-- total, the batch's tenants only otherwise). The caller adds its new jobs and rolls back when
+-- a quota would be passed.
 WITH input AS (
     SELECT *
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[],
@@ -47,21 +49,20 @@ notified AS (
     SELECT pg_notify('drover_jobs', q.queue)
     FROM (SELECT DISTINCT queue FROM inserted WHERE run_at <= now()) AS q
 ),
-pending AS (
-    SELECT count(*)::bigint AS n
+pending_by_tenant AS (
+    SELECT tenant, count(*)::bigint AS n
     FROM drover.jobs
-    WHERE $15::boolean AND state IN ('queued', 'running', 'reconciling')
+    WHERE ($15::boolean OR ($16::boolean AND tenant = ANY($17::text[])))
+      AND state IN ('queued', 'running', 'reconciling')
+    GROUP BY tenant
+),
+pending AS (
+    SELECT COALESCE(sum(n), 0)::bigint AS n FROM pending_by_tenant WHERE $15::boolean
 ),
 tenant_pending AS (
-    SELECT COALESCE(jsonb_object_agg(c.tenant, c.n), '{}'::jsonb) AS counts
-    FROM (
-        SELECT tenant, count(*) AS n
-        FROM drover.jobs
-        WHERE $16::boolean
-          AND tenant = ANY($4::text[])
-          AND state IN ('queued', 'running', 'reconciling')
-        GROUP BY tenant
-    ) AS c
+    SELECT COALESCE(jsonb_object_agg(p.tenant, p.n), '{}'::jsonb) AS counts
+    FROM pending_by_tenant p
+    WHERE $16::boolean AND p.tenant = ANY($17::text[])
 )
 SELECT inserted.id, inserted.run_at, inserted.created_at,
        (SELECT count(*) FROM notified) AS notified_queues,
