@@ -145,8 +145,10 @@ impl PgStore {
     /// Enqueues `jobs` inside the caller's own transaction (DESIGN.md section 5, transactional
     /// enqueue): pass `&mut *tx` of a `sqlx::Transaction`. The jobs become visible, and idle
     /// workers are notified, only if that transaction commits; a rollback leaves no trace.
-    /// Answers and errors as [`JobStore::jobs_enqueue`]; on error the caller's transaction
-    /// stays usable (a batch that may need undoing runs in a savepoint).
+    /// Answers and errors as [`JobStore::jobs_enqueue`]. After `InvalidInput`, `Conflict` or
+    /// `QuotaExceeded` nothing of the batch is left and the caller's transaction stays usable (a
+    /// batch that may need undoing runs in a savepoint); after `Unavailable` or `Fatal` the
+    /// caller's transaction is in an unknown state and must be rolled back.
     ///
     /// With quotas configured the quota advisory locks are held until the caller's transaction
     /// ends, serializing other enqueuers of the same quota meanwhile: keep such transactions
