@@ -995,6 +995,12 @@ pg_test!(
         let database = h.database.clone();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
+            // Inside a transaction pg_stat_activity is read once and cached: drop the snapshot
+            // so each poll sees the current activity.
+            sqlx::query("SELECT pg_stat_clear_snapshot()")
+                .execute(&mut *blocker_tx)
+                .await
+                .unwrap();
             let waiting: i64 = sqlx::query_scalar(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'drover' AND wait_event_type = 'Lock'",
             )
