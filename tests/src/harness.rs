@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use drover_core::{JobId, JobStore, StoreConfig};
 
 /// One isolated store under test.
@@ -23,6 +24,36 @@ pub trait Harness: Send + Sync {
     /// Moves the store's clock forward by `d` (memory: the manual clock; PostgreSQL: every
     /// stored timestamp is shifted back by `d`, which the store cannot tell from time passing).
     async fn advance(&self, d: Duration);
+
+    /// Lets the store's clock reach `at` without touching stored timestamps. This default
+    /// is for a clock that runs by itself, as PostgreSQL's does: it waits (polling `now()`)
+    /// until the clock passes `at`, so keep `at` within a few seconds of now; a manual clock
+    /// (memory) overrides it and jumps to `at` at once. Unlike [`Harness::advance`], instants
+    /// the store derived from its clock and keeps outside timestamp columns (a schedule tick
+    /// in its job's meta and unique key) stay comparable with the clock, so cases about cron
+    /// ticks move time with this.
+    ///
+    /// # Panics
+    /// When the clock has not reached `at` 10 s after the time that was left to wait.
+    async fn advance_to(&self, at: DateTime<Utc>) {
+        let store = self.store();
+        let start = tokio::time::Instant::now();
+        let mut deadline = None;
+        loop {
+            let now = store.now().await.expect("the store's clock");
+            if now >= at {
+                return;
+            }
+            let left = (at - now).to_std().unwrap_or(Duration::ZERO);
+            let deadline = *deadline.get_or_insert(start + left + Duration::from_secs(10));
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the {} clock did not reach {at}",
+                self.store_name()
+            );
+            tokio::time::sleep(left.min(Duration::from_millis(50))).await;
+        }
+    }
 
     /// Erases the stored request hash of a job's idempotency key, as rows written before
     /// hashes were stored look.
@@ -80,6 +111,27 @@ macro_rules! contract_cases {
             async fn $case() {
                 $crate::harness::run_case($factory, $store, stringify!($case), |f| {
                     Box::pin($crate::cases::$case(f))
+                })
+                .await;
+            }
+        )*
+    };
+}
+
+/// Stamps one `#[tokio::test]` per named runner case, like [`contract_cases!`] but for
+/// [`crate::runner_cases`].
+///
+/// ```ignore
+/// drover_tests::runner_cases!("memory", Some(MemoryFactory::new()); runner_jobs_run_and_succeed);
+/// ```
+#[macro_export]
+macro_rules! runner_cases {
+    ($store:literal, $factory:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                $crate::harness::run_case($factory, $store, stringify!($case), |f| {
+                    Box::pin($crate::runner_cases::$case(f))
                 })
                 .await;
             }

@@ -1,12 +1,16 @@
-//! Drover's store contract suite (DESIGN.md sections 4 and 8).
+//! Drover's store contract suite (DESIGN.md sections 4 and 8), and the runner suite that drives
+//! `drover-runner` workers against every store (issue #4).
 //!
-//! Every case is one `pub async fn(&dyn StoreFactory)` in [`cases`]; [`contract_suite!`] stamps
-//! one `#[tokio::test]` per case for a store, so running the whole suite against a store takes
-//! a few lines (see `tests/memory.rs` and `tests/postgres.rs`). When a store behaviour changes,
-//! extend this suite, not one store's tests.
+//! Every case is one `pub async fn(&dyn StoreFactory)` in [`cases`] (store contract) or
+//! [`runner_cases`] (runner behaviour); [`contract_suite!`] and [`runner_suite!`] stamp one
+//! `#[tokio::test]` per case for a store, so running a whole suite against a store takes one
+//! line (see `tests/memory.rs` and `tests/postgres.rs`). When a store behaviour changes, extend
+//! the contract suite, not one store's tests; when a runner behaviour touches the store, add a
+//! runner case.
 
 pub mod cases;
 pub mod harness;
+pub mod runner_cases;
 
 pub use harness::{run_case, Harness, StoreFactory};
 
@@ -141,6 +145,33 @@ macro_rules! contract_suite {
             events_cancel_requested_after_cancel_of_running_job,
             events_jobs_available_after_release,
             events_jobs_available_after_retry,
+        );
+    };
+}
+
+/// Runs every runner case against one store: `runner_suite!("memory", Some(factory))`.
+/// Keep this list in step with [`runner_cases`].
+#[macro_export]
+macro_rules! runner_suite {
+    ($store:literal, $factory:expr) => {
+        $crate::runner_cases!($store, $factory;
+            runner_jobs_run_and_succeed,
+            runner_typed_args_run_and_bad_args_fail_without_retry,
+            runner_only_registered_kinds_are_claimed,
+            runner_failures_retry_with_backoff_until_failed,
+            runner_snooze_runs_again_later_without_spending_an_attempt,
+            runner_panic_is_a_retryable_failure,
+            runner_timeout_cancels_the_handler_and_records_a_retryable_failure,
+            runner_shutdown_releases_a_running_job_without_spending_an_attempt,
+            runner_job_finishing_within_the_grace_period_succeeds,
+            runner_cancel_of_a_running_job_reaches_the_handler_and_ends_cancelled,
+            runner_late_completion_after_lease_loss_is_rejected,
+            runner_progress_and_meta_are_saved_by_heartbeats,
+            runner_long_kind_in_its_own_pool_cannot_starve_the_others,
+            runner_max_concurrent_caps_executions_over_all_pools,
+            runner_retention_prunes_old_terminal_jobs_and_never_live_ones,
+            runner_reconcile_sweep_resolves_a_rescued_reconciling_job,
+            runner_schedule_fires_once_per_tick_across_three_workers,
         );
     };
 }

@@ -1,11 +1,11 @@
-//! The store contract suite run against [`MemoryStore`] on a manual clock.
+//! The store contract suite and the runner suite run against [`MemoryStore`] on a manual clock.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{TimeZone, Utc};
-use drover_core::{JobId, JobStore, ManualClock, StoreConfig};
+use chrono::{DateTime, TimeZone, Utc};
+use drover_core::{Clock, JobId, JobStore, ManualClock, StoreConfig};
 use drover_store_memory::MemoryStore;
 use drover_tests::{Harness, StoreFactory};
 
@@ -39,6 +39,12 @@ impl Harness for MemoryHarness {
         self.clock.advance(d);
     }
 
+    async fn advance_to(&self, at: DateTime<Utc>) {
+        if at > self.clock.now() {
+            self.clock.set(at);
+        }
+    }
+
     async fn forget_request_hash(&self, id: JobId) {
         self.store.test_forget_request_hash(id);
     }
@@ -64,3 +70,4 @@ impl StoreFactory for MemoryFactory {
 }
 
 drover_tests::contract_suite!("memory", Some(MemoryFactory::new()));
+drover_tests::runner_suite!("memory", Some(MemoryFactory::new()));

@@ -1,6 +1,6 @@
-//! The store contract suite run against [`PgStore`], plus PostgreSQL-only tests: concurrency at
-//! scale, the migrator, transactional enqueue, error mapping and recovery after lost
-//! connections.
+//! The store contract suite and the runner suite run against [`PgStore`], plus PostgreSQL-only
+//! tests: concurrency at scale, the migrator, transactional enqueue, error mapping and recovery
+//! after lost connections.
 //!
 //! Needs `DROVER_TEST_DATABASE_URL` (e.g. `postgres://postgres@127.0.0.1:5432/test`); without it
 //! every test here skips, unless `DROVER_REQUIRE_POSTGRES` is set, when they fail instead.
@@ -427,6 +427,7 @@ impl StoreFactory for PgFactory {
 }
 
 drover_tests::contract_suite!("postgres", PgFactory::from_env());
+drover_tests::runner_suite!("postgres", PgFactory::from_env());
 
 // ---------------------------------------------------------------------------------------------
 // PostgreSQL-only tests. Like `run_case`, they skip without the URL, and fail without it when

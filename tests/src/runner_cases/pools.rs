@@ -1,0 +1,131 @@
+//! Capacity: a long-running kind in its own pool cannot starve the other kinds, and
+//! `max_concurrent` caps the executions of a process over all its pools (DESIGN.md section 6).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use drover_core::{JobState, ListJobs, NewJob};
+use drover_runner::{Outcome, PoolConfig, Registry};
+use serde_json::json;
+use tokio::sync::{watch, Semaphore};
+
+use super::{config, Rig, WAIT};
+use crate::cases::{kind, queue};
+use crate::StoreFactory;
+
+/// Four jobs of a slow kind fill their own pool (two slots) and stay running, while twenty
+/// fast jobs on the same queue all run in the general pool; the slow ones finish once let go.
+pub async fn runner_long_kind_in_its_own_pool_cannot_starve_the_others(f: &dyn StoreFactory) {
+    let rig = Rig::open(f).await;
+    let gate = Arc::new(Semaphore::new(0));
+    let mut registry = Registry::new();
+    let slow_gate = Arc::clone(&gate);
+    registry
+        .register_fn(kind("slow"), move |_ctx| {
+            let gate = Arc::clone(&slow_gate);
+            async move {
+                let _permit = gate.acquire().await.expect("gate open");
+                Outcome::success()
+            }
+        })
+        .register_fn(kind("fast"), |_ctx| async { Outcome::success() });
+    let mut config = config("w1");
+    config.pools = vec![
+        PoolConfig::new("slow", vec![queue("default")], 2).with_kinds(vec![kind("slow")]),
+        PoolConfig::new("general", vec![queue("default")], 2).with_kinds(vec![kind("fast")]),
+    ];
+    let running = rig.start(registry, config).await;
+    let mut slow = Vec::new();
+    for _ in 0..4 {
+        slow.push(rig.enqueue(NewJob::new(kind("slow"), json!({}))).await);
+    }
+    let mut fast = Vec::new();
+    for _ in 0..20 {
+        fast.push(rig.enqueue(NewJob::new(kind("fast"), json!({}))).await);
+    }
+    for id in &fast {
+        rig.wait_state(*id, JobState::Succeeded).await;
+    }
+    // The slow pool is full and stays full; the general pool ran everything else.
+    let running_slow = rig
+        .list(ListJobs {
+            kind: Some(kind("slow")),
+            state: Some(JobState::Running),
+            ..ListJobs::default()
+        })
+        .await;
+    assert_eq!(running_slow.len(), 2);
+    let queued_slow = rig
+        .list(ListJobs {
+            kind: Some(kind("slow")),
+            state: Some(JobState::Queued),
+            ..ListJobs::default()
+        })
+        .await;
+    assert_eq!(queued_slow.len(), 2);
+    gate.add_permits(4);
+    for id in &slow {
+        rig.wait_state(*id, JobState::Succeeded).await;
+    }
+    let report = running.stop().await;
+    assert_eq!(report.succeeded, 24);
+}
+
+/// With `max_concurrent` 3 over pools of 12 slots in all, never more than 3 handlers run at
+/// once, and the cap is reached: the first handlers hold until three run together.
+pub async fn runner_max_concurrent_caps_executions_over_all_pools(f: &dyn StoreFactory) {
+    let rig = Rig::open(f).await;
+    let current = Arc::new(AtomicUsize::new(0));
+    let (peak_tx, peak_rx) = watch::channel(0usize);
+    let peak_tx = Arc::new(peak_tx);
+    let mut registry = Registry::new();
+    let (now, highest) = (Arc::clone(&current), Arc::clone(&peak_tx));
+    registry.register_fn(kind("work"), move |_ctx| {
+        let (now, highest, mut peak) = (Arc::clone(&now), Arc::clone(&highest), peak_rx.clone());
+        async move {
+            let running = now.fetch_add(1, Ordering::SeqCst) + 1;
+            highest.send_modify(|p| *p = (*p).max(running));
+            // Hold until the cap has been reached once, so that it is reached at all.
+            let reached = tokio::time::timeout(WAIT, peak.wait_for(|p| *p >= 3))
+                .await
+                .is_ok_and(|seen| seen.is_ok());
+            // Overlap a little with the next claims, where a broken cap would show.
+            tokio::task::yield_now().await;
+            now.fetch_sub(1, Ordering::SeqCst);
+            if reached {
+                Outcome::success()
+            } else {
+                Outcome::discard("three jobs never ran at once")
+            }
+        }
+    });
+    let mut config = config("w1");
+    config.pools = vec![
+        PoolConfig::new("a", vec![queue("default"), queue("mail")], 4),
+        PoolConfig::new("b", vec![queue("reports")], 4),
+    ];
+    config.max_concurrent = Some(3);
+    let running = rig.start(registry, config).await;
+    let jobs: Vec<NewJob> = (0..60)
+        .map(|i| {
+            let q = ["default", "mail", "reports"][i % 3];
+            NewJob::new(kind("work"), json!({"i": i})).with_queue(queue(q))
+        })
+        .collect();
+    let ids: Vec<_> = rig
+        .client()
+        .enqueue_many(jobs)
+        .await
+        .expect("enqueue")
+        .into_iter()
+        .map(|answer| answer.job.id)
+        .collect();
+    for id in &ids {
+        rig.wait_job(*id, "finished", |j| j.state.is_terminal())
+            .await;
+    }
+    let report = running.stop().await;
+    assert_eq!(report.succeeded, 60, "every job saw the cap reached");
+    let peak = *peak_tx.borrow();
+    assert_eq!(peak, 3, "{peak} jobs ran at once with max_concurrent 3");
+}

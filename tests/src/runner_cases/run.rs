@@ -1,0 +1,135 @@
+//! Running jobs: handlers run and their results are stored, typed args deserialize (and bad
+//! args fail without retry), and only registered kinds are claimed (DESIGN.md section 6).
+
+use std::collections::BTreeSet;
+
+use drover_core::{JobState, NewJob};
+use drover_runner::{Outcome, Registry, TransitionEvent};
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use super::{config, within, Rig, Running};
+use crate::cases::kind;
+use crate::StoreFactory;
+
+/// 50 jobs run once each and succeed with their handler's result; the transition hook sees
+/// each go running -> succeeded; the report counts them; the worker deregisters on stop.
+pub async fn runner_jobs_run_and_succeed(f: &dyn StoreFactory) {
+    let rig = Rig::open(f).await;
+    let mut registry = Registry::new();
+    registry.register_fn(kind("add"), |ctx| async move {
+        let n = ctx.job().args["n"].as_i64().unwrap_or(0);
+        Ok::<_, String>(json!({"double": n * 2}))
+    });
+    let (tx, mut rx) = mpsc::unbounded_channel::<TransitionEvent>();
+    let worker = rig
+        .worker(registry, config("w1"))
+        .await
+        .on_transition(move |event| {
+            let _ = tx.send(event.clone());
+        });
+    let running = Running::spawn(worker);
+    let mut ids = Vec::new();
+    for n in 0..50 {
+        ids.push(rig.enqueue(NewJob::new(kind("add"), json!({"n": n}))).await);
+    }
+    let mut succeeded = BTreeSet::new();
+    while succeeded.len() < ids.len() {
+        let event = within("a succeeded transition", rx.recv())
+            .await
+            .expect("the worker is running");
+        if event.to == JobState::Succeeded {
+            assert_eq!(event.from, JobState::Running);
+            succeeded.insert(event.job_id);
+        }
+    }
+    assert_eq!(succeeded, ids.iter().copied().collect());
+    for (n, id) in ids.iter().enumerate() {
+        let job = rig.job(*id).await;
+        assert_eq!(job.state, JobState::Succeeded);
+        assert_eq!(job.attempt, 1);
+        assert_eq!(job.result, Some(json!({"double": n as i64 * 2})));
+        assert!(job.lease_owner.is_none());
+    }
+    let report = running.stop().await;
+    assert_eq!(report.claimed, 50);
+    assert_eq!(report.succeeded, 50);
+    assert_eq!(report.unwritten, 0);
+    let line = report.to_string();
+    assert!(
+        line.starts_with("worker w1: claimed 50, succeeded 50,"),
+        "{line}"
+    );
+    assert!(
+        rig.store.workers_list().await.unwrap().is_empty(),
+        "the worker deregistered on the way out"
+    );
+}
+
+#[derive(Debug, Deserialize)]
+struct Email {
+    to: String,
+    #[serde(default)]
+    cc: Vec<String>,
+}
+
+/// A typed handler gets its args deserialized; args that do not deserialize fail the job at
+/// once (no retry) with a message naming the type and the field, never the args' values.
+pub async fn runner_typed_args_run_and_bad_args_fail_without_retry(f: &dyn StoreFactory) {
+    let rig = Rig::open(f).await;
+    let mut registry = Registry::new();
+    registry.register_typed(kind("email.send"), |_ctx, email: Email| async move {
+        Outcome::success_with(
+            json!({"recipients": 1 + email.cc.len(), "domain": email.to.split('@').nth(1)}),
+        )
+    });
+    let running = rig.start(registry, config("w1")).await;
+    let good = rig
+        .enqueue(NewJob::new(
+            kind("email.send"),
+            json!({"to": "a@example.com", "cc": ["b@example.com"]}),
+        ))
+        .await;
+    let bad = rig
+        .enqueue(NewJob::new(
+            kind("email.send"),
+            json!({"recipient": "secret@example.com"}),
+        ))
+        .await;
+    let job = rig.wait_state(good, JobState::Succeeded).await;
+    assert_eq!(
+        job.result,
+        Some(json!({"recipients": 2, "domain": "example.com"}))
+    );
+    let job = rig.wait_state(bad, JobState::Failed).await;
+    assert_eq!(job.attempt, 1, "bad args are not retried");
+    assert_eq!(job.max_attempts, 3);
+    let message = &job.errors[0].message;
+    assert!(message.contains("invalid args"), "{message}");
+    assert!(message.contains("Email"), "{message}");
+    assert!(message.contains("missing field `to`"), "{message}");
+    assert!(!message.contains("secret@example.com"), "{message}");
+    running.stop().await;
+}
+
+/// A kind no handler is registered for (a rolling deploy: only new code knows it) stays
+/// queued, never claimed, no attempt spent, while registered kinds run.
+pub async fn runner_only_registered_kinds_are_claimed(f: &dyn StoreFactory) {
+    let rig = Rig::open(f).await;
+    let mut registry = Registry::new();
+    registry.register_fn(kind("known"), |_ctx| async { Outcome::success() });
+    let running = rig.start(registry, config("w1")).await;
+    let unknown = rig
+        .enqueue(NewJob::new(kind("only.in.new.code"), json!({})))
+        .await;
+    let known = rig.enqueue(NewJob::new(kind("known"), json!({}))).await;
+    rig.wait_state(known, JobState::Succeeded).await;
+    let report = running.stop().await;
+    assert_eq!(report.claimed, 1);
+    let job = rig.job(unknown).await;
+    assert_eq!(job.state, JobState::Queued);
+    assert_eq!(job.attempt, 0);
+    assert_eq!(job.fencing_token.0, 0, "never claimed");
+    assert!(job.attempted_at.is_none());
+}
