@@ -474,6 +474,17 @@ impl Db {
         WorkerProcess::spawn(self.command(&args), &args)
     }
 
+    /// Spawns `drover-test-worker worker EXTRA...` (default lease) with extra environment.
+    pub fn spawn_worker_with_env(&self, extra: &[&str], env: &[(&str, &str)]) -> WorkerProcess {
+        let mut args = vec!["worker"];
+        args.extend_from_slice(extra);
+        let mut command = self.command(&args);
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        WorkerProcess::spawn(command, &args)
+    }
+
     /// Spawns `drover-test-worker ARGS` as given.
     pub fn spawn(&self, args: &[&str]) -> WorkerProcess {
         WorkerProcess::spawn(self.command(args), args)
