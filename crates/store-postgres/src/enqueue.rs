@@ -12,6 +12,10 @@
 //!
 //! Semantics are those of enqueueing the jobs one after another: a key repeated inside the batch
 //! resolves to the first job that used it.
+//!
+//! Wake-ups ([`Wake`]): inside the caller's own transaction (`enqueue_in`) the insert itself
+//! NOTIFYs, so the notification is delivered only if the caller commits; the store's own
+//! enqueues return the queues that got ready jobs and notify after their commit (notify.rs).
 
 use std::collections::HashMap;
 
@@ -84,6 +88,26 @@ impl Batch {
     }
 }
 
+/// Where an enqueue's wake-up notifications go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// NOTIFY inside the transaction (`enqueue_in`: delivered only if the caller commits).
+    InTransaction,
+    /// Not in the transaction: the caller hands [`Enqueue::ready_queues`] to the store's
+    /// notifier once it has committed (notify.rs).
+    AfterCommit,
+}
+
+/// What an enqueue did.
+#[derive(Debug)]
+pub(crate) struct Enqueue {
+    /// One answer per job, in input order.
+    pub(crate) answers: Vec<Enqueued>,
+    /// With [`Wake::AfterCommit`]: the distinct queues that got a job ready at once (to
+    /// notify after the commit); empty otherwise.
+    pub(crate) ready_queues: Vec<String>,
+}
+
 /// Enqueues a prepared batch on `conn` (autocommit, or inside the caller's transaction), opening
 /// a transaction or savepoint only when a conflict could require undoing part of the batch or a
 /// quota must be checked.
@@ -91,9 +115,13 @@ pub(crate) async fn enqueue(
     conn: &mut PgConnection,
     config: &StoreConfig,
     batch: Batch,
-) -> Result<Vec<Enqueued>, Error> {
+    wake: Wake,
+) -> Result<Enqueue, Error> {
     if batch.len() == 0 {
-        return Ok(Vec::new());
+        return Ok(Enqueue {
+            answers: Vec::new(),
+            ready_queues: Vec::new(),
+        });
     }
     let quotas = config.quotas;
     let quota_checked = quotas.max_pending.is_some() || quotas.max_tenant_pending.is_some();
@@ -103,11 +131,11 @@ pub(crate) async fn enqueue(
         .any(|j| j.idempotency_key.is_some() || j.unique_key.is_some());
     let needs_transaction = quota_checked || (has_keys && batch.len() > 1);
     if !needs_transaction {
-        let (answers, _) = insert_and_resolve(conn, &batch, Counting::default()).await?;
-        return Ok(answers);
+        let (enqueue, _) = insert_and_resolve(conn, &batch, Counting::default(), wake).await?;
+        return Ok(enqueue);
     }
     let mut tx = conn.begin().await.store_err()?;
-    let result = enqueue_locked(&mut tx, config, &batch).await;
+    let result = enqueue_locked(&mut tx, config, &batch, wake).await;
     settle(tx, result).await
 }
 
@@ -117,7 +145,8 @@ async fn enqueue_locked(
     conn: &mut PgConnection,
     config: &StoreConfig,
     batch: &Batch,
-) -> Result<Vec<Enqueued>, Error> {
+    wake: Wake,
+) -> Result<Enqueue, Error> {
     let quotas = config.quotas;
     let quota_checked = quotas.max_pending.is_some() || quotas.max_tenant_pending.is_some();
     if quota_checked {
@@ -134,11 +163,11 @@ async fn enqueue_locked(
         global: quotas.max_pending.is_some(),
         tenants: quotas.max_tenant_pending.is_some(),
     };
-    let (answers, pending) = insert_and_resolve(conn, batch, counting).await?;
+    let (enqueue, pending) = insert_and_resolve(conn, batch, counting, wake).await?;
     if quota_checked {
-        check_quotas(config, &answers, pending.as_ref())?;
+        check_quotas(config, &enqueue.answers, pending.as_ref())?;
     }
-    Ok(answers)
+    Ok(enqueue)
 }
 
 /// The advisory lock keys for the configured quotas, sorted so every caller takes them in the
@@ -280,7 +309,8 @@ async fn insert_and_resolve(
     conn: &mut PgConnection,
     batch: &Batch,
     counting: Counting,
-) -> Result<(Vec<Enqueued>, Option<PendingBefore>), Error> {
+    wake: Wake,
+) -> Result<(Enqueue, Option<PendingBefore>), Error> {
     let n = batch.len();
     let position: HashMap<Uuid, usize> = batch
         .ids
@@ -291,8 +321,9 @@ async fn insert_and_resolve(
     let mut answers: Vec<Option<Enqueued>> = (0..n).map(|_| None).collect();
     let mut to_insert: Vec<usize> = (0..n).collect();
     let mut pending: Option<PendingBefore> = None;
+    let mut ready_queues: Vec<String> = Vec::new();
     for _ in 0..RESOLVE_ROUNDS_MAX {
-        let inserted = insert(conn, batch, &to_insert, counting).await?;
+        let inserted = insert(conn, batch, &to_insert, counting, wake).await?;
         if pending.is_none() {
             if let Some(first) = inserted.first() {
                 pending = Some(first.pending_before()?);
@@ -302,6 +333,12 @@ async fn insert_and_resolve(
             let i = *position
                 .get(&row.id)
                 .ok_or_else(|| Error::fatal("enqueue returned a job it was not given"))?;
+            if row.ready && wake == Wake::AfterCommit {
+                let queue = batch.jobs[i].queue.as_str();
+                if !ready_queues.iter().any(|q| q == queue) {
+                    ready_queues.push(queue.to_owned());
+                }
+            }
             let mut job = batch.jobs[i]
                 .clone()
                 .into_job(JobId(row.id), row.created_at);
@@ -317,7 +354,7 @@ async fn insert_and_resolve(
             .filter(|i| answers[*i].is_none())
             .collect();
         if skipped.is_empty() {
-            return Ok((finish_answers(answers)?, pending));
+            return Ok((finish_answers(answers, ready_queues)?, pending));
         }
         let holders = lookup(conn, batch, &skipped).await?;
         let index = HolderIndex::new(&holders, &position);
@@ -329,7 +366,7 @@ async fn insert_and_resolve(
             }
         }
         if again.is_empty() {
-            return Ok((finish_answers(answers)?, pending));
+            return Ok((finish_answers(answers, ready_queues)?, pending));
         }
         to_insert = again;
     }
@@ -338,11 +375,18 @@ async fn insert_and_resolve(
     ))
 }
 
-fn finish_answers(answers: Vec<Option<Enqueued>>) -> Result<Vec<Enqueued>, Error> {
-    answers
+fn finish_answers(
+    answers: Vec<Option<Enqueued>>,
+    ready_queues: Vec<String>,
+) -> Result<Enqueue, Error> {
+    let answers = answers
         .into_iter()
         .map(|a| a.ok_or_else(|| Error::fatal("enqueue left a job unanswered")))
-        .collect()
+        .collect::<Result<_, _>>()?;
+    Ok(Enqueue {
+        answers,
+        ready_queues,
+    })
 }
 
 /// Key holders found by the lookup, indexed by (tenant, key). `created` is the batch position of
@@ -425,13 +469,15 @@ fn resolve<'a>(
     Ok(None)
 }
 
-/// What enqueue_insert.sql returns for each created job: the values the database chose, and
-/// the pending counts before the statement (zero unless asked for).
+/// What enqueue_insert.sql returns for each created job: the values the database chose, whether
+/// it is ready at once, and the pending counts before the statement (zero unless asked for).
 #[derive(sqlx::FromRow)]
 struct Inserted {
     id: Uuid,
     run_at: DateTime<Utc>,
     created_at: DateTime<Utc>,
+    /// `run_at <= now()`: ready at once.
+    ready: bool,
     pending_before: i64,
     tenant_pending_before: Value,
 }
@@ -461,6 +507,7 @@ async fn insert(
     batch: &Batch,
     positions: &[usize],
     counting: Counting,
+    wake: Wake,
 ) -> Result<Vec<Inserted>, Error> {
     let len = positions.len();
     let mut ids = Vec::with_capacity(len);
@@ -530,6 +577,7 @@ async fn insert(
         .bind(counting.global)
         .bind(counting.tenants)
         .bind(&distinct_tenants)
+        .bind(wake == Wake::InTransaction)
         .fetch_all(conn)
         .await
         .store_err()

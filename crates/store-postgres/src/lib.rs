@@ -15,7 +15,9 @@
 //! run `apply` itself on locked rows.
 //!
 //! Round trips per call (each call also takes a pooled connection, which sqlx checks with one
-//! cheap `Sync` ping so a connection killed while idle is replaced instead of failing the call):
+//! cheap `Sync` ping so a connection killed while idle is replaced instead of failing the call).
+//! Wake-ups of the store's own enqueues are sent after the commit by a
+//! notifier task on its own connection, off the caller's path (notify.rs):
 //!
 //! | operation | round trips |
 //! |---|---|
@@ -38,6 +40,7 @@ mod error;
 mod lifecycle;
 mod listen;
 pub mod migrate;
+mod notify;
 mod outcome;
 mod records;
 mod sql;

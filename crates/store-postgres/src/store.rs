@@ -3,6 +3,7 @@
 //! only wires them to the trait.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -17,8 +18,9 @@ use drover_core::{
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgConnection, PgPool};
 
-use crate::enqueue::{self, Batch};
+use crate::enqueue::{self, Batch, Wake};
 use crate::error::SqlxResultExt;
+use crate::notify::Notifier;
 use crate::transaction::settle;
 use crate::{admin, claim, lifecycle, listen, migrate, outcome, sql};
 
@@ -77,6 +79,8 @@ impl Default for PgOptions {
 pub struct PgStore {
     pool: PgPool,
     options: PgOptions,
+    /// Sends the wake-ups of this store's committed enqueues (shared by clones).
+    notifier: Arc<Notifier>,
 }
 
 impl PgStore {
@@ -116,13 +120,18 @@ impl PgStore {
             .connect_with(connect)
             .await
             .store_err()?;
-        Ok(PgStore { pool, options })
+        Ok(PgStore::from_pool(pool, options))
     }
 
     /// Wraps an existing pool (its connect options are used as they are; see
     /// [`PgOptions::statement_cache`]).
     pub fn from_pool(pool: PgPool, options: PgOptions) -> PgStore {
-        PgStore { pool, options }
+        let notifier = Arc::new(Notifier::new(pool.connect_options().as_ref().clone()));
+        PgStore {
+            pool,
+            options,
+            notifier,
+        }
     }
 
     /// The pool, for the application's own queries and transactions (see
@@ -136,9 +145,11 @@ impl PgStore {
         &self.options
     }
 
-    /// Closes the pool, waiting for connections in use to be returned. Later calls fail with
-    /// `Fatal` ("the store was closed"); subscriptions end.
+    /// Sends the wake-up notifications still pending, then closes the pool, waiting for
+    /// connections in use to be returned. Later calls fail with `Fatal` ("the store was
+    /// closed"); subscriptions end.
     pub async fn close(&self) {
+        self.notifier.close().await;
         self.pool.close().await;
     }
 
@@ -162,7 +173,9 @@ impl PgStore {
         jobs: Vec<NewJob>,
     ) -> Result<Vec<Enqueued>, Error> {
         let batch = Batch::prepare(jobs, &self.options.config)?;
-        enqueue::enqueue(conn, &self.options.config, batch).await
+        enqueue::enqueue(conn, &self.options.config, batch, Wake::InTransaction)
+            .await
+            .map(|enqueue| enqueue.answers)
     }
 
     /// Applies pending migrations to this store's database; see [`migrate`](crate::migrate()).
@@ -179,7 +192,12 @@ impl JobStore for PgStore {
     async fn jobs_enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>, Error> {
         let batch = Batch::prepare(jobs, &self.options.config)?;
         let mut conn = self.pool.acquire().await.store_err()?;
-        enqueue::enqueue(&mut conn, &self.options.config, batch).await
+        let enqueue =
+            enqueue::enqueue(&mut conn, &self.options.config, batch, Wake::AfterCommit).await?;
+        drop(conn);
+        self.notifier
+            .notify(enqueue.ready_queues.iter().map(String::as_str));
+        Ok(enqueue.answers)
     }
 
     async fn job_get(&self, id: JobId) -> Result<Job, Error> {
@@ -298,7 +316,12 @@ impl JobStore for PgStore {
         let batch = Batch::prepare(vec![fire.job], config)?;
         let mut tx = self.pool.begin().await.store_err()?;
         let result = fire_in(&mut tx, config, &fire.name, fire.tick, batch).await;
-        settle(tx, result).await
+        let fired = settle(tx, result).await?;
+        Ok(fired.map(|(answer, ready_queues)| {
+            self.notifier
+                .notify(ready_queues.iter().map(String::as_str));
+            answer
+        }))
     }
 
     async fn now(&self) -> Result<DateTime<Utc>, Error> {
@@ -321,16 +344,17 @@ impl JobStore for PgStore {
     }
 }
 
-/// Consumes the tick and enqueues its job on `conn` (inside the caller's transaction). A tick
-/// that was already consumed (or a missing schedule) is reported as an error-free `None` (or
-/// `NotFound`) after nothing was written.
+/// Consumes the tick and enqueues its job on `conn` (inside the caller's transaction); returns
+/// the answer and the queues to notify once committed. A tick that was already consumed (or a
+/// missing schedule) is reported as an error-free `None` (or `NotFound`) after nothing was
+/// written.
 async fn fire_in(
     conn: &mut PgConnection,
     config: &StoreConfig,
     name: &ScheduleName,
     tick: DateTime<Utc>,
     batch: Batch,
-) -> Result<Option<Enqueued>, Error> {
+) -> Result<Option<(Enqueued, Vec<String>)>, Error> {
     let (exists, fired): (bool, bool) = sqlx::query_as(sql::SCHEDULE_FIRE)
         .bind(name.as_str())
         .bind(tick)
@@ -346,11 +370,12 @@ async fn fire_in(
         }
         return Ok(None);
     }
-    let mut answers = enqueue::enqueue(conn, config, batch).await?;
-    answers
+    let mut enqueue = enqueue::enqueue(conn, config, batch, Wake::AfterCommit).await?;
+    let answer = enqueue
+        .answers
         .pop()
-        .map(Some)
-        .ok_or_else(|| Error::fatal("store answered an enqueue with no job"))
+        .ok_or_else(|| Error::fatal("store answered an enqueue with no job"))?;
+    Ok(Some((answer, enqueue.ready_queues)))
 }
 
 #[cfg(test)]

@@ -4,9 +4,11 @@
 -- stored job or an earlier job of the same batch); the caller resolves skipped jobs with
 -- enqueue_lookup.sql. Only the id and the two instants the database chose come back: the
 -- caller builds the rest of each job from its input (jsonb normalisation cannot change a
--- value's JSON meaning), which saves sending and parsing every job's args again. Ready jobs
--- wake idle workers with one small NOTIFY per queue (the payload
--- is the queue name, never args; delivered only if the transaction commits).
+-- value's JSON meaning), which saves sending and parsing every job's args again; `ready` says
+-- whether the job is ready at once. With $18 (the caller's own transaction, `enqueue_in`),
+-- ready jobs wake idle workers with one small NOTIFY per queue (the payload is the queue
+-- name, never args; delivered only if the transaction commits); otherwise the store notifies
+-- after its commit (notify.rs: a NOTIFY here would serialise concurrent commits).
 --
 -- $1 id uuid[], $2 kind text[], $3 queue text[], $4 tenant text[], $5 args jsonb[],
 -- $6 meta jsonb[], $7 priority smallint[], $8 run_at timestamptz[] (NULL: use the delay),
@@ -14,7 +16,7 @@
 -- $11 idempotency_key text[], $12 request_hash text[], $13 unique_key text[],
 -- $14 limit_keys text[] (each comma-joined; '' for none), $15 count pending jobs in total
 -- boolean, $16 count pending jobs of the batch's tenants boolean, $17 the batch's distinct
--- tenants text[].
+-- tenants text[], $18 notify inside this transaction boolean.
 --
 -- Quotas: when asked ($15, $16; the caller holds the quota advisory locks, taken by an earlier
 -- statement, so this statement's snapshot holds every committed enqueue), every returned row
@@ -47,7 +49,7 @@ inserted AS (
 ),
 notified AS (
     SELECT pg_notify('drover_jobs', q.queue)
-    FROM (SELECT DISTINCT queue FROM inserted WHERE run_at <= now()) AS q
+    FROM (SELECT DISTINCT queue FROM inserted WHERE $18::boolean AND run_at <= now()) AS q
 ),
 pending_by_tenant AS (
     SELECT tenant, count(*)::bigint AS n
@@ -64,7 +66,7 @@ tenant_pending AS (
     FROM pending_by_tenant p
     WHERE $16::boolean AND p.tenant = ANY($17::text[])
 )
-SELECT inserted.id, inserted.run_at, inserted.created_at,
+SELECT inserted.id, inserted.run_at, inserted.created_at, inserted.run_at <= now() AS ready,
        (SELECT count(*) FROM notified) AS notified_queues,
        (SELECT n FROM pending) AS pending_before,
        (SELECT counts FROM tenant_pending) AS tenant_pending_before
