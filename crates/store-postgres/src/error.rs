@@ -7,6 +7,10 @@
 //! messages are not pasted in, only the SQLSTATE code and the constraint name; data errors
 //! (class 22) drop the driver error entirely because its text may quote the offending value.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
 use drover_core::{BoxError, Error};
 
 /// The message of every "schema missing" error.
@@ -24,7 +28,12 @@ pub(crate) const NOT_MIGRATED: &str = "database schema is not migrated (run `dro
 ///   (class `22`) -> [`Error::InvalidInput`];
 /// - unique violation (`23505`) -> [`Error::Conflict`];
 /// - anything else -> [`Error::Fatal`] with the SQLSTATE.
+///
+/// Errors that mean a connection was lost are also noted (see [`connection_lost_recently`]).
 pub(crate) fn map_sqlx_error(error: sqlx::Error) -> Error {
+    if connection_lost(&error) {
+        note_connection_lost();
+    }
     match error {
         sqlx::Error::Database(db) => {
             let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
@@ -114,6 +123,53 @@ fn map_database_error(code: &str, constraint: Option<String>, source: BoxError) 
     }
 }
 
+/// After a lost connection, how long every pooled connection is checked (pinged) before use,
+/// whatever its idle time: the server may have dropped all of them (restart, failover,
+/// `pg_terminate_backend`).
+pub(crate) const CONNECTION_SUSPECT_WINDOW: Duration = Duration::from_secs(10);
+
+/// When this process last saw a lost connection, in milliseconds since [`epoch`] plus one (0:
+/// never).
+static CONNECTION_LOST_AT_MS: AtomicU64 = AtomicU64::new(0);
+
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// True for driver errors that mean the connection is gone (I/O, TLS, protocol, server
+/// shutdown or connection-class SQLSTATE).
+fn connection_lost(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08") || matches!(code.as_ref(), "57P01" | "57P02" | "57P03")
+        }),
+        _ => false,
+    }
+}
+
+/// Records that a connection was just lost.
+pub(crate) fn note_connection_lost() {
+    let ms = u64::try_from(epoch().elapsed().as_millis()).unwrap_or(u64::MAX - 1);
+    CONNECTION_LOST_AT_MS.store(ms.saturating_add(1), Ordering::Relaxed);
+}
+
+/// True when this process lost a database connection less than
+/// [`CONNECTION_SUSPECT_WINDOW`] ago (any store: the hint is process-wide and only makes the
+/// pools check connections more often).
+pub(crate) fn connection_lost_recently() -> bool {
+    let at = CONNECTION_LOST_AT_MS.load(Ordering::Relaxed);
+    if at == 0 {
+        return false;
+    }
+    let now = u64::try_from(epoch().elapsed().as_millis()).unwrap_or(u64::MAX);
+    now.saturating_sub(at - 1) < u64::try_from(CONNECTION_SUSPECT_WINDOW.as_millis()).unwrap_or(0)
+}
+
 fn unavailable(message: &str, source: std::io::Error) -> Error {
     Error::Unavailable {
         message: message.to_owned(),
@@ -177,5 +233,6 @@ mod tests {
             ))),
             Error::Unavailable { .. }
         ));
+        assert!(connection_lost_recently(), "a lost connection is noted");
     }
 }

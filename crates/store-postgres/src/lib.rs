@@ -14,9 +14,10 @@
 //! `state::apply` table by the contract suite; rarer ones (cancel, retry, rescue, reconcile)
 //! run `apply` itself on locked rows.
 //!
-//! Round trips per call (each call also takes a pooled connection, which sqlx checks with one
-//! cheap `Sync` ping so a connection killed while idle is replaced instead of failing the call).
-//! Wake-ups of the store's own enqueues are sent after the commit by a
+//! Round trips per call (each call also takes a pooled connection; one idle for a second or
+//! more, or any connection after this process lost one, is first checked with a `Sync` ping
+//! so a connection killed while idle is replaced instead of failing the call; see
+//! [`IDLE_CHECK_AFTER`]). Wake-ups of the store's own enqueues are sent after the commit by a
 //! notifier task on its own connection, off the caller's path (notify.rs):
 //!
 //! | operation | round trips |
@@ -50,7 +51,8 @@ mod transaction;
 pub use listen::{CANCEL_CHANNEL, EVENT_BUFFER, JOBS_CHANNEL};
 pub use migrate::{applied_versions, migrate, migrations, AppliedMigration, Migration};
 pub use store::{
-    PgOptions, PgStore, ACQUIRE_TIMEOUT_DEFAULT, APPLICATION_NAME, MAX_CONNECTIONS_DEFAULT,
+    PgOptions, PgStore, ACQUIRE_TIMEOUT_DEFAULT, APPLICATION_NAME, IDLE_CHECK_AFTER,
+    MAX_CONNECTIONS_DEFAULT,
 };
 
 /// Re-exported so applications can name the pool and connection types `enqueue_in` takes.

@@ -16,10 +16,10 @@ use drover_core::{
     StoreConfig, Transition, WorkerId, WorkerInfo, WorkerRegistration,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{PgConnection, PgPool};
+use sqlx::{Connection, PgConnection, PgPool};
 
 use crate::enqueue::{self, Batch, Wake};
-use crate::error::SqlxResultExt;
+use crate::error::{connection_lost_recently, SqlxResultExt};
 use crate::notify::Notifier;
 use crate::transaction::settle;
 use crate::{admin, claim, lifecycle, listen, migrate, outcome, sql};
@@ -31,6 +31,13 @@ pub const APPLICATION_NAME: &str = "drover";
 pub const MAX_CONNECTIONS_DEFAULT: u32 = 10;
 /// Default time to wait for a pooled connection before `Unavailable`.
 pub const ACQUIRE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+/// A pooled connection idle for at least this long is checked with a ping (one round trip)
+/// before use, so one the server or network dropped meanwhile is replaced instead of failing
+/// the call. Busier connections skip the check (it would double the round trips of a short
+/// call) unless this process lost a database connection in the last 10 s (a restart or
+/// failover drops them all). Applies to pools built by [`PgStore::connect`]; sqlx's own
+/// default, a ping before every use, stays with [`PgStore::from_pool`] pools.
+pub const IDLE_CHECK_AFTER: Duration = Duration::from_secs(1);
 
 /// How [`PgStore::connect`] builds its pool, and the store's configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -117,6 +124,15 @@ impl PgStore {
             .max_connections(options.max_connections.max(1))
             .min_connections(options.min_connections)
             .acquire_timeout(options.acquire_timeout)
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= IDLE_CHECK_AFTER || connection_lost_recently() {
+                        conn.ping().await?;
+                    }
+                    Ok(true)
+                })
+            })
             .connect_with(connect)
             .await
             .store_err()?;
