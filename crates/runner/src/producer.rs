@@ -6,22 +6,32 @@
 //! process-wide `max_concurrent` cap; then it asks the store for exactly that many jobs of its
 //! queue and its kinds (registered kinds, intersected with the pool's kind filter), so it never
 //! claims a job it cannot start at once. Unused places go back at once. After a claim that
-//! filled its request it claims again immediately; otherwise it sleeps until a store event
-//! for its queue, a `Resync`, or the poll interval. It claims nothing while the store is
-//! unhealthy.
+//! filled its request (more jobs are likely waiting) it claims again as soon as at least half
+//! of its slots are free, or [`CLAIM_COOLDOWN`] after that claim returned, whichever comes
+//! first (at once when all slots are free): claiming the moment one slot frees would make every
+//! full claim be followed by claims of one job, each costing the store a whole round trip and
+//! commit. After a claim that did not fill its request it sleeps until a store event for its
+//! queue, a `Resync`, or the poll interval, and then claims as soon as one slot is free. It
+//! claims nothing while the store is unhealthy.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use drover_core::{ClaimJobs, JobKind, QueueName, StoreEvent};
 use futures::StreamExt;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::executor::{Reservation, Starter};
 use crate::health::{classify, ErrorClass, RetryDelay};
 use crate::running::CancelReason;
 use crate::runtime::Runtime;
+
+/// After a claim that filled its request, the longest a claim loop waits for half of its slots
+/// to be free before claiming with what is free (see the module docs).
+pub(crate) const CLAIM_COOLDOWN: Duration = Duration::from_millis(1);
 
 /// One claim loop's fixed settings.
 pub(crate) struct ClaimLoop {
@@ -51,6 +61,8 @@ pub(crate) async fn run_claim_loop(
         .max_batch
         .clamp(1, drover_core::store::CLAIM_LIMIT_MAX as usize);
     let mut retry = RetryDelay::new(rt.config.store_retry_min, rt.config.store_retry_max);
+    // Set after a claim that filled its request: gather slots until this deadline.
+    let mut gather_until: Option<Instant> = None;
     loop {
         if stop.is_cancelled() {
             return;
@@ -65,7 +77,7 @@ pub(crate) async fn run_claim_loop(
         let reservation = tokio::select! {
             biased;
             () = stop.cancelled() => return,
-            reservation = reserve(&spec.slots, global.as_ref(), max_batch) => reservation,
+            reservation = reserve(&spec.slots, global.as_ref(), max_batch, gather_until.take()) => reservation,
         };
         let Some(mut reservation) = reservation else {
             return;
@@ -88,6 +100,7 @@ pub(crate) async fn run_claim_loop(
                 starter.start(&rt, jobs, &mut reservation);
                 drop(reservation);
                 if filled {
+                    gather_until = Some(Instant::now() + CLAIM_COOLDOWN);
                     continue;
                 }
                 tokio::select! {
@@ -133,15 +146,19 @@ pub(crate) async fn run_claim_loop(
 }
 
 /// Reserves at least one and at most `max` places: slots of the queue and, with a cap, as
-/// many places of the process-wide semaphore. Waits while none is free. `None` if a semaphore
-/// was closed (never happens: they are not closed).
+/// many places of the process-wide semaphore. Waits while none is free; with `gather_until`,
+/// waits until half of the `max` slots are free or that deadline passed, whichever comes
+/// first. `None` if a semaphore was closed (never happens: they are not closed).
 async fn reserve(
     slots: &Arc<Semaphore>,
     global: Option<&Arc<Semaphore>>,
     max: usize,
+    gather_until: Option<Instant>,
 ) -> Option<Reservation> {
-    let mut queue = Arc::clone(slots).acquire_owned().await.ok()?;
-    let extra = slots.available_permits().min(max.saturating_sub(1));
+    let mut queue = first_slots(slots, max, gather_until).await?;
+    let extra = slots
+        .available_permits()
+        .min(max.saturating_sub(queue.num_permits()));
     if extra > 0 {
         if let Ok(more) = Arc::clone(slots).try_acquire_many_owned(u32::try_from(extra).ok()?) {
             queue.merge(more);
@@ -169,6 +186,31 @@ async fn reserve(
         None => None,
     };
     Some(Reservation::new(queue, global))
+}
+
+/// The first slots of a reservation: one, or with `gather_until` half of `max` unless that
+/// deadline passes first (then one).
+async fn first_slots(
+    slots: &Arc<Semaphore>,
+    max: usize,
+    gather_until: Option<Instant>,
+) -> Option<OwnedSemaphorePermit> {
+    let half = max.div_ceil(2);
+    if let Some(deadline) = gather_until {
+        if half > 1 && slots.available_permits() < half {
+            let wanted = u32::try_from(half).ok()?;
+            let gathered =
+                tokio::time::timeout_at(deadline, Arc::clone(slots).acquire_many_owned(wanted))
+                    .await;
+            if let Ok(permit) = gathered {
+                // Jobs finishing at this moment are likely queued to run on this worker
+                // thread: let them give back their slots before the claim counts them.
+                tokio::task::yield_now().await;
+                return permit.ok();
+            }
+        }
+    }
+    Arc::clone(slots).acquire_owned().await.ok()
 }
 
 /// Wakes claim loops from store events, and fires the token of a job whose cancel was
