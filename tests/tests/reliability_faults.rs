@@ -26,6 +26,10 @@ use rustix::process::Signal;
 /// Deadline of any wait on the loaded 2-core CI machine.
 const WAIT: Duration = Duration::from_secs(120);
 
+/// The tests with worker processes take turns: together they would open more connections than
+/// the shared server allows (100 by default) and crowd the two cores.
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Side effects of process `pid` under a claim that is no longer the job's latest: runs the
 /// fault interrupted.
 async fn interrupted_runs_of(db: &Db, pid: u32) -> i64 {
@@ -42,6 +46,7 @@ async fn interrupted_runs_of(db: &Db, pid: u32) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_of_a_worker_mid_job_loses_no_job() {
     const TEST: &str = "sigkill_of_a_worker_mid_job_loses_no_job";
+    let _turn = TURN.lock().await;
     let Some(server) = Server::shared(TEST) else {
         return;
     };
@@ -82,6 +87,7 @@ async fn sigkill_of_a_worker_mid_job_loses_no_job() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cut_database_connections_lose_no_job() {
     const TEST: &str = "cut_database_connections_lose_no_job";
+    let _turn = TURN.lock().await;
     let Some(server) = Server::shared(TEST) else {
         return;
     };
@@ -137,6 +143,7 @@ async fn audit_all_succeeded(db: &Db, ids: &[sqlx::types::Uuid]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frozen_worker_past_its_lease_cannot_write_late() {
     const TEST: &str = "frozen_worker_past_its_lease_cannot_write_late";
+    let _turn = TURN.lock().await;
     let Some(server) = Server::shared(TEST) else {
         return;
     };
@@ -210,6 +217,7 @@ async fn frozen_worker_past_its_lease_cannot_write_late() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_restart_of_every_worker_loses_no_job() {
     const TEST: &str = "graceful_restart_of_every_worker_loses_no_job";
+    let _turn = TURN.lock().await;
     let Some(server) = Server::shared(TEST) else {
         return;
     };
@@ -290,6 +298,7 @@ async fn graceful_restart_of_every_worker_loses_no_job() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_schema_stops_the_worker_saying_to_migrate() {
     const TEST: &str = "dropped_schema_stops_the_worker_saying_to_migrate";
+    let _turn = TURN.lock().await;
     let Some(server) = Server::shared(TEST) else {
         return;
     };

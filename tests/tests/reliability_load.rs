@@ -72,9 +72,10 @@ async fn every_job_runs_exactly_once_across_three_healthy_workers() {
     // per-job commit would otherwise dominate the run.
     let env = [
         ("DROVER_TEST_SIDE_EFFECTS_ASYNC", "1"),
-        ("DROVER_TEST_SIDE_EFFECT_CONNECTIONS", "16"),
+        ("DROVER_TEST_SIDE_EFFECT_CONNECTIONS", "8"),
     ];
-    let flags = ["--slots", "16"];
+    // At most 3 x (8 + 8 + 1) connections: the shared server allows 100.
+    let flags = ["--slots", "16", "--db-connections", "8"];
     let mut workers = vec![
         db.spawn_worker_with_env(&flags, &env),
         db.spawn_worker_with_env(&flags, &env),
