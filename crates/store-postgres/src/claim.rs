@@ -2,7 +2,9 @@
 //!
 //! Fast path, one statement (claim_fast.sql): lock the next ready jobs `FOR UPDATE SKIP LOCKED`
 //! in claim order and start them in the same `UPDATE`, up to the first job subject to a limit
-//! policy (so order is kept).
+//! policy (so order is kept). A claim of one queue (the runner's) first tries claim_queue.sql,
+//! the same without any limit check, which claims only while no policy exists at all and
+//! otherwise reports that the fast path must run.
 //!
 //! Slow path, one transaction, taken only when the fast path stopped at such a job before
 //! filling the claim: lock every policy row
@@ -13,8 +15,8 @@
 //! claims, so they never exceed `max_running` or a rate. Skipped jobs are only read: they keep
 //! their place and spend nothing.
 //!
-//! Round trips: fast path 1; slow path BEGIN, policies, running counts, one per candidate page,
-//! update, COMMIT.
+//! Round trips: one queue and no policy 1; fast path 1 (+1 for a one-queue claim while policies
+//! exist); slow path BEGIN, policies, running counts, one per candidate page, update, COMMIT.
 
 use std::collections::HashMap;
 
@@ -102,6 +104,20 @@ pub(crate) async fn claim(pool: &PgPool, claim: ClaimJobs) -> Result<Vec<Job>, E
     let kinds: Vec<&str> = claim.kinds.iter().map(JobKind::as_str).collect();
     let limit = i32::try_from(claim.limit).unwrap_or(i32::MAX);
     let lease_us = micros(claim.lease);
+    if let [queue] = queues.as_slice() {
+        let rows = sqlx::query_as::<_, FastClaimRow>(sql::CLAIM_QUEUE)
+            .bind(*queue)
+            .bind(&kinds)
+            .bind(limit)
+            .bind(claim.worker.as_str())
+            .bind(lease_us)
+            .fetch_all(pool)
+            .await
+            .store_err()?;
+        if !rows.first().is_some_and(|r| r.blocked) {
+            return sorted(rows.into_iter().filter_map(|r| r.job).collect());
+        }
+    }
     let rows = sqlx::query_as::<_, FastClaimRow>(sql::CLAIM_FAST)
         .bind(&queues)
         .bind(&kinds)

@@ -1,10 +1,11 @@
 //! Worker writes on running jobs, batched and fenced (DESIGN.md section 3; ADR 0001):
 //! `jobs_heartbeat` and `jobs_finish`, one statement each over `unnest` arrays, whatever the
-//! batch size. An item is applied only while its job is running under the presented fencing
+//! batch size (a finish whose items all succeeded, the common batch, uses the simpler
+//! finish_succeeded.sql). An item is applied only while its job is running under the presented fencing
 //! token with an unexpired lease by the database clock; every other item is answered
 //! `LeaseLost` and changes nothing.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use drover_core::job::{truncate_message, ERRORS_KEPT};
@@ -12,7 +13,7 @@ use drover_core::json::check_value;
 use drover_core::lease::check_lease;
 use drover_core::{
     Error, Finish, FinishItem, FinishReply, HeartbeatItem, HeartbeatJobs, HeartbeatReply, JobId,
-    Retry, StoreConfig,
+    JobState, Retry, StoreConfig,
 };
 use serde_json::Value;
 use sqlx::PgPool;
@@ -109,6 +110,54 @@ fn stored_message(message: &str) -> String {
     }
 }
 
+/// The common batch, every item a success with a distinct id, with finish_succeeded.sql;
+/// `None` (nothing written) for any other batch.
+async fn finish_succeeded(
+    pool: &PgPool,
+    items: &[FinishItem],
+) -> Result<Option<Vec<FinishReply>>, Error> {
+    let len = items.len();
+    let mut ids = Vec::with_capacity(len);
+    let mut tokens = Vec::with_capacity(len);
+    let mut results: Vec<Option<&Value>> = Vec::with_capacity(len);
+    for item in items {
+        let Finish::Succeeded { result } = &item.finish else {
+            return Ok(None);
+        };
+        ids.push(item.id.as_uuid());
+        tokens.push(item.token.0);
+        results.push(result.as_ref());
+    }
+    let mut sorted = ids.clone();
+    sorted.sort_unstable();
+    if sorted.windows(2).any(|pair| pair[0] == pair[1]) {
+        return Ok(None);
+    }
+    let rows: Vec<Uuid> = sqlx::query_scalar(sql::FINISH_SUCCEEDED)
+        .bind(&ids)
+        .bind(&tokens)
+        .bind(&results)
+        .fetch_all(pool)
+        .await
+        .store_err()?;
+    let recorded: HashSet<Uuid> = rows.into_iter().collect();
+    Ok(Some(
+        items
+            .iter()
+            .map(|item| {
+                if recorded.contains(&item.id.as_uuid()) {
+                    FinishReply::Recorded {
+                        id: item.id,
+                        to: JobState::Succeeded,
+                    }
+                } else {
+                    FinishReply::LeaseLost { id: item.id }
+                }
+            })
+            .collect(),
+    ))
+}
+
 /// Records finished runs; answers per item in input order.
 pub(crate) async fn finish(
     pool: &PgPool,
@@ -130,6 +179,9 @@ pub(crate) async fn finish(
     }
     if items.is_empty() {
         return Ok(Vec::new());
+    }
+    if let Some(replies) = finish_succeeded(pool, &items).await? {
+        return Ok(replies);
     }
     let len = items.len();
     let mut ids = Vec::with_capacity(len);

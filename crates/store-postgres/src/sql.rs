@@ -23,6 +23,8 @@ statements! {
     ENQUEUE_LOOKUP = "enqueue_lookup.sql";
     /// Quota advisory locks.
     QUOTA_LOCK = "quota_lock.sql";
+    /// Claim from one queue in one statement while no limit policy exists.
+    CLAIM_QUEUE = "claim_queue.sql";
     /// Claim in one statement, up to the first job subject to a limit policy.
     CLAIM_FAST = "claim_fast.sql";
     /// Slow claim: lock the policies.
@@ -37,6 +39,8 @@ statements! {
     HEARTBEAT = "heartbeat.sql";
     /// Batch finish.
     FINISH = "finish.sql";
+    /// Batch finish of successes only, distinct ids.
+    FINISH_SUCCEEDED = "finish_succeeded.sql";
     /// Write back jobs changed by `apply`.
     JOBS_WRITE = "jobs_write.sql";
     /// Lock one job.
