@@ -6,11 +6,14 @@
 //!   `fast` (clients disconnected, clean shutdown) and once `immediate` (a crash: processes
 //!   killed, recovery at start). Afterwards no job is lost, none is stuck running, none ran
 //!   after its final state was recorded, no stale writer won; the workers never exited.
+//!   A schedule firing every second runs through both restarts: no tick enqueues twice.
 //! - The database stopped under a worker: the worker keeps running, logs the transient errors
 //!   and retries with capped exponential backoff, makes no claims (the claim loop is gated,
 //!   while heartbeats keep probing), and resumes on its own once PostgreSQL is back.
+//! - SIGTERM while the database is down: the worker still stops (what it cannot write is given
+//!   up after the flush timeout), and its job runs again on another worker afterwards.
 //!
-//! The two tests take turns (a lock): each runs its own PostgreSQL next to worker processes
+//! The tests take turns (a lock): each runs its own PostgreSQL next to worker processes
 //! on a 2-core machine. Without PostgreSQL binaries or, as root, without `runuser` they skip,
 //! unless `DROVER_REQUIRE_POSTGRES` is set, when they fail.
 
@@ -18,6 +21,8 @@ mod reliability_support;
 
 use std::time::Duration;
 
+use drover_core::{JobKind, JobStore, NewSchedule, ScheduleName};
+use drover_store_postgres::sqlx;
 use reliability_support::private_pg::PrivatePg;
 use reliability_support::{audit, wait_until, Db, Instrument};
 
@@ -39,7 +44,18 @@ async fn postgres_restarts_with_1000_jobs_in_flight_lose_no_job() {
     let mut b = db.spawn_worker(&["--slots", "8"]);
     let a_id = a.worker_started().await;
     let b_id = b.worker_started().await;
-    let ids = db.enqueue_records(1000, 40, 25).await;
+    let mut ids = db.enqueue_records(1000, 40, 25).await;
+    // A schedule firing every second runs through the restarts too: each tick enqueues once.
+    let store = db.store().await;
+    store
+        .schedule_upsert(NewSchedule::new(
+            ScheduleName::parse("every-second").unwrap(),
+            "* * * * * *",
+            JobKind::parse("noop").unwrap(),
+            serde_json::json!({}),
+        ))
+        .await
+        .unwrap();
 
     for (mode, progress) in [("fast", 250), ("immediate", 600)] {
         wait_until("both workers busy and progress made", WAIT, || async {
@@ -60,9 +76,37 @@ async fn postgres_restarts_with_1000_jobs_in_flight_lose_no_job() {
     }
 
     db.wait_all_terminal(WAIT).await;
+    store
+        .schedule_remove(ScheduleName::parse("every-second").unwrap())
+        .await
+        .unwrap();
+    db.wait_all_terminal(WAIT).await;
+    store.close().await;
+    let ticks: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT meta->>'tick', count(*) FROM drover.jobs WHERE meta ? 'schedule' \
+         GROUP BY 1 ORDER BY 1",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    assert!(
+        ticks.len() >= 3,
+        "the schedule fired during the run: {ticks:?}"
+    );
+    let repeated: Vec<_> = ticks.iter().filter(|(_, n)| *n > 1).collect();
+    assert!(
+        repeated.is_empty(),
+        "ticks enqueued more than once: {repeated:?}"
+    );
+    let scheduled: Vec<sqlx::types::Uuid> =
+        sqlx::query_scalar("SELECT id FROM drover.jobs WHERE meta ? 'schedule'")
+            .fetch_all(db.pool())
+            .await
+            .unwrap();
+    ids.extend(scheduled);
     let audit = audit(&db, &ids).await;
     audit.assert_clean();
-    assert_eq!(audit.count("succeeded"), 1000, "{audit:?}");
+    assert_eq!(audit.count("succeeded"), ids.len() as i64, "{audit:?}");
     for worker in [&a, &b] {
         let stderr = worker.stderr();
         assert!(
@@ -162,4 +206,44 @@ async fn unreachable_database_pauses_claims_and_the_worker_resumes_on_its_own() 
     let stopped = worker.stop(WAIT).await;
     assert!(!worker.stderr().contains("panicked"));
     assert!(stopped.contains("succeeded 2"), "{stopped}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_an_outage_stops_the_worker_and_its_job_runs_again_later() {
+    const TEST: &str = "sigterm_during_an_outage_stops_the_worker_and_its_job_runs_again_later";
+    let _turn = TURN.lock().await;
+    let Some(pg) = PrivatePg::start(TEST).await else {
+        return;
+    };
+    let db = Db::create(&pg.server(), TEST, Instrument::Full).await;
+    let mut a = db.spawn_worker(&["--slots", "1", "--shutdown-grace", "500ms"]);
+    let a_id = a.worker_started().await;
+    let ids = db.enqueue_records(1, 3000, 10).await;
+    wait_until("the job to run on A", WAIT, || async {
+        (db.running_under(&a_id).await == 1 && db.side_effects_of(a.pid).await == 1).then_some(())
+    })
+    .await;
+    pg.stop("fast").await;
+    a.wait_for_line("claims paused until a heartbeat succeeds", WAIT)
+        .await;
+    // Asked to stop while the database is away, the worker still stops: what it cannot
+    // write is given up after the flush timeout and left to lease expiry.
+    let asked = std::time::Instant::now();
+    a.signal(rustix::process::Signal::TERM);
+    let status = a.wait_exit(WAIT).await;
+    let took = asked.elapsed();
+    assert!(status.success(), "{status}: {}", a.stderr());
+    let stopped = a.wait_for_line("drover: worker stopped: ", WAIT).await;
+    assert!(stopped.contains("unwritten 1"), "{stopped}");
+    eprintln!("SIGTERM during the outage: the worker stopped after {took:?}");
+
+    pg.start_again().await;
+    let mut b = db.spawn_worker(&["--slots", "1"]);
+    b.worker_started().await;
+    db.wait_all_terminal(WAIT).await;
+    let audit = audit(&db, &ids).await;
+    audit.assert_clean();
+    assert_eq!(audit.count("succeeded"), 1, "{audit:?}");
+    assert_eq!(audit.side_effects, 2, "the job ran again on B");
+    b.stop(WAIT).await;
 }
