@@ -6,7 +6,9 @@
 //!   `fast` (clients disconnected, clean shutdown) and once `immediate` (a crash: processes
 //!   killed, recovery at start). Afterwards no job is lost, none is stuck running, none ran
 //!   after its final state was recorded, no stale writer won; the workers never exited.
-//!   A schedule firing every second runs through both restarts: no tick enqueues twice.
+//!   A schedule firing every second runs through both restarts: no tick enqueues twice. An
+//!   HTTP producer enqueues through both restarts, retrying with idempotency keys: every
+//!   acknowledged enqueue is stored once, and a restart is answered 503 and nothing else.
 //! - The database stopped under a worker: the worker keeps running, logs the transient errors
 //!   and retries with capped exponential backoff, makes no claims (the claim loop is gated,
 //!   while heartbeats keep probing), and resumes on its own once PostgreSQL is back.
@@ -19,6 +21,7 @@
 
 mod reliability_support;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use drover_core::{JobKind, JobStore, NewSchedule, ScheduleName};
@@ -57,6 +60,11 @@ async fn postgres_restarts_with_1000_jobs_in_flight_lose_no_job() {
         .await
         .unwrap();
 
+    // An HTTP producer enqueues through both restarts, retrying each request with its
+    // idempotency key until it is answered: no enqueue may be lost or stored twice, and the
+    // only refusal a restart may cause is 503 (retry).
+    let producer = HttpProducer::start(&db).await;
+
     for (mode, progress) in [("fast", 250), ("immediate", 600)] {
         wait_until("both workers busy and progress made", WAIT, || async {
             (db.running_under(&a_id).await > 0
@@ -75,6 +83,40 @@ async fn postgres_restarts_with_1000_jobs_in_flight_lose_no_job() {
         );
     }
 
+    let produced = producer.finish().await;
+    assert!(
+        produced.len() >= 10,
+        "the producer got through: {}",
+        produced.len()
+    );
+    eprintln!(
+        "through two restarts: {} enqueues over HTTP acknowledged",
+        produced.len()
+    );
+    let per_key: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT idempotency_key, count(*) FROM drover.jobs WHERE idempotency_key LIKE 'restart-%' \
+         GROUP BY 1 HAVING count(*) <> 1",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    assert!(
+        per_key.is_empty(),
+        "keys stored other than once: {per_key:?}"
+    );
+    let stored: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM drover.jobs WHERE id = ANY($1::uuid[]) AND idempotency_key LIKE 'restart-%'",
+    )
+    .bind(&produced)
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        stored,
+        produced.len() as i64,
+        "every acknowledged enqueue is stored"
+    );
+    ids.extend(produced);
     db.wait_all_terminal(WAIT).await;
     store
         .schedule_remove(ScheduleName::parse("every-second").unwrap())
@@ -118,6 +160,90 @@ async fn postgres_restarts_with_1000_jobs_in_flight_lose_no_job() {
     assert!(a.is_running() && b.is_running(), "no worker exited");
     a.stop(WAIT).await;
     b.stop(WAIT).await;
+}
+
+/// A producer posting `record` jobs to a real HTTP API on the test's database, each with its own
+/// idempotency key, retrying every request (same key, same body) until it is answered 202 or
+/// 200; any other answer than 503 fails the test.
+struct HttpProducer {
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<Vec<sqlx::types::Uuid>>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    shutdown: tokio_util::sync::CancellationToken,
+}
+
+impl HttpProducer {
+    async fn start(db: &Db) -> HttpProducer {
+        let store: Arc<dyn JobStore> = Arc::new(db.store().await);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/v1/jobs", listener.local_addr().unwrap());
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let state = drover_http::ApiState::new(
+            store,
+            drover_http::AuthMode::InsecureNoAuth,
+            drover_http::ApiConfig::default(),
+            None,
+        );
+        let server = tokio::spawn(drover_http::serve(
+            listener,
+            drover_http::router(state),
+            shutdown.clone(),
+        ));
+        let stop = tokio_util::sync::CancellationToken::new();
+        let stopping = stop.clone();
+        let task = tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            let mut ids = Vec::new();
+            let mut key = 0;
+            while !stopping.is_cancelled() {
+                key += 1;
+                let deadline = std::time::Instant::now() + WAIT;
+                loop {
+                    let answer = client
+                        .post(&url)
+                        .header("Idempotency-Key", format!("restart-{key}"))
+                        .json(&serde_json::json!({"kind": "record", "args": {"ms": 0}, "max_attempts": 25}))
+                        .send()
+                        .await;
+                    match answer {
+                        Ok(answer) if matches!(answer.status().as_u16(), 200 | 202) => {
+                            let body: serde_json::Value = answer.json().await.unwrap();
+                            ids.push(body["job"]["id"].as_str().unwrap().parse().unwrap());
+                            break;
+                        }
+                        Ok(answer) => {
+                            let status = answer.status().as_u16();
+                            let text = answer.text().await.unwrap_or_default();
+                            assert_eq!(status, 503, "a restart may only answer 503: {text}");
+                        }
+                        Err(error) => panic!("the API itself did not answer: {error}"),
+                    }
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "key {key} never got in"
+                    );
+                    // Back off before retrying, as a client should.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+            ids
+        });
+        HttpProducer {
+            stop,
+            task,
+            server,
+            shutdown,
+        }
+    }
+
+    /// Stops producing; returns the ids of every acknowledged enqueue.
+    async fn finish(self) -> Vec<sqlx::types::Uuid> {
+        self.stop.cancel();
+        let ids = self.task.await.expect("the producer panicked");
+        self.shutdown.cancel();
+        self.server.await.unwrap().unwrap();
+        ids
+    }
 }
 
 /// The `retry_in_ms=N` of a log line.

@@ -458,8 +458,10 @@ impl Db {
             .args(args)
             .env("DROVER_DATABASE_URL", &self.url)
             .env_remove("RUST_LOG")
-            .env_remove("DROVER_MAX_PENDING")
-            .env_remove("DROVER_MAX_TENANT_PENDING")
+            // Workers enqueue only for cron schedules; quotas there would hold ticks back
+            // while the tests keep thousands of jobs pending.
+            .env("DROVER_MAX_PENDING", "0")
+            .env("DROVER_MAX_TENANT_PENDING", "0")
             .env_remove("DROVER_MAX_CONCURRENT")
             .stdin(Stdio::null())
             .kill_on_drop(true);
