@@ -2,7 +2,7 @@
 //! item 1, issue #4): `initdb` into a temporary folder, `pg_ctl start` on a free port of
 //! 127.0.0.1 with its own unix socket folder, `restart` (fast or immediate, the latter a crash
 //! with recovery), `stop` and `start` again, and `pg_ctl stop -m immediate` plus removal of the
-//! folder when the guard is dropped. The shared server of `DROVER_TEST_DATABASE_URL` is never
+//! folder when the guard is dropped (instances of killed runs are swept after an hour). The shared server of `DROVER_TEST_DATABASE_URL` is never
 //! touched: other tests use it at the same time.
 //!
 //! Durability is the default (`fsync` on); only `initdb` itself skips its final sync
@@ -60,6 +60,59 @@ fn free_port() -> u16 {
     listener.local_addr().expect("local address").port()
 }
 
+/// Instances of killed test runs older than this are stopped and deleted.
+const LEFTOVER_AGE: Duration = Duration::from_secs(3600);
+
+/// Stops and deletes the instances that test runs killed before their guard could (their
+/// folder name holds a uuid v7, whose timestamp is the creation time).
+fn sweep_leftovers(bindir: &Path, as_postgres: bool) {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name();
+        let Some(created_ms) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("drover-private-pg-"))
+            .and_then(|hex| uuid::Uuid::parse_str(hex).ok())
+            .and_then(|id| id.get_timestamp())
+            .map(|ts| {
+                let (secs, nanos) = ts.to_unix();
+                secs * 1000 + u64::from(nanos) / 1_000_000
+            })
+        else {
+            continue;
+        };
+        if now_ms.saturating_sub(created_ms) > LEFTOVER_AGE.as_millis() as u64 {
+            stop_immediately(bindir, &entry.path().join("data"), as_postgres);
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// `pg_ctl stop -m immediate` on `data`, ignoring failures (it may not be running).
+fn stop_immediately(bindir: &Path, data: &Path, as_postgres: bool) {
+    let pg_ctl = bindir.join("pg_ctl");
+    let mut command = if as_postgres {
+        let mut command = std::process::Command::new("runuser");
+        command.args(["-u", "postgres", "--"]).arg(&pg_ctl);
+        command
+    } else {
+        std::process::Command::new(&pg_ctl)
+    };
+    let _ = command
+        .arg("-D")
+        .arg(data)
+        .args(["-w", "-t", "30", "stop", "-m", "immediate"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
 impl PrivatePg {
     /// Creates and starts an instance, or `None` (after printing why) when this environment
     /// cannot run one and skipping is allowed.
@@ -92,6 +145,7 @@ impl PrivatePg {
                 );
             }
         }
+        sweep_leftovers(&bindir, as_postgres);
         let root = std::env::temp_dir().join(format!(
             "drover-private-pg-{}",
             uuid::Uuid::now_v7().simple()
@@ -227,23 +281,7 @@ impl PrivatePg {
 
 impl Drop for PrivatePg {
     fn drop(&mut self) {
-        let pg_ctl = self.bindir.join("pg_ctl");
-        let data = self.data();
-        let mut command = if self.as_postgres {
-            let mut command = std::process::Command::new("runuser");
-            command.args(["-u", "postgres", "--"]).arg(&pg_ctl);
-            command
-        } else {
-            std::process::Command::new(&pg_ctl)
-        };
-        let _ = command
-            .arg("-D")
-            .arg(&data)
-            .args(["-w", "-t", "30", "stop", "-m", "immediate"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+        stop_immediately(&self.bindir, &self.data(), self.as_postgres);
         let _ = std::fs::remove_dir_all(&self.root);
     }
 }
