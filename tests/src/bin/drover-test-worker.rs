@@ -5,14 +5,19 @@
 //! state was recorded, or a job whose side effects count other than once in a healthy run, is a
 //! bug they catch.
 //!
-//! `record` with args `{"ms": N}` (optional, default 0):
-//! 1. inserts `(job_id, attempt, fencing_token, pid)` into the table `side_effects` of the
+//! `record` with args `{"ms": N, "before_ms": B, "fenced": F}` (all optional: 0, 0, false):
+//! 1. waits B milliseconds WITHOUT looking at its cancellation token, as a handler busy with
+//!    other work would (so a test can stall the process before the side effect);
+//! 2. inserts `(job_id, attempt, fencing_token, pid)` into the table `side_effects` of the
 //!    worker's own database (`DROVER_DATABASE_URL`), stamped with the database clock
 //!    (`clock_timestamp()`), through a pool of its own (`application_name`
 //!    `drover-test-side-effects`, so tests that cut the worker's connections can tell them
-//!    apart); a failed insert makes the attempt a retryable failure after 200 ms;
-//! 2. waits N milliseconds, stopping early (outcome cancelled) when its cancellation token fires;
-//! 3. succeeds with the result `{"token": <fencing token>, "pid": <process id>}`, so the stored
+//!    apart); a failed insert makes the attempt a retryable failure after 200 ms. With
+//!    `fenced` the insert is the pattern RELIABILITY.md recommends: it happens only while the
+//!    job is running under this run's fencing token with an unexpired lease (the job row
+//!    share-locked in the same statement), else nothing is inserted and the run is discarded;
+//! 3. waits N milliseconds, stopping early (outcome cancelled) when its cancellation token fires;
+//! 4. succeeds with the result `{"token": <fencing token>, "pid": <process id>}`, so the stored
 //!    result says which claim's run recorded it.
 //!
 //! The test creates the table (`reliability_support::SIDE_EFFECTS_DDL`). Environment:
@@ -40,7 +45,25 @@ struct RecordArgs {
     /// Milliseconds to wait after recording the side effect.
     #[serde(default)]
     ms: u64,
+    /// Milliseconds to wait before it, ignoring cancellation.
+    #[serde(default)]
+    before_ms: u64,
+    /// Insert only while this run's fencing token and lease are current.
+    #[serde(default)]
+    fenced: bool,
 }
+
+/// The unfenced side effect.
+const RECORD: &str = "INSERT INTO side_effects (job_id, attempt, fencing_token, pid, started_at) \
+     VALUES ($1, $2, $3, $4, clock_timestamp())";
+
+/// The fenced side effect: only while the job runs under this token with a live lease.
+const RECORD_FENCED: &str = "WITH lease AS ( \
+         SELECT id FROM drover.jobs \
+         WHERE id = $1 AND fencing_token = $3 AND state = 'running' AND lease_expires_at > now() \
+         FOR SHARE) \
+     INSERT INTO side_effects (job_id, attempt, fencing_token, pid, started_at) \
+     SELECT $1, $2, $3, $4, clock_timestamp() FROM lease";
 
 /// The side-effect pool, opened on first use.
 static SIDE_EFFECTS: OnceCell<Result<PgPool, String>> = OnceCell::const_new();
@@ -75,24 +98,30 @@ async fn record(ctx: JobContext, args: RecordArgs) -> Outcome {
         Ok(pool) => pool,
         Err(message) => return Outcome::discard(message),
     };
+    if args.before_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(args.before_ms)).await;
+    }
     let job = ctx.job();
     let token = ctx.fencing_token().0;
     let pid = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
-    let inserted = sqlx::query(
-        "INSERT INTO side_effects (job_id, attempt, fencing_token, pid, started_at) \
-         VALUES ($1, $2, $3, $4, clock_timestamp())",
-    )
-    .bind(job.id.as_uuid())
-    .bind(job.attempt)
-    .bind(token)
-    .bind(pid)
-    .execute(pool)
-    .await;
-    if let Err(error) = inserted {
-        return Outcome::retry_after(
-            format!("recording the side effect failed: {error}"),
-            Duration::from_millis(200),
-        );
+    let inserted = sqlx::query(if args.fenced { RECORD_FENCED } else { RECORD })
+        .bind(job.id.as_uuid())
+        .bind(job.attempt)
+        .bind(token)
+        .bind(pid)
+        .execute(pool)
+        .await;
+    match inserted {
+        Err(error) => {
+            return Outcome::retry_after(
+                format!("recording the side effect failed: {error}"),
+                Duration::from_millis(200),
+            );
+        }
+        Ok(done) if done.rows_affected() == 0 => {
+            return Outcome::discard("side effect refused: this run's fencing token is stale");
+        }
+        Ok(_) => {}
     }
     if args.ms > 0 {
         let cancel = ctx.cancellation();

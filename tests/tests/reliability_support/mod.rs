@@ -354,6 +354,18 @@ impl Db {
     /// Enqueues `count` jobs of kind `record` with args `{"ms": ms}` and `max_attempts`, in
     /// batches of 5,000; returns their ids in order.
     pub async fn enqueue_records(&self, count: usize, ms: u64, max_attempts: i32) -> Vec<Uuid> {
+        self.enqueue_record_args(count, json!({"ms": ms}), max_attempts)
+            .await
+    }
+
+    /// Enqueues `count` jobs of kind `record` with `args` and `max_attempts`, in batches of
+    /// 5,000; returns their ids in order.
+    pub async fn enqueue_record_args(
+        &self,
+        count: usize,
+        args: serde_json::Value,
+        max_attempts: i32,
+    ) -> Vec<Uuid> {
         let store = self.store().await;
         let kind = JobKind::parse("record").expect("valid kind");
         let mut ids = Vec::with_capacity(count);
@@ -362,7 +374,7 @@ impl Db {
             let n = left.min(5_000);
             let batch: Vec<NewJob> = (0..n)
                 .map(|_| {
-                    NewJob::new(kind.clone(), json!({"ms": ms}))
+                    NewJob::new(kind.clone(), args.clone())
                         .with_queue(QueueName::default_queue())
                         .with_max_attempts(max_attempts)
                 })
