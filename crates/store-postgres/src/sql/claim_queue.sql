@@ -5,6 +5,10 @@
 -- rows other claimers hold, and starts them: attempt + 1, a new fencing token, the lease from
 -- the database clock.
 --
+-- The update finds the locked candidates by primary key (`id = ANY(ARRAY(...))`): joined
+-- with the candidates instead, a large claim is planned as a hash join over a sequential scan
+-- of the whole table.
+--
 -- When any limit policy exists it claims nothing and reports `blocked`: the caller then claims
 -- with claim_fast.sql, which admits jobs against the policies. Policies are read in this
 -- statement's snapshot, like claim_fast.sql reads them. Always returns at least one row: when
@@ -33,8 +37,7 @@ claimed AS (
         lease_expires_at = now() + $5 * interval '1 microsecond',
         attempted_at = now(),
         cancel_requested = false
-    FROM candidates c
-    WHERE j.id = c.id
+    WHERE j.id = ANY (ARRAY(SELECT c.id FROM candidates c))
     RETURNING j.*
 )
 SELECT EXISTS (SELECT 1 FROM drover.limits) AS blocked, claimed.*
