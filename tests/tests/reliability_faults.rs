@@ -85,9 +85,23 @@ async fn sigkill_of_a_worker_mid_job_loses_no_job() {
     let ids = db.enqueue_records(200, 150, 10).await;
 
     // Mid-job: A runs jobs (its handlers have started) while others already finished.
-    wait_until("A to run jobs while others succeeded", WAIT, || async {
-        (db.running_under(&a_id).await >= 2 && db.count("succeeded").await >= 10).then_some(())
-    })
+    wait_until(
+        "A's handlers to run jobs while others succeeded",
+        WAIT,
+        || async {
+            let started_on_a: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM side_effects s JOIN drover.jobs j ON j.id = s.job_id \
+             WHERE s.pid = $1 AND j.state = 'running' AND j.lease_owner = $2 \
+             AND s.fencing_token = j.fencing_token",
+            )
+            .bind(a.pid as i32)
+            .bind(&a_id)
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+            (started_on_a >= 2 && db.count("succeeded").await >= 10).then_some(())
+        },
+    )
     .await;
     a.signal(Signal::KILL);
     assert!(!a.wait_exit(WAIT).await.success());
@@ -229,7 +243,7 @@ async fn graceful_restart_of_every_worker_loses_no_job() {
         return;
     };
     let db = Db::create(&server, TEST, Instrument::Full).await;
-    let flags = ["--slots", "4", "--shutdown-grace", "1s"];
+    let flags = ["--slots", "4", "--shutdown-grace", "500ms"];
     let mut workers = vec![
         db.spawn_worker(&flags),
         db.spawn_worker(&flags),
@@ -239,19 +253,19 @@ async fn graceful_restart_of_every_worker_loses_no_job() {
         worker.worker_started().await;
     }
     // Long jobs that outlast the grace period (they are released), then many short ones.
-    let mut ids = db.enqueue_records(6, 4000, 10).await;
+    let mut ids = db.enqueue_records(6, 8000, 10).await;
     ids.extend(db.enqueue_records(240, 100, 10).await);
     wait_until(
         "long jobs running and short ones finishing",
         WAIT,
         || async {
             let long_running: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM drover.jobs WHERE state = 'running' AND args->>'ms' = '4000'",
+                "SELECT count(*) FROM drover.jobs WHERE state = 'running' AND args->>'ms' = '8000'",
             )
             .fetch_one(db.pool())
             .await
             .unwrap();
-            (long_running == 6 && db.count("succeeded").await >= 30).then_some(())
+            (long_running == 6 && db.count("succeeded").await >= 10).then_some(())
         },
     )
     .await;
@@ -266,7 +280,20 @@ async fn graceful_restart_of_every_worker_loses_no_job() {
         let stopped = worker.wait_for_line("drover: worker stopped: ", WAIT).await;
         released += counter(&stopped, "released");
     }
-    assert!(released >= 6, "the long jobs were released");
+    let long_queued: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM drover.jobs WHERE state = 'queued' AND args->>'ms' = '8000'",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert!(
+        long_queued >= 1,
+        "long jobs outlasting the grace period were released"
+    );
+    assert!(
+        released >= long_queued as u64,
+        "{released} released, {long_queued} long queued"
+    );
     // Every worker is gone: every job is queued or finished, none running, none charged for
     // the release.
     let states = db.states().await;
@@ -291,7 +318,7 @@ async fn graceful_restart_of_every_worker_loses_no_job() {
     db.wait_all_terminal(WAIT).await;
     audit_all_succeeded(&db, &ids).await;
     let long: Vec<i32> = sqlx::query_scalar(
-        "SELECT attempt FROM drover.jobs WHERE args->>'ms' = '4000' ORDER BY id",
+        "SELECT attempt FROM drover.jobs WHERE args->>'ms' = '8000' ORDER BY id",
     )
     .fetch_all(db.pool())
     .await
