@@ -208,14 +208,23 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogCapture {
     }
 }
 
-/// Installs a capturing subscriber for this thread; returns the capture and its guard.
-pub(crate) fn capture_logs() -> (LogCapture, tracing::subscriber::DefaultGuard) {
-    let capture = LogCapture::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(capture.clone())
-        .finish();
-    let guard = tracing::subscriber::set_default(subscriber);
-    (capture, guard)
+/// The capture of every event of this test process, at every level: a global subscriber
+/// installed once. (A thread-local default subscriber misses events when other tests run in
+/// parallel threads, because tracing caches each callsite's interest process-wide.) Other
+/// tests' events land in the same capture, which only makes the "no secret in the logs" check
+/// stricter.
+pub(crate) fn capture_logs() -> (LogCapture, ()) {
+    static CAPTURE: std::sync::OnceLock<LogCapture> = std::sync::OnceLock::new();
+    let capture = CAPTURE.get_or_init(|| {
+        let capture = LogCapture::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(capture.clone())
+            .finish();
+        tracing::subscriber::set_global_default(subscriber)
+            .expect("no other global subscriber in the http_api test binary");
+        capture
+    });
+    (capture.clone(), ())
 }
