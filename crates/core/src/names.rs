@@ -7,6 +7,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
@@ -103,9 +104,12 @@ pub fn check_free_key(field: &str, value: &str) -> Result<(), Error> {
 macro_rules! name_type {
     ($(#[$doc:meta])* $name:ident, field = $field:literal, max = $max:literal, charset = $charset:expr) => {
         $(#[$doc])*
+        ///
+        /// Shared, immutable text: a clone costs a reference count, not an allocation (jobs
+        /// and their names are cloned on every claim of the memory store and by the runner).
         #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
         #[serde(try_from = "String", into = "String")]
-        pub struct $name(String);
+        pub struct $name(Arc<str>);
 
         impl $name {
             /// The longest accepted value, in bytes.
@@ -119,7 +123,7 @@ macro_rules! name_type {
             pub fn parse(value: impl Into<String>) -> Result<Self, Error> {
                 let value = value.into();
                 check($field, &value, $max, $charset)?;
-                Ok(Self(value))
+                Ok(Self(Arc::from(value)))
             }
 
             /// The name as a string slice.
@@ -160,7 +164,7 @@ macro_rules! name_type {
 
         impl From<$name> for String {
             fn from(n: $name) -> String {
-                n.0
+                String::from(&*n.0)
             }
         }
 
@@ -172,13 +176,13 @@ macro_rules! name_type {
 
         impl PartialEq<str> for $name {
             fn eq(&self, other: &str) -> bool {
-                self.0 == other
+                &*self.0 == other
             }
         }
 
         impl PartialEq<&str> for $name {
             fn eq(&self, other: &&str) -> bool {
-                self.0 == *other
+                &*self.0 == *other
             }
         }
     };
@@ -216,7 +220,8 @@ name_type!(
 impl QueueName {
     /// The `default` queue.
     pub fn default_queue() -> Self {
-        QueueName(DEFAULT_QUEUE.to_owned())
+        static DEFAULT: OnceLock<Arc<str>> = OnceLock::new();
+        QueueName(Arc::clone(DEFAULT.get_or_init(|| Arc::from(DEFAULT_QUEUE))))
     }
 }
 
@@ -229,7 +234,8 @@ impl Default for QueueName {
 impl TenantId {
     /// The `default` tenant.
     pub fn default_tenant() -> Self {
-        TenantId(DEFAULT_TENANT.to_owned())
+        static DEFAULT: OnceLock<Arc<str>> = OnceLock::new();
+        TenantId(Arc::clone(DEFAULT.get_or_init(|| Arc::from(DEFAULT_TENANT))))
     }
 }
 
@@ -242,12 +248,12 @@ impl Default for TenantId {
 impl LimitKey {
     /// The implicit limit key every job of `kind` is subject to: `kind:<kind>`.
     pub fn for_kind(kind: &JobKind) -> Self {
-        LimitKey(format!("kind:{kind}"))
+        LimitKey(Arc::from(format!("kind:{kind}")))
     }
 
     /// The implicit limit key every job of `queue` is subject to: `queue:<queue>`.
     pub fn for_queue(queue: &QueueName) -> Self {
-        LimitKey(format!("queue:{queue}"))
+        LimitKey(Arc::from(format!("queue:{queue}")))
     }
 }
 
