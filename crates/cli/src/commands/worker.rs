@@ -180,16 +180,19 @@ pub async fn run(ctx: &Ctx, args: WorkerArgs, extensions: Extensions) -> Result<
     let config = worker_config(&args, &[])?;
     let registry = Arc::new(registry(extensions, &args));
     let slots = config.max_running();
-    let connections = args.db_connections.unwrap_or_else(|| {
-        u32::try_from(slots)
-            .unwrap_or(u32::MAX)
-            .saturating_add(4)
-            .min(64)
-    });
-    if (connections as usize) < 3 {
+    // DESIGN.md section 5: a worker needs at least slots + 2 connections. The pool opens
+    // connections only as they are used (claims, outcome writes and heartbeats are batched, so
+    // far fewer are open in practice), so the default bound costs nothing.
+    let needed = u32::try_from(slots).unwrap_or(u32::MAX).saturating_add(2);
+    let connections = args.db_connections.unwrap_or(needed.saturating_add(2));
+    if connections < needed {
         tracing::warn!(
             connections,
-            "the database pool is smaller than 3 connections"
+            slots,
+            "the database pool is smaller than slots + 2 connections"
+        );
+        eprintln!(
+            "drover: warning: --db-connections {connections} is below slots + 2 = {needed}; jobs may wait for a connection"
         );
     }
     let pg = ctx.postgres(connections, args.pgbouncer).await?;
