@@ -4,7 +4,9 @@
 //! quotas.
 //!
 //! Round trips: a batch without keys and without quotas is one statement (autocommit). A single
-//! job with keys is one statement, plus one lookup when it was skipped. A batch with keys runs
+//! job with keys is one statement, plus one lookup when it was skipped. A single job without
+//! quota counts uses enqueue_one.sql, a plain `INSERT ... VALUES` whose plan PostgreSQL caches
+//! instead of planning the batch statement every call. A batch with keys runs
 //! in a transaction (or a savepoint inside the caller's transaction) so a conflict stores
 //! nothing: BEGIN, insert, [lookup], COMMIT. With quotas: BEGIN, advisory locks (the global
 //! lock, or tenant stripe locks when only tenant quotas are configured), insert (which also
@@ -509,6 +511,9 @@ async fn insert(
     counting: Counting,
     wake: Wake,
 ) -> Result<Vec<Inserted>, Error> {
+    if let ([i], false, false) = (positions, counting.global, counting.tenants) {
+        return insert_one(conn, batch, *i, wake).await;
+    }
     let len = positions.len();
     let mut ids = Vec::with_capacity(len);
     let mut kinds = Vec::with_capacity(len);
@@ -577,6 +582,41 @@ async fn insert(
         .bind(counting.global)
         .bind(counting.tenants)
         .bind(&distinct_tenants)
+        .bind(wake == Wake::InTransaction)
+        .fetch_all(conn)
+        .await
+        .store_err()
+}
+
+/// Runs enqueue_one.sql for the job at `i` (no quota counts); returns it when created.
+async fn insert_one(
+    conn: &mut PgConnection,
+    batch: &Batch,
+    i: usize,
+    wake: Wake,
+) -> Result<Vec<Inserted>, Error> {
+    let job = &batch.jobs[i];
+    let (run_at, delay) = match job.run_at {
+        None => (None, None),
+        Some(RunAt::At(at)) => (Some(at), None),
+        Some(RunAt::After(d)) => (None, Some(micros(d))),
+    };
+    let limit_keys: Vec<&str> = job.limit_keys.iter().map(|k| k.as_str()).collect();
+    sqlx::query_as::<_, Inserted>(sql::ENQUEUE_ONE)
+        .bind(batch.ids[i])
+        .bind(job.kind.as_str())
+        .bind(job.queue.as_str())
+        .bind(job.tenant.as_str())
+        .bind(&job.args)
+        .bind(&job.meta)
+        .bind(job.priority)
+        .bind(run_at)
+        .bind(delay)
+        .bind(job.max_attempts)
+        .bind(job.idempotency_key.as_deref())
+        .bind(batch.hashes[i].as_deref())
+        .bind(job.unique_key.as_deref())
+        .bind(&limit_keys)
         .bind(wake == Wake::InTransaction)
         .fetch_all(conn)
         .await

@@ -19,6 +19,8 @@ macro_rules! statements {
 statements! {
     /// Batch insert of new jobs (UNNEST arrays, ON CONFLICT DO NOTHING, NOTIFY).
     ENQUEUE_INSERT = "enqueue_insert.sql";
+    /// Insert of one job without quota counts (a plain INSERT ... VALUES).
+    ENQUEUE_ONE = "enqueue_one.sql";
     /// Holders of the keys that made an insert skip jobs.
     ENQUEUE_LOOKUP = "enqueue_lookup.sql";
     /// Quota advisory locks.
