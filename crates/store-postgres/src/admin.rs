@@ -14,7 +14,7 @@ use drover_core::{
     StoreConfig, WorkerId, WorkerInfo, WorkerRegistration,
 };
 use serde_json::Value;
-use sqlx::PgPool;
+use sqlx::PgConnection;
 
 use crate::claim::running_counts;
 use crate::error::SqlxResultExt;
@@ -25,18 +25,18 @@ use crate::sql;
 const HOST_BYTES_MAX: usize = 255;
 
 /// The database clock.
-pub(crate) async fn now(pool: &PgPool) -> Result<DateTime<Utc>, Error> {
+pub(crate) async fn now(conn: &mut PgConnection) -> Result<DateTime<Utc>, Error> {
     sqlx::query_scalar(sql::DB_NOW)
-        .fetch_one(pool)
+        .fetch_one(&mut *conn)
         .await
         .store_err()
 }
 
 /// One job.
-pub(crate) async fn job_get(pool: &PgPool, id: JobId) -> Result<Job, Error> {
+pub(crate) async fn job_get(conn: &mut PgConnection, id: JobId) -> Result<Job, Error> {
     sqlx::query_as::<_, JobRecord>(sql::JOB_GET)
         .bind(id.as_uuid())
-        .fetch_optional(pool)
+        .fetch_optional(&mut *conn)
         .await
         .store_err()?
         .ok_or_else(|| Error::job_not_found(id))?
@@ -44,7 +44,7 @@ pub(crate) async fn job_get(pool: &PgPool, id: JobId) -> Result<Job, Error> {
 }
 
 /// A page of jobs, newest first; fetches one row more than the page to find the cursor.
-pub(crate) async fn jobs_list(pool: &PgPool, query: ListJobs) -> Result<JobPage, Error> {
+pub(crate) async fn jobs_list(conn: &mut PgConnection, query: ListJobs) -> Result<JobPage, Error> {
     query.validate()?;
     let page = query.page_size();
     let records = sqlx::query_as::<_, JobRecord>(sql::JOBS_LIST)
@@ -55,7 +55,7 @@ pub(crate) async fn jobs_list(pool: &PgPool, query: ListJobs) -> Result<JobPage,
         .bind(query.meta.as_ref())
         .bind(query.before.map(|id| id.as_uuid()))
         .bind(i64::from(page) + 1)
-        .fetch_all(pool)
+        .fetch_all(&mut *conn)
         .await
         .store_err()?;
     let mut jobs = into_jobs(records)?;
@@ -82,14 +82,14 @@ struct SnapshotRow {
 
 /// Counts per queue and state at one instant (one statement; a second for the clock when no
 /// queue exists).
-pub(crate) async fn snapshot(pool: &PgPool) -> Result<Snapshot, Error> {
+pub(crate) async fn snapshot(conn: &mut PgConnection) -> Result<Snapshot, Error> {
     let rows = sqlx::query_as::<_, SnapshotRow>(sql::QUEUE_SNAPSHOT)
-        .fetch_all(pool)
+        .fetch_all(&mut *conn)
         .await
         .store_err()?;
     let taken_at = match rows.first() {
         Some(row) => row.taken_at,
-        None => now(pool).await?,
+        None => now(&mut *conn).await?,
     };
     let mut queues = Vec::with_capacity(rows.len());
     for row in rows {
@@ -138,29 +138,35 @@ impl QueueRecord {
 }
 
 /// Pauses a queue cluster-wide.
-pub(crate) async fn queue_pause(pool: &PgPool, queue: QueueName) -> Result<QueueInfo, Error> {
+pub(crate) async fn queue_pause(
+    conn: &mut PgConnection,
+    queue: QueueName,
+) -> Result<QueueInfo, Error> {
     sqlx::query_as::<_, QueueRecord>(sql::QUEUE_PAUSE)
         .bind(queue.as_str())
-        .fetch_one(pool)
+        .fetch_one(&mut *conn)
         .await
         .store_err()?
         .into_info()
 }
 
 /// Resumes a queue and wakes idle workers.
-pub(crate) async fn queue_resume(pool: &PgPool, queue: QueueName) -> Result<QueueInfo, Error> {
+pub(crate) async fn queue_resume(
+    conn: &mut PgConnection,
+    queue: QueueName,
+) -> Result<QueueInfo, Error> {
     sqlx::query_as::<_, QueueRecord>(sql::QUEUE_RESUME)
         .bind(queue.as_str())
-        .fetch_one(pool)
+        .fetch_one(&mut *conn)
         .await
         .store_err()?
         .into_info()
 }
 
 /// Queues with jobs or a stored pause state.
-pub(crate) async fn queues_list(pool: &PgPool) -> Result<Vec<QueueInfo>, Error> {
+pub(crate) async fn queues_list(conn: &mut PgConnection) -> Result<Vec<QueueInfo>, Error> {
     sqlx::query_as::<_, QueueRecord>(sql::QUEUES_LIST)
-        .fetch_all(pool)
+        .fetch_all(&mut *conn)
         .await
         .store_err()?
         .into_iter()
@@ -170,7 +176,7 @@ pub(crate) async fn queues_list(pool: &PgPool) -> Result<Vec<QueueInfo>, Error> 
 
 /// Registers (or re-registers) a worker.
 pub(crate) async fn worker_register(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     worker: WorkerRegistration,
 ) -> Result<WorkerInfo, Error> {
     let host = truncate_to(&worker.host.replace('\0', "\u{fffd}"), HOST_BYTES_MAX);
@@ -180,17 +186,17 @@ pub(crate) async fn worker_register(
         .bind(host)
         .bind(i64::from(worker.pid))
         .bind(&queues)
-        .fetch_one(pool)
+        .fetch_one(&mut *conn)
         .await
         .store_err()?
         .into_info()
 }
 
 /// Records a worker heartbeat; `NotFound` when it is not registered.
-pub(crate) async fn worker_heartbeat(pool: &PgPool, id: WorkerId) -> Result<(), Error> {
+pub(crate) async fn worker_heartbeat(conn: &mut PgConnection, id: WorkerId) -> Result<(), Error> {
     let done = sqlx::query(sql::WORKER_HEARTBEAT)
         .bind(id.as_str())
-        .execute(pool)
+        .execute(&mut *conn)
         .await
         .store_err()?;
     if done.rows_affected() == 0 {
@@ -203,19 +209,19 @@ pub(crate) async fn worker_heartbeat(pool: &PgPool, id: WorkerId) -> Result<(), 
 }
 
 /// Removes a worker's registration (idempotent).
-pub(crate) async fn worker_deregister(pool: &PgPool, id: WorkerId) -> Result<(), Error> {
+pub(crate) async fn worker_deregister(conn: &mut PgConnection, id: WorkerId) -> Result<(), Error> {
     sqlx::query(sql::WORKER_DEREGISTER)
         .bind(id.as_str())
-        .execute(pool)
+        .execute(&mut *conn)
         .await
         .store_err()?;
     Ok(())
 }
 
 /// Registered workers by id.
-pub(crate) async fn workers_list(pool: &PgPool) -> Result<Vec<WorkerInfo>, Error> {
+pub(crate) async fn workers_list(conn: &mut PgConnection) -> Result<Vec<WorkerInfo>, Error> {
     sqlx::query_as::<_, WorkerRecord>(sql::WORKERS_LIST)
-        .fetch_all(pool)
+        .fetch_all(&mut *conn)
         .await
         .store_err()?
         .into_iter()
@@ -224,10 +230,13 @@ pub(crate) async fn workers_list(pool: &PgPool) -> Result<Vec<WorkerInfo>, Error
 }
 
 /// Removes workers whose last heartbeat is older than `older_than`.
-pub(crate) async fn workers_prune(pool: &PgPool, older_than: Duration) -> Result<u64, Error> {
+pub(crate) async fn workers_prune(
+    conn: &mut PgConnection,
+    older_than: Duration,
+) -> Result<u64, Error> {
     let done = sqlx::query(sql::WORKERS_PRUNE)
         .bind(micros(older_than))
-        .execute(pool)
+        .execute(&mut *conn)
         .await
         .store_err()?;
     Ok(done.rows_affected())
@@ -242,17 +251,16 @@ struct ListedLimit {
 }
 
 /// Limit policies with their usage. Round trips: policies, running counts.
-pub(crate) async fn limits_list(pool: &PgPool) -> Result<Vec<LimitStatus>, Error> {
+pub(crate) async fn limits_list(conn: &mut PgConnection) -> Result<Vec<LimitStatus>, Error> {
     let rows = sqlx::query_as::<_, ListedLimit>(sql::LIMITS_LIST)
-        .fetch_all(pool)
+        .fetch_all(&mut *conn)
         .await
         .store_err()?;
     if rows.is_empty() {
         return Ok(Vec::new());
     }
     let keys: Vec<&str> = rows.iter().map(|r| r.limit.key.as_str()).collect();
-    let mut conn = pool.acquire().await.store_err()?;
-    let running = running_counts(&mut conn, &keys).await?;
+    let running = running_counts(conn, &keys).await?;
     rows.iter()
         .map(|row| {
             let policy = row.limit.policy()?;
@@ -269,7 +277,10 @@ pub(crate) async fn limits_list(pool: &PgPool) -> Result<Vec<LimitStatus>, Error
 }
 
 /// Creates or replaces a limit policy (keeping its rate state).
-pub(crate) async fn limit_set(pool: &PgPool, policy: LimitPolicy) -> Result<LimitPolicy, Error> {
+pub(crate) async fn limit_set(
+    conn: &mut PgConnection,
+    policy: LimitPolicy,
+) -> Result<LimitPolicy, Error> {
     let policy = LimitPolicy::new(policy.key, policy.max_running, policy.rate)?;
     let max_running = policy
         .max_running
@@ -285,17 +296,17 @@ pub(crate) async fn limit_set(pool: &PgPool, policy: LimitPolicy) -> Result<Limi
         .bind(max_running)
         .bind(rate_count)
         .bind(rate_period_ms)
-        .fetch_one(pool)
+        .fetch_one(&mut *conn)
         .await
         .store_err()?
         .policy()
 }
 
 /// Removes a limit policy; `NotFound` when none has the key.
-pub(crate) async fn limit_clear(pool: &PgPool, key: LimitKey) -> Result<(), Error> {
+pub(crate) async fn limit_clear(conn: &mut PgConnection, key: LimitKey) -> Result<(), Error> {
     let done = sqlx::query(sql::LIMIT_CLEAR)
         .bind(key.as_str())
-        .execute(pool)
+        .execute(&mut *conn)
         .await
         .store_err()?;
     if done.rows_affected() == 0 {
@@ -308,9 +319,9 @@ pub(crate) async fn limit_clear(pool: &PgPool, key: LimitKey) -> Result<(), Erro
 }
 
 /// Schedules by name.
-pub(crate) async fn schedules_list(pool: &PgPool) -> Result<Vec<Schedule>, Error> {
+pub(crate) async fn schedules_list(conn: &mut PgConnection) -> Result<Vec<Schedule>, Error> {
     sqlx::query_as::<_, ScheduleRecord>(sql::SCHEDULES_LIST)
-        .fetch_all(pool)
+        .fetch_all(&mut *conn)
         .await
         .store_err()?
         .into_iter()
@@ -321,11 +332,11 @@ pub(crate) async fn schedules_list(pool: &PgPool) -> Result<Vec<Schedule>, Error
 /// Creates or replaces a schedule, validated against the database clock. Round trips: clock,
 /// upsert.
 pub(crate) async fn schedule_upsert(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     config: &StoreConfig,
     schedule: NewSchedule,
 ) -> Result<Schedule, Error> {
-    let now = now(pool).await?;
+    let now = now(&mut *conn).await?;
     schedule.validate(now, &config.sizes)?;
     sqlx::query_as::<_, ScheduleRecord>(sql::SCHEDULE_UPSERT)
         .bind(schedule.name.as_str())
@@ -336,17 +347,20 @@ pub(crate) async fn schedule_upsert(
         .bind(schedule.queue.as_str())
         .bind(schedule.priority)
         .bind(schedule.max_attempts)
-        .fetch_one(pool)
+        .fetch_one(&mut *conn)
         .await
         .store_err()?
         .into_schedule()
 }
 
 /// Removes a schedule; `NotFound` when none has the name.
-pub(crate) async fn schedule_remove(pool: &PgPool, name: ScheduleName) -> Result<(), Error> {
+pub(crate) async fn schedule_remove(
+    conn: &mut PgConnection,
+    name: ScheduleName,
+) -> Result<(), Error> {
     let done = sqlx::query(sql::SCHEDULE_REMOVE)
         .bind(name.as_str())
-        .execute(pool)
+        .execute(&mut *conn)
         .await
         .store_err()?;
     if done.rows_affected() == 0 {

@@ -27,7 +27,7 @@ use drover_core::{
     Admission, ClaimJobs, Error, Job, JobKind, LimitKey, LimitState, QueueName, WorkerId,
 };
 use sqlx::postgres::PgRow;
-use sqlx::{PgConnection, PgPool, Row};
+use sqlx::{Connection, PgConnection, Row};
 use uuid::Uuid;
 
 use crate::error::SqlxResultExt;
@@ -92,7 +92,7 @@ fn validate(claim: &ClaimJobs) -> Result<(), Error> {
 }
 
 /// Claims up to `claim.limit` ready jobs; see the module docs.
-pub(crate) async fn claim(pool: &PgPool, claim: ClaimJobs) -> Result<Vec<Job>, Error> {
+pub(crate) async fn claim(conn: &mut PgConnection, claim: ClaimJobs) -> Result<Vec<Job>, Error> {
     validate(&claim)?;
     if claim.queues.is_empty() || claim.kinds.is_empty() {
         return Ok(Vec::new());
@@ -111,7 +111,7 @@ pub(crate) async fn claim(pool: &PgPool, claim: ClaimJobs) -> Result<Vec<Job>, E
             .bind(limit)
             .bind(claim.worker.as_str())
             .bind(lease_us)
-            .fetch_all(pool)
+            .fetch_all(&mut *conn)
             .await
             .store_err()?;
         if !rows.first().is_some_and(|r| r.blocked) {
@@ -124,7 +124,7 @@ pub(crate) async fn claim(pool: &PgPool, claim: ClaimJobs) -> Result<Vec<Job>, E
         .bind(limit)
         .bind(claim.worker.as_str())
         .bind(lease_us)
-        .fetch_all(pool)
+        .fetch_all(&mut *conn)
         .await
         .store_err()?;
     let blocked = rows.first().is_some_and(|r| r.blocked);
@@ -135,7 +135,9 @@ pub(crate) async fn claim(pool: &PgPool, claim: ClaimJobs) -> Result<Vec<Job>, E
         return Ok(jobs);
     }
     let rest = claim.limit - u32::try_from(claimed).unwrap_or(claim.limit);
-    jobs.extend(claim_with_limits(pool, &claim.worker, rest, &queues, &kinds, lease_us).await?);
+    jobs.extend(
+        claim_with_limits(&mut *conn, &claim.worker, rest, &queues, &kinds, lease_us).await?,
+    );
     Ok(jobs)
 }
 
@@ -166,14 +168,14 @@ fn sorted(records: Vec<JobRecord>) -> Result<Vec<Job>, Error> {
 
 /// The slow path: admission under locked policies, in one transaction.
 async fn claim_with_limits(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     worker: &WorkerId,
     limit: u32,
     queues: &[&str],
     kinds: &[&str],
     lease_us: i64,
 ) -> Result<Vec<Job>, Error> {
-    let mut tx = pool.begin().await.store_err()?;
+    let mut tx = conn.begin().await.store_err()?;
     let result = claim_with_limits_in(&mut tx, worker, limit, queues, kinds, lease_us).await;
     settle(tx, result).await
 }

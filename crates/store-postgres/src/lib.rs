@@ -18,7 +18,9 @@
 //! more, or any connection after this process lost one, is first checked with a `Sync` ping
 //! so a connection killed while idle is replaced instead of failing the call; see
 //! [`IDLE_CHECK_AFTER`]). Wake-ups of the store's own enqueues are sent after the commit by a
-//! notifier task on its own connection, off the caller's path (notify.rs):
+//! notifier task, off the caller's path (notify.rs). Connections of calls that succeeded are
+//! kept for the next call instead of going back through sqlx, which pings each one it takes
+//! back (connections.rs):
 //!
 //! | operation | round trips |
 //! |---|---|
@@ -36,6 +38,7 @@
 
 mod admin;
 mod claim;
+mod connections;
 mod enqueue;
 mod error;
 mod lifecycle;

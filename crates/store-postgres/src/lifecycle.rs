@@ -11,7 +11,7 @@ use drover_core::{
     Transition,
 };
 use serde_json::Value;
-use sqlx::{PgConnection, PgPool};
+use sqlx::{Connection, PgConnection};
 use uuid::Uuid;
 
 use crate::enqueue::{lock_quotas, quota_lock_keys};
@@ -114,8 +114,8 @@ async fn write_job(conn: &mut PgConnection, job: &Job, notify_cancel: bool) -> R
 
 /// Cancels a job: queued or reconciling -> cancelled; running -> cancel requested and a
 /// `drover_cancel` NOTIFY with the job id. Round trips: BEGIN, lock, write, COMMIT.
-pub(crate) async fn cancel(pool: &PgPool, id: JobId) -> Result<CancelOutcome, Error> {
-    let mut tx = pool.begin().await.store_err()?;
+pub(crate) async fn cancel(conn: &mut PgConnection, id: JobId) -> Result<CancelOutcome, Error> {
+    let mut tx = conn.begin().await.store_err()?;
     let result = cancel_in(&mut tx, id).await;
     settle(tx, result).await
 }
@@ -136,8 +136,12 @@ async fn cancel_in(conn: &mut PgConnection, id: JobId) -> Result<CancelOutcome, 
 /// re-checked under the quota locks (before the unique key, like the memory store); unique key
 /// kept, refused with `Conflict` while another live job of the tenant holds it. Round trips: BEGIN, [tenant, locks], lock, checks, write,
 /// COMMIT.
-pub(crate) async fn retry(pool: &PgPool, config: &StoreConfig, id: JobId) -> Result<Job, Error> {
-    let mut tx = pool.begin().await.store_err()?;
+pub(crate) async fn retry(
+    conn: &mut PgConnection,
+    config: &StoreConfig,
+    id: JobId,
+) -> Result<Job, Error> {
+    let mut tx = conn.begin().await.store_err()?;
     let result = retry_in(&mut tx, config, id).await;
     settle(tx, result).await
 }
@@ -206,11 +210,14 @@ async fn retry_in(conn: &mut PgConnection, config: &StoreConfig, id: JobId) -> R
 /// Rescues up to `limit` expired leases, each exactly once however many rescuers race
 /// (rescue_lock.sql skips rows another rescuer holds and re-checks expiry). Round trips: BEGIN,
 /// lock, write, COMMIT.
-pub(crate) async fn rescue(pool: &PgPool, rescue: RescueExpired) -> Result<Vec<Rescued>, Error> {
+pub(crate) async fn rescue(
+    conn: &mut PgConnection,
+    rescue: RescueExpired,
+) -> Result<Vec<Rescued>, Error> {
     if rescue.limit == 0 {
         return Ok(Vec::new());
     }
-    let mut tx = pool.begin().await.store_err()?;
+    let mut tx = conn.begin().await.store_err()?;
     let result = rescue_in(&mut tx, &rescue).await;
     settle(tx, result).await
 }
@@ -246,7 +253,7 @@ async fn rescue_in(conn: &mut PgConnection, rescue: &RescueExpired) -> Result<Ve
 
 /// Takes reconciling jobs under a reconcile lease (reconcile_claim.sql, one statement).
 pub(crate) async fn claim_reconciling(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     claim: ClaimReconciling,
 ) -> Result<Vec<Job>, Error> {
     check_lease(claim.lease)?;
@@ -259,7 +266,7 @@ pub(crate) async fn claim_reconciling(
         .bind(&kinds)
         .bind(i32::try_from(claim.limit).unwrap_or(i32::MAX))
         .bind(micros(claim.lease))
-        .fetch_all(pool)
+        .fetch_all(&mut *conn)
         .await
         .store_err()?;
     let mut jobs = into_jobs(records)?;
@@ -270,12 +277,12 @@ pub(crate) async fn claim_reconciling(
 /// Records a reconciler's verdict under its reconcile lease. Round trips: BEGIN, lock, write,
 /// COMMIT.
 pub(crate) async fn reconcile(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     id: JobId,
     token: FencingToken,
     resolution: Resolution,
 ) -> Result<Transition, Error> {
-    let mut tx = pool.begin().await.store_err()?;
+    let mut tx = conn.begin().await.store_err()?;
     let result = reconcile_in(&mut tx, id, token, resolution).await;
     settle(tx, result).await
 }
@@ -299,7 +306,7 @@ async fn reconcile_in(
 }
 
 /// Deletes at most `limit` terminal jobs finished before `now - older_than` (one statement).
-pub(crate) async fn prune(pool: &PgPool, prune: PruneJobs) -> Result<u64, Error> {
+pub(crate) async fn prune(conn: &mut PgConnection, prune: PruneJobs) -> Result<u64, Error> {
     if prune.limit == 0 || prune.limit > PRUNE_LIMIT_MAX {
         return Err(Error::invalid(
             "limit",
@@ -312,7 +319,7 @@ pub(crate) async fn prune(pool: &PgPool, prune: PruneJobs) -> Result<u64, Error>
     let done = sqlx::query(sql::JOBS_PRUNE)
         .bind(micros(prune.older_than))
         .bind(i32::try_from(prune.limit).unwrap_or(i32::MAX))
-        .execute(pool)
+        .execute(&mut *conn)
         .await
         .store_err()?;
     Ok(done.rows_affected())

@@ -8,7 +8,8 @@
 //! 1,800-2,000 one-row INSERT transactions/s alone against 310-410/s with a `pg_notify` in each.
 //!
 //! So the store's own autocommit enqueues commit WITHOUT notifying and hand the queues that got
-//! ready jobs to this [`Notifier`]. A task with its own connection sends one
+//! ready jobs to this [`Notifier`]. A task sends, on one of the store's connections (usually the
+//! one the enqueue just released, see connections.rs), one
 //! `SELECT pg_notify('drover_jobs', queue) FROM unnest($1)` for every distinct queue handed to
 //! it since its last send. That statement writes no WAL (it assigns no transaction id), so it
 //! holds the notify lock only for a moment and never across a flush. The task sends at once
@@ -17,23 +18,23 @@
 //! not one each.
 //!
 //! Delivery stays best effort, like NOTIFY itself: workers also poll. A failed send is retried
-//! on a new connection with backoff until it succeeds or the store is closed. `enqueue_in`
+//! with backoff until it succeeds or the store is closed. `enqueue_in`
 //! (the caller's transaction) still notifies inside that transaction, because there the
 //! wake-up must happen only if the caller commits, and only the caller knows when that is.
 //!
 //! The task starts on the first notification and runs until the store is closed
 //! ([`Notifier::close`] sends what is pending first) or every clone of the store is dropped.
-//! Its connection is one more than the pool's (like a subscription's).
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use sqlx::postgres::PgConnectOptions;
-use sqlx::{ConnectOptions, Connection, PgConnection};
+use drover_core::Error;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::connections::Connections;
+use crate::error::SqlxResultExt;
 use crate::listen::JOBS_CHANNEL;
 
 /// Shortest time between the starts of two sends: queues handed over meanwhile wait for the
@@ -80,16 +81,16 @@ impl Shared {
 #[derive(Debug)]
 pub(crate) struct Notifier {
     shared: Arc<Shared>,
-    connect: PgConnectOptions,
+    connections: Weak<Connections>,
     task: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Notifier {
-    /// A notifier connecting with `connect` (the store pool's options). Starts nothing yet.
-    pub(crate) fn new(connect: PgConnectOptions) -> Self {
+    /// A notifier sending on the store's `connections`. Starts nothing yet.
+    pub(crate) fn new(connections: Weak<Connections>) -> Self {
         Notifier {
             shared: Arc::new(Shared::default()),
-            connect,
+            connections,
             task: Mutex::new(None),
         }
     }
@@ -126,7 +127,7 @@ impl Notifier {
         }
         *task = Some(tokio::spawn(run(
             Arc::clone(&self.shared),
-            self.connect.clone(),
+            self.connections.clone(),
         )));
     }
 
@@ -150,8 +151,7 @@ impl Drop for Notifier {
 }
 
 /// The task: waits for queues, sends them, repeats; ends once closed and flushed.
-async fn run(shared: Arc<Shared>, connect: PgConnectOptions) {
-    let mut conn: Option<PgConnection> = None;
+async fn run(shared: Arc<Shared>, connections: Weak<Connections>) {
     let mut last_send: Option<Instant> = None;
     let mut retry = RETRY_MIN;
     loop {
@@ -184,10 +184,14 @@ async fn run(shared: Arc<Shared>, connect: PgConnectOptions) {
             continue;
         }
         last_send = Some(Instant::now());
-        match send(&mut conn, &connect, &queues).await {
+        let Some(live) = connections.upgrade() else {
+            break;
+        };
+        let sent = send(&live, &queues).await;
+        drop(live);
+        match sent {
             Ok(()) => retry = RETRY_MIN,
             Err(error) => {
-                conn = None;
                 if closed {
                     tracing::debug!(%error, "last wake-up notification before close failed");
                     break;
@@ -206,28 +210,17 @@ async fn run(shared: Arc<Shared>, connect: PgConnectOptions) {
             }
         }
     }
-    if let Some(conn) = conn {
-        // Closing politely only saves the server a log line; an error changes nothing.
-        let _ = conn.close().await;
-    }
 }
 
-/// One send on the task's connection, (re)connecting first when it has none.
-async fn send(
-    conn: &mut Option<PgConnection>,
-    connect: &PgConnectOptions,
-    queues: &[String],
-) -> Result<(), sqlx::Error> {
-    if conn.is_none() {
-        *conn = Some(connect.connect().await?);
-    }
-    let Some(live) = conn.as_mut() else {
-        return Ok(());
-    };
-    sqlx::query(SEND)
+/// One send on one of the store's connections.
+async fn send(connections: &Connections, queues: &[String]) -> Result<(), Error> {
+    let mut conn = connections.acquire().await?;
+    let result = sqlx::query(SEND)
         .bind(JOBS_CHANNEL)
         .bind(queues)
-        .execute(live)
-        .await?;
-    Ok(())
+        .execute(&mut *conn)
+        .await
+        .store_err()
+        .map(|_| ());
+    conn.done(result)
 }

@@ -16,7 +16,7 @@ use drover_core::{
     JobState, Retry, StoreConfig,
 };
 use serde_json::Value;
-use sqlx::PgPool;
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::error::SqlxResultExt;
@@ -37,7 +37,7 @@ fn field(prefix: &str, i: usize, many: bool, name: &str) -> String {
 
 /// Extends leases and saves meta/progress; answers per item in input order.
 pub(crate) async fn heartbeat(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     config: &StoreConfig,
     heartbeat: HeartbeatJobs,
 ) -> Result<Vec<HeartbeatReply>, Error> {
@@ -76,7 +76,7 @@ pub(crate) async fn heartbeat(
         .bind(&metas)
         .bind(&progress)
         .bind(micros(heartbeat.lease))
-        .fetch_all(pool)
+        .fetch_all(&mut *conn)
         .await
         .store_err()?;
     let extended: HashMap<Uuid, (i64, bool, DateTime<Utc>)> = rows
@@ -113,7 +113,7 @@ fn stored_message(message: &str) -> String {
 /// The common batch, every item a success with a distinct id, with finish_succeeded.sql;
 /// `None` (nothing written) for any other batch.
 async fn finish_succeeded(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     items: &[FinishItem],
 ) -> Result<Option<Vec<FinishReply>>, Error> {
     let len = items.len();
@@ -137,7 +137,7 @@ async fn finish_succeeded(
         .bind(&ids)
         .bind(&tokens)
         .bind(&results)
-        .fetch_all(pool)
+        .fetch_all(&mut *conn)
         .await
         .store_err()?;
     let recorded: HashSet<Uuid> = rows.into_iter().collect();
@@ -160,7 +160,7 @@ async fn finish_succeeded(
 
 /// Records finished runs; answers per item in input order.
 pub(crate) async fn finish(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     config: &StoreConfig,
     items: Vec<FinishItem>,
 ) -> Result<Vec<FinishReply>, Error> {
@@ -180,7 +180,7 @@ pub(crate) async fn finish(
     if items.is_empty() {
         return Ok(Vec::new());
     }
-    if let Some(replies) = finish_succeeded(pool, &items).await? {
+    if let Some(replies) = finish_succeeded(&mut *conn, &items).await? {
         return Ok(replies);
     }
     let len = items.len();
@@ -223,7 +223,7 @@ pub(crate) async fn finish(
         .bind(&messages)
         .bind(&delays)
         .bind(i32::try_from(ERRORS_KEPT).unwrap_or(i32::MAX))
-        .fetch_all(pool)
+        .fetch_all(&mut *conn)
         .await
         .store_err()?;
     let mut recorded: HashMap<Uuid, String> = rows.into_iter().collect();

@@ -18,6 +18,7 @@ use drover_core::{
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgConnection, PgPool};
 
+use crate::connections::Connections;
 use crate::enqueue::{self, Batch, Wake};
 use crate::error::{connection_lost_recently, SqlxResultExt};
 use crate::notify::Notifier;
@@ -88,6 +89,8 @@ pub struct PgStore {
     options: PgOptions,
     /// Sends the wake-ups of this store's committed enqueues (shared by clones).
     notifier: Arc<Notifier>,
+    /// The pool plus connections kept for reuse between calls (shared by clones).
+    connections: Arc<Connections>,
 }
 
 impl PgStore {
@@ -142,16 +145,21 @@ impl PgStore {
     /// Wraps an existing pool (its connect options are used as they are; see
     /// [`PgOptions::statement_cache`]).
     pub fn from_pool(pool: PgPool, options: PgOptions) -> PgStore {
-        let notifier = Arc::new(Notifier::new(pool.connect_options().as_ref().clone()));
+        let connections = Connections::new(pool.clone());
+        let notifier = Arc::new(Notifier::new(Arc::downgrade(&connections)));
         PgStore {
             pool,
             options,
             notifier,
+            connections,
         }
     }
 
     /// The pool, for the application's own queries and transactions (see
-    /// [`PgStore::enqueue_in`]).
+    /// [`PgStore::enqueue_in`]). Between calls the store keeps up to half of the pool's
+    /// connections checked out for its next calls (connections.rs: sqlx pings every connection
+    /// it takes back, a second round trip per call); one idle for [`IDLE_CHECK_AFTER`] goes back
+    /// to the pool.
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
@@ -166,6 +174,7 @@ impl PgStore {
     /// closed"); subscriptions end.
     pub async fn close(&self) {
         self.notifier.close().await;
+        self.connections.release_all();
         self.pool.close().await;
     }
 
@@ -207,49 +216,67 @@ impl PgStore {
 impl JobStore for PgStore {
     async fn jobs_enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>, Error> {
         let batch = Batch::prepare(jobs, &self.options.config)?;
-        let mut conn = self.pool.acquire().await.store_err()?;
-        let enqueue =
-            enqueue::enqueue(&mut conn, &self.options.config, batch, Wake::AfterCommit).await?;
-        drop(conn);
+        let mut conn = self.connections.acquire().await?;
+        let result =
+            enqueue::enqueue(&mut conn, &self.options.config, batch, Wake::AfterCommit).await;
+        let enqueue = conn.done(result)?;
         self.notifier
             .notify(enqueue.ready_queues.iter().map(String::as_str));
         Ok(enqueue.answers)
     }
 
     async fn job_get(&self, id: JobId) -> Result<Job, Error> {
-        admin::job_get(&self.pool, id).await
+        let mut conn = self.connections.acquire().await?;
+        let result = admin::job_get(&mut conn, id).await;
+        conn.done(result)
     }
 
     async fn jobs_list(&self, query: ListJobs) -> Result<JobPage, Error> {
-        admin::jobs_list(&self.pool, query).await
+        let mut conn = self.connections.acquire().await?;
+        let result = admin::jobs_list(&mut conn, query).await;
+        conn.done(result)
     }
 
     async fn jobs_claim(&self, claim: ClaimJobs) -> Result<Vec<Job>, Error> {
-        claim::claim(&self.pool, claim).await
+        let mut conn = self.connections.acquire().await?;
+        let result = claim::claim(&mut conn, claim).await;
+        conn.done(result)
     }
 
     async fn jobs_heartbeat(&self, heartbeat: HeartbeatJobs) -> Result<Vec<HeartbeatReply>, Error> {
-        outcome::heartbeat(&self.pool, &self.options.config, heartbeat).await
+        let mut conn = self.connections.acquire().await?;
+        let result = outcome::heartbeat(&mut conn, &self.options.config, heartbeat).await;
+        conn.done(result)
     }
 
     async fn jobs_finish(&self, items: Vec<FinishItem>) -> Result<Vec<FinishReply>, Error> {
-        outcome::finish(&self.pool, &self.options.config, items).await
+        let mut conn = self.connections.acquire().await?;
+        let result = outcome::finish(&mut conn, &self.options.config, items).await;
+        conn.done(result)
     }
 
     async fn job_cancel(&self, id: JobId) -> Result<CancelOutcome, Error> {
-        lifecycle::cancel(&self.pool, id).await
+        let mut conn = self.connections.acquire().await?;
+        let result = lifecycle::cancel(&mut conn, id).await;
+        conn.done(result)
     }
 
     async fn job_retry(&self, id: JobId) -> Result<Job, Error> {
-        lifecycle::retry(&self.pool, &self.options.config, id).await
+        let mut conn = self.connections.acquire().await?;
+        let result = lifecycle::retry(&mut conn, &self.options.config, id).await;
+        conn.done(result)
     }
 
     async fn jobs_rescue_expired(&self, rescue: RescueExpired) -> Result<Vec<Rescued>, Error> {
-        lifecycle::rescue(&self.pool, rescue).await
+        let mut conn = self.connections.acquire().await?;
+        let result = lifecycle::rescue(&mut conn, rescue).await;
+        conn.done(result)
     }
 
     async fn jobs_claim_reconciling(&self, claim: ClaimReconciling) -> Result<Vec<Job>, Error> {
-        lifecycle::claim_reconciling(&self.pool, claim).await
+        let mut conn = self.connections.acquire().await?;
+        let result = lifecycle::claim_reconciling(&mut conn, claim).await;
+        conn.done(result)
     }
 
     async fn job_reconcile(
@@ -258,71 +285,105 @@ impl JobStore for PgStore {
         token: FencingToken,
         resolution: Resolution,
     ) -> Result<Transition, Error> {
-        lifecycle::reconcile(&self.pool, id, token, resolution).await
+        let mut conn = self.connections.acquire().await?;
+        let result = lifecycle::reconcile(&mut conn, id, token, resolution).await;
+        conn.done(result)
     }
 
     async fn jobs_prune(&self, prune: PruneJobs) -> Result<u64, Error> {
-        lifecycle::prune(&self.pool, prune).await
+        let mut conn = self.connections.acquire().await?;
+        let result = lifecycle::prune(&mut conn, prune).await;
+        conn.done(result)
     }
 
     async fn queue_pause(&self, queue: QueueName) -> Result<QueueInfo, Error> {
-        admin::queue_pause(&self.pool, queue).await
+        let mut conn = self.connections.acquire().await?;
+        let result = admin::queue_pause(&mut conn, queue).await;
+        conn.done(result)
     }
 
     async fn queue_resume(&self, queue: QueueName) -> Result<QueueInfo, Error> {
-        admin::queue_resume(&self.pool, queue).await
+        let mut conn = self.connections.acquire().await?;
+        let result = admin::queue_resume(&mut conn, queue).await;
+        conn.done(result)
     }
 
     async fn queues_list(&self) -> Result<Vec<QueueInfo>, Error> {
-        admin::queues_list(&self.pool).await
+        let mut conn = self.connections.acquire().await?;
+        let result = admin::queues_list(&mut conn).await;
+        conn.done(result)
     }
 
     async fn queue_snapshot(&self) -> Result<Snapshot, Error> {
-        admin::snapshot(&self.pool).await
+        let mut conn = self.connections.acquire().await?;
+        let result = admin::snapshot(&mut conn).await;
+        conn.done(result)
     }
 
     async fn worker_register(&self, worker: WorkerRegistration) -> Result<WorkerInfo, Error> {
-        admin::worker_register(&self.pool, worker).await
+        let mut conn = self.connections.acquire().await?;
+        let result = admin::worker_register(&mut conn, worker).await;
+        conn.done(result)
     }
 
     async fn worker_heartbeat(&self, id: WorkerId) -> Result<(), Error> {
-        admin::worker_heartbeat(&self.pool, id).await
+        let mut conn = self.connections.acquire().await?;
+        let result = admin::worker_heartbeat(&mut conn, id).await;
+        conn.done(result)
     }
 
     async fn worker_deregister(&self, id: WorkerId) -> Result<(), Error> {
-        admin::worker_deregister(&self.pool, id).await
+        let mut conn = self.connections.acquire().await?;
+        let result = admin::worker_deregister(&mut conn, id).await;
+        conn.done(result)
     }
 
     async fn workers_list(&self) -> Result<Vec<WorkerInfo>, Error> {
-        admin::workers_list(&self.pool).await
+        let mut conn = self.connections.acquire().await?;
+        let result = admin::workers_list(&mut conn).await;
+        conn.done(result)
     }
 
     async fn workers_prune(&self, older_than: Duration) -> Result<u64, Error> {
-        admin::workers_prune(&self.pool, older_than).await
+        let mut conn = self.connections.acquire().await?;
+        let result = admin::workers_prune(&mut conn, older_than).await;
+        conn.done(result)
     }
 
     async fn limits_list(&self) -> Result<Vec<LimitStatus>, Error> {
-        admin::limits_list(&self.pool).await
+        let mut conn = self.connections.acquire().await?;
+        let result = admin::limits_list(&mut conn).await;
+        conn.done(result)
     }
 
     async fn limit_set(&self, policy: LimitPolicy) -> Result<LimitPolicy, Error> {
-        admin::limit_set(&self.pool, policy).await
+        let mut conn = self.connections.acquire().await?;
+        let result = admin::limit_set(&mut conn, policy).await;
+        conn.done(result)
     }
 
     async fn limit_clear(&self, key: LimitKey) -> Result<(), Error> {
-        admin::limit_clear(&self.pool, key).await
+        let mut conn = self.connections.acquire().await?;
+        let result = admin::limit_clear(&mut conn, key).await;
+        conn.done(result)
     }
 
     async fn schedules_list(&self) -> Result<Vec<Schedule>, Error> {
-        admin::schedules_list(&self.pool).await
+        let mut conn = self.connections.acquire().await?;
+        let result = admin::schedules_list(&mut conn).await;
+        conn.done(result)
     }
 
     async fn schedule_upsert(&self, schedule: NewSchedule) -> Result<Schedule, Error> {
-        admin::schedule_upsert(&self.pool, &self.options.config, schedule).await
+        let mut conn = self.connections.acquire().await?;
+        let result = admin::schedule_upsert(&mut conn, &self.options.config, schedule).await;
+        conn.done(result)
     }
 
     async fn schedule_remove(&self, name: ScheduleName) -> Result<(), Error> {
-        admin::schedule_remove(&self.pool, name).await
+        let mut conn = self.connections.acquire().await?;
+        let result = admin::schedule_remove(&mut conn, name).await;
+        conn.done(result)
     }
 
     /// One transaction: consume the tick (schedule_fire.sql), then enqueue the job on the same
@@ -330,9 +391,15 @@ impl JobStore for PgStore {
     async fn schedule_fire(&self, fire: FireSchedule) -> Result<Option<Enqueued>, Error> {
         let config = &self.options.config;
         let batch = Batch::prepare(vec![fire.job], config)?;
-        let mut tx = self.pool.begin().await.store_err()?;
-        let result = fire_in(&mut tx, config, &fire.name, fire.tick, batch).await;
-        let fired = settle(tx, result).await?;
+        let mut conn = self.connections.acquire().await?;
+        let result = match Connection::begin(&mut *conn).await.store_err() {
+            Ok(mut tx) => {
+                let result = fire_in(&mut tx, config, &fire.name, fire.tick, batch).await;
+                settle(tx, result).await
+            }
+            Err(error) => Err(error),
+        };
+        let fired = conn.done(result)?;
         Ok(fired.map(|(answer, ready_queues)| {
             self.notifier
                 .notify(ready_queues.iter().map(String::as_str));
@@ -341,7 +408,9 @@ impl JobStore for PgStore {
     }
 
     async fn now(&self) -> Result<DateTime<Utc>, Error> {
-        admin::now(&self.pool).await
+        let mut conn = self.connections.acquire().await?;
+        let result = admin::now(&mut conn).await;
+        conn.done(result)
     }
 
     async fn check_ready(&self) -> Result<(), Error> {
