@@ -6,7 +6,8 @@
 //! Round trips: a batch without keys and without quotas is one statement (autocommit). A single
 //! job with keys is one statement, plus one lookup when it was skipped. A single job without
 //! quota counts uses enqueue_one.sql, a plain `INSERT ... VALUES` whose plan PostgreSQL caches
-//! instead of planning the batch statement every call. A batch with keys runs
+//! instead of planning the batch statement every call. A batch without keys uses
+//! enqueue_insert_keyless.sql, the same without ON CONFLICT (nothing can conflict). A batch with keys runs
 //! in a transaction (or a savepoint inside the caller's transaction) so a conflict stores
 //! nothing: BEGIN, insert, [lookup], COMMIT. With quotas: BEGIN, advisory locks (the global
 //! lock, or tenant stripe locks when only tenant quotas are configured), insert (which also
@@ -28,7 +29,8 @@ use drover_core::{
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use sqlx::{Connection, PgConnection};
+use sqlx::postgres::PgRow;
+use sqlx::{Connection, PgConnection, Row};
 use uuid::Uuid;
 
 use crate::error::SqlxResultExt;
@@ -133,12 +135,12 @@ pub(crate) async fn enqueue(
         .any(|j| j.idempotency_key.is_some() || j.unique_key.is_some());
     let needs_transaction = quota_checked || (has_keys && batch.len() > 1);
     if !needs_transaction {
-        let (enqueue, _) = insert_and_resolve(conn, &batch, Counting::default(), wake).await?;
-        return Ok(enqueue);
+        let (resolved, _) = insert_and_resolve(conn, &batch, Counting::default(), wake).await?;
+        return resolved.into_enqueue(batch);
     }
     let mut tx = conn.begin().await.store_err()?;
     let result = enqueue_locked(&mut tx, config, &batch, wake).await;
-    settle(tx, result).await
+    settle(tx, result).await?.into_enqueue(batch)
 }
 
 /// The transactional enqueue: quota locks (when quotas are configured), insert and resolve,
@@ -148,7 +150,7 @@ async fn enqueue_locked(
     config: &StoreConfig,
     batch: &Batch,
     wake: Wake,
-) -> Result<Enqueue, Error> {
+) -> Result<Resolved, Error> {
     let quotas = config.quotas;
     let quota_checked = quotas.max_pending.is_some() || quotas.max_tenant_pending.is_some();
     if quota_checked {
@@ -165,11 +167,11 @@ async fn enqueue_locked(
         global: quotas.max_pending.is_some(),
         tenants: quotas.max_tenant_pending.is_some(),
     };
-    let (enqueue, pending) = insert_and_resolve(conn, batch, counting, wake).await?;
+    let (resolved, pending) = insert_and_resolve(conn, batch, counting, wake).await?;
     if quota_checked {
-        check_quotas(config, &enqueue.answers, pending.as_ref())?;
+        check_quotas(config, batch, &resolved.answers, pending.as_ref())?;
     }
-    Ok(enqueue)
+    Ok(resolved)
 }
 
 /// The advisory lock keys for the configured quotas, sorted so every caller takes them in the
@@ -243,17 +245,18 @@ struct PendingBefore {
 /// Global first, then tenants in order of first appearance, like the memory store.
 fn check_quotas(
     config: &StoreConfig,
-    answers: &[Enqueued],
+    batch: &Batch,
+    answers: &[Answer],
     pending: Option<&PendingBefore>,
 ) -> Result<(), Error> {
     let mut created_total = 0u64;
     let mut created_per_tenant: Vec<(&str, u64)> = Vec::new();
-    for answer in answers {
-        if answer.status != EnqueueStatus::Created {
+    for (job, answer) in batch.jobs.iter().zip(answers) {
+        if !matches!(answer, Answer::Created { .. }) {
             continue;
         }
         created_total += 1;
-        let tenant = answer.job.tenant.as_str();
+        let tenant = job.tenant.as_str();
         match created_per_tenant.iter_mut().find(|(t, _)| *t == tenant) {
             Some((_, n)) => *n += 1,
             None => created_per_tenant.push((tenant, 1)),
@@ -312,7 +315,7 @@ async fn insert_and_resolve(
     batch: &Batch,
     counting: Counting,
     wake: Wake,
-) -> Result<(Enqueue, Option<PendingBefore>), Error> {
+) -> Result<(Resolved, Option<PendingBefore>), Error> {
     let n = batch.len();
     let position: HashMap<Uuid, usize> = batch
         .ids
@@ -320,7 +323,7 @@ async fn insert_and_resolve(
         .enumerate()
         .map(|(i, id)| (*id, i))
         .collect();
-    let mut answers: Vec<Option<Enqueued>> = (0..n).map(|_| None).collect();
+    let mut answers: Vec<Option<Answer>> = (0..n).map(|_| None).collect();
     let mut to_insert: Vec<usize> = (0..n).collect();
     let mut pending: Option<PendingBefore> = None;
     let mut ready_queues: Vec<String> = Vec::new();
@@ -341,13 +344,10 @@ async fn insert_and_resolve(
                     ready_queues.push(queue.to_owned());
                 }
             }
-            let mut job = batch.jobs[i]
-                .clone()
-                .into_job(JobId(row.id), row.created_at);
-            job.run_at = row.run_at;
-            answers[i] = Some(Enqueued {
-                status: EnqueueStatus::Created,
-                job,
+            answers[i] = Some(Answer::Created {
+                id: row.id,
+                run_at: row.run_at,
+                created_at: row.created_at,
             });
         }
         let skipped: Vec<usize> = to_insert
@@ -363,7 +363,7 @@ async fn insert_and_resolve(
         let mut again = Vec::new();
         for i in skipped {
             match resolve(batch, i, &index)? {
-                Some(answer) => answers[i] = Some(answer),
+                Some(answer) => answers[i] = Some(Answer::Stored(Box::new(answer))),
                 None => again.push(i),
             }
         }
@@ -378,17 +378,70 @@ async fn insert_and_resolve(
 }
 
 fn finish_answers(
-    answers: Vec<Option<Enqueued>>,
+    answers: Vec<Option<Answer>>,
     ready_queues: Vec<String>,
-) -> Result<Enqueue, Error> {
+) -> Result<Resolved, Error> {
     let answers = answers
         .into_iter()
         .map(|a| a.ok_or_else(|| Error::fatal("enqueue left a job unanswered")))
         .collect::<Result<_, _>>()?;
-    Ok(Enqueue {
+    Ok(Resolved {
         answers,
         ready_queues,
     })
+}
+
+/// One job's answer before it becomes an [`Enqueued`]: the created job is built only at the
+/// end, from the batch's own `NewJob` (moved, not cloned).
+enum Answer {
+    /// Created by this enqueue with these values chosen by the database.
+    Created {
+        id: Uuid,
+        run_at: DateTime<Utc>,
+        created_at: DateTime<Utc>,
+    },
+    /// Answered with a stored job (idempotent replay or unique-key duplicate); boxed, as these
+    /// are rare and a job is large.
+    Stored(Box<Enqueued>),
+}
+
+/// Every job answered, in input order, with the queues to notify after the commit.
+struct Resolved {
+    answers: Vec<Answer>,
+    ready_queues: Vec<String>,
+}
+
+impl Resolved {
+    /// The answers, building each created job from `batch`'s own input.
+    fn into_enqueue(self, batch: Batch) -> Result<Enqueue, Error> {
+        if batch.jobs.len() != self.answers.len() {
+            return Err(Error::fatal("enqueue answered another number of jobs"));
+        }
+        let answers = batch
+            .jobs
+            .into_iter()
+            .zip(self.answers)
+            .map(|(new, answer)| match answer {
+                Answer::Created {
+                    id,
+                    run_at,
+                    created_at,
+                } => {
+                    let mut job = new.into_job(JobId(id), created_at);
+                    job.run_at = run_at;
+                    Enqueued {
+                        status: EnqueueStatus::Created,
+                        job,
+                    }
+                }
+                Answer::Stored(answer) => *answer,
+            })
+            .collect();
+        Ok(Enqueue {
+            answers,
+            ready_queues: self.ready_queues,
+        })
+    }
 }
 
 /// Key holders found by the lookup, indexed by (tenant, key). `created` is the batch position of
@@ -473,22 +526,39 @@ fn resolve<'a>(
 
 /// What enqueue_insert.sql returns for each created job: the values the database chose, whether
 /// it is ready at once, and the pending counts before the statement (zero unless asked for).
-#[derive(sqlx::FromRow)]
 struct Inserted {
     id: Uuid,
     run_at: DateTime<Utc>,
     created_at: DateTime<Utc>,
     /// `run_at <= now()`: ready at once.
     ready: bool,
-    pending_before: i64,
-    tenant_pending_before: Value,
+    /// NULL unless counted.
+    pending_before: Option<i64>,
+    /// NULL unless counted.
+    tenant_pending_before: Option<Value>,
+}
+
+/// Decoded by position (the statements' column order: id, run_at, created_at, ready,
+/// notified_queues, pending_before, tenant_pending_before): a batch returns one row per job,
+/// and looking each column up by name costs a hash per column per row.
+impl<'r> sqlx::FromRow<'r, PgRow> for Inserted {
+    fn from_row(row: &'r PgRow) -> Result<Self, sqlx::Error> {
+        Ok(Inserted {
+            id: row.try_get(0)?,
+            run_at: row.try_get(1)?,
+            created_at: row.try_get(2)?,
+            ready: row.try_get(3)?,
+            pending_before: row.try_get(5)?,
+            tenant_pending_before: row.try_get(6)?,
+        })
+    }
 }
 
 impl Inserted {
     fn pending_before(&self) -> Result<PendingBefore, Error> {
         let count = |n: i64| u64::try_from(n).unwrap_or(0);
         let mut tenants = HashMap::new();
-        if let Value::Object(map) = &self.tenant_pending_before {
+        if let Some(Value::Object(map)) = &self.tenant_pending_before {
             for (tenant, n) in map {
                 let n = n
                     .as_i64()
@@ -497,7 +567,7 @@ impl Inserted {
             }
         }
         Ok(PendingBefore {
-            global: count(self.pending_before),
+            global: count(self.pending_before.unwrap_or(0)),
             tenants,
         })
     }
@@ -515,6 +585,15 @@ async fn insert(
         return insert_one(conn, batch, *i, wake).await;
     }
     let len = positions.len();
+    let keyless = positions.iter().all(|&i| {
+        let job = &batch.jobs[i];
+        job.idempotency_key.is_none() && job.unique_key.is_none()
+    });
+    let statement = if keyless {
+        sql::ENQUEUE_INSERT_KEYLESS
+    } else {
+        sql::ENQUEUE_INSERT
+    };
     let mut ids = Vec::with_capacity(len);
     let mut kinds = Vec::with_capacity(len);
     let mut queues = Vec::with_capacity(len);
@@ -564,7 +643,7 @@ async fn insert(
     };
     distinct_tenants.sort_unstable();
     distinct_tenants.dedup();
-    sqlx::query_as::<_, Inserted>(sql::ENQUEUE_INSERT)
+    sqlx::query_as::<_, Inserted>(statement)
         .bind(&ids)
         .bind(&kinds)
         .bind(&queues)

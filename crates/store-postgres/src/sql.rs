@@ -19,6 +19,8 @@ macro_rules! statements {
 statements! {
     /// Batch insert of new jobs (UNNEST arrays, ON CONFLICT DO NOTHING, NOTIFY).
     ENQUEUE_INSERT = "enqueue_insert.sql";
+    /// Batch insert of jobs without keys (no ON CONFLICT).
+    ENQUEUE_INSERT_KEYLESS = "enqueue_insert_keyless.sql";
     /// Insert of one job without quota counts (a plain INSERT ... VALUES).
     ENQUEUE_ONE = "enqueue_one.sql";
     /// Holders of the keys that made an insert skip jobs.

@@ -21,9 +21,9 @@
 -- Quotas: when asked ($15, $16; the caller holds the quota advisory locks, taken by an earlier
 -- statement, so this statement's snapshot holds every committed enqueue), every returned row
 -- also carries the pending (queued, running, reconciling) counts before this statement, in
--- total and per tenant as a JSON object, from one scan of jobs_pending_idx (all of it for the
--- total, the batch's tenants only otherwise). The caller adds its new jobs and rolls back when
--- a quota would be passed.
+-- total and per tenant as a JSON object (NULL when not asked), from one scan of
+-- jobs_pending_idx (all of it for the total, the batch's tenants only otherwise). The caller
+-- adds its new jobs and rolls back when a quota would be passed.
 WITH input AS (
     SELECT *
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[],
@@ -68,6 +68,6 @@ tenant_pending AS (
 )
 SELECT inserted.id, inserted.run_at, inserted.created_at, inserted.run_at <= now() AS ready,
        (SELECT count(*) FROM notified) AS notified_queues,
-       (SELECT n FROM pending) AS pending_before,
-       (SELECT counts FROM tenant_pending) AS tenant_pending_before
+       CASE WHEN $15::boolean THEN (SELECT n FROM pending) END AS pending_before,
+       CASE WHEN $16::boolean THEN (SELECT counts FROM tenant_pending) END AS tenant_pending_before
 FROM inserted

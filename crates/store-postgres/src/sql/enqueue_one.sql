@@ -32,5 +32,5 @@ notified AS (
 )
 SELECT inserted.id, inserted.run_at, inserted.created_at, inserted.run_at <= now() AS ready,
        (SELECT count(*) FROM notified) AS notified_queues,
-       0::bigint AS pending_before, '{}'::jsonb AS tenant_pending_before
+       NULL::bigint AS pending_before, NULL::jsonb AS tenant_pending_before
 FROM inserted

@@ -1,0 +1,66 @@
+-- Enqueue a batch in which no job has an idempotency or unique key: enqueue_insert.sql (read its
+-- notes; same parameters and answers) without ON CONFLICT DO NOTHING. With no key nothing can
+-- conflict (ids are fresh UUIDs), and ON CONFLICT costs every row a check of each unique index
+-- and a speculative insertion (about a tenth of the statement's time on a 1,000-job batch); the
+-- insertion order no longer matters either, so the input is not sorted. Keep the two statements
+-- in step.
+--
+-- $1 id uuid[], $2 kind text[], $3 queue text[], $4 tenant text[], $5 args jsonb[],
+-- $6 meta jsonb[], $7 priority smallint[], $8 run_at timestamptz[] (NULL: use the delay),
+-- $9 delay_us bigint[] (NULL: ready now), $10 max_attempts integer[],
+-- $11 idempotency_key text[], $12 request_hash text[], $13 unique_key text[],
+-- $14 limit_keys text[] (each comma-joined; '' for none), $15 count pending jobs in total
+-- boolean, $16 count pending jobs of the batch's tenants boolean, $17 the batch's distinct
+-- tenants text[], $18 notify inside this transaction boolean.
+--
+-- Quotas: when asked ($15, $16; the caller holds the quota advisory locks, taken by an earlier
+-- statement, so this statement's snapshot holds every committed enqueue), every returned row
+-- also carries the pending (queued, running, reconciling) counts before this statement, in
+-- total and per tenant as a JSON object (NULL when not asked), from one scan of
+-- jobs_pending_idx (all of it for the total, the batch's tenants only otherwise). The caller
+-- adds its new jobs and rolls back when a quota would be passed.
+WITH input AS (
+    SELECT *
+    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[],
+                $7::smallint[], $8::timestamptz[], $9::bigint[], $10::integer[], $11::text[],
+                $12::text[], $13::text[], $14::text[])
+         WITH ORDINALITY AS i(id, kind, queue, tenant, args, meta, priority, run_at, delay_us,
+                              max_attempts, idempotency_key, request_hash, unique_key,
+                              limit_keys, ord)
+),
+inserted AS (
+    INSERT INTO drover.jobs (id, kind, queue, tenant, args, meta, priority, run_at, state,
+                             max_attempts, idempotency_key, request_hash, unique_key,
+                             limit_keys, created_at)
+    SELECT id, kind, queue, tenant, args, meta, priority,
+           COALESCE(run_at, now() + COALESCE(delay_us, 0) * interval '1 microsecond'),
+           'queued', max_attempts, idempotency_key, request_hash, unique_key,
+           CASE WHEN limit_keys = '' THEN '{}'::text[] ELSE string_to_array(limit_keys, ',') END,
+           now()
+    FROM input
+    RETURNING id, queue, run_at, created_at
+),
+notified AS (
+    SELECT pg_notify('drover_jobs', q.queue)
+    FROM (SELECT DISTINCT queue FROM inserted WHERE $18::boolean AND run_at <= now()) AS q
+),
+pending_by_tenant AS (
+    SELECT tenant, count(*)::bigint AS n
+    FROM drover.jobs
+    WHERE ($15::boolean OR ($16::boolean AND tenant = ANY($17::text[])))
+      AND state IN ('queued', 'running', 'reconciling')
+    GROUP BY tenant
+),
+pending AS (
+    SELECT COALESCE(sum(n), 0)::bigint AS n FROM pending_by_tenant WHERE $15::boolean
+),
+tenant_pending AS (
+    SELECT COALESCE(jsonb_object_agg(p.tenant, p.n), '{}'::jsonb) AS counts
+    FROM pending_by_tenant p
+    WHERE $16::boolean AND p.tenant = ANY($17::text[])
+)
+SELECT inserted.id, inserted.run_at, inserted.created_at, inserted.run_at <= now() AS ready,
+       (SELECT count(*) FROM notified) AS notified_queues,
+       CASE WHEN $15::boolean THEN (SELECT n FROM pending) END AS pending_before,
+       CASE WHEN $16::boolean THEN (SELECT counts FROM tenant_pending) END AS tenant_pending_before
+FROM inserted
