@@ -18,8 +18,39 @@ pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 /// The stored jobs. Boxed, so that growing the table moves pointers, not whole jobs.
 pub(crate) type JobTable = FastMap<JobId, Box<Job>>;
 
+/// An instant in an index key: whole microseconds since the Unix epoch. The store truncates
+/// every time to microseconds, so this is exact, and it compares as one integer (comparing
+/// `DateTime`s and UUIDs dominated the cost of the ordered indexes).
+pub(crate) type KeyTime = i64;
+
+/// A job id in an index key: the UUID's 128 bits read big-endian, which order like the UUID.
+pub(crate) type KeyId = u128;
+
+/// `at` as an index key.
+pub(crate) fn key_time(at: DateTime<Utc>) -> KeyTime {
+    at.timestamp_micros()
+}
+
+/// `id` as an index key.
+pub(crate) fn key_id(id: JobId) -> KeyId {
+    id.0.as_u128()
+}
+
+/// The instant of an index key (every key was made from a valid instant).
+pub(crate) fn time_of(key: KeyTime) -> DateTime<Utc> {
+    DateTime::from_timestamp_micros(key).unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
+/// The job id of an index key.
+pub(crate) fn id_of(key: KeyId) -> JobId {
+    JobId(uuid::Uuid::from_u128(key))
+}
+
 /// Claim order of a ready job: priority (smaller first), then `run_at`, then id.
-pub(crate) type ReadyKey = (i16, DateTime<Utc>, JobId);
+pub(crate) type ReadyKey = (i16, KeyTime, KeyId);
+
+/// An index entry ordered by an instant, then by id.
+pub(crate) type TimeKey = (KeyTime, KeyId);
 
 /// The fields of a job that decide where it sits in the indexes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,13 +96,13 @@ pub(crate) struct Indexes {
     /// order.
     pub ready: FastMap<QueueName, FastMap<JobKind, BTreeSet<ReadyKey>>>,
     /// Queued jobs not ready yet, by `run_at`; [`Indexes::promote`] moves them to `ready`.
-    pub scheduled: BTreeSet<(DateTime<Utc>, JobId)>,
+    pub scheduled: BTreeSet<TimeKey>,
     /// Running jobs by lease end, for rescue.
-    pub leases: BTreeSet<(DateTime<Utc>, JobId)>,
+    pub leases: BTreeSet<TimeKey>,
     /// Reconciling jobs, for reconcile sweeps.
     pub reconciling: BTreeSet<JobId>,
     /// Terminal jobs by `finished_at`, for retention.
-    pub finished: BTreeSet<(DateTime<Utc>, JobId)>,
+    pub finished: BTreeSet<TimeKey>,
     /// Unique keys of non-terminal jobs, per tenant.
     pub unique: FastMap<TenantId, FastMap<String, JobId>>,
     /// Pending (queued, running, reconciling) jobs of the cluster.
@@ -174,13 +205,15 @@ impl Indexes {
 
     /// Moves scheduled jobs whose `run_at` has come into the ready index.
     pub fn promote(&mut self, jobs: &JobTable, now: DateTime<Utc>) {
+        let now = key_time(now);
         while let Some(&(at, id)) = self.scheduled.first() {
             if at > now {
                 break;
             }
             self.scheduled.pop_first();
-            if let Some(job) = jobs.get(&id) {
-                self.ready_set(job).insert((job.priority, job.run_at, id));
+            if let Some(job) = jobs.get(&id_of(id)) {
+                self.ready_set(job)
+                    .insert((job.priority, key_time(job.run_at), id));
             }
         }
     }
@@ -218,16 +251,17 @@ impl Indexes {
     fn index(&mut self, job: &Job, placement: Placement, now: DateTime<Utc>) {
         match placement.state {
             JobState::Queued => {
+                let run_at = key_time(placement.run_at);
                 if placement.run_at <= now {
                     self.ready_set(job)
-                        .insert((job.priority, placement.run_at, job.id));
+                        .insert((job.priority, run_at, key_id(job.id)));
                 } else {
-                    self.scheduled.insert((placement.run_at, job.id));
+                    self.scheduled.insert((run_at, key_id(job.id)));
                 }
             }
             JobState::Running => {
                 if let Some(at) = placement.lease_expires_at {
-                    self.leases.insert((at, job.id));
+                    self.leases.insert((key_time(at), key_id(job.id)));
                 }
             }
             JobState::Reconciling => {
@@ -235,7 +269,7 @@ impl Indexes {
             }
             JobState::Succeeded | JobState::Failed | JobState::Cancelled => {
                 let at = placement.finished_at.unwrap_or(now);
-                self.finished.insert((at, job.id));
+                self.finished.insert((key_time(at), key_id(job.id)));
             }
         }
     }
@@ -256,19 +290,20 @@ impl Indexes {
     fn unindex(&mut self, job: &Job, placement: Placement) {
         match placement.state {
             JobState::Queued => {
-                let key = (job.priority, placement.run_at, job.id);
+                let run_at = key_time(placement.run_at);
+                let key = (job.priority, run_at, key_id(job.id));
                 let in_ready = self
                     .ready
                     .get_mut(&job.queue)
                     .and_then(|by_kind| by_kind.get_mut(&job.kind))
                     .is_some_and(|set| set.remove(&key));
                 if !in_ready {
-                    self.scheduled.remove(&(placement.run_at, job.id));
+                    self.scheduled.remove(&(run_at, key_id(job.id)));
                 }
             }
             JobState::Running => {
                 if let Some(at) = placement.lease_expires_at {
-                    self.leases.remove(&(at, job.id));
+                    self.leases.remove(&(key_time(at), key_id(job.id)));
                 }
             }
             JobState::Reconciling => {
@@ -276,7 +311,7 @@ impl Indexes {
             }
             JobState::Succeeded | JobState::Failed | JobState::Cancelled => {
                 if let Some(at) = placement.finished_at {
-                    self.finished.remove(&(at, job.id));
+                    self.finished.remove(&(key_time(at), key_id(job.id)));
                 }
             }
         }
@@ -315,7 +350,7 @@ impl Indexes {
         let running = self
             .leases
             .iter()
-            .filter_map(|(_, id)| jobs.get(id))
+            .filter_map(|(_, id)| jobs.get(&id_of(*id)))
             .filter(|job| job.effective_limit_keys().contains(key))
             .count();
         self.running_by_key.insert(key.clone(), running as u64);

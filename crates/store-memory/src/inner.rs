@@ -18,7 +18,7 @@ use drover_core::{
 use drover_core::{ClaimJobs, Result};
 use uuid::Uuid;
 
-use crate::index::{FastMap, Indexes, JobTable, Placement, ReadyKey};
+use crate::index::{id_of, key_time, FastMap, Indexes, JobTable, Placement, ReadyKey};
 
 /// `at` truncated to whole microseconds, the precision PostgreSQL stores.
 pub(crate) fn micros(at: DateTime<Utc>) -> DateTime<Utc> {
@@ -379,6 +379,7 @@ impl Inner {
                 heads.push(Reverse((*key, i)));
             }
         }
+        let now_key = key_time(now);
         let mut chosen = Vec::new();
         while chosen.len() < limit {
             let Some(Reverse((key, i))) = heads.pop() else {
@@ -388,9 +389,10 @@ impl Inner {
                 heads.push(Reverse((*next, i)));
             }
             let (_, run_at, id) = key;
+            let id = id_of(id);
             // The ready index holds only queued jobs, keyed by their run_at; a clock set back
             // can leave a job there that is not ready yet.
-            if run_at > now {
+            if run_at > now_key {
                 continue;
             }
             if let Some(admission) = admission.as_mut() {
@@ -423,9 +425,9 @@ impl Inner {
             .idx
             .finished
             .iter()
-            .take_while(|(at, _)| *at < cutoff)
+            .take_while(|(at, _)| *at < key_time(cutoff))
             .take(limit)
-            .map(|(_, id)| *id)
+            .map(|(_, id)| id_of(*id))
             .collect();
         let mut pruned = 0;
         for id in doomed {

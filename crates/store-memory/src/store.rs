@@ -24,7 +24,7 @@ use tokio::sync::broadcast;
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::StreamExt;
 
-use crate::index::{state_slot, ReadyKey};
+use crate::index::{id_of, key_time, state_slot, time_of, ReadyKey};
 use crate::inner::{micros, Inner, Prepared, StoredLimit};
 
 /// Events buffered per subscriber before it lags (and then receives [`StoreEvent::Resync`]).
@@ -146,21 +146,17 @@ fn in_item(error: Error, i: usize, many: bool) -> Error {
 /// The earliest `run_at` among the ready keys of a set ordered by (priority, run_at, id):
 /// the first key of each priority, found by jumping from priority to priority.
 fn oldest_run_at(set: &std::collections::BTreeSet<ReadyKey>) -> Option<DateTime<Utc>> {
-    let mut oldest: Option<DateTime<Utc>> = None;
+    let mut oldest: Option<i64> = None;
     let mut cursor = set.first().copied();
     while let Some((priority, run_at, _)) = cursor {
         oldest = Some(oldest.map_or(run_at, |o| o.min(run_at)));
         let Some(next_priority) = priority.checked_add(1) else {
             break;
         };
-        let from = (
-            next_priority,
-            DateTime::<Utc>::MIN_UTC,
-            JobId(uuid::Uuid::nil()),
-        );
+        let from = (next_priority, i64::MIN, 0u128);
         cursor = set.range(from..).next().copied();
     }
-    oldest
+    oldest.map(time_of)
 }
 
 #[async_trait]
@@ -402,9 +398,9 @@ impl JobStore for MemoryStore {
                 .idx
                 .leases
                 .iter()
-                .take_while(|(at, _)| *at <= now)
+                .take_while(|(at, _)| *at <= key_time(now))
                 .take(limit)
-                .map(|(_, id)| *id)
+                .map(|(_, id)| id_of(*id))
                 .collect();
             let mut rescued = Vec::with_capacity(expired.len());
             for id in expired {
