@@ -4,7 +4,9 @@
 //! Against PostgreSQL and against the memory store it measures
 //! - enqueue throughput: one job per call from 8 concurrent producers, and batches of 1,000;
 //! - end-to-end processing throughput of N no-op jobs enqueued beforehand, with 1, 2 and 4
-//!   worker processes of 32 slots each (the memory store runs its workers in-process);
+//!   worker processes of 32 slots each (issue #7's reference configuration) and of 1,000 slots
+//!   each (large claims and outcome batches, as the peers' best configurations use up to 2,000
+//!   workers); the memory store runs its workers in-process;
 //! - enqueue-to-start latency (p50, p90, p99, max) of jobs enqueued one at a time at a steady
 //!   rate while an idle worker waits on LISTEN/NOTIFY.
 //!

@@ -125,9 +125,12 @@ pub struct RunArgs {
     /// Worker counts of the processing workload (comma-separated).
     #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 4])]
     pub workers: Vec<usize>,
-    /// Slots of each worker (one pool serving the `bench` queue).
-    #[arg(long, default_value_t = 32)]
-    pub slots: usize,
+    /// Slots of each worker (one pool serving the `bench` queue), comma-separated: the
+    /// processing workload runs once per value and worker count, the latency workload uses the
+    /// first. 32 is issue #7's reference configuration; with 1,000 slots a claim or a batch of
+    /// outcomes carries up to 1,000 jobs (the peers are measured with up to 2,000 workers).
+    #[arg(long, value_delimiter = ',', default_values_t = [32usize, 1_000])]
+    pub slots: Vec<usize>,
     /// How PostgreSQL processing workers run.
     #[arg(long, value_enum, default_value_t = WorkerMode::Process)]
     pub worker_mode: WorkerMode,
@@ -173,8 +176,8 @@ pub struct Plan {
     pub batch: usize,
     /// Worker counts of `process`.
     pub workers: Vec<usize>,
-    /// Slots per worker.
-    pub slots: usize,
+    /// Slots per worker: one processing configuration per value; latency uses the first.
+    pub slots: Vec<usize>,
     /// PostgreSQL worker mode.
     pub worker_mode: WorkerMode,
     /// Jobs of `latency`.
@@ -221,7 +224,7 @@ impl Plan {
             producers: args.producers,
             batch: args.batch,
             workers: args.workers.clone(),
-            slots: args.slots,
+            slots: args.slots.clone(),
             worker_mode: args.worker_mode,
             latency_jobs: pick(args.latency_jobs, LATENCY_JOBS_DEFAULT, LATENCY_JOBS_QUICK),
             latency_rate: args.latency_rate,
@@ -231,6 +234,22 @@ impl Plan {
         Ok(plan)
     }
 
+    /// Slots of the latency workload's worker: the first `--slots` value.
+    pub fn latency_slots(&self) -> usize {
+        self.slots.first().copied().unwrap_or(32)
+    }
+
+    /// The scenario name of processing with `workers` workers of `slots` slots:
+    /// `process_<w>w` at 32 slots (issue #7's reference configuration, and the names of earlier
+    /// runs), `process_<w>w_<s>s` otherwise.
+    pub fn process_scenario(workers: usize, slots: usize) -> String {
+        if slots == 32 {
+            format!("process_{workers}w")
+        } else {
+            format!("process_{workers}w_{slots}s")
+        }
+    }
+
     fn check(&self) -> Result<(), drover_core::Error> {
         use drover_core::Error;
         for (name, value) in [
@@ -238,7 +257,6 @@ impl Plan {
             ("reps", self.reps),
             ("producers", self.producers),
             ("batch", self.batch),
-            ("slots", self.slots),
             ("latency-jobs", self.latency_jobs),
         ] {
             if value == 0 {
@@ -251,7 +269,13 @@ impl Plan {
                 "each worker count must be at least 1",
             ));
         }
-        if self.slots > drover_runner::SLOTS_MAX {
+        if self.slots.is_empty() || self.slots.contains(&0) {
+            return Err(Error::invalid(
+                "slots",
+                "each slot count must be at least 1",
+            ));
+        }
+        if self.slots.iter().any(|&s| s > drover_runner::SLOTS_MAX) {
             return Err(Error::invalid(
                 "slots",
                 format!("must be at most {}", drover_runner::SLOTS_MAX),
@@ -295,7 +319,8 @@ mod tests {
         assert_eq!(plan.producers, 8);
         assert_eq!(plan.batch, 1_000);
         assert_eq!(plan.workers, vec![1, 2, 4]);
-        assert_eq!(plan.slots, 32);
+        assert_eq!(plan.slots, vec![32, 1_000]);
+        assert_eq!(plan.latency_slots(), 32);
         assert_eq!(plan.latency_jobs, 1_000);
         assert_eq!(plan.latency_period(), Duration::from_millis(20));
     }

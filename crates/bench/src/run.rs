@@ -43,22 +43,28 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     let mut failures = 0usize;
     for &store in &plan.stores {
         let target = postgres.as_ref().map(|(target, _)| target);
-        let mut steps: Vec<(Workload, Option<usize>)> = Vec::new();
+        let mut steps: Vec<(Workload, Option<Shape>)> = Vec::new();
         for &workload in &plan.workloads {
             match workload {
                 Workload::Process => {
-                    steps.extend(plan.workers.iter().map(|&w| (workload, Some(w))))
+                    for &slots in &plan.slots {
+                        steps.extend(
+                            plan.workers
+                                .iter()
+                                .map(|&workers| (workload, Some(Shape { workers, slots }))),
+                        );
+                    }
                 }
                 Workload::Latency => {}
                 _ => steps.push((workload, None)),
             }
         }
-        let mut reps: Vec<(usize, Workload, Option<usize>)> = Vec::new();
+        let mut reps: Vec<(usize, Workload, Option<Shape>)> = Vec::new();
         for rep in 1..=plan.reps {
             reps.extend(
                 steps
                     .iter()
-                    .map(|&(workload, workers)| (rep, workload, workers)),
+                    .map(|&(workload, shape)| (rep, workload, shape)),
             );
         }
         if plan.workloads.contains(&Workload::Latency) {
@@ -157,12 +163,29 @@ fn header(plan: &Plan, machine: &Machine, postgres: Option<&PgInfo>) -> String {
     out
 }
 
+/// The workers of a processing measurement: how many, and the slots of each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Shape {
+    workers: usize,
+    slots: usize,
+}
+
+impl Shape {
+    /// `shape`, or one worker with the latency workload's slots.
+    fn or_default(shape: Option<Shape>, plan: &Plan) -> Shape {
+        shape.unwrap_or(Shape {
+            workers: 1,
+            slots: plan.latency_slots(),
+        })
+    }
+}
+
 /// A measurement record with its scenario name and configuration filled in.
 fn describe(
     plan: &Plan,
     store: StoreKind,
     workload: Workload,
-    workers: Option<usize>,
+    shape: Option<Shape>,
 ) -> Measurement {
     let in_process = store == StoreKind::Memory || plan.worker_mode == WorkerMode::InProcess;
     let mut m = match workload {
@@ -187,7 +210,7 @@ fn describe(
             m
         }
         Workload::Process => {
-            let w = workers.unwrap_or(1);
+            let Shape { workers: w, slots } = Shape::or_default(shape, plan);
             let noun = match (in_process, w == 1) {
                 (true, true) => "in-process worker",
                 (true, false) => "in-process workers",
@@ -196,11 +219,11 @@ fn describe(
             };
             let mut m = Measurement::new(
                 store,
-                format!("process_{w}w"),
-                format!("{w} {noun} x {} slots", plan.slots),
+                Plan::process_scenario(w, slots),
+                format!("{w} {noun} x {} slots", thousands(slots as f64)),
             );
             m.workers = Some(w);
-            m.slots = Some(plan.slots);
+            m.slots = Some(slots);
             m.worker_mode = Some(if in_process { "in-process" } else { "process" });
             m
         }
@@ -210,12 +233,13 @@ fn describe(
                 "latency",
                 format!(
                     "1 idle in-process worker x {} slots, {} jobs/s",
-                    plan.slots, plan.latency_rate
+                    plan.latency_slots(),
+                    plan.latency_rate
                 ),
             );
             m.mode = "latency";
             m.workers = Some(1);
-            m.slots = Some(plan.slots);
+            m.slots = Some(plan.latency_slots());
             m.worker_mode = Some("in-process");
             m.rate_per_s = Some(plan.latency_rate);
             m
@@ -235,7 +259,7 @@ async fn measure(
     store: StoreKind,
     target: Option<&PgTarget>,
     workload: Workload,
-    workers: Option<usize>,
+    shape: Option<Shape>,
     m: &mut Measurement,
 ) -> Result<(), Error> {
     let pg = match (store, target) {
@@ -274,18 +298,18 @@ async fn measure(
             record_enqueue(m, n, took?);
         }
         Workload::Process => {
-            let w = workers.unwrap_or(1);
+            let Shape { workers: w, slots } = Shape::or_default(shape, plan);
             let (handle, pool) = match (pg, plan.worker_mode) {
                 (Some(_), WorkerMode::Process) => fresh(2).await?,
-                _ => fresh(w * (plan.slots + EXTRA_CONNECTIONS)).await?,
+                _ => fresh(w * (slots + EXTRA_CONNECTIONS)).await?,
             };
             // Prefill, untimed, in batches of 1,000 (or --batch).
             enqueue::batches(handle.as_ref(), n, plan.batch).await?;
             let took = match (pg, plan.worker_mode) {
                 (Some(target), WorkerMode::Process) => {
-                    process::processes(target, handle.as_ref(), n, w, plan.slots).await
+                    process::processes(target, handle.as_ref(), n, w, slots).await
                 }
-                _ => process::in_process(Arc::clone(&handle), n, w, plan.slots).await,
+                _ => process::in_process(Arc::clone(&handle), n, w, slots).await,
             };
             close(pool).await;
             let took = took?;
@@ -293,14 +317,14 @@ async fn measure(
             m.process_per_s = Some(per_second(n, took.as_secs_f64()));
         }
         Workload::Latency => {
-            let (worker_store, worker_pool) = fresh(plan.slots + EXTRA_CONNECTIONS).await?;
+            let slots = plan.latency_slots();
+            let (worker_store, worker_pool) = fresh(slots + EXTRA_CONNECTIONS).await?;
             let (producer, producer_pool) = match pg {
                 Some(_) => fresh(2).await?,
                 None => (Arc::clone(&worker_store), None),
             };
             let samples =
-                latency::measure(worker_store, producer, n, plan.latency_period(), plan.slots)
-                    .await;
+                latency::measure(worker_store, producer, n, plan.latency_period(), slots).await;
             close(worker_pool).await;
             close(producer_pool).await;
             m.latency = Percentiles::of(&samples?);
@@ -339,12 +363,16 @@ mod tests {
     #[test]
     fn scenario_names_and_configs() {
         let p = plan(&[]);
-        let m = describe(&p, StoreKind::Postgres, Workload::Process, Some(2));
+        let shape = |workers, slots| Some(Shape { workers, slots });
+        let m = describe(&p, StoreKind::Postgres, Workload::Process, shape(2, 32));
         assert_eq!(m.scenario, "process_2w");
         assert_eq!(m.config, "2 worker processes x 32 slots");
-        let m = describe(&p, StoreKind::Memory, Workload::Process, Some(1));
+        let m = describe(&p, StoreKind::Postgres, Workload::Process, shape(4, 1000));
+        assert_eq!(m.scenario, "process_4w_1000s");
+        assert_eq!(m.config, "4 worker processes x 1,000 slots");
+        let m = describe(&p, StoreKind::Memory, Workload::Process, shape(1, 32));
         assert_eq!(m.config, "1 in-process worker x 32 slots");
-        let m = describe(&p, StoreKind::Memory, Workload::Process, Some(4));
+        let m = describe(&p, StoreKind::Memory, Workload::Process, shape(4, 32));
         assert_eq!(m.config, "4 in-process workers x 32 slots");
         let m = describe(&p, StoreKind::Postgres, Workload::EnqueueSingle, None);
         assert_eq!((m.scenario.as_str(), m.n), ("enqueue_single", 50_000));
@@ -371,7 +399,13 @@ mod tests {
         for (workload, workers) in [
             (Workload::EnqueueSingle, None),
             (Workload::EnqueueBatch, None),
-            (Workload::Process, Some(2)),
+            (
+                Workload::Process,
+                Some(Shape {
+                    workers: 2,
+                    slots: 8,
+                }),
+            ),
             (Workload::Latency, None),
         ] {
             let mut m = describe(&p, StoreKind::Memory, workload, workers);

@@ -35,8 +35,9 @@ fn run_bench(args: &[&str], database_url: Option<&str>, dir: &Path) -> (String, 
     (stdout, file)
 }
 
-/// Checks the JSON lines and the file of a run of `store` with process scenarios `workers`.
-fn check_run(stdout: &str, file: &Value, store: &str, workers: &[usize]) {
+/// Checks the JSON lines and the file of a run of `store` with process scenarios `workers` x
+/// `slots` (scenario `process_<w>w` at 32 slots, `process_<w>w_<s>s` otherwise).
+fn check_run(stdout: &str, file: &Value, store: &str, workers: &[usize], slots: &[usize]) {
     let lines: Vec<Value> = stdout
         .lines()
         .filter(|line| line.starts_with('{'))
@@ -47,7 +48,12 @@ fn check_run(stdout: &str, file: &Value, store: &str, workers: &[usize]) {
         "enqueue_batch".to_owned(),
         "latency".to_owned(),
     ];
-    scenarios.extend(workers.iter().map(|w| format!("process_{w}w")));
+    for s in slots {
+        scenarios.extend(workers.iter().map(|w| match s {
+            32 => format!("process_{w}w"),
+            _ => format!("process_{w}w_{s}s"),
+        }));
+    }
     assert_eq!(lines.len(), scenarios.len(), "{stdout}");
     for line in &lines {
         assert_eq!(line["system"], "drover");
@@ -114,12 +120,12 @@ fn memory_run_measures_every_scenario() {
             "--workers",
             "1,2",
             "--slots",
-            "8",
+            "32,8",
         ],
         None,
         dir.path(),
     );
-    check_run(&stdout, &file, "memory", &[1, 2]);
+    check_run(&stdout, &file, "memory", &[1, 2], &[32, 8]);
     assert!(file["postgres"].is_null());
 }
 
@@ -155,7 +161,7 @@ fn postgres_run_measures_every_scenario_with_worker_processes() {
         Some(&smoke_url),
         dir.path(),
     );
-    check_run(&stdout, &file, "postgres", &[1, 2]);
+    check_run(&stdout, &file, "postgres", &[1, 2], &[8]);
     let settings = &file["postgres"]["settings"];
     assert!(settings["fsync"].is_string(), "{file}");
     assert!(settings["synchronous_commit"].is_string(), "{file}");
