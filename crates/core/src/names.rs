@@ -235,7 +235,9 @@ impl TenantId {
     /// The `default` tenant.
     pub fn default_tenant() -> Self {
         static DEFAULT: OnceLock<Arc<str>> = OnceLock::new();
-        TenantId(Arc::clone(DEFAULT.get_or_init(|| Arc::from(DEFAULT_TENANT))))
+        TenantId(Arc::clone(
+            DEFAULT.get_or_init(|| Arc::from(DEFAULT_TENANT)),
+        ))
     }
 }
 
