@@ -109,38 +109,74 @@ pub fn registry(extensions: Extensions, args: &WorkerArgs) -> Registry {
     registry
 }
 
-/// Cancels `token` on SIGTERM or Ctrl-C; a second signal exits at once.
+/// Cancels `token` on SIGTERM or Ctrl-C; a second signal exits at once (exit code 130).
+///
+/// The signal handlers are installed before this returns and stay installed for the life of
+/// the process, so a second signal sent the moment the first is acknowledged is never lost
+/// (a handler installed afresh after the first signal would miss it).
 pub fn shutdown_on_signals(token: CancellationToken) {
+    let mut signals = Signals::install();
     tokio::spawn(async move {
-        wait_for_signal().await;
+        signals.next().await;
         tracing::info!("shutdown requested: no new claims; finishing running jobs");
         eprintln!("drover: shutting down: finishing running jobs (signal again to exit at once)");
         token.cancel();
-        wait_for_signal().await;
+        signals.next().await;
         eprintln!("drover: second signal: exiting now; unfinished jobs are rescued after their lease expires");
         std::process::exit(130);
     });
 }
 
-async fn wait_for_signal() {
+/// The process's shutdown signals (SIGTERM and SIGINT on Unix, Ctrl-C elsewhere), each
+/// registered once.
+struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+    terminate: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    interrupt: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn install() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Self {
+                terminate: signal(SignalKind::terminate()).ok(),
+                interrupt: signal(SignalKind::interrupt()).ok(),
             }
         }
+        #[cfg(not(unix))]
+        {
+            Self {}
+        }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+
+    /// Waits for the next shutdown signal.
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        {
+            async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) {
+                match signal {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            }
+            if self.terminate.is_none() && self.interrupt.is_none() {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+            tokio::select! {
+                () = recv(&mut self.terminate) => {}
+                () = recv(&mut self.interrupt) => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
