@@ -87,6 +87,58 @@ fn exec_pool(
     })
 }
 
+/// Renames the migrated `building` database to `name`. A rename needs the database to have no
+/// sessions, but a closed pool's backends exit a moment after the client let go (and
+/// autovacuum may visit a new database): so connections are refused first, remaining
+/// sessions are terminated, and a rename refused with 55006 (object in use) is tried again
+/// until a deadline.
+fn publish_template<'a>(
+    conn: &'a mut sqlx::PgConnection,
+    building: &'a str,
+    name: &'a str,
+) -> futures::future::BoxFuture<'a, ()> {
+    Box::pin(async move {
+        exec(
+            conn,
+            format!(
+                "ALTER DATABASE {} WITH ALLOW_CONNECTIONS false",
+                ident(building)
+            ),
+        )
+        .await
+        .expect("close the template to new sessions");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            sqlx::query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE datname = $1 AND pid <> pg_backend_pid()",
+            )
+            .bind(building)
+            .execute(&mut *conn)
+            .await
+            .expect("end the template's sessions");
+            let renamed = exec(
+                conn,
+                format!(
+                    "ALTER DATABASE {} RENAME TO {}",
+                    ident(building),
+                    ident(name)
+                ),
+            )
+            .await;
+            match renamed {
+                Ok(()) => return,
+                Err(sqlx::Error::Database(e))
+                    if e.code().as_deref() == Some("55006") && Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => panic!("publish template: {e}"),
+            }
+        }
+    })
+}
+
 /// Whether a database exists (boxed like [`exec`]).
 fn database_exists(pool: &PgPool, name: String) -> futures::future::BoxFuture<'_, bool> {
     Box::pin(async move {
@@ -162,16 +214,7 @@ impl PgFactory {
                 .await
                 .expect("migrate template");
             pool.close().await;
-            exec(
-                &mut conn,
-                format!(
-                    "ALTER DATABASE {} RENAME TO {}",
-                    ident(&building),
-                    ident(&name)
-                ),
-            )
-            .await
-            .expect("publish template");
+            publish_template(&mut conn, &building, &name).await;
             // Like template0: nobody (not even autovacuum) connects to it, so copies never wait.
             exec(
                 &mut conn,
