@@ -524,9 +524,20 @@ async fn bulk_enqueue_reports_bad_lines_and_loads_the_rest() {
         lines.push(line);
     }
     let file = TempFile::new("bulk.jsonl", &(lines.join("\n") + "\n"));
-    let answer = db
-        .json(&["enqueue", "--file", file.arg(), "--batch-size", "100"])
-        .await;
+    // The rest loads, and the exit code (1) tells a script that some lines did not.
+    let args = [
+        "--json",
+        "enqueue",
+        "--file",
+        file.arg(),
+        "--batch-size",
+        "100",
+    ];
+    let out = db.run(&args).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("5 line(s) of"), "{stderr}");
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON summary");
     let rejected: Vec<u64> = answer["rejected"]
         .as_array()
         .unwrap()
@@ -567,7 +578,7 @@ async fn bulk_enqueue_reports_bad_lines_and_loads_the_rest() {
     // People get a summary on stdout and the bad lines on stderr; loading again replays the
     // idempotent line and creates the rest anew.
     let out = db.run(&["enqueue", "--file", file.arg()]).await;
-    assert!(out.status.success());
+    assert_eq!(out.status.code(), Some(1));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

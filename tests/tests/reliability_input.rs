@@ -1189,10 +1189,14 @@ async fn hostile_input_through_the_cli_changes_nothing() {
         uuid::Uuid::now_v7().simple()
     ));
     std::fs::write(&path, &file).unwrap();
-    let loaded = db
-        .json(&["enqueue", "--file", path.to_str().unwrap()])
+    let out = db
+        .run(&["--json", "enqueue", "--file", path.to_str().unwrap()])
         .await;
     let _ = std::fs::remove_file(&path);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "lines were rejected: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let loaded: Value = serde_json::from_slice(&out.stdout).expect("JSON summary");
     assert_eq!(loaded["created"], 1, "{loaded}");
     let rejected: Vec<u64> = loaded["rejected"]
         .as_array()

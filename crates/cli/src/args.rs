@@ -214,7 +214,9 @@ pub struct EnqueueArgs {
     #[arg(long = "limit-key", value_name = "KEY", conflicts_with = "file")]
     pub limit_keys: Vec<String>,
     /// Enqueue every line of a JSON Lines file (one job object per line, with the fields of
-    /// the HTTP API's enqueue request); the per-job flags above do not apply to it.
+    /// the HTTP API's enqueue request); the per-job flags above do not apply to it. Bad lines
+    /// are reported by number and the rest are loaded; the exit code is 1 when any line was
+    /// rejected.
     #[arg(long, value_name = "FILE")]
     pub file: Option<PathBuf>,
     /// Jobs per batch with --file (1..=10000).

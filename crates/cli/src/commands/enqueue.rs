@@ -176,19 +176,29 @@ async fn from_file(ctx: &Ctx, path: &std::path::Path, batch_size: usize) -> Resu
     }
     rejected.sort_by_key(|r| r.line);
     if ctx.json {
-        return print_json(&json!({
+        print_json(&json!({
             "created": created,
             "replayed": replayed,
             "duplicate": duplicate,
             "rejected": rejected,
-        }));
+        }))?;
+    } else {
+        outln!(
+            "{created} enqueued, {replayed} replayed, {duplicate} duplicate, {} rejected",
+            rejected.len()
+        )?;
+        for r in &rejected {
+            eprintln!("line {}: {}", r.line, r.error);
+        }
     }
-    outln!(
-        "{created} enqueued, {replayed} replayed, {duplicate} duplicate, {} rejected",
-        rejected.len()
-    )?;
-    for r in &rejected {
-        eprintln!("line {}: {}", r.line, r.error);
+    if rejected.is_empty() {
+        Ok(())
+    } else {
+        // The good lines are loaded; the exit code still tells a script that some were not.
+        Err(anyhow!(
+            "{} line(s) of {} rejected (listed above); every other line was loaded",
+            rejected.len(),
+            path.display()
+        ))
     }
-    Ok(())
 }
