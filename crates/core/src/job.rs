@@ -337,7 +337,9 @@ impl NewJob {
 
     /// The request hash stored with an idempotency key: SHA-256 (lowercase hex) of the
     /// canonical JSON of every field except `tenant` (the key's scope) and the key itself.
-    /// Two requests that differ in any other field, including `delay` versus `run_at`, differ.
+    /// Two requests that differ in any other field, including `delay` versus `run_at`, differ;
+    /// requests that mean the same job hash the same: a zero delay is the same as no `run_at`
+    /// (both run at once), and `limit_keys` count as a set (order and repeats do not matter).
     pub fn request_hash(&self) -> String {
         use sha2::{Digest, Sha256};
         let mut fields = serde_json::Map::new();
@@ -345,9 +347,13 @@ impl NewJob {
         fields.insert("args".into(), self.args.clone());
         fields.insert("queue".into(), Value::from(self.queue.as_str()));
         fields.insert("priority".into(), Value::from(self.priority));
+        let run_at = match self.run_at {
+            Some(RunAt::After(delay)) if delay.is_zero() => None,
+            other => other,
+        };
         fields.insert(
             "run_at".into(),
-            serde_json::to_value(self.run_at).unwrap_or(Value::Null),
+            serde_json::to_value(run_at).unwrap_or(Value::Null),
         );
         fields.insert("max_attempts".into(), Value::from(self.max_attempts));
         fields.insert(
@@ -357,15 +363,10 @@ impl NewJob {
                 .map(Value::from)
                 .unwrap_or(Value::Null),
         );
-        fields.insert(
-            "limit_keys".into(),
-            Value::from(
-                self.limit_keys
-                    .iter()
-                    .map(|k| k.as_str().to_owned())
-                    .collect::<Vec<_>>(),
-            ),
-        );
+        let mut limit_keys: Vec<&str> = self.limit_keys.iter().map(|k| k.as_str()).collect();
+        limit_keys.sort_unstable();
+        limit_keys.dedup();
+        fields.insert("limit_keys".into(), Value::from(limit_keys));
         fields.insert("meta".into(), self.meta.clone());
         let canonical = json::canonical(&Value::Object(fields));
         hex::encode(Sha256::digest(canonical.as_bytes()))
@@ -444,6 +445,43 @@ pub struct Enqueued {
     pub status: EnqueueStatus,
     /// The created job, or the stored one for a replay or duplicate.
     pub job: Job,
+}
+
+/// Checks that no two jobs of one enqueue batch share an idempotency key (in one tenant) with
+/// different requests: such a batch could never be answered (its second job would conflict
+/// with a job that exists only inside the refused batch). `hashes[i]` is the request hash of
+/// `jobs[i]` (`None` without a key). Repeats with the same request are allowed: the later ones
+/// are answered as replays of the first. DESIGN.md section 4 (idempotency).
+///
+/// # Errors
+/// `InvalidInput` on `jobs[i].idempotency_key` for the first job that repeats the key of an
+/// earlier job `jobs[j]` with a different request.
+pub fn check_batch_idempotency(jobs: &[NewJob], hashes: &[Option<String>]) -> Result<(), Error> {
+    let mut first: std::collections::HashMap<(&str, &str), (usize, &str)> =
+        std::collections::HashMap::new();
+    for (i, (job, hash)) in jobs.iter().zip(hashes).enumerate() {
+        let (Some(key), Some(hash)) = (job.idempotency_key.as_deref(), hash.as_deref()) else {
+            continue;
+        };
+        match first.entry((job.tenant.as_str(), key)) {
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert((i, hash));
+            }
+            std::collections::hash_map::Entry::Occupied(seen) => {
+                let (j, earlier) = *seen.get();
+                if earlier != hash {
+                    return Err(Error::invalid(
+                        format!("jobs[{i}].idempotency_key"),
+                        format!(
+                            "repeats the idempotency key of jobs[{j}] with a different request; \
+                             one key names one request"
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Truncates an error message to [`ERROR_MESSAGE_MAX_BYTES`] at a character boundary.

@@ -371,11 +371,14 @@ pub trait JobStore: Send + Sync + 'static {
     /// tenant): same request -> the stored job with status `Replayed`, different request or a
     /// stored key without request hash -> `Conflict`; unique key (scoped to the tenant, among
     /// non-terminal jobs): a live holder -> that job with status `Duplicate`; then the quotas
-    /// for all new jobs together. Repeats of a key inside one batch resolve to the first.
+    /// for all new jobs together. Repeats of a key inside one batch resolve to the first; an
+    /// idempotency key repeated inside one batch with a different request is refused before
+    /// anything is looked up ([`crate::job::check_batch_idempotency`]).
     ///
     /// # Errors
-    /// `InvalidInput` (field prefixed `jobs[i].` for batches of more than one), `Conflict`,
-    /// `QuotaExceeded`. On any error nothing is stored.
+    /// `InvalidInput` (field prefixed `jobs[i].` for batches of more than one; an in-batch
+    /// idempotency repeat names `jobs[i].idempotency_key`), `Conflict`, `QuotaExceeded`. On
+    /// any error nothing is stored.
     async fn jobs_enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>>;
 
     /// Fetches one job.

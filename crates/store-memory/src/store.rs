@@ -118,20 +118,20 @@ fn prepare(jobs: Vec<NewJob>, config: &StoreConfig) -> Result<Vec<Prepared>> {
         ));
     }
     let many = jobs.len() > 1;
-    jobs.into_iter()
-        .enumerate()
-        .map(|(i, job)| {
-            job.validate(&config.sizes).map_err(|e| {
-                if many {
-                    e.in_field(&format!("jobs[{i}]"))
-                } else {
-                    e
-                }
-            })?;
-            let hash = job.idempotency_key.as_ref().map(|_| job.request_hash());
-            Ok(Prepared { job, hash })
-        })
-        .collect()
+    for (i, job) in jobs.iter().enumerate() {
+        job.validate(&config.sizes)
+            .map_err(|e| in_item(e, i, many))?;
+    }
+    let hashes: Vec<Option<String>> = jobs
+        .iter()
+        .map(|job| job.idempotency_key.as_ref().map(|_| job.request_hash()))
+        .collect();
+    drover_core::job::check_batch_idempotency(&jobs, &hashes)?;
+    Ok(jobs
+        .into_iter()
+        .zip(hashes)
+        .map(|(job, hash)| Prepared { job, hash })
+        .collect())
 }
 
 /// Prefixes an error's field with `jobs[i].` when a batch holds more than one item.

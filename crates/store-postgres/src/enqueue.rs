@@ -80,10 +80,11 @@ impl Batch {
             })?;
         }
         let ids = jobs.iter().map(|_| JobId::new_v7().as_uuid()).collect();
-        let hashes = jobs
+        let hashes: Vec<Option<String>> = jobs
             .iter()
             .map(|j| j.idempotency_key.as_ref().map(|_| j.request_hash()))
             .collect();
+        drover_core::job::check_batch_idempotency(&jobs, &hashes)?;
         Ok(Batch { jobs, ids, hashes })
     }
 
