@@ -98,15 +98,7 @@ impl Ctx {
 /// timeout.
 async fn probe(url: &str) -> Result<(), Error> {
     use sqlx::ConnectOptions;
-    let options = PgConnectOptions::from_str(url).map_err(|e| {
-        Error::invalid(
-            "database_url",
-            format!(
-                "is not a PostgreSQL URL: {}",
-                e.to_string().replace(url, "<url>")
-            ),
-        )
-    })?;
+    let options = drover_store_postgres::connect_options(url)?;
     match tokio::time::timeout(Duration::from_secs(5), options.connect()).await {
         Err(_) => Err(Error::unavailable("no answer within 5 s")),
         Ok(Err(e)) => Err(Error::unavailable(connect_reason(&e))),

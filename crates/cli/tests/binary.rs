@@ -174,6 +174,22 @@ fn unreachable_database_is_one_clear_line_and_a_non_zero_exit() {
     let out = drover(&["--database-url", "not a url", "snapshot"]);
     let line = one_line_failure(&out);
     assert!(line.contains("database_url"), "{line}");
+
+    // Another scheme is refused before connecting (the driver would read it as PostgreSQL's);
+    // the URL (it may hold a password) is not echoed.
+    for url in [
+        "mysql://root:s3cret-pw@127.0.0.1:5432/test",
+        "garbage://x",
+        "127.0.0.1:5432/test",
+    ] {
+        let out = drover(&["--database-url", url, "jobs", "list"]);
+        let line = one_line_failure(&out);
+        assert!(
+            line.contains("database_url") && line.contains("postgres://"),
+            "{url}: {line}"
+        );
+        assert!(!line.contains("s3cret-pw"), "{line}");
+    }
 }
 
 #[test]

@@ -54,8 +54,8 @@ mod transaction;
 pub use listen::{CANCEL_CHANNEL, EVENT_BUFFER, JOBS_CHANNEL};
 pub use migrate::{applied_versions, migrate, migrations, AppliedMigration, Migration};
 pub use store::{
-    PgOptions, PgStore, ACQUIRE_TIMEOUT_DEFAULT, APPLICATION_NAME, IDLE_CHECK_AFTER,
-    MAX_CONNECTIONS_DEFAULT,
+    connect_options, PgOptions, PgStore, ACQUIRE_TIMEOUT_DEFAULT, APPLICATION_NAME,
+    IDLE_CHECK_AFTER, MAX_CONNECTIONS_DEFAULT,
 };
 
 /// Re-exported so applications can name the pool and connection types `enqueue_in` takes.

@@ -93,6 +93,33 @@ pub struct PgStore {
     connections: Arc<Connections>,
 }
 
+/// Parses a PostgreSQL URL (`postgres://user@host:port/database?...` or `postgresql://...`).
+/// The scheme is checked first: the driver's parser would read `mysql://host/db` as a
+/// PostgreSQL address. The URL is never echoed in errors (it may hold a password).
+///
+/// # Errors
+/// `InvalidInput` on `database_url` for another scheme or a URL the driver cannot parse.
+pub fn connect_options(url: &str) -> Result<PgConnectOptions, Error> {
+    let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+    if !scheme
+        .is_some_and(|s| s.eq_ignore_ascii_case("postgres") || s.eq_ignore_ascii_case("postgresql"))
+    {
+        return Err(Error::invalid(
+            "database_url",
+            "must start with postgres:// or postgresql:// (postgres://user@host:port/database)",
+        ));
+    }
+    PgConnectOptions::from_str(url).map_err(|e| {
+        Error::invalid(
+            "database_url",
+            format!(
+                "is not a PostgreSQL URL: {}",
+                e.to_string().replace(url, "<url>")
+            ),
+        )
+    })
+}
+
 impl PgStore {
     /// Connects to `url` (`postgres://user@host:port/database?...`) with a new pool built from
     /// `options`, opening one connection to check that the database answers.
@@ -101,8 +128,11 @@ impl PgStore {
     /// `Fatal` for a malformed URL (the URL itself is never echoed, it may hold a password);
     /// `Unavailable` when the database cannot be reached.
     pub async fn connect(url: &str, options: PgOptions) -> Result<PgStore, Error> {
-        let connect = PgConnectOptions::from_str(url).map_err(|_| {
-            Error::fatal("invalid database URL (expected postgres://user@host:port/database)")
+        let connect = connect_options(url).map_err(|e| match e {
+            Error::InvalidInput { reason, .. } => {
+                Error::fatal(format!("invalid database URL: {reason}"))
+            }
+            other => other,
         })?;
         PgStore::connect_with(connect, options).await
     }

@@ -42,6 +42,13 @@ pub(crate) async fn missing_or_wrong_token_answers_401(env: &Env) {
         })
         .await;
     assert_eq!(lower.status, 200, "{}", lower.text);
+    // Two credentials are ambiguous (which tenant?): refused, even when both are valid.
+    api.send(reqwest::Method::GET, "/v1/jobs", None, |r| {
+        r.header("Authorization", format!("Bearer {PRODUCER_A}"))
+            .header("Authorization", format!("Bearer {PRODUCER_A}"))
+    })
+    .await
+    .assert_error(401, "unauthorized", None);
 
     let refused = api.post(None, "/v1/jobs", &json!({"kind": "k"})).await;
     refused.assert_error(401, "unauthorized", None);

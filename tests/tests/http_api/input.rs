@@ -98,6 +98,22 @@ pub(crate) async fn invalid_input_answers_400_naming_the_field(env: &Env) {
     })
     .await
     .assert_error(400, "invalid_input", Some("idempotency_key"));
+    // A header or query parameter given twice is ambiguous: refused, naming it, nothing stored.
+    api.send(reqwest::Method::POST, "/v1/jobs", Some(OPERATOR_ALL), |r| {
+        r.header("Idempotency-Key", "one")
+            .header("Idempotency-Key", "two")
+            .json(&json!({"kind": "a"}))
+    })
+    .await
+    .assert_error(400, "invalid_input", Some("idempotency_key"));
+    for (name, first, second) in [("limit", "1", "2"), ("state", "queued", "failed")] {
+        api.send(reqwest::Method::GET, "/v1/jobs", Some(OPERATOR_ALL), |r| {
+            r.query(&[(name, first), (name, second)])
+        })
+        .await
+        .assert_error(400, "invalid_input", Some(name));
+    }
+    assert!(api.all_jobs().await.is_empty(), "nothing was stored");
 
     let not_json = api
         .send(reqwest::Method::POST, "/v1/jobs", Some(OPERATOR_ALL), |r| {

@@ -17,6 +17,12 @@ use crate::ApiState;
 
 /// The `Idempotency-Key` header's value, if any.
 fn idempotency_header(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    if headers.get_all("idempotency-key").iter().count() > 1 {
+        return Err(ApiError::invalid(
+            "idempotency_key",
+            "the Idempotency-Key header is given more than once; send one key",
+        ));
+    }
     match headers.get("idempotency-key") {
         None => Ok(None),
         Some(v) => v.to_str().map(|s| Some(s.to_owned())).map_err(|_| {
