@@ -1005,6 +1005,19 @@ async fn hostile_input_through_the_cli_changes_nothing() {
         (vec!["jobs", "list", "--kind", "bad kind"], "kind"),
         (vec!["jobs", "list", "--queue", HOSTILE[1]], "queue"),
         (vec!["jobs", "list", "--meta", "not json"], "meta"),
+        (
+            vec!["jobs", "list", "--meta", "{\"n\": 99999999999999999999}"],
+            "meta.n",
+        ),
+        (
+            vec![
+                "enqueue",
+                "noop",
+                "--args",
+                "{\"n\": [123456789012345678901234567890]}",
+            ],
+            "args.n[0]",
+        ),
         (vec!["jobs", "list", "--meta", "[1]"], "meta"),
         (
             vec!["jobs", "list", "--meta", "{\"m\": \"\\u0000\"}"],

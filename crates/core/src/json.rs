@@ -163,6 +163,109 @@ fn exact_integer(n: &serde_json::Number) -> Option<i128> {
     }
 }
 
+/// Checks that every integer literal in the JSON text `text` fits in 64 bits (i64 or u64).
+/// Drover's JSON values hold integers exactly only in that range; a longer integer literal
+/// would be read as the nearest double (`123456789012345678901234567890` as
+/// `1.2345678901234568e29`) and stored altered, so it is refused instead. Numbers written with
+/// a fraction or an exponent are doubles by their writer's choice and pass. Call it on text
+/// that already parsed as JSON (it does not validate the syntax).
+///
+/// `prefix` names the field the text is (`args`, `meta`; `""` for a whole request body): the
+/// error names the path of the literal inside it (`args.order.total`, `jobs[1].meta.n`).
+///
+/// # Errors
+/// [`Error::InvalidInput`] naming the path of the first such literal.
+pub fn check_integer_literals(text: &str, prefix: &str) -> Result<(), Error> {
+    enum Frame {
+        Object(Option<String>),
+        Array(usize),
+    }
+    let bytes = text.as_bytes();
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut expect_key = false;
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'{' => {
+                stack.push(Frame::Object(None));
+                expect_key = true;
+                i += 1;
+            }
+            b'[' => {
+                stack.push(Frame::Array(0));
+                expect_key = false;
+                i += 1;
+            }
+            b'}' | b']' => {
+                stack.pop();
+                i += 1;
+            }
+            b',' => {
+                match stack.last_mut() {
+                    Some(Frame::Object(_)) => expect_key = true,
+                    Some(Frame::Array(index)) => *index += 1,
+                    None => {}
+                }
+                i += 1;
+            }
+            b'"' => {
+                let start = i;
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                i = (i + 1).min(bytes.len());
+                if expect_key {
+                    let key: String = serde_json::from_str(&text[start..i]).unwrap_or_default();
+                    if let Some(Frame::Object(slot)) = stack.last_mut() {
+                        *slot = Some(key);
+                    }
+                    expect_key = false;
+                }
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                while i < bytes.len()
+                    && matches!(bytes[i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
+                {
+                    i += 1;
+                }
+                let literal = &text[start..i];
+                let integer = !literal.contains(['.', 'e', 'E']);
+                if integer && literal.parse::<i64>().is_err() && literal.parse::<u64>().is_err() {
+                    let mut path = prefix.to_owned();
+                    for frame in &stack {
+                        match frame {
+                            Frame::Object(Some(key)) => {
+                                if !path.is_empty() {
+                                    path.push('.');
+                                }
+                                path.push_str(key);
+                            }
+                            Frame::Object(None) => {}
+                            Frame::Array(index) => path.push_str(&format!("[{index}]")),
+                        }
+                    }
+                    if path.is_empty() {
+                        path.push_str("body");
+                    }
+                    return Err(Error::invalid(
+                        path,
+                        format!(
+                            "the integer {literal} does not fit in 64 bits \
+                             ({}..={}) and would not be kept exactly; send it as a string",
+                            i64::MIN,
+                            u64::MAX
+                        ),
+                    ));
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,6 +308,47 @@ mod tests {
         assert!(!contains(&json!({"n": 2}), &json!({"n": 2.5})));
         assert!(contains(&json!({"n": 1e300}), &json!({"n": 1e300})));
         assert!(!contains(&json!({"n": u64::MAX}), &json!({"n": 1e300})));
+    }
+
+    #[test]
+    fn integer_literals_beyond_64_bits_are_refused_with_their_path() {
+        let field = |text: &str, prefix: &str| match check_integer_literals(text, prefix) {
+            Err(Error::InvalidInput { field, .. }) => Some(field),
+            _ => None,
+        };
+        assert_eq!(
+            field(r#"{"a": 1, "b": -9223372036854775808}"#, "args"),
+            None
+        );
+        assert_eq!(
+            field(r#"[18446744073709551615, 1e400, 1.5, -0]"#, "args"),
+            None
+        );
+        assert_eq!(
+            field(r#"{"a": 123456789012345678901234567890}"#, "args").as_deref(),
+            Some("args.a")
+        );
+        assert_eq!(
+            field(
+                r#"{"x": "9999999999999999999999", "y": [0, {"z": 18446744073709551616}]}"#,
+                "meta"
+            )
+            .as_deref(),
+            Some("meta.y[1].z")
+        );
+        assert_eq!(
+            field(
+                r#"{"jobs": [{"kind": "k"}, {"args": {"n\"x": -9223372036854775809}}]}"#,
+                ""
+            )
+            .as_deref(),
+            Some("jobs[1].args.n\"x")
+        );
+        assert_eq!(field("99999999999999999999", "").as_deref(), Some("body"));
+        assert_eq!(
+            field("99999999999999999999", "args").as_deref(),
+            Some("args")
+        );
     }
 
     #[test]

@@ -205,6 +205,13 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     })?;
     de.end()
         .map_err(|e| ApiError::invalid("body", describe(&e)))?;
+    // Parsed, so the text is UTF-8 JSON; integers beyond 64 bits would be stored altered.
+    let text = std::str::from_utf8(bytes).unwrap_or_default();
+    if let Err(drover_core::Error::InvalidInput { field, reason }) =
+        drover_core::json::check_integer_literals(text, "")
+    {
+        return Err(ApiError::invalid(field, reason));
+    }
     Ok(value)
 }
 

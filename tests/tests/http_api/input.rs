@@ -37,6 +37,15 @@ pub(crate) async fn invalid_input_answers_400_naming_the_field(env: &Env) {
         (r#"{"kind": "a", "args": {"k\u0000": 1}}"#.into(), "args"),
         (r#"{"kind": "a", "meta": {"m": "\u0000"}}"#.into(), "meta"),
         (r#"{"kind": "a\u0000"}"#.into(), "kind"),
+        // Integers beyond 64 bits would be stored as the nearest double: refused, by path.
+        (
+            r#"{"kind": "a", "args": {"n": 123456789012345678901234567890}}"#.into(),
+            "args.n",
+        ),
+        (
+            r#"{"kind": "a", "meta": {"ids": [1, -9223372036854775809]}}"#.into(),
+            "meta.ids[1]",
+        ),
         (
             r#"{"kind": "a", "unique_key": "u\u0000"}"#.into(),
             "unique_key",
@@ -106,6 +115,11 @@ pub(crate) async fn invalid_input_answers_400_naming_the_field(env: &Env) {
     })
     .await
     .assert_error(400, "invalid_input", Some("idempotency_key"));
+    api.send(reqwest::Method::GET, "/v1/jobs", Some(OPERATOR_ALL), |r| {
+        r.query(&[("meta", r#"{"n": 18446744073709551616}"#)])
+    })
+    .await
+    .assert_error(400, "invalid_input", Some("meta.n"));
     for (name, first, second) in [("limit", "1", "2"), ("state", "queued", "failed")] {
         api.send(reqwest::Method::GET, "/v1/jobs", Some(OPERATOR_ALL), |r| {
             r.query(&[(name, first), (name, second)])

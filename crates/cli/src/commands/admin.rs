@@ -253,7 +253,10 @@ fn parse_json_arg(field: &str, text: Option<String>) -> Result<Value> {
     match text {
         None => Ok(json!({})),
         Some(t) => {
-            serde_json::from_str(&t).map_err(|e| anyhow!("--{field} is not valid JSON: {e}"))
+            let value = serde_json::from_str(&t)
+                .map_err(|e| anyhow!("--{field} is not valid JSON: {e}"))?;
+            drover_core::json::check_integer_literals(&t, field)?;
+            Ok(value)
         }
     }
 }

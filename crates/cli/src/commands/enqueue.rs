@@ -23,8 +23,10 @@ pub fn job_from_flags(args: &EnqueueArgs) -> Result<NewJob> {
     let parse = |field: &str, text: &Option<String>| -> Result<Option<Value>> {
         text.as_ref()
             .map(|t| {
-                serde_json::from_str(t)
-                    .map_err(|e| anyhow!("invalid --{field}: not valid JSON: {e}"))
+                let value = serde_json::from_str(t)
+                    .map_err(|e| anyhow!("invalid --{field}: not valid JSON: {e}"))?;
+                drover_core::json::check_integer_literals(t, field)?;
+                Ok(value)
             })
             .transpose()
     };

@@ -93,9 +93,13 @@ pub fn list_query(args: ListArgs) -> Result<ListJobs> {
         tenant: args.tenant.map(TenantId::parse).transpose().map_err(bad)?,
         meta: args
             .meta
-            .map(|m| serde_json::from_str(&m))
-            .transpose()
-            .map_err(|e| anyhow!("invalid --meta: not valid JSON: {e}"))?,
+            .map(|m| {
+                let value = serde_json::from_str(&m)
+                    .map_err(|e| anyhow!("invalid --meta: not valid JSON: {e}"))?;
+                drover_core::json::check_integer_literals(&m, "meta")?;
+                anyhow::Ok(value)
+            })
+            .transpose()?,
         before: args.before.map(|b| job_id(&b)).transpose()?,
         limit: if args.limit == 0 || args.limit > drover_core::store::LIST_LIMIT_MAX {
             return Err(anyhow!("invalid --limit: must be between 1 and 1000"));

@@ -239,6 +239,7 @@ pub async fn list_jobs(
                 "must be a JSON object, e.g. {\"customer\":\"acme\"}",
             )
         })?;
+        drover_core::json::check_integer_literals(m, "meta").map_err(|e| state.error(e))?;
         query.meta = Some(value);
     }
     if let Some(l) = params.get("limit") {
