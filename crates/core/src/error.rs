@@ -42,7 +42,11 @@ pub enum Error {
 
     /// An enqueue (or operator retry) would push pending jobs (queued, running or reconciling)
     /// past a quota. Nothing was stored.
-    #[error("quota exceeded: {quota} allows {max} pending jobs and {current} are pending")]
+    #[error(
+        "quota exceeded: {quota} allows {max} pending jobs and {current} are pending, so the \
+         request's new jobs would pass it (room for {} more)",
+        .max.saturating_sub(*.current)
+    )]
     QuotaExceeded {
         /// Which quota refused the request.
         quota: Quota,
@@ -269,5 +273,31 @@ impl fmt::Display for EventName {
             EventName::Cancel => "cancel",
             EventName::Retry => "retry",
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quota_message_says_how_much_room_is_left() {
+        let batch = Error::QuotaExceeded {
+            quota: Quota::Tenant("acme".to_owned()),
+            current: 13,
+            max: 1000,
+        };
+        let text = batch.to_string();
+        assert!(
+            text.contains("allows 1000 pending jobs and 13 are pending"),
+            "{text}"
+        );
+        assert!(text.contains("room for 987 more"), "{text}");
+        let full = Error::QuotaExceeded {
+            quota: Quota::Global,
+            current: 5,
+            max: 3,
+        };
+        assert!(full.to_string().contains("room for 0 more"), "{full}");
     }
 }
