@@ -155,6 +155,12 @@ async fn enqueue_flags_round_trip_through_jobs_get() {
             .await
             .unwrap();
     assert_eq!((run_at - created_at).num_seconds(), 600);
+    // `null` means "not given", as over HTTP: the defaults `{}`.
+    let nulls = db
+        .json(&["enqueue", "noop", "--args", "null", "--meta", "null"])
+        .await;
+    assert_eq!(nulls["job"]["args"], serde_json::json!({}), "{nulls}");
+    assert_eq!(nulls["job"]["meta"], serde_json::json!({}), "{nulls}");
 
     // People get a line and a table.
     let line = db.ok(&["enqueue", "noop", "--queue", "mail"]).await;

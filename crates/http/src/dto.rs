@@ -26,8 +26,9 @@ pub const EXEC_KIND: &str = "exec";
 pub struct EnqueueRequest {
     /// Handler name, 1-128 of `A-Z a-z 0-9 _ . : - /`.
     pub kind: String,
-    /// Handler input, any JSON (default `{}`), at most 256 KiB, no `\u0000`.
-    #[schema(value_type = Object)]
+    /// Handler input, any JSON (default `{}`; `null` means the default), at most 256 KiB, no
+    /// `\u0000`.
+    #[schema(value_type = Option<Value>)]
     pub args: Option<Value>,
     /// Queue (default `default`), 1-64 of `A-Z a-z 0-9 _ . : -`.
     pub queue: Option<String>,
@@ -45,8 +46,9 @@ pub struct EnqueueRequest {
     pub unique_key: Option<String>,
     /// Limit policy keys the job is subject to (at most 16).
     pub limit_keys: Option<Vec<String>>,
-    /// Client metadata: a JSON object, filterable with `meta` on `GET /v1/jobs`.
-    #[schema(value_type = Object)]
+    /// Client metadata: a JSON object (default `{}`; `null` means the default), filterable with
+    /// `meta` on `GET /v1/jobs`.
+    #[schema(value_type = Option<Object>)]
     pub meta: Option<Value>,
     /// Idempotency key for this job (batch items; single enqueues use the `Idempotency-Key`
     /// header, and if both are given they must be equal).
@@ -99,8 +101,11 @@ impl EnqueueRequest {
                 "only the operator role may enqueue the exec kind",
             ));
         }
+        // `null` means "not given" wherever the request comes from: serde already reads a JSON
+        // `null` as `None`, and the CLI's `--args null` arrives as `Some(Null)`.
         let args = self
             .args
+            .filter(|v| !v.is_null())
             .unwrap_or_else(|| Value::Object(Default::default()));
         let mut job = NewJob::new(kind, args);
         if let Some(queue) = self.queue {
@@ -157,7 +162,7 @@ impl EnqueueRequest {
                 })
                 .collect::<Result<_, _>>()?;
         }
-        if let Some(meta) = self.meta {
+        if let Some(meta) = self.meta.filter(|v| !v.is_null()) {
             job.meta = meta;
         }
         job.idempotency_key = match (header_key, self.idempotency_key) {
@@ -240,8 +245,8 @@ pub struct JobView {
     pub tenant: String,
     /// `queued`, `running`, `reconciling`, `succeeded`, `failed` or `cancelled`.
     pub state: String,
-    /// Handler input.
-    #[schema(value_type = Object)]
+    /// Handler input (any JSON).
+    #[schema(value_type = Value)]
     pub args: Value,
     /// Client metadata.
     #[schema(value_type = Object)]
@@ -262,13 +267,13 @@ pub struct JobView {
     pub lease_expires_at: Option<DateTime<Utc>>,
     /// A cancel was requested while running.
     pub cancel_requested: bool,
-    /// Handler result on success.
-    #[schema(value_type = Object)]
+    /// Handler result on success (any JSON), `null` otherwise.
+    #[schema(value_type = Option<Value>)]
     pub result: Option<Value>,
     /// Failed attempts, newest last.
     pub errors: Vec<AttemptErrorView>,
-    /// Latest progress.
-    #[schema(value_type = Object)]
+    /// Latest progress (any JSON), `null` when none was reported.
+    #[schema(value_type = Option<Value>)]
     pub progress: Option<Value>,
     /// Idempotency key.
     pub idempotency_key: Option<String>,

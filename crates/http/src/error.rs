@@ -34,7 +34,7 @@ pub struct ErrorDetail {
     /// (`DROVER_MAX_PENDING` or `DROVER_MAX_TENANT_PENDING`), `current`, `max` and `tenant`;
     /// a conflict's `existing_job_id`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Object)]
+    #[schema(value_type = Option<Object>)]
     pub details: Option<Value>,
 }
 

@@ -269,6 +269,30 @@ pub(crate) async fn openapi_document_matches_the_routes(env: &Env) {
         serde_json::to_value(drover_http::openapi()).unwrap(),
         "the served document is the generated one"
     );
+    // The schemas say what the server does: only `kind` is required in a request; args,
+    // result and progress are any JSON, result and progress null when absent; a page is
+    // 1..=1000 jobs.
+    let schemas = &doc.json["components"]["schemas"];
+    assert_eq!(schemas["EnqueueRequest"]["required"], json!(["kind"]));
+    for field in ["args", "result", "progress"] {
+        let schema = &schemas["JobView"]["properties"][field];
+        assert!(schema.get("type").is_none(), "{field}: any JSON: {schema}");
+    }
+    for field in ["result", "progress"] {
+        let required = schemas["JobView"]["required"].as_array().unwrap();
+        assert!(!required.contains(&json!(field)), "{field} may be null");
+    }
+    let limit = doc.json["paths"]["/v1/jobs"]["get"]["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "limit")
+        .unwrap()["schema"]
+        .clone();
+    assert_eq!(
+        (limit["minimum"].as_u64(), limit["maximum"].as_u64()),
+        (Some(1), Some(1000))
+    );
 
     let mut documented: BTreeSet<(String, String)> = BTreeSet::new();
     for (path, item) in doc.json["paths"].as_object().unwrap() {

@@ -183,7 +183,7 @@ const LIST_PARAMS: [&str; 7] = [
         ("kind" = Option<String>, Query, description = "Only this kind"),
         ("tenant" = Option<String>, Query, description = "Only this tenant (all-tenant operators)"),
         ("meta" = Option<String>, Query, description = "JSON object the job's meta must contain"),
-        ("limit" = Option<u32>, Query, description = "Page size 1..=1000 (default 50)"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Page size 1..=1000 (default 50)"),
         ("cursor" = Option<String>, Query, description = "next_cursor of the previous page"),
     ),
     responses(
