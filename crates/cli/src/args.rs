@@ -319,7 +319,8 @@ pub enum LimitsCommand {
     Set {
         /// Key: kind:<kind>, queue:<queue>, or any key jobs name in limit_keys.
         key: String,
-        /// Most jobs with the key running at once, cluster-wide.
+        /// Most jobs with the key running at once, cluster-wide (0..=1000000; 0 holds every
+        /// job with the key queued until the policy is changed or cleared).
         #[arg(long)]
         max_running: Option<u32>,
         /// At most N claims per period: N/PERIOD (10/s, 100/1m, 5/30s, 1000/h).

@@ -101,6 +101,28 @@ pub fn check_free_key(field: &str, value: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// A limit key that names a kind or a queue (`kind:<kind>`, `queue:<queue>`, the implicit keys
+/// of DESIGN.md section 4, Limits) must name a valid one: `kind:` alone, or a queue name longer
+/// than a queue can be, would be a policy no job is ever subject to.
+fn check_limit_key_target(value: &str) -> Result<(), Error> {
+    let reason = |what: &str, e: Error| {
+        let detail = match e {
+            Error::InvalidInput { reason, .. } => reason,
+            other => other.to_string(),
+        };
+        Error::invalid(
+            "limit_key",
+            format!("{value:?} names a {what} after the prefix, and that {what} {detail}"),
+        )
+    };
+    if let Some(kind) = value.strip_prefix("kind:") {
+        check("kind", kind, 128, Charset::Kind).map_err(|e| reason("kind", e))?;
+    } else if let Some(queue) = value.strip_prefix("queue:") {
+        check("queue", queue, 64, Charset::Identifier).map_err(|e| reason("queue", e))?;
+    }
+    Ok(())
+}
+
 macro_rules! name_type {
     ($(#[$doc:meta])* $name:ident, field = $field:literal, max = $max:literal, charset = $charset:expr) => {
         $(#[$doc])*
@@ -123,6 +145,9 @@ macro_rules! name_type {
             pub fn parse(value: impl Into<String>) -> Result<Self, Error> {
                 let value = value.into();
                 check($field, &value, $max, $charset)?;
+                if $field == "limit_key" {
+                    check_limit_key_target(&value)?;
+                }
                 Ok(Self(Arc::from(value)))
             }
 
@@ -261,6 +286,26 @@ impl LimitKey {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn limit_keys_naming_a_kind_or_queue_must_name_a_valid_one() {
+        for ok in [
+            "kind:email.send",
+            "queue:mail",
+            "customer:42",
+            "kindly:x",
+            "kind:a/b",
+        ] {
+            assert!(LimitKey::parse(ok).is_ok(), "{ok}");
+        }
+        let long_queue = format!("queue:{}", "q".repeat(65));
+        for bad in ["kind:", "queue:", "queue:a/b", long_queue.as_str()] {
+            match LimitKey::parse(bad) {
+                Err(Error::InvalidInput { field, .. }) => assert_eq!(field, "limit_key", "{bad}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
+
     use super::*;
 
     #[test]
