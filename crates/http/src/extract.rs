@@ -176,6 +176,9 @@ where
 /// # Errors
 /// 400 `invalid_input`.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    // A UTF-8 byte order mark is ignored, as RFC 8259 section 8.1 allows (editors on Windows
+    // write one at the start of files).
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
     if std::str::from_utf8(bytes).is_err() {
         return Err(ApiError::invalid("body", "must be UTF-8 JSON"));
     }
@@ -274,6 +277,18 @@ mod tests {
                 .unwrap();
             serde_json::from_slice(&bytes).unwrap()
         })
+    }
+
+    #[test]
+    fn a_leading_byte_order_mark_is_ignored() {
+        let body = b"\xEF\xBB\xBF{\"kind\": \"a\"}";
+        let request: EnqueueRequest = parse_json(body).unwrap();
+        assert_eq!(request.kind, "a");
+        // Only at the start: elsewhere it is not JSON whitespace.
+        assert_eq!(
+            field_of::<EnqueueRequest>("{\"kind\": \"a\"}\u{feff}"),
+            "body"
+        );
     }
 
     #[test]
