@@ -989,6 +989,14 @@ async fn hostile_input_through_the_cli_changes_nothing() {
         ),
         (vec!["enqueue", "noop", "--run-at", "yesterday"], "run_at"),
         (vec!["enqueue", "noop", "--delay", "200years"], "delay"),
+        (
+            vec!["enqueue", "noop", "--delay", "999999999999d"],
+            "--delay: must be at most 100 years",
+        ),
+        (
+            vec!["limits", "set", "k", "--rate", "99999999999/s"],
+            "count must be between",
+        ),
         (vec!["enqueue", HOSTILE[0]], "kind"),
         (vec!["enqueue", "noop", "--queue", "a b"], "queue"),
         (vec!["enqueue", "noop", "--tenant", "x'y"], "tenant"),

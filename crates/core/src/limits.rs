@@ -126,14 +126,28 @@ impl FromStr for Rate {
             )
         };
         let (count, period) = s.trim().split_once('/').ok_or_else(bad)?;
-        let count: u32 = count.trim().parse().map_err(|_| bad())?;
+        let count = count.trim();
+        if count.is_empty() || !count.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        // All digits: a count too large for any integer is out of range, not malformed.
+        let count: u32 = match count.parse::<u64>() {
+            Ok(n) if (1..=u64::from(RATE_COUNT_MAX)).contains(&n) => n as u32,
+            _ => {
+                return Err(Error::invalid(
+                    "rate",
+                    format!("count must be between 1 and {RATE_COUNT_MAX}, got {count}"),
+                ))
+            }
+        };
         let period = period.trim();
         let split = period.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
         let (number, unit) = period.split_at(split);
         let number: u64 = if number.is_empty() {
             1
         } else {
-            number.parse().map_err(|_| bad())?
+            // All digits (split above): too large is out of range, not malformed.
+            number.parse().unwrap_or(u64::MAX)
         };
         let unit_ms: u64 = match unit {
             "ms" => 1,
@@ -143,7 +157,7 @@ impl FromStr for Rate {
             "d" => 86_400_000,
             _ => return Err(bad()),
         };
-        let ms = number.checked_mul(unit_ms).ok_or_else(bad)?;
+        let ms = number.checked_mul(unit_ms).unwrap_or(u64::MAX);
         Rate::new(count, Duration::from_millis(ms))
     }
 }
@@ -305,6 +319,27 @@ mod tests {
 
     fn key(s: &str) -> LimitKey {
         LimitKey::parse(s).unwrap()
+    }
+
+    #[test]
+    fn rate_out_of_range_names_the_rule_not_the_format() {
+        for (text, needle) in [
+            ("99999999999/s", "count must be between 1 and"),
+            ("99999999999999999999999/s", "count must be between 1 and"),
+            ("0/s", "count must be between 1 and"),
+            ("5/99999999999999999999d", "period must be between"),
+            ("5/999999999999999d", "period must be between"),
+            ("x/s", "must look like"),
+            ("5/fortnight", "must look like"),
+        ] {
+            match text.parse::<Rate>() {
+                Err(Error::InvalidInput { field, reason }) => {
+                    assert_eq!(field, "rate");
+                    assert!(reason.contains(needle), "{text}: {reason}");
+                }
+                other => panic!("{text}: {other:?}"),
+            }
+        }
     }
 
     #[test]

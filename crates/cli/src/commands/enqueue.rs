@@ -42,7 +42,16 @@ pub fn job_from_flags(args: &EnqueueArgs) -> Result<NewJob> {
         run_at: args.run_at.clone(),
         delay_ms: args
             .delay
-            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+            .map(|d| {
+                if d > drover_core::job::DELAY_MAX {
+                    return Err(anyhow!(
+                        "invalid --delay: must be at most 100 years, got {}",
+                        humantime::format_duration(d)
+                    ));
+                }
+                Ok(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            })
+            .transpose()?,
         max_attempts: args.max_attempts,
         unique_key: args.unique_key.clone(),
         limit_keys: (!args.limit_keys.is_empty()).then(|| args.limit_keys.clone()),
