@@ -52,7 +52,12 @@ fn api_message(e: &drover_http::ApiError) -> String {
         return message.to_owned();
     }
     let reason = message.strip_prefix("invalid body: ").unwrap_or(message);
-    format!("the line {}", reason.replace("(line 1, column", "(column"))
+    let reason = reason.replace("(line 1, column", "(column");
+    if reason.starts_with("is ") || reason.starts_with("must ") {
+        format!("the line {reason}")
+    } else {
+        format!("the line is not a job: {reason}")
+    }
 }
 
 /// Reads a whole file of jobs.
@@ -103,7 +108,7 @@ mod tests {
         assert!(
             file.rejected[0]
                 .error
-                .starts_with("the line is not valid JSON (column "),
+                .starts_with("the line is not valid JSON: expected ident (column "),
             "{:?}",
             file.rejected[0]
         );

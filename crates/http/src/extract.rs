@@ -223,8 +223,14 @@ fn describe(e: &serde_json::Error) -> String {
     use serde_json::error::Category;
     match e.classify() {
         Category::Syntax | Category::Eof => {
+            // serde_json's own reason says what is wrong: "number out of range", "recursion
+            // limit exceeded" (nesting deeper than 128), "EOF while parsing an object", ...
+            let text = e.to_string();
+            let reason = text
+                .rfind(" at line ")
+                .map_or(text.as_str(), |i| &text[..i]);
             format!(
-                "is not valid JSON (line {}, column {})",
+                "is not valid JSON: {reason} (line {}, column {})",
                 e.line(),
                 e.column()
             )
