@@ -233,10 +233,14 @@ pub async fn list_jobs(
         }
     };
     if let Some(m) = params.get("meta") {
-        let value: serde_json::Value = serde_json::from_str(m).map_err(|_| {
+        let value: serde_json::Value = serde_json::from_str(m).map_err(|e| {
+            let text = e.to_string();
+            let reason = text.rfind(" at line ").map_or(text.as_str(), |i| &text[..i]);
             ApiError::invalid(
                 "meta",
-                "must be a JSON object, e.g. {\"customer\":\"acme\"}",
+                format!(
+                    "is not valid JSON ({reason}); give a JSON object, e.g. {{\"customer\":\"acme\"}}"
+                ),
             )
         })?;
         drover_core::json::check_integer_literals(m, "meta").map_err(|e| state.error(e))?;
