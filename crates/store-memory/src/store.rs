@@ -143,20 +143,20 @@ fn in_item(error: Error, i: usize, many: bool) -> Error {
     }
 }
 
-/// The earliest `run_at` among the ready keys of a set ordered by (priority, run_at, id):
-/// the first key of each priority, found by jumping from priority to priority.
-fn oldest_run_at(set: &std::collections::BTreeSet<ReadyKey>) -> Option<DateTime<Utc>> {
-    let mut oldest: Option<i64> = None;
-    let mut cursor = set.first().copied();
-    while let Some((priority, run_at, _)) = cursor {
-        oldest = Some(oldest.map_or(run_at, |o| o.min(run_at)));
-        let Some(next_priority) = priority.checked_add(1) else {
-            break;
-        };
-        let from = (next_priority, i64::MIN, 0u128);
-        cursor = set.range(from..).next().copied();
-    }
-    oldest.map(time_of)
+/// Since when the longest-waiting ready job of `set` has been ready: the earliest
+/// `max(run_at, created_at)` (a job cannot wait from before it existed, so a `run_at` far in
+/// the past does not inflate the lag; DESIGN.md section 4, queue snapshot). Looks at every
+/// ready job of the set (a snapshot is an operator's call, not the claim path).
+fn oldest_ready_since(
+    set: &std::collections::BTreeSet<ReadyKey>,
+    jobs: &crate::index::JobTable,
+) -> Option<DateTime<Utc>> {
+    set.iter()
+        .filter_map(|&(_, run_at, id)| {
+            let run_at = time_of(run_at);
+            jobs.get(&id_of(id)).map(|job| run_at.max(job.created_at))
+        })
+        .min()
 }
 
 #[async_trait]
@@ -561,7 +561,7 @@ impl JobStore for MemoryStore {
                 if let Some(by_kind) = inner.idx.ready.get(name) {
                     for set in by_kind.values() {
                         ready += set.len() as u64;
-                        if let Some(at) = oldest_run_at(set) {
+                        if let Some(at) = oldest_ready_since(set, &inner.jobs) {
                             oldest = Some(oldest.map_or(at, |o| o.min(at)));
                         }
                     }

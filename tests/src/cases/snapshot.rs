@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use chrono::{TimeZone, Utc};
 use drover_core::{JobState, QueueSnapshot, RunAt};
 use serde_json::json;
 
@@ -95,6 +96,26 @@ pub async fn snapshot_oldest_ready_age(f: &dyn StoreFactory) {
     assert!(s
         .oldest_ready_age_ms
         .is_some_and(|ms| (1_000..6_000).contains(&ms)));
+
+    // A run_at long before the enqueue counts from the enqueue: the job has not waited 56
+    // years, and one such job must not fire every lag alert.
+    enqueue(
+        &*store,
+        job("k", json!(4))
+            .with_queue(queue("past"))
+            .with_run_at(RunAt::At(
+                Utc.with_ymd_and_hms(1970, 1, 1, 0, 0, 0).unwrap(),
+            )),
+    )
+    .await;
+    h.advance(Duration::from_secs(3)).await;
+    let s = snapshot_of(&*store, "past").await;
+    assert_eq!(s.ready, 1);
+    let age = s.oldest_ready_age_ms.expect("a ready job has a lag");
+    assert!(
+        (3_000..8_000).contains(&age),
+        "ready since its enqueue about 3 s ago, got {age} ms"
+    );
 }
 
 /// A paused queue without jobs appears, paused and empty.

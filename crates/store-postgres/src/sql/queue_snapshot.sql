@@ -1,6 +1,7 @@
--- Counts per queue and state, ready jobs (queued with run_at <= now) and the age of the oldest
--- ready job in milliseconds, for every queue with jobs or a stored pause state, at one instant
--- of the database clock. Live jobs are counted through jobs_pending_idx, terminal ones with an
+-- Counts per queue and state, ready jobs (queued with run_at <= now) and how long the
+-- longest-waiting ready job has been ready in milliseconds (since greatest(run_at,
+-- created_at)), for every queue with jobs or a stored pause state, at one instant of the
+-- database clock. Live jobs are counted through jobs_pending_idx, terminal ones with an
 -- index-only scan of jobs_done_queue_idx.
 WITH counts AS (
     SELECT queue, state, count(*)::bigint AS n
@@ -14,7 +15,9 @@ WITH counts AS (
     GROUP BY queue, state
 ),
 ready AS (
-    SELECT queue, count(*)::bigint AS n, min(run_at) AS oldest
+    -- A job cannot have waited from before it existed: a run_at in the past counts from
+    -- created_at, so it does not inflate the lag.
+    SELECT queue, count(*)::bigint AS n, min(greatest(run_at, created_at)) AS oldest
     FROM drover.jobs
     WHERE state = 'queued' AND run_at <= now()
     GROUP BY queue
