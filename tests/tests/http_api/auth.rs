@@ -74,7 +74,7 @@ pub(crate) async fn producer_is_forbidden_operator_actions(env: &Env) {
     api.post_empty(Some(PRODUCER_A), "/v1/queues/default/resume")
         .await
         .assert_error(403, "forbidden", None);
-    let queues = api.get(Some(PRODUCER_A), "/v1/queues").await;
+    let queues = api.get(Some(OPERATOR_ALL), "/v1/queues").await;
     assert!(
         !queues.json["queues"]
             .as_array()

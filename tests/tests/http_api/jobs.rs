@@ -256,7 +256,13 @@ pub(crate) async fn queues_pause_resume_and_list(env: &Env) {
         .await;
     assert_eq!(again.status, 200, "pause is idempotent: {}", again.text);
 
-    let queues = api.get(Some(PRODUCER_A), "/v1/queues").await;
+    // The counts span every tenant: a token of one tenant may not read them.
+    for token in [PRODUCER_A, OPERATOR_A] {
+        api.get(Some(token), "/v1/queues")
+            .await
+            .assert_error(403, "forbidden", None);
+    }
+    let queues = api.get(Some(OPERATOR_ALL), "/v1/queues").await;
     assert_eq!(queues.status, 200, "{}", queues.text);
     let mail = queues.json["queues"]
         .as_array()
@@ -274,7 +280,7 @@ pub(crate) async fn queues_pause_resume_and_list(env: &Env) {
         .await;
     assert_eq!(resumed.status, 200, "{}", resumed.text);
     assert_eq!(resumed.json["paused"], false);
-    let queues = api.get(Some(PRODUCER_A), "/v1/queues").await;
+    let queues = api.get(Some(OPERATOR_ALL), "/v1/queues").await;
     assert!(queues.json["queues"]
         .as_array()
         .unwrap()
@@ -298,7 +304,13 @@ pub(crate) async fn workers_are_listed(env: &Env) {
         })
         .await
         .unwrap();
-    let workers = api.get(Some(PRODUCER_B), "/v1/workers").await;
+    // Workers serve every tenant: a token of one tenant may not list them.
+    for token in [PRODUCER_B, OPERATOR_B] {
+        api.get(Some(token), "/v1/workers")
+            .await
+            .assert_error(403, "forbidden", None);
+    }
+    let workers = api.get(Some(OPERATOR_ALL), "/v1/workers").await;
     assert_eq!(workers.status, 200, "{}", workers.text);
     let list = workers.json["workers"].as_array().unwrap();
     assert_eq!(list.len(), 1);

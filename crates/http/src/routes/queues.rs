@@ -13,6 +13,7 @@ use crate::extract::PathParam;
 use crate::ApiState;
 
 /// Every queue with its pause state, counts per state, ready and running jobs, and lag.
+/// The counts span every tenant, so only tokens of tenant `*` may read them.
 #[utoipa::path(
     get,
     path = "/v1/queues",
@@ -20,13 +21,15 @@ use crate::ApiState;
     responses(
         (status = 200, description = "Queues by name", body = QueueListResponse),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "A token of one tenant (the counts span every tenant)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
 pub async fn list_queues(
     State(state): State<ApiState>,
-    _principal: Principal,
+    principal: Principal,
 ) -> Result<Json<QueueListResponse>, ApiError> {
+    require_all_tenants(&principal, "the queue list counts the jobs of every tenant")?;
     let store = state.store();
     let infos = store.queues_list().await.map_err(|e| state.error(e))?;
     let snapshot = store.queue_snapshot().await.map_err(|e| state.error(e))?;
@@ -56,6 +59,17 @@ fn queue_name(state: &ApiState, name: &str) -> Result<QueueName, ApiError> {
 
 /// Queues are shared by every tenant, so pausing or resuming one needs an operator of every
 /// tenant (tenant `*`): a tenant-scoped operator could otherwise stop other tenants' work.
+/// Refuses a token scoped to one tenant: what it asks for spans every tenant (DESIGN.md
+/// section 7: a tenant never sees another tenant's jobs, nor counts of them).
+fn require_all_tenants(principal: &Principal, what: &str) -> Result<(), ApiError> {
+    if principal.scope != TenantScope::All {
+        return Err(ApiError::forbidden(format!(
+            "{what}: it needs a token of tenant *"
+        )));
+    }
+    Ok(())
+}
+
 fn require_cluster_operator(principal: &Principal, action: &str) -> Result<(), ApiError> {
     if principal.role != Role::Operator {
         return Err(ApiError::forbidden(format!(
@@ -128,7 +142,8 @@ pub async fn resume_queue(
     Ok(Json(info.into()))
 }
 
-/// Registered worker processes.
+/// Registered worker processes. Workers serve every tenant, so only tokens of tenant `*` may
+/// list them.
 #[utoipa::path(
     get,
     path = "/v1/workers",
@@ -136,13 +151,15 @@ pub async fn resume_queue(
     responses(
         (status = 200, description = "Workers by id", body = WorkerListResponse),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "A token of one tenant (workers serve every tenant)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
 pub async fn list_workers(
     State(state): State<ApiState>,
-    _principal: Principal,
+    principal: Principal,
 ) -> Result<Json<WorkerListResponse>, ApiError> {
+    require_all_tenants(&principal, "the worker list shows workers of every tenant")?;
     let workers = state
         .store()
         .workers_list()
