@@ -157,7 +157,7 @@ impl FromStr for Rate {
             "d" => 86_400_000,
             _ => return Err(bad()),
         };
-        let ms = number.checked_mul(unit_ms).unwrap_or(u64::MAX);
+        let ms = number.saturating_mul(unit_ms);
         Rate::new(count, Duration::from_millis(ms))
     }
 }
