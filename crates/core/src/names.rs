@@ -67,11 +67,7 @@ fn check(field: &str, value: &str, max_len: usize, charset: Charset) -> Result<(
     if let Some(bad) = value.chars().find(|c| !charset.allows(*c)) {
         return Err(Error::invalid(
             field,
-            format!(
-                "may contain only {}; found {:?}",
-                charset.describe(),
-                bad.escape_default().to_string()
-            ),
+            format!("may contain only {}; found {:?}", charset.describe(), bad),
         ));
     }
     Ok(())
@@ -286,6 +282,22 @@ impl LimitKey {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_bad_character_is_shown_once_escaped() {
+        for (text, shown) in [
+            ("café", "found 'é'"),
+            ("a\nb", "found '\\n'"),
+            ("a b", "found ' '"),
+        ] {
+            match JobKind::parse(text) {
+                Err(Error::InvalidInput { reason, .. }) => {
+                    assert!(reason.ends_with(shown), "{text:?}: {reason}")
+                }
+                other => panic!("{text:?}: {other:?}"),
+            }
+        }
+    }
+
     #[test]
     fn limit_keys_naming_a_kind_or_queue_must_name_a_valid_one() {
         for ok in [
