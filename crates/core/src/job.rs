@@ -261,9 +261,12 @@ impl NewJob {
         self
     }
 
-    /// Adds an explicit limit key.
+    /// Adds an explicit limit key (the keys are a set: adding one already present changes
+    /// nothing).
     pub fn with_limit_key(mut self, key: LimitKey) -> Self {
-        self.limit_keys.push(key);
+        if !self.limit_keys.contains(&key) {
+            self.limit_keys.push(key);
+        }
         self
     }
 

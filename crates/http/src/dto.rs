@@ -149,18 +149,16 @@ impl EnqueueRequest {
         }
         job.unique_key = self.unique_key;
         if let Some(keys) = self.limit_keys {
-            job.limit_keys = keys
-                .into_iter()
-                .enumerate()
-                .map(|(i, k)| {
-                    LimitKey::parse(k).map_err(|e| match e {
-                        drover_core::Error::InvalidInput { reason, .. } => {
-                            ApiError::invalid(format!("limit_keys[{i}]"), reason)
-                        }
-                        other => store_err(other),
-                    })
-                })
-                .collect::<Result<_, _>>()?;
+            for (i, k) in keys.into_iter().enumerate() {
+                let key = LimitKey::parse(k).map_err(|e| match e {
+                    drover_core::Error::InvalidInput { reason, .. } => {
+                        ApiError::invalid(format!("limit_keys[{i}]"), reason)
+                    }
+                    other => store_err(other),
+                })?;
+                // A key is a set member: naming it twice means the same as once.
+                job = job.with_limit_key(key);
+            }
         }
         if let Some(meta) = self.meta.filter(|v| !v.is_null()) {
             job.meta = meta;

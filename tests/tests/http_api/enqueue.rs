@@ -23,7 +23,7 @@ pub(crate) async fn enqueue_returns_202_with_the_committed_job(env: &Env) {
         "meta": {"customer": "acme"},
         "delay_ms": 60_000,
         "unique_key": "welcome:42",
-        "limit_keys": ["customer:42"],
+        "limit_keys": ["customer:42", "customer:42"],
     });
     let answer = api.post(Some(PRODUCER_A), "/v1/jobs", &body).await;
     assert_eq!(answer.status, 202, "{}", answer.text);
@@ -39,7 +39,11 @@ pub(crate) async fn enqueue_returns_202_with_the_committed_job(env: &Env) {
     assert_eq!(job["args"], body["args"]);
     assert_eq!(job["meta"], body["meta"]);
     assert_eq!(job["unique_key"], "welcome:42");
-    assert_eq!(job["limit_keys"], json!(["customer:42"]));
+    assert_eq!(
+        job["limit_keys"],
+        json!(["customer:42"]),
+        "a key named twice is stored once"
+    );
     let run_at: chrono::DateTime<chrono::Utc> = job["run_at"].as_str().unwrap().parse().unwrap();
     let created_at: chrono::DateTime<chrono::Utc> =
         job["created_at"].as_str().unwrap().parse().unwrap();
