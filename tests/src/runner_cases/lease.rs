@@ -64,13 +64,20 @@ pub async fn runner_late_completion_after_lease_loss_is_rejected(f: &dyn StoreFa
         job.errors[0].message
     );
     let report_b = worker_b.stop().await;
-    assert_eq!((report_b.rescued, report_b.succeeded), (1, 1));
+    assert_eq!(report_b.succeeded, 1, "B ran the job");
 
     // A finishes late: its write presents a stale token and is refused.
     release.notify_one();
     let report_a = worker_a.stop().await;
     assert_eq!(report_a.lease_lost, 1);
     assert_eq!(report_a.succeeded, 0);
+    // Exactly one rescue of the expired lease: usually B's first maintenance pass, but A's
+    // own first pass may run late on a loaded machine (both rescuers are racing for it).
+    assert_eq!(
+        report_a.rescued + report_b.rescued,
+        1,
+        "one rescue per expired lease"
+    );
     let job = rig.job(id).await;
     assert_eq!(job.state, JobState::Succeeded);
     assert_eq!(
