@@ -10,6 +10,7 @@
 
 pub mod cases;
 pub mod harness;
+pub mod leftovers;
 pub mod runner_cases;
 
 pub use harness::{run_case, Harness, StoreFactory};

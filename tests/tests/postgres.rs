@@ -38,8 +38,6 @@ const URL_VAR: &str = "DROVER_TEST_DATABASE_URL";
 const TEMPLATE_LOCK: i64 = 0x6472_6f76_6572_7474; // "droverttt"
 /// Whether this process already swept leftover databases.
 static SWEPT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-/// Databases of killed runs older than this are dropped.
-const LEFTOVER_AGE: Duration = Duration::from_secs(3600);
 
 /// Opens PostgreSQL stores, each in a fresh database.
 struct PgFactory {
@@ -235,7 +233,7 @@ impl PgFactory {
         name
     }
 
-    /// Drops test databases older than [`LEFTOVER_AGE`] (their UUID v7 holds the creation
+    /// Drops test databases older than [`drover_tests::leftovers::LEFTOVER_AGE`] (their UUID v7 holds the creation
     /// time) and templates of other migration checksums.
     async fn sweep(&self, admin: &PgPool) {
         let names: Vec<String> = sqlx::query_scalar(
@@ -245,26 +243,11 @@ impl PgFactory {
         .await
         .expect("list test databases");
         let current = template_name();
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0);
         for name in names {
             let doomed = if let Some(rest) = name.strip_prefix("drover_t_template_") {
                 name != current && !rest.ends_with("_building")
             } else {
-                let Some(simple) = name.strip_prefix("drover_t_") else {
-                    continue;
-                };
-                match Uuid::parse_str(simple) {
-                    Ok(uuid) => {
-                        let b = uuid.as_bytes();
-                        let created_ms =
-                            u64::from_be_bytes([0, 0, b[0], b[1], b[2], b[3], b[4], b[5]]);
-                        now_ms.saturating_sub(created_ms) > LEFTOVER_AGE.as_millis() as u64
-                    }
-                    Err(_) => false,
-                }
+                drover_tests::leftovers::is_leftover(&name, "drover_t_")
             };
             if doomed {
                 // Templates must be unmarked before they can be dropped.

@@ -36,8 +36,6 @@ use tokio_util::sync::CancellationToken;
 
 /// Environment variable naming the PostgreSQL server the tests may use.
 pub const URL_VAR: &str = "DROVER_TEST_DATABASE_URL";
-/// Databases of killed runs older than this are dropped by the sweep.
-const LEFTOVER_AGE: Duration = Duration::from_secs(3600);
 /// Bound on any single wait in these tests (a hang fails instead of blocking CI).
 pub const WAIT: Duration = Duration::from_secs(30);
 
@@ -341,24 +339,15 @@ impl TestDatabase {
     }
 }
 
-/// Drops `drover_h_*` databases older than [`LEFTOVER_AGE`] (their UUID v7 holds the time).
+/// Drops `drover_h_*` databases older than [`drover_tests::leftovers::LEFTOVER_AGE`] (their UUID v7 holds the time).
 async fn sweep(admin: &PgPool) {
     let names: Vec<String> =
         sqlx::query_scalar("SELECT datname FROM pg_database WHERE datname LIKE 'drover\\_h\\_%'")
             .fetch_all(admin)
             .await
             .expect("list test databases");
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
     for name in names {
-        let Some(Ok(uuid)) = name.strip_prefix("drover_h_").map(Uuid::parse_str) else {
-            continue;
-        };
-        let b = uuid.as_bytes();
-        let created_ms = u64::from_be_bytes([0, 0, b[0], b[1], b[2], b[3], b[4], b[5]]);
-        if now_ms.saturating_sub(created_ms) > LEFTOVER_AGE.as_millis() as u64 {
+        if drover_tests::leftovers::is_leftover(&name, "drover_h_") {
             let _ = execute(
                 admin,
                 format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", ident(&name)),

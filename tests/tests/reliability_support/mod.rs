@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use drover_core::{JobKind, JobStore, NewJob, QueueName, Quotas, StoreConfig};
 use drover_store_postgres::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -43,8 +43,6 @@ pub const URL_VAR: &str = "DROVER_TEST_DATABASE_URL";
 pub const REQUIRE_VAR: &str = "DROVER_REQUIRE_POSTGRES";
 /// Prefix of the databases these tests create.
 const DB_PREFIX: &str = "drover_r_";
-/// Databases of killed runs older than this are dropped.
-const LEFTOVER_AGE: Duration = Duration::from_secs(3600);
 /// How often [`wait_until`] checks its condition.
 const POLL: Duration = Duration::from_millis(25);
 
@@ -190,22 +188,8 @@ async fn sweep_leftovers(admin: &PgConnectOptions) {
             .fetch_all(&mut conn)
             .await
             .unwrap_or_default();
-            let now_ms = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64);
             for name in names {
-                let Some(created_ms) = name
-                    .strip_prefix(DB_PREFIX)
-                    .and_then(|hex| uuid::Uuid::parse_str(hex).ok())
-                    .and_then(|id| id.get_timestamp())
-                    .map(|ts| {
-                        let (secs, nanos) = ts.to_unix();
-                        secs * 1000 + u64::from(nanos) / 1_000_000
-                    })
-                else {
-                    continue;
-                };
-                if now_ms.saturating_sub(created_ms) > LEFTOVER_AGE.as_millis() as u64 {
+                if drover_tests::leftovers::is_leftover(&name, DB_PREFIX) {
                     let _ =
                         sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
                             .execute(&mut conn)

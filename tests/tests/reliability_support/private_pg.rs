@@ -60,33 +60,19 @@ fn free_port() -> u16 {
     listener.local_addr().expect("local address").port()
 }
 
-/// Instances of killed test runs older than this are stopped and deleted.
-const LEFTOVER_AGE: Duration = Duration::from_secs(3600);
-
 /// Stops and deletes the instances that test runs killed before their guard could (their
-/// folder name holds a uuid v7, whose timestamp is the creation time).
+/// folder name holds a uuid v7, whose timestamp is the creation time; see
+/// [`drover_tests::leftovers`]).
 fn sweep_leftovers(bindir: &Path, as_postgres: bool) {
     let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
         return;
     };
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
     for entry in entries.filter_map(Result::ok) {
         let name = entry.file_name();
-        let Some(created_ms) = name
+        let leftover = name
             .to_str()
-            .and_then(|n| n.strip_prefix("drover-private-pg-"))
-            .and_then(|hex| uuid::Uuid::parse_str(hex).ok())
-            .and_then(|id| id.get_timestamp())
-            .map(|ts| {
-                let (secs, nanos) = ts.to_unix();
-                secs * 1000 + u64::from(nanos) / 1_000_000
-            })
-        else {
-            continue;
-        };
-        if now_ms.saturating_sub(created_ms) > LEFTOVER_AGE.as_millis() as u64 {
+            .is_some_and(|n| drover_tests::leftovers::is_leftover(n, "drover-private-pg-"));
+        if leftover {
             stop_immediately(bindir, &entry.path().join("data"), as_postgres);
             let _ = std::fs::remove_dir_all(entry.path());
         }
