@@ -222,26 +222,24 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 fn describe(e: &serde_json::Error) -> String {
     use serde_json::error::Category;
     match e.classify() {
-        Category::Syntax | Category::Eof => {
-            // serde_json's own reason says what is wrong: "number out of range", "recursion
-            // limit exceeded" (nesting deeper than 128), "EOF while parsing an object", ...
-            let text = e.to_string();
-            let reason = text
-                .rfind(" at line ")
-                .map_or(text.as_str(), |i| &text[..i]);
-            format!(
-                "is not valid JSON: {reason} (line {}, column {})",
-                e.line(),
-                e.column()
-            )
-        }
-        Category::Data | Category::Io => {
-            let text = e.to_string();
-            match text.rfind(" at line ") {
-                Some(i) => text[..i].to_owned(),
-                None => text,
-            }
-        }
+        // serde_json's own reason says what is wrong: "number out of range", "recursion limit
+        // exceeded" (nesting deeper than 128), "EOF while parsing an object", ...
+        Category::Syntax | Category::Eof => format!(
+            "is not valid JSON: {} (line {}, column {})",
+            serde_reason(e),
+            e.line(),
+            e.column()
+        ),
+        Category::Data | Category::Io => serde_reason(e),
+    }
+}
+
+/// A serde_json error's message without its ` at line L column C` suffix.
+pub(crate) fn serde_reason(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    match text.rfind(" at line ") {
+        Some(i) => text[..i].to_owned(),
+        None => text,
     }
 }
 

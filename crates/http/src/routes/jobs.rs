@@ -234,12 +234,11 @@ pub async fn list_jobs(
     };
     if let Some(m) = params.get("meta") {
         let value: serde_json::Value = serde_json::from_str(m).map_err(|e| {
-            let text = e.to_string();
-            let reason = text.rfind(" at line ").map_or(text.as_str(), |i| &text[..i]);
             ApiError::invalid(
                 "meta",
                 format!(
-                    "is not valid JSON ({reason}); give a JSON object, e.g. {{\"customer\":\"acme\"}}"
+                    "is not valid JSON ({}); give a JSON object, e.g. {{\"customer\":\"acme\"}}",
+                    crate::extract::serde_reason(&e)
                 ),
             )
         })?;
