@@ -252,12 +252,7 @@ pub async fn limits(ctx: &Ctx, command: LimitsCommand) -> Result<()> {
 fn parse_json_arg(field: &str, text: Option<String>) -> Result<Value> {
     match text {
         None => Ok(json!({})),
-        Some(t) => {
-            let value = serde_json::from_str(&t)
-                .map_err(|e| anyhow!("--{field} is not valid JSON: {e}"))?;
-            drover_core::json::check_integer_literals(&t, field)?;
-            Ok(value)
-        }
+        Some(t) => super::json_flag(field, &t),
     }
 }
 

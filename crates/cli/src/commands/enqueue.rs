@@ -21,13 +21,8 @@ use crate::output::{outln, print_json};
 /// A flag value that breaks its rule, naming the field.
 pub fn job_from_flags(args: &EnqueueArgs) -> Result<NewJob> {
     let parse = |field: &str, text: &Option<String>| -> Result<Option<Value>> {
-        text.as_ref()
-            .map(|t| {
-                let value = serde_json::from_str(t)
-                    .map_err(|e| anyhow!("invalid --{field}: not valid JSON: {e}"))?;
-                drover_core::json::check_integer_literals(t, field)?;
-                Ok(value)
-            })
+        text.as_deref()
+            .map(|t| super::json_flag(field, t))
             .transpose()
     };
     let request = EnqueueRequest {

@@ -93,12 +93,7 @@ pub fn list_query(args: ListArgs) -> Result<ListJobs> {
         tenant: args.tenant.map(TenantId::parse).transpose().map_err(bad)?,
         meta: args
             .meta
-            .map(|m| {
-                let value = serde_json::from_str(&m)
-                    .map_err(|e| anyhow!("invalid --meta: not valid JSON: {e}"))?;
-                drover_core::json::check_integer_literals(&m, "meta")?;
-                anyhow::Ok(value)
-            })
+            .map(|m| super::json_flag("meta", &m))
             .transpose()?,
         before: args.before.map(|b| job_id(&b)).transpose()?,
         limit: if args.limit == 0 || args.limit > drover_core::store::LIST_LIMIT_MAX {

@@ -46,3 +46,15 @@ pub async fn dispatch(cli: Cli, extensions: Extensions) -> Result<()> {
         }
     }
 }
+
+/// Parses the JSON text of a flag (`--args`, `--meta`): valid JSON whose integer literals fit
+/// in 64 bits (the rule of `drover_core::json::check_integer_literals`, as over HTTP).
+///
+/// # Errors
+/// `invalid --FLAG: not valid JSON: ...`, or the path of an integer that does not fit.
+pub fn json_flag(flag: &str, text: &str) -> Result<serde_json::Value> {
+    let value = serde_json::from_str(text)
+        .map_err(|e| anyhow::anyhow!("invalid --{flag}: not valid JSON: {e}"))?;
+    drover_core::json::check_integer_literals(text, flag)?;
+    Ok(value)
+}
