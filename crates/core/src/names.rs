@@ -120,7 +120,7 @@ fn check_limit_key_target(value: &str) -> Result<(), Error> {
 }
 
 macro_rules! name_type {
-    ($(#[$doc:meta])* $name:ident, field = $field:literal, max = $max:literal, charset = $charset:expr) => {
+    ($(#[$doc:meta])* $name:ident, field = $field:literal, max = $max:literal, charset = $charset:expr $(, extra = $extra:path)?) => {
         $(#[$doc])*
         ///
         /// Shared, immutable text: a clone costs a reference count, not an allocation (jobs
@@ -141,9 +141,7 @@ macro_rules! name_type {
             pub fn parse(value: impl Into<String>) -> Result<Self, Error> {
                 let value = value.into();
                 check($field, &value, $max, $charset)?;
-                if $field == "limit_key" {
-                    check_limit_key_target(&value)?;
-                }
+                $($extra(&value)?;)?
                 Ok(Self(Arc::from(value)))
             }
 
@@ -230,8 +228,10 @@ name_type!(
 );
 name_type!(
     /// The key of a limit policy, e.g. `kind:email.send`, `queue:mail` or `customer:42`
-    /// (DESIGN.md section 4, Limits). 1 to 255 ASCII letters, digits and `_ . : - @ / = +`.
-    LimitKey, field = "limit_key", max = 255, charset = Charset::Key
+    /// (DESIGN.md section 4, Limits). 1 to 255 ASCII letters, digits and `_ . : - @ / = +`;
+    /// a key starting `kind:` or `queue:` must go on with a valid kind or queue name.
+    LimitKey, field = "limit_key", max = 255, charset = Charset::Key,
+    extra = check_limit_key_target
 );
 name_type!(
     /// The name of a cron schedule. 1 to 128 ASCII letters, digits and `_ . : -`.
