@@ -450,6 +450,40 @@ pub struct Enqueued {
     pub job: Job,
 }
 
+/// Validates an enqueue batch the same way for every store and returns the request hash of
+/// each job (`None` without an idempotency key), in input order: at most
+/// [`crate::store::ENQUEUE_BATCH_MAX`] jobs, each valid ([`NewJob::validate`]), and no
+/// idempotency key repeated with a different request ([`check_batch_idempotency`]).
+///
+/// # Errors
+/// `InvalidInput`: `jobs` for an oversized batch; the first invalid job's field, prefixed
+/// `jobs[i].` when the batch holds more than one job.
+pub fn prepare_batch(jobs: &[NewJob], sizes: &SizeLimits) -> Result<Vec<Option<String>>, Error> {
+    let max = crate::store::ENQUEUE_BATCH_MAX;
+    if jobs.len() > max {
+        return Err(Error::invalid(
+            "jobs",
+            format!("at most {max} jobs per batch, got {}", jobs.len()),
+        ));
+    }
+    let many = jobs.len() > 1;
+    for (i, job) in jobs.iter().enumerate() {
+        job.validate(sizes).map_err(|e| {
+            if many {
+                e.in_field(&format!("jobs[{i}]"))
+            } else {
+                e
+            }
+        })?;
+    }
+    let hashes: Vec<Option<String>> = jobs
+        .iter()
+        .map(|job| job.idempotency_key.as_ref().map(|_| job.request_hash()))
+        .collect();
+    check_batch_idempotency(jobs, &hashes)?;
+    Ok(hashes)
+}
+
 /// Checks that no two jobs of one enqueue batch share an idempotency key (in one tenant) with
 /// different requests: such a batch could never be answered (its second job would conflict
 /// with a job that exists only inside the refused batch). `hashes[i]` is the request hash of

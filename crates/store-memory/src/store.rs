@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use drover_core::store::{CLAIM_LIMIT_MAX, ENQUEUE_BATCH_MAX};
+use drover_core::store::CLAIM_LIMIT_MAX;
 use drover_core::FencingToken;
 use drover_core::{
     clock, json, lease, CancelEffect, CancelOutcome, ClaimJobs, ClaimReconciling, Clock, Enqueued,
@@ -108,25 +108,7 @@ impl MemoryStore {
 
 /// Validates a batch and computes request hashes, outside the lock.
 fn prepare(jobs: Vec<NewJob>, config: &StoreConfig) -> Result<Vec<Prepared>> {
-    if jobs.len() > ENQUEUE_BATCH_MAX {
-        return Err(Error::invalid(
-            "jobs",
-            format!(
-                "at most {ENQUEUE_BATCH_MAX} jobs per batch, got {}",
-                jobs.len()
-            ),
-        ));
-    }
-    let many = jobs.len() > 1;
-    for (i, job) in jobs.iter().enumerate() {
-        job.validate(&config.sizes)
-            .map_err(|e| in_item(e, i, many))?;
-    }
-    let hashes: Vec<Option<String>> = jobs
-        .iter()
-        .map(|job| job.idempotency_key.as_ref().map(|_| job.request_hash()))
-        .collect();
-    drover_core::job::check_batch_idempotency(&jobs, &hashes)?;
+    let hashes = drover_core::job::prepare_batch(&jobs, &config.sizes)?;
     Ok(jobs
         .into_iter()
         .zip(hashes)

@@ -53,38 +53,14 @@ pub(crate) struct Batch {
 }
 
 impl Batch {
-    /// Validates every job (field prefixed `jobs[i].` for batches of more than one) and assigns
-    /// ids (UUID v7) and request hashes (jobs with an idempotency key only).
+    /// Validates the batch ([`drover_core::job::prepare_batch`], the rules every store shares)
+    /// and assigns ids (UUID v7) and request hashes (jobs with an idempotency key only).
     ///
     /// # Errors
-    /// `InvalidInput` for the first invalid job, or a batch above `ENQUEUE_BATCH_MAX`.
+    /// `InvalidInput` as `prepare_batch` returns it.
     pub(crate) fn prepare(jobs: Vec<NewJob>, config: &StoreConfig) -> Result<Batch, Error> {
-        if jobs.len() > drover_core::store::ENQUEUE_BATCH_MAX {
-            return Err(Error::invalid(
-                "jobs",
-                format!(
-                    "at most {} jobs per batch, got {}",
-                    drover_core::store::ENQUEUE_BATCH_MAX,
-                    jobs.len()
-                ),
-            ));
-        }
-        let many = jobs.len() > 1;
-        for (i, job) in jobs.iter().enumerate() {
-            job.validate(&config.sizes).map_err(|e| {
-                if many {
-                    e.in_field(&format!("jobs[{i}]"))
-                } else {
-                    e
-                }
-            })?;
-        }
+        let hashes = drover_core::job::prepare_batch(&jobs, &config.sizes)?;
         let ids = jobs.iter().map(|_| JobId::new_v7().as_uuid()).collect();
-        let hashes: Vec<Option<String>> = jobs
-            .iter()
-            .map(|j| j.idempotency_key.as_ref().map(|_| j.request_hash()))
-            .collect();
-        drover_core::job::check_batch_idempotency(&jobs, &hashes)?;
         Ok(Batch { jobs, ids, hashes })
     }
 
