@@ -118,6 +118,12 @@ pub struct WorkerArgs {
     #[arg(long, default_value_t = 8, value_name = "N")]
     pub slots: usize,
 
+    /// Claim-ahead per queue: while a queue's jobs are short (under 50 ms), a claim may take
+    /// up to N jobs beyond the free slots; they wait leased for a slot and are released at
+    /// once on shutdown (default: as many as --slots; 0 turns it off). Applies to every pool.
+    #[arg(long, value_name = "N")]
+    pub prefetch: Option<usize>,
+
     /// An extra pool NAME:QUEUE[,QUEUE...]:SLOTS[:KIND[,KIND...]] (repeatable), e.g.
     /// `long:reports:1:report.build` reserves one slot for a long-running kind. With --pool
     /// and no --queue the worker serves only its pools (--slots applies to --queue).

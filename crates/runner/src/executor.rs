@@ -8,13 +8,14 @@
 
 use std::any::Any;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use drover_core::{Finish, Job, JobState, Retry};
 use futures::FutureExt;
 use tokio::sync::mpsc::UnboundedSender;
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -34,39 +35,90 @@ use crate::runtime::{bump, Runtime};
 pub(crate) struct SlotPermit {
     _queue: OwnedSemaphorePermit,
     _global: Option<OwnedSemaphorePermit>,
+    /// The claim loop's record of its last job's run time, in microseconds (it claims ahead
+    /// only while jobs are short); `None` when it does not claim ahead.
+    last_run_us: Option<Arc<AtomicU64>>,
 }
 
-/// Capacity reserved before a claim: `len()` slots of one queue (and as many places of the
-/// process-wide cap). Unused places go back when it is dropped.
+impl SlotPermit {
+    /// Records a job's run time for its claim loop.
+    fn record_run(&self, duration: Duration) {
+        if let Some(last) = &self.last_run_us {
+            let micros = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
+            last.store(micros, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Where a claimed job stands: it has a slot and starts at once, or it was claimed ahead and
+/// waits (holding a place of the queue's claim-ahead) for a slot of `slots`.
+#[derive(Debug)]
+pub(crate) enum Place {
+    /// Starts at once.
+    Slot(SlotPermit),
+    /// Waits for a slot (see `PoolConfig::prefetch`).
+    Ahead {
+        ahead: OwnedSemaphorePermit,
+        global: Option<OwnedSemaphorePermit>,
+        slots: Arc<Semaphore>,
+        last_run_us: Option<Arc<AtomicU64>>,
+    },
+}
+
+/// Capacity reserved before a claim: free slots of one queue, places of its claim-ahead, and
+/// as many places of the process-wide cap as both together. Unused places go back when it is
+/// dropped.
 #[derive(Debug)]
 pub(crate) struct Reservation {
-    queue: OwnedSemaphorePermit,
+    queue: Option<OwnedSemaphorePermit>,
+    ahead: Option<(OwnedSemaphorePermit, Arc<Semaphore>)>,
     global: Option<OwnedSemaphorePermit>,
+    last_run_us: Option<Arc<AtomicU64>>,
 }
 
 impl Reservation {
-    pub(crate) fn new(queue: OwnedSemaphorePermit, global: Option<OwnedSemaphorePermit>) -> Self {
-        Reservation { queue, global }
-    }
-
-    /// Places reserved.
-    pub(crate) fn len(&self) -> usize {
-        self.queue.num_permits()
-    }
-
-    /// Takes one place for a job.
-    pub(crate) fn take_one(&mut self) -> Option<SlotPermit> {
-        if self.queue.num_permits() == 0 {
-            return None;
+    /// `queue`: free slots; `ahead`: claim-ahead places and the slots such a job waits for;
+    /// `global`: places of the process-wide cap; `last_run_us`: where jobs record their run
+    /// time for the claim loop (when it claims ahead).
+    pub(crate) fn new(
+        queue: Option<OwnedSemaphorePermit>,
+        ahead: Option<(OwnedSemaphorePermit, Arc<Semaphore>)>,
+        global: Option<OwnedSemaphorePermit>,
+        last_run_us: Option<Arc<AtomicU64>>,
+    ) -> Self {
+        Reservation {
+            queue,
+            ahead,
+            global,
+            last_run_us,
         }
+    }
+
+    /// Places reserved: slots plus claim-ahead places.
+    pub(crate) fn len(&self) -> usize {
+        self.queue.as_ref().map_or(0, |p| p.num_permits())
+            + self.ahead.as_ref().map_or(0, |(p, _)| p.num_permits())
+    }
+
+    /// Takes one place for a job: a slot while any is left, then a claim-ahead place.
+    pub(crate) fn take_one(&mut self) -> Option<Place> {
         let global = match &mut self.global {
             Some(global) => Some(global.split(1)?),
             None => None,
         };
-        let queue = self.queue.split(1)?;
-        Some(SlotPermit {
-            _queue: queue,
-            _global: global,
+        if let Some(queue) = self.queue.as_mut().and_then(|q| q.split(1)) {
+            return Some(Place::Slot(SlotPermit {
+                _queue: queue,
+                _global: global,
+                last_run_us: self.last_run_us.clone(),
+            }));
+        }
+        let (ahead, slots) = self.ahead.as_mut()?;
+        Some(Place::Ahead {
+            ahead: ahead.split(1)?,
+            global,
+            slots: Arc::clone(slots),
+            last_run_us: self.last_run_us.clone(),
         })
     }
 }
@@ -76,6 +128,8 @@ impl Reservation {
 pub(crate) struct Starter {
     pub(crate) tracker: TaskTracker,
     pub(crate) completer: UnboundedSender<Completion>,
+    /// Fired when shutdown begins: jobs still waiting for a slot are released at once.
+    pub(crate) stop_claims: CancellationToken,
 }
 
 impl Starter {
@@ -114,8 +168,16 @@ impl Starter {
                 queue = %job.job.queue,
                 attempt = job.job.attempt,
             );
-            self.tracker
-                .spawn(execute(Arc::clone(rt), job, slot, self.completer.clone()).instrument(span));
+            self.tracker.spawn(
+                execute(
+                    Arc::clone(rt),
+                    job,
+                    slot,
+                    self.completer.clone(),
+                    self.stop_claims.clone(),
+                )
+                .instrument(span),
+            );
         }
     }
 }
@@ -134,14 +196,66 @@ enum Ran {
     NoHandler,
 }
 
+/// A job claimed ahead waits for a slot of its queue; `Err` with the write for the completer
+/// when it must not start: shutdown began (released, no attempt spent), a cancel was requested
+/// (cancelled before it started), or `None` when its lease was lost (nothing is written).
+async fn wait_for_slot(
+    shared: &JobShared,
+    slots: Arc<Semaphore>,
+    global: Option<OwnedSemaphorePermit>,
+    last_run_us: Option<Arc<AtomicU64>>,
+    stop_claims: &CancellationToken,
+) -> Result<SlotPermit, Option<Finish>> {
+    let acquired = tokio::select! {
+        biased;
+        () = shared.cancel.cancelled() => None,
+        () = stop_claims.cancelled() => return Err(Some(Finish::Released)),
+        permit = slots.acquire_owned() => permit.ok(),
+    };
+    match (acquired, shared.reason()) {
+        (Some(permit), None) => Ok(SlotPermit {
+            _queue: permit,
+            _global: global,
+            last_run_us,
+        }),
+        (_, Some(CancelReason::CancelRequested)) => Err(Some(Finish::Cancelled {
+            message: "cancelled on request before it started".to_owned(),
+        })),
+        (_, Some(CancelReason::LeaseLost)) => Err(None),
+        // Shutdown, or a closed semaphore (never: they are not closed).
+        _ => Err(Some(Finish::Released)),
+    }
+}
+
 /// Runs one job to its outcome.
 async fn execute(
     rt: Arc<Runtime>,
     shared: Arc<JobShared>,
-    slot: Option<SlotPermit>,
+    place: Option<Place>,
     completer: UnboundedSender<Completion>,
+    stop_claims: CancellationToken,
 ) {
     let job = &shared.job;
+    let slot = match place {
+        Some(Place::Slot(slot)) => Some(slot),
+        Some(Place::Ahead {
+            ahead,
+            global,
+            slots,
+            last_run_us,
+        }) => {
+            let waited = wait_for_slot(&shared, slots, global, last_run_us, &stop_claims).await;
+            drop(ahead);
+            match waited {
+                Ok(slot) => Some(slot),
+                Err(finish) => {
+                    not_started(&rt, &shared, finish, &completer);
+                    return;
+                }
+            }
+        }
+        None => None,
+    };
     rt.metrics.job_started(&job.kind, &job.queue);
     let config = rt.registry.config(&job.kind);
     let started = Instant::now();
@@ -158,6 +272,9 @@ async fn execute(
         None => Ran::NoHandler,
     };
     let duration = started.elapsed();
+    if let Some(slot) = &slot {
+        slot.record_run(duration);
+    }
     drop(slot);
     if shared.lease_lost() {
         tracing::warn!("lease lost while running: the outcome of this run is not written");
@@ -176,6 +293,34 @@ async fn execute(
         rt.running.remove(&id);
         bump(&rt.counters.unwritten, 1);
         drop(unsent);
+    }
+}
+
+/// Hands the write for a job claimed ahead that never started to the completer (`None`: the
+/// lease was lost, nothing is written).
+fn not_started(
+    rt: &Runtime,
+    shared: &Arc<JobShared>,
+    finish: Option<Finish>,
+    completer: &UnboundedSender<Completion>,
+) {
+    let id = shared.job.id;
+    let Some(finish) = finish else {
+        rt.running.remove(&id);
+        rt.finished(&shared.job, JobOutcome::LeaseLost, Duration::ZERO);
+        return;
+    };
+    if completer
+        .send(Completion {
+            shared: Arc::clone(shared),
+            finish,
+            duration: Duration::ZERO,
+        })
+        .is_err()
+    {
+        tracing::error!("completer stopped before the outcome could be handed over");
+        rt.running.remove(&id);
+        bump(&rt.counters.unwritten, 1);
     }
 }
 

@@ -5,16 +5,26 @@
 //! for one when all are busy) plus any others free at that moment, and as many places of the
 //! process-wide `max_concurrent` cap; then it asks the store for exactly that many jobs of its
 //! queue and its kinds (registered kinds, intersected with the pool's kind filter), so it never
-//! claims a job it cannot start at once. Unused places go back at once. After a claim that
-//! filled its request (more jobs are likely waiting) it claims again as soon as at least half
-//! of its slots are free, or [`CLAIM_COOLDOWN`] after that claim returned, whichever comes
-//! first (at once when all slots are free): claiming the moment one slot frees would make every
-//! full claim be followed by claims of one job, each costing the store a whole round trip and
-//! commit. After a claim that did not fill its request it sleeps until a store event for its
-//! queue, a `Resync`, or the poll interval, and then claims as soon as one slot is free. It
-//! claims nothing while the store is unhealthy.
+//! claims a job it cannot start at once. Unused places go back at once.
+//!
+//! Claim-ahead (`PoolConfig::prefetch`): while the loop's last job ran shorter than
+//! `PREFETCH_RUN_MAX`, it also reserves its free claim-ahead places, so one claim takes the
+//! jobs for the free slots plus up to `prefetch` more, which wait (leased, heartbeated) for a
+//! slot in claim order. For short jobs this keeps the slots fed while the next claim is in
+//! flight and halves the claims per job; long jobs are never held back from other workers
+//! this way. Shutdown releases waiting jobs at once (executor.rs).
+//!
+//! After a claim that filled its request (more jobs are likely waiting) it claims again as
+//! soon as at least half of its slots (claiming ahead: of its claim-ahead places) are free, or
+//! [`CLAIM_COOLDOWN`] after that claim returned, whichever comes first (at once when all are
+//! free): claiming the moment one slot frees would make every full claim be followed by
+//! claims of one job, each costing the store a whole round trip and commit. After a claim
+//! that did not fill its request it sleeps until a store event for its queue, a `Resync`, or
+//! the poll interval, and then claims as soon as one place is free. It claims nothing while
+//! the store is unhealthy.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +34,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::PREFETCH_RUN_MAX;
 use crate::executor::{Reservation, Starter};
 use crate::health::{classify, ErrorClass, RetryDelay};
 use crate::running::CancelReason;
@@ -43,8 +54,14 @@ pub(crate) struct ClaimLoop {
     pub(crate) kinds: Vec<JobKind>,
     /// Its slots (`slots_per_queue` of the pool).
     pub(crate) slots: Arc<Semaphore>,
-    /// Most jobs one claim asks for: the pool's `slots_per_queue`.
+    /// Most slots one claim reserves: the pool's `slots_per_queue`.
     pub(crate) max_batch: usize,
+    /// Claim-ahead places (`PoolConfig::prefetch`), `None` when it is 0.
+    pub(crate) ahead: Option<Arc<Semaphore>>,
+    /// The number of claim-ahead places.
+    pub(crate) prefetch: usize,
+    /// The run time of the loop's last job, in microseconds (`u64::MAX` before the first).
+    pub(crate) last_run_us: Arc<AtomicU64>,
     /// Woken by events for its queue.
     pub(crate) wake: Arc<Notify>,
 }
@@ -77,7 +94,7 @@ pub(crate) async fn run_claim_loop(
         let reservation = tokio::select! {
             biased;
             () = stop.cancelled() => return,
-            reservation = reserve(&spec.slots, global.as_ref(), max_batch, gather_until.take()) => reservation,
+            reservation = reserve(&spec, global.as_ref(), max_batch, gather_until.take()) => reservation,
         };
         let Some(mut reservation) = reservation else {
             return;
@@ -145,31 +162,58 @@ pub(crate) async fn run_claim_loop(
     }
 }
 
-/// Reserves at least one and at most `max` places: slots of the queue and, with a cap, as
-/// many places of the process-wide semaphore. Waits while none is free; with `gather_until`,
-/// waits until half of the `max` slots are free or that deadline passed, whichever comes
-/// first. `None` if a semaphore was closed (never happens: they are not closed).
+/// Whether a claim loop claims ahead now: it has claim-ahead places and its last job ran
+/// shorter than [`PREFETCH_RUN_MAX`].
+fn claims_ahead(spec: &ClaimLoop) -> Option<&Arc<Semaphore>> {
+    let short = PREFETCH_RUN_MAX.as_micros() as u64;
+    spec.ahead
+        .as_ref()
+        .filter(|_| spec.last_run_us.load(Ordering::Relaxed) < short)
+}
+
+/// Reserves at least one and at most `max` slots of the queue, plus (while it claims ahead)
+/// its free claim-ahead places, and with a cap as many places of the process-wide semaphore.
+/// Waits while none is free; with `gather_until`, waits until half of the `max` slots (or,
+/// claiming ahead, half of the claim-ahead places) are free or that deadline passed,
+/// whichever comes first. `None` if a semaphore was closed (never happens: they are not
+/// closed).
 async fn reserve(
-    slots: &Arc<Semaphore>,
+    spec: &ClaimLoop,
     global: Option<&Arc<Semaphore>>,
     max: usize,
     gather_until: Option<Instant>,
 ) -> Option<Reservation> {
-    let mut queue = first_slots(slots, max, gather_until).await?;
-    let extra = slots
-        .available_permits()
-        .min(max.saturating_sub(queue.num_permits()));
+    let slots = &spec.slots;
+    let (mut queue, mut ahead) = match claims_ahead(spec) {
+        None => (Some(first_slots(slots, max, gather_until).await?), None),
+        Some(ahead) => first_places(slots, ahead, spec.prefetch, gather_until).await?,
+    };
+    let held = queue.as_ref().map_or(0, |p| p.num_permits());
+    let extra = slots.available_permits().min(max.saturating_sub(held));
     if extra > 0 {
         if let Ok(more) = Arc::clone(slots).try_acquire_many_owned(u32::try_from(extra).ok()?) {
-            queue.merge(more);
+            match &mut queue {
+                Some(queue) => queue.merge(more),
+                None => queue = Some(more),
+            }
         }
     }
+    if let (Some(ahead_places), Some(semaphore)) = (ahead.as_mut(), claims_ahead(spec)) {
+        let extra = semaphore.available_permits();
+        if extra > 0 {
+            if let Ok(more) =
+                Arc::clone(semaphore).try_acquire_many_owned(u32::try_from(extra).ok()?)
+            {
+                ahead_places.merge(more);
+            }
+        }
+    }
+    let total = queue.as_ref().map_or(0, |p| p.num_permits())
+        + ahead.as_ref().map_or(0, |p| p.num_permits());
     let global = match global {
         Some(global) => {
             let mut places = Arc::clone(global).acquire_owned().await.ok()?;
-            let extra = global
-                .available_permits()
-                .min(queue.num_permits().saturating_sub(1));
+            let extra = global.available_permits().min(total.saturating_sub(1));
             if extra > 0 {
                 if let Ok(more) =
                     Arc::clone(global).try_acquire_many_owned(u32::try_from(extra).ok()?)
@@ -177,15 +221,28 @@ async fn reserve(
                     places.merge(more);
                 }
             }
-            let surplus = queue.num_permits().saturating_sub(places.num_permits());
-            if surplus > 0 {
+            // Give back what the cap does not cover: claim-ahead places first.
+            let mut surplus = total.saturating_sub(places.num_permits());
+            if let Some(ahead_places) = ahead.as_mut() {
+                let cut = surplus.min(ahead_places.num_permits());
+                if cut > 0 {
+                    drop(ahead_places.split(cut));
+                    surplus -= cut;
+                }
+            }
+            if let (Some(queue), true) = (queue.as_mut(), surplus > 0) {
                 drop(queue.split(surplus));
             }
             Some(places)
         }
         None => None,
     };
-    Some(Reservation::new(queue, global))
+    let ahead = ahead
+        .filter(|places| places.num_permits() > 0)
+        .map(|places| (places, Arc::clone(slots)));
+    let queue = queue.filter(|permit| permit.num_permits() > 0);
+    let last_run_us = spec.ahead.as_ref().map(|_| Arc::clone(&spec.last_run_us));
+    Some(Reservation::new(queue, ahead, global, last_run_us))
 }
 
 /// The first slots of a reservation: one, or with `gather_until` half of `max` unless that
@@ -211,6 +268,35 @@ async fn first_slots(
         }
     }
     Arc::clone(slots).acquire_owned().await.ok()
+}
+
+/// The first places of a claim loop that claims ahead: with `gather_until`, half of its
+/// claim-ahead places unless that deadline passes first; then (or without it) whichever of a
+/// slot or a claim-ahead place frees first.
+async fn first_places(
+    slots: &Arc<Semaphore>,
+    ahead: &Arc<Semaphore>,
+    prefetch: usize,
+    gather_until: Option<Instant>,
+) -> Option<(Option<OwnedSemaphorePermit>, Option<OwnedSemaphorePermit>)> {
+    if let Some(deadline) = gather_until {
+        let half = prefetch.div_ceil(2);
+        if half > 1 && ahead.available_permits() < half {
+            let wanted = u32::try_from(half).ok()?;
+            let gathered =
+                tokio::time::timeout_at(deadline, Arc::clone(ahead).acquire_many_owned(wanted))
+                    .await;
+            if let Ok(permit) = gathered {
+                tokio::task::yield_now().await;
+                return Some((None, Some(permit.ok()?)));
+            }
+        }
+    }
+    tokio::select! {
+        biased;
+        permit = Arc::clone(slots).acquire_owned() => Some((Some(permit.ok()?), None)),
+        permit = Arc::clone(ahead).acquire_owned() => Some((None, Some(permit.ok()?))),
+    }
 }
 
 /// Wakes claim loops from store events, and fires the token of a job whose cancel was

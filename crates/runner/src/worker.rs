@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use drover_core::{Error, JobKind, JobStore, QueueName, WorkerId};
@@ -131,6 +132,7 @@ impl Worker {
         let starter = Starter {
             tracker: tracker.clone(),
             completer: completer_tx,
+            stop_claims: stop_claims.clone(),
         };
         let global = rt
             .config
@@ -160,6 +162,10 @@ impl Worker {
                     kinds: kinds.clone(),
                     slots: Arc::new(Semaphore::new(pool.slots_per_queue)),
                     max_batch: pool.slots_per_queue,
+                    ahead: (pool.prefetch_per_queue() > 0)
+                        .then(|| Arc::new(Semaphore::new(pool.prefetch_per_queue()))),
+                    prefetch: pool.prefetch_per_queue(),
+                    last_run_us: Arc::new(AtomicU64::new(u64::MAX)),
                     wake,
                 };
                 claim_loops.push(tokio::spawn(run_claim_loop(

@@ -18,6 +18,7 @@ mod lease;
 mod maintenance;
 mod outcomes;
 mod pools;
+mod prefetch;
 mod run;
 mod shutdown;
 
@@ -25,6 +26,7 @@ pub use lease::*;
 pub use maintenance::*;
 pub use outcomes::*;
 pub use pools::*;
+pub use prefetch::*;
 pub use run::*;
 pub use shutdown::*;
 

@@ -69,6 +69,11 @@ pub fn worker_config(args: &WorkerArgs, default_queues: &[QueueName]) -> Result<
     for spec in &args.pools {
         pools.push(parse_pool(spec)?);
     }
+    if let Some(prefetch) = args.prefetch {
+        for pool in &mut pools {
+            pool.prefetch = Some(prefetch);
+        }
+    }
     let mut config = WorkerConfig::with_pools(pools);
     config.max_concurrent = args.max_concurrent;
     if let Some(d) = args.lease {
@@ -305,6 +310,15 @@ mod tests {
         assert_eq!(c.max_running(), 3);
         let c = config(&["worker", "--pool", "long:reports:1"]);
         assert_eq!(c.pools.len(), 1, "a pool alone serves no default queue");
+    }
+
+    #[test]
+    fn prefetch_defaults_to_the_slots_and_applies_to_every_pool() {
+        let c = config(&["worker", "--slots", "4", "--pool", "long:reports:1"]);
+        assert_eq!(c.pools[0].prefetch_per_queue(), 4);
+        assert_eq!(c.pools[1].prefetch_per_queue(), 1);
+        let c = config(&["worker", "--prefetch", "0", "--pool", "long:reports:1"]);
+        assert!(c.pools.iter().all(|pool| pool.prefetch_per_queue() == 0));
     }
 
     #[test]
