@@ -20,6 +20,10 @@ pub const SLOTS_DEFAULT: usize = 8;
 pub const SLOTS_MAX: usize = 10_000;
 /// Largest claim-ahead of one queue of a pool ([`PoolConfig::prefetch`]).
 pub const PREFETCH_MAX: usize = 10_000;
+/// The default claim-ahead of a queue is this many times its slots ...
+pub const PREFETCH_DEFAULT_PER_SLOT: usize = 4;
+/// ... but at most this many jobs.
+pub const PREFETCH_DEFAULT_MAX: usize = 1_000;
 /// A claim loop claims ahead (see [`PoolConfig::prefetch`]) only while the last job it ran took
 /// less than this: for short jobs a claim ahead saves a claim round trip and commit per batch;
 /// for long ones it would only hold jobs that another worker could start sooner.
@@ -75,7 +79,9 @@ pub struct PoolConfig {
     pub kinds: Option<Vec<JobKind>>,
     /// Claim-ahead of each queue: how many jobs beyond its free slots a claim may take while
     /// the queue's jobs are short (the last one ran under [`PREFETCH_RUN_MAX`]), 0..=10,000;
-    /// `None` (default): as many as `slots_per_queue`. Such a job is leased (attempt counted,
+    /// `None` (default): 4 per slot ([`PREFETCH_DEFAULT_PER_SLOT`]), at most 1,000
+    /// ([`PREFETCH_DEFAULT_MAX`]); in any case at most what keeps one claim within the
+    /// store's claim bound (slots + prefetch <= 10,000). Such a job is leased (attempt counted,
     /// heartbeated) while it waits for a slot, and starts as soon as one frees, in claim order;
     /// when shutdown begins the waiting jobs are released at once without spending an
     /// attempt, and a cancel request cancels a waiting job before it starts. With a worker
@@ -102,9 +108,16 @@ impl PoolConfig {
         self
     }
 
-    /// The claim-ahead of each queue: `prefetch`, or `slots_per_queue` when unset.
+    /// The claim-ahead of each queue: `prefetch`, or when unset 4 per slot up to 1,000; then
+    /// bounded so that slots + claim-ahead fit in one claim (`CLAIM_LIMIT_MAX`, 10,000).
     pub fn prefetch_per_queue(&self) -> usize {
-        self.prefetch.unwrap_or(self.slots_per_queue)
+        let prefetch = self.prefetch.unwrap_or_else(|| {
+            self.slots_per_queue
+                .saturating_mul(PREFETCH_DEFAULT_PER_SLOT)
+                .min(PREFETCH_DEFAULT_MAX)
+        });
+        let claim_max = drover_core::store::CLAIM_LIMIT_MAX as usize;
+        prefetch.min(claim_max.saturating_sub(self.slots_per_queue))
     }
 
     /// Restricts the pool to `kinds`.

@@ -198,13 +198,16 @@ async fn reserve(
             }
         }
     }
-    if let (Some(ahead_places), Some(semaphore)) = (ahead.as_mut(), claims_ahead(spec)) {
+    if let Some(semaphore) = claims_ahead(spec) {
         let extra = semaphore.available_permits();
         if extra > 0 {
             if let Ok(more) =
                 Arc::clone(semaphore).try_acquire_many_owned(u32::try_from(extra).ok()?)
             {
-                ahead_places.merge(more);
+                match &mut ahead {
+                    Some(ahead) => ahead.merge(more),
+                    None => ahead = Some(more),
+                }
             }
         }
     }

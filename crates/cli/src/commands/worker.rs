@@ -313,11 +313,39 @@ mod tests {
     }
 
     #[test]
-    fn prefetch_defaults_to_the_slots_and_applies_to_every_pool() {
-        let c = config(&["worker", "--slots", "4", "--pool", "long:reports:1"]);
-        assert_eq!(c.pools[0].prefetch_per_queue(), 4);
-        assert_eq!(c.pools[1].prefetch_per_queue(), 1);
-        let c = config(&["worker", "--prefetch", "0", "--pool", "long:reports:1"]);
+    fn prefetch_defaults_to_four_per_slot_and_applies_to_every_pool() {
+        let c = config(&[
+            "worker",
+            "--queue",
+            "a",
+            "--slots",
+            "4",
+            "--pool",
+            "long:reports:1",
+        ]);
+        assert_eq!(c.pools[0].prefetch_per_queue(), 16);
+        assert_eq!(c.pools[1].prefetch_per_queue(), 4);
+        let c = config(&["worker", "--slots", "600"]);
+        assert_eq!(
+            c.pools[0].prefetch_per_queue(),
+            1_000,
+            "at most 1,000 by default"
+        );
+        let c = config(&["worker", "--slots", "9500", "--prefetch", "2000"]);
+        assert_eq!(
+            c.pools[0].prefetch_per_queue(),
+            500,
+            "one claim stays within 10,000"
+        );
+        let c = config(&[
+            "worker",
+            "--queue",
+            "a",
+            "--prefetch",
+            "0",
+            "--pool",
+            "long:reports:1",
+        ]);
         assert!(c.pools.iter().all(|pool| pool.prefetch_per_queue() == 0));
     }
 
