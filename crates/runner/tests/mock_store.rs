@@ -337,6 +337,8 @@ async fn fatal_error_at_registration_is_returned() {
 struct Capacity {
     /// Jobs claimed whose handler has not returned, per queue.
     held: HashMap<String, usize>,
+    /// Jobs whose handler runs, per queue.
+    running: HashMap<String, usize>,
     /// Every limit asked for, with the queue.
     limits: Vec<(String, u32)>,
     /// Broken promises.
@@ -346,9 +348,23 @@ struct Capacity {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_never_asks_for_more_than_free_capacity() {
+    capacity_case(0).await;
+}
+
+/// With claim-ahead, a claim asks for at most the free slots plus the free claim-ahead places
+/// of its queue (and the free places of the process cap, which counts claimed-ahead jobs too),
+/// while no more handlers than slots ever run at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_ahead_never_runs_more_than_the_slots() {
+    capacity_case(3).await;
+}
+
+/// Pools of 4 slots per queue with `prefetch` claim-ahead, a process cap of 6 (plus the
+/// claim-ahead of one queue with it on), 400 jobs of about a millisecond.
+async fn capacity_case(prefetch: usize) {
     const SLOTS: usize = 4;
-    const MAX_CONCURRENT: usize = 6;
     const TOTAL: usize = 400;
+    let max_concurrent = 6 + prefetch;
     let state: Arc<Mutex<Capacity>> = Arc::default();
     let mut store = base_store();
     let claims = Arc::clone(&state);
@@ -358,7 +374,10 @@ async fn a_claim_never_asks_for_more_than_free_capacity() {
         let limit = claim.limit as usize;
         let held_here = state.held.get(&queue_name).copied().unwrap_or(0);
         let held_all: usize = state.held.values().sum();
-        if limit == 0 || held_here + limit > SLOTS || held_all + limit > MAX_CONCURRENT {
+        if limit == 0
+            || held_here + limit > SLOTS + prefetch
+            || held_all + limit > max_concurrent
+        {
             let violation = format!(
                 "claim on {queue_name} asked for {limit} with {held_here} held there and {held_all} in all"
             );
@@ -394,23 +413,36 @@ async fn a_claim_never_asks_for_more_than_free_capacity() {
         let state = Arc::clone(&handlers);
         let done = done_tx.clone();
         async move {
+            let queue_name = ctx.job().queue.to_string();
+            {
+                let mut state = state.lock().unwrap();
+                let running = state.running.entry(queue_name.clone()).or_default();
+                *running += 1;
+                if *running > SLOTS {
+                    let violation = format!("{running} handlers ran at once on {queue_name}");
+                    state.violations.push(violation);
+                }
+            }
             // Hold the slot for a moment so claims meet busy slots.
             for _ in 0..(ctx.job().id.as_uuid().as_u128() % 5) {
                 tokio::task::yield_now().await;
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
-            let queue_name = ctx.job().queue.to_string();
-            *state.lock().unwrap().held.get_mut(&queue_name).unwrap() -= 1;
+            let mut locked = state.lock().unwrap();
+            *locked.running.get_mut(&queue_name).unwrap() -= 1;
+            *locked.held.get_mut(&queue_name).unwrap() -= 1;
+            drop(locked);
             let _ = done.send(());
             Outcome::success()
         }
     });
     let mut config = fast_config();
     config.pools = vec![
-        PoolConfig::new("main", vec![queue("default"), queue("mail")], SLOTS),
-        PoolConfig::new("extra", vec![queue("reports")], SLOTS),
+        PoolConfig::new("main", vec![queue("default"), queue("mail")], SLOTS)
+            .with_prefetch(prefetch),
+        PoolConfig::new("extra", vec![queue("reports")], SLOTS).with_prefetch(prefetch),
     ];
-    config.max_concurrent = Some(MAX_CONCURRENT);
+    config.max_concurrent = Some(max_concurrent);
     let worker = Worker::new(Arc::new(store), Arc::new(registry), config).unwrap();
     let shutdown = CancellationToken::new();
     let handle = tokio::spawn(worker.run(shutdown.clone()));
@@ -428,7 +460,16 @@ async fn a_claim_never_asks_for_more_than_free_capacity() {
     assert!(state
         .limits
         .iter()
-        .all(|(_, limit)| *limit as usize <= SLOTS));
+        .all(|(_, limit)| *limit as usize <= SLOTS + prefetch));
+    if prefetch > 0 {
+        assert!(
+            state
+                .limits
+                .iter()
+                .any(|(_, limit)| *limit as usize > SLOTS),
+            "claims should take claim-ahead places too"
+        );
+    }
     assert!(
         state.limits.iter().any(|(_, limit)| *limit > 1),
         "claims should batch free slots"

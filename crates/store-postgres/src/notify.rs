@@ -9,10 +9,15 @@
 //!
 //! So the store's own autocommit enqueues commit WITHOUT notifying and hand the queues that got
 //! ready jobs to this [`Notifier`]. A task sends, on one of the store's connections (usually the
-//! one the enqueue just released, see connections.rs), one
-//! `SELECT pg_notify('drover_jobs', queue) FROM unnest($1)` for every distinct queue handed to
-//! it since its last send. That statement writes no WAL (it assigns no transaction id), so it
-//! holds the notify lock only for a moment and never across a flush. The task sends at once
+//! one the enqueue just released, see connections.rs), one statement with a notification for
+//! every distinct queue handed to it since its last send. A transaction that notifies gets a
+//! transaction id and writes a commit record, so with the server's `synchronous_commit = on`
+//! each send would wait for a WAL flush while holding the notify lock, and every wake-up would
+//! cost an fsync between an enqueue's commit and the claim it triggers. The send's own
+//! transaction therefore sets `synchronous_commit = off` (`set_config(..., true)`: that
+//! transaction only): the jobs it announces were already committed and flushed by the enqueue,
+//! and a notification is a best-effort hint that a crash may drop anyway (workers also poll),
+//! so nothing durable is given up. The task sends at once
 //! when it is idle; while a send is in flight (or within [`SPACING`] of the previous one) new
 //! queues accumulate and go out together, so a burst of enqueues costs a few notifications,
 //! not one each.
@@ -48,8 +53,11 @@ const RETRY_MAX: Duration = Duration::from_secs(2);
 /// How long [`Notifier::close`] waits for the last send.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The statement of one send: one notification per distinct queue.
-const SEND: &str = "SELECT pg_notify($1, q) FROM unnest($2::text[]) AS q";
+/// The statement of one send: one notification per distinct queue, in a transaction that does
+/// not wait for its commit record to be flushed (see the module docs).
+const SEND: &str = "SELECT pg_notify($1, q) \
+     FROM (SELECT set_config('synchronous_commit', 'off', true)) AS local_setting, \
+          unnest($2::text[]) AS q";
 
 /// What the store and the task share.
 #[derive(Debug, Default)]
