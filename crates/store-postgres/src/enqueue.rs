@@ -64,6 +64,21 @@ impl Batch {
         Ok(Batch { jobs, ids, hashes })
     }
 
+    /// A batch of jobs already validated by [`Batch::prepare`] (one by one), none with an
+    /// idempotency key, with the ids assigned then (group enqueue, combine.rs).
+    pub(crate) fn keyless(jobs: Vec<NewJob>, ids: Vec<Uuid>) -> Batch {
+        let hashes = vec![None; jobs.len()];
+        Batch { jobs, ids, hashes }
+    }
+
+    /// The job and id of a batch of one; `None` for any other size.
+    pub(crate) fn into_single(self) -> Option<(NewJob, Uuid)> {
+        match (<[NewJob; 1]>::try_from(self.jobs), self.ids.as_slice()) {
+            (Ok([job]), [id]) => Some((job, *id)),
+            _ => None,
+        }
+    }
+
     fn len(&self) -> usize {
         self.jobs.len()
     }

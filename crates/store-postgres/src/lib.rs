@@ -24,7 +24,7 @@
 //!
 //! | operation | round trips |
 //! |---|---|
-//! | enqueue, one job or a batch, no keys, no quotas | 1 |
+//! | enqueue, one job or a batch, no keys, no quotas | 1 (concurrent one-job calls share it: combine.rs) |
 //! | enqueue with quotas (the default) | 4: BEGIN, advisory locks, insert + counts, COMMIT |
 //! | enqueue, batch with keys, no quotas | 3: BEGIN, insert, COMMIT |
 //! | ... when a key is already held | + 1 lookup |
@@ -38,6 +38,7 @@
 
 mod admin;
 mod claim;
+mod combine;
 mod connections;
 mod enqueue;
 mod error;

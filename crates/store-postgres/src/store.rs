@@ -18,6 +18,7 @@ use drover_core::{
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgConnection, PgPool};
 
+use crate::combine::Combiner;
 use crate::connections::Connections;
 use crate::enqueue::{self, Batch, Wake};
 use crate::error::{connection_lost_recently, SqlxResultExt};
@@ -91,6 +92,8 @@ pub struct PgStore {
     notifier: Arc<Notifier>,
     /// The pool plus connections kept for reuse between calls (shared by clones).
     connections: Arc<Connections>,
+    /// Groups concurrent one-job enqueues into one statement (shared by clones).
+    combiner: Arc<Combiner>,
 }
 
 /// Parses a PostgreSQL URL (`postgres://user@host:port/database?...` or `postgresql://...`).
@@ -177,11 +180,17 @@ impl PgStore {
     pub fn from_pool(pool: PgPool, options: PgOptions) -> PgStore {
         let connections = Connections::new(pool.clone());
         let notifier = Arc::new(Notifier::new(Arc::downgrade(&connections)));
+        let combiner = Arc::new(Combiner::new(
+            Arc::downgrade(&connections),
+            Arc::clone(&notifier),
+            options.config,
+        ));
         PgStore {
             pool,
             options,
             notifier,
             connections,
+            combiner,
         }
     }
 
@@ -245,7 +254,11 @@ impl PgStore {
 #[async_trait]
 impl JobStore for PgStore {
     async fn jobs_enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>, Error> {
+        let grouped = self.combiner.accepts(&jobs);
         let batch = Batch::prepare(jobs, &self.options.config)?;
+        if grouped {
+            return Ok(vec![self.combiner.enqueue(batch).await?]);
+        }
         let mut conn = self.connections.acquire().await?;
         let result =
             enqueue::enqueue(&mut conn, &self.options.config, batch, Wake::AfterCommit).await;

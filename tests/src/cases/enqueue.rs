@@ -115,6 +115,42 @@ pub async fn enqueue_batch_answers_in_order(f: &dyn StoreFactory) {
     );
 }
 
+/// Many one-job enqueues at once (which a store may commit together) each answer their own
+/// job, created with the caller's args, all stored once; an invalid one among them is refused
+/// alone, naming the field, and stores nothing.
+pub async fn enqueue_concurrent_single_jobs_each_get_their_own(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let calls = (0..64).map(|n| {
+        let store = Arc::clone(&store);
+        async move {
+            let new = if n == 13 {
+                job("burst", json!({"n": n})).with_max_attempts(0)
+            } else {
+                job("burst", json!({"n": n}))
+            };
+            (n, store.jobs_enqueue(vec![new]).await)
+        }
+    });
+    let mut ids = std::collections::HashSet::new();
+    for (n, answer) in futures::future::join_all(calls).await {
+        if n == 13 {
+            expect_invalid(answer, "max_attempts");
+            continue;
+        }
+        let answers = answer.expect("enqueue");
+        assert_eq!(answers.len(), 1);
+        assert_eq!(answers[0].status, EnqueueStatus::Created);
+        assert_eq!(answers[0].job.args, json!({"n": n}));
+        assert!(ids.insert(answers[0].job.id), "each call gets its own job");
+        let stored = store.job_get(answers[0].job.id).await.unwrap();
+        assert_eq!(stored.args, json!({"n": n}));
+        assert_eq!(stored.state, JobState::Queued);
+    }
+    assert_eq!(ids.len(), 63);
+    assert_eq!(all_jobs(&*store).await.len(), 63);
+}
+
 /// One invalid job refuses the whole batch, names `jobs[i].field`, and stores nothing.
 pub async fn enqueue_batch_with_invalid_job_stores_nothing(f: &dyn StoreFactory) {
     let h = f.open(unbounded()).await;
