@@ -120,7 +120,7 @@ pub struct WorkerArgs {
 
     /// Claim-ahead per queue: while a queue's jobs are short (under 50 ms), a claim may take
     /// up to N jobs beyond the free slots; they wait leased for a slot and are released at
-    /// once on shutdown (default: 4 per slot, at most 1,000; 0 turns it off). Applies to every
+    /// once on shutdown (default: 8 per slot, at most 1,000; 0 turns it off). Applies to every
     /// pool.
     #[arg(long, value_name = "N")]
     pub prefetch: Option<usize>,

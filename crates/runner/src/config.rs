@@ -21,7 +21,7 @@ pub const SLOTS_MAX: usize = 10_000;
 /// Largest claim-ahead of one queue of a pool ([`PoolConfig::prefetch`]).
 pub const PREFETCH_MAX: usize = 10_000;
 /// The default claim-ahead of a queue is this many times its slots ...
-pub const PREFETCH_DEFAULT_PER_SLOT: usize = 4;
+pub const PREFETCH_DEFAULT_PER_SLOT: usize = 8;
 /// ... but at most this many jobs.
 pub const PREFETCH_DEFAULT_MAX: usize = 1_000;
 /// A claim loop claims ahead (see [`PoolConfig::prefetch`]) only while the last job it ran took
@@ -79,7 +79,7 @@ pub struct PoolConfig {
     pub kinds: Option<Vec<JobKind>>,
     /// Claim-ahead of each queue: how many jobs beyond its free slots a claim may take while
     /// the queue's jobs are short (the last one ran under [`PREFETCH_RUN_MAX`]), 0..=10,000;
-    /// `None` (default): 4 per slot ([`PREFETCH_DEFAULT_PER_SLOT`]), at most 1,000
+    /// `None` (default): 8 per slot ([`PREFETCH_DEFAULT_PER_SLOT`]), at most 1,000
     /// ([`PREFETCH_DEFAULT_MAX`]); in any case at most what keeps one claim within the
     /// store's claim bound (slots + prefetch <= 10,000). Such a job is leased (attempt counted,
     /// heartbeated) while it waits for a slot, and starts as soon as one frees, in claim order;
@@ -108,7 +108,7 @@ impl PoolConfig {
         self
     }
 
-    /// The claim-ahead of each queue: `prefetch`, or when unset 4 per slot up to 1,000; then
+    /// The claim-ahead of each queue: `prefetch`, or when unset 8 per slot up to 1,000; then
     /// bounded so that slots + claim-ahead fit in one claim (`CLAIM_LIMIT_MAX`, 10,000).
     pub fn prefetch_per_queue(&self) -> usize {
         let prefetch = self.prefetch.unwrap_or_else(|| {

@@ -255,22 +255,35 @@ async fn first_slots(
     max: usize,
     gather_until: Option<Instant>,
 ) -> Option<OwnedSemaphorePermit> {
-    let half = max.div_ceil(2);
     if let Some(deadline) = gather_until {
-        if half > 1 && slots.available_permits() < half {
-            let wanted = u32::try_from(half).ok()?;
-            let gathered =
-                tokio::time::timeout_at(deadline, Arc::clone(slots).acquire_many_owned(wanted))
-                    .await;
-            if let Ok(permit) = gathered {
-                // Jobs finishing at this moment are likely queued to run on this worker
-                // thread: let them give back their slots before the claim counts them.
-                tokio::task::yield_now().await;
-                return permit.ok();
-            }
+        if let Some(gathered) = gather(slots, max.div_ceil(2), deadline).await {
+            return Some(gathered);
         }
     }
     Arc::clone(slots).acquire_owned().await.ok()
+}
+
+/// After a claim that filled its request: waits until `wanted` places of `semaphore` are free
+/// (and takes them) or `deadline` passes; `None` when it passed, or when `wanted` is at most one
+/// or that many are free already (the caller then simply takes what is free).
+async fn gather(
+    semaphore: &Arc<Semaphore>,
+    wanted: usize,
+    deadline: Instant,
+) -> Option<OwnedSemaphorePermit> {
+    if wanted <= 1 || semaphore.available_permits() >= wanted {
+        return None;
+    }
+    let wanted = u32::try_from(wanted).ok()?;
+    let gathered =
+        tokio::time::timeout_at(deadline, Arc::clone(semaphore).acquire_many_owned(wanted))
+            .await
+            .ok()?
+            .ok()?;
+    // Jobs finishing at this moment are likely queued to run on this worker thread: let them
+    // give back their places before the claim counts them.
+    tokio::task::yield_now().await;
+    Some(gathered)
 }
 
 /// The first places of a claim loop that claims ahead: with `gather_until`, half of its
@@ -283,16 +296,8 @@ async fn first_places(
     gather_until: Option<Instant>,
 ) -> Option<(Option<OwnedSemaphorePermit>, Option<OwnedSemaphorePermit>)> {
     if let Some(deadline) = gather_until {
-        let half = prefetch.div_ceil(2);
-        if half > 1 && ahead.available_permits() < half {
-            let wanted = u32::try_from(half).ok()?;
-            let gathered =
-                tokio::time::timeout_at(deadline, Arc::clone(ahead).acquire_many_owned(wanted))
-                    .await;
-            if let Ok(permit) = gathered {
-                tokio::task::yield_now().await;
-                return Some((None, Some(permit.ok()?)));
-            }
+        if let Some(gathered) = gather(ahead, prefetch.div_ceil(2), deadline).await {
+            return Some((None, Some(gathered)));
         }
     }
     tokio::select! {

@@ -313,7 +313,7 @@ mod tests {
     }
 
     #[test]
-    fn prefetch_defaults_to_four_per_slot_and_applies_to_every_pool() {
+    fn prefetch_defaults_to_eight_per_slot_and_applies_to_every_pool() {
         let c = config(&[
             "worker",
             "--queue",
@@ -323,9 +323,9 @@ mod tests {
             "--pool",
             "long:reports:1",
         ]);
-        assert_eq!(c.pools[0].prefetch_per_queue(), 16);
-        assert_eq!(c.pools[1].prefetch_per_queue(), 4);
-        let c = config(&["worker", "--slots", "600"]);
+        assert_eq!(c.pools[0].prefetch_per_queue(), 32);
+        assert_eq!(c.pools[1].prefetch_per_queue(), 8);
+        let c = config(&["worker", "--slots", "300"]);
         assert_eq!(
             c.pools[0].prefetch_per_queue(),
             1_000,
