@@ -202,10 +202,8 @@ enum Ran {
 async fn wait_for_slot(
     shared: &JobShared,
     slots: Arc<Semaphore>,
-    global: Option<OwnedSemaphorePermit>,
-    last_run_us: Option<Arc<AtomicU64>>,
     stop_claims: &CancellationToken,
-) -> Result<SlotPermit, Option<Finish>> {
+) -> Result<OwnedSemaphorePermit, Option<Finish>> {
     let acquired = tokio::select! {
         biased;
         () = shared.cancel.cancelled() => None,
@@ -213,11 +211,7 @@ async fn wait_for_slot(
         permit = slots.acquire_owned() => permit.ok(),
     };
     match (acquired, shared.reason()) {
-        (Some(permit), None) => Ok(SlotPermit {
-            _queue: permit,
-            _global: global,
-            last_run_us,
-        }),
+        (Some(permit), None) => Ok(permit),
         (_, Some(CancelReason::CancelRequested)) => Err(Some(Finish::Cancelled {
             message: "cancelled on request before it started".to_owned(),
         })),
@@ -244,12 +238,16 @@ async fn execute(
             slots,
             last_run_us,
         }) => {
-            let waited = wait_for_slot(&shared, slots, global, last_run_us, &stop_claims).await;
+            let waited = wait_for_slot(&shared, slots, &stop_claims).await;
             drop(ahead);
             match waited {
-                Ok(slot) => Some(slot),
+                Ok(queue) => Some(SlotPermit {
+                    _queue: queue,
+                    _global: global,
+                    last_run_us,
+                }),
                 Err(finish) => {
-                    not_started(&rt, &shared, finish, &completer);
+                    hand_over(&rt, &shared, finish, Duration::ZERO, &completer);
                     return;
                 }
             }
@@ -276,45 +274,36 @@ async fn execute(
         slot.record_run(duration);
     }
     drop(slot);
-    if shared.lease_lost() {
+    let finish = if shared.lease_lost() {
         tracing::warn!("lease lost while running: the outcome of this run is not written");
-        rt.running.remove(&job.id);
-        rt.finished(job, JobOutcome::LeaseLost, duration);
-        return;
-    }
-    let finish = decide(ran, &shared, &config, &rt);
-    let id = job.id;
-    if let Err(unsent) = completer.send(Completion {
-        shared: Arc::clone(&shared),
-        finish,
-        duration,
-    }) {
-        tracing::error!("completer stopped before the outcome could be handed over");
-        rt.running.remove(&id);
-        bump(&rt.counters.unwritten, 1);
-        drop(unsent);
-    }
+        None
+    } else {
+        Some(decide(ran, &shared, &config, &rt))
+    };
+    hand_over(&rt, &shared, finish, duration, &completer);
 }
 
-/// Hands the write for a job claimed ahead that never started to the completer (`None`: the
-/// lease was lost, nothing is written).
-fn not_started(
+/// Hands a job's write to the completer; `None` when its lease was lost: nothing is written,
+/// the job leaves the running map and counts as lease lost. `duration` is the handler's run
+/// time (zero for a job claimed ahead that never started).
+fn hand_over(
     rt: &Runtime,
     shared: &Arc<JobShared>,
     finish: Option<Finish>,
+    duration: Duration,
     completer: &UnboundedSender<Completion>,
 ) {
     let id = shared.job.id;
     let Some(finish) = finish else {
         rt.running.remove(&id);
-        rt.finished(&shared.job, JobOutcome::LeaseLost, Duration::ZERO);
+        rt.finished(&shared.job, JobOutcome::LeaseLost, duration);
         return;
     };
     if completer
         .send(Completion {
             shared: Arc::clone(shared),
             finish,
-            duration: Duration::ZERO,
+            duration,
         })
         .is_err()
     {

@@ -184,7 +184,9 @@ async fn reserve(
     gather_until: Option<Instant>,
 ) -> Option<Reservation> {
     let slots = &spec.slots;
-    let (mut queue, mut ahead) = match claims_ahead(spec) {
+    // Decided once per reservation: jobs finishing meanwhile may change the answer.
+    let claiming_ahead = claims_ahead(spec);
+    let (mut queue, mut ahead) = match claiming_ahead {
         None => (Some(first_slots(slots, max, gather_until).await?), None),
         Some(ahead) => first_places(slots, ahead, spec.prefetch, gather_until).await?,
     };
@@ -198,7 +200,7 @@ async fn reserve(
             }
         }
     }
-    if let Some(semaphore) = claims_ahead(spec) {
+    if let Some(semaphore) = claiming_ahead {
         let extra = semaphore.available_permits();
         if extra > 0 {
             if let Ok(more) =

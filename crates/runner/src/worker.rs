@@ -150,6 +150,7 @@ impl Worker {
                     .collect(),
                 None => registered.clone(),
             };
+            let prefetch = pool.prefetch_per_queue();
             for queue in &pool.queues {
                 let wake = Arc::new(Notify::new());
                 wakers
@@ -162,9 +163,8 @@ impl Worker {
                     kinds: kinds.clone(),
                     slots: Arc::new(Semaphore::new(pool.slots_per_queue)),
                     max_batch: pool.slots_per_queue,
-                    ahead: (pool.prefetch_per_queue() > 0)
-                        .then(|| Arc::new(Semaphore::new(pool.prefetch_per_queue()))),
-                    prefetch: pool.prefetch_per_queue(),
+                    ahead: (prefetch > 0).then(|| Arc::new(Semaphore::new(prefetch))),
+                    prefetch,
                     last_run_us: Arc::new(AtomicU64::new(u64::MAX)),
                     wake,
                 };
