@@ -66,6 +66,11 @@ impl Quotas {
             max_tenant_pending: None,
         }
     }
+
+    /// True when neither quota is set: enqueues count nothing.
+    pub fn is_unbounded(&self) -> bool {
+        self.max_pending.is_none() && self.max_tenant_pending.is_none()
+    }
 }
 
 /// Settings every store takes at construction.

@@ -24,7 +24,7 @@ use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use crate::connections::Connections;
-use crate::enqueue::{self, Batch, Wake};
+use crate::enqueue::{self, Batch, Resolved, Wake};
 use crate::notify::Notifier;
 
 /// Most flushes in flight at once: while one waits for its commit, the next can insert.
@@ -86,10 +86,8 @@ impl Combiner {
 
     /// Whether an enqueue of `jobs` may be grouped: one job, without keys, with quotas off.
     pub(crate) fn accepts(&self, jobs: &[NewJob]) -> bool {
-        let quotas = self.config.quotas;
         matches!(jobs, [job] if job.idempotency_key.is_none() && job.unique_key.is_none())
-            && quotas.max_pending.is_none()
-            && quotas.max_tenant_pending.is_none()
+            && self.config.quotas.is_unbounded()
     }
 
     /// Enqueues the one job of a prepared `batch` (see [`Combiner::accepts`]) with whatever
@@ -133,16 +131,22 @@ impl Combiner {
         Some(state.waiting.drain(..n).collect())
     }
 
-    /// Inserts `jobs` with `ids` in one statement; the answers in order.
-    async fn insert(&self, jobs: Vec<NewJob>, ids: Vec<Uuid>) -> Result<Vec<Enqueued>, Error> {
+    /// Inserts `batch` in one statement, leaving it to the caller; the store's answers.
+    async fn insert(&self, batch: &Batch) -> Result<Resolved, Error> {
         let connections = self
             .connections
             .upgrade()
             .ok_or_else(|| Error::unavailable("the store was closed"))?;
         let mut conn = connections.acquire().await?;
-        let batch = Batch::keyless(jobs, ids);
-        let result = enqueue::enqueue(&mut conn, &self.config, batch, Wake::AfterCommit).await;
-        let enqueue = conn.done(result)?;
+        let result =
+            enqueue::enqueue_answers(&mut conn, &self.config, batch, Wake::AfterCommit).await;
+        conn.done(result)
+    }
+
+    /// Turns the answers into jobs, sends the wake-ups (after the commit) and returns the
+    /// answers in order.
+    fn answered(&self, resolved: Resolved, batch: Batch) -> Result<Vec<Enqueued>, Error> {
+        let enqueue = resolved.into_enqueue(batch)?;
         self.notifier
             .notify(enqueue.ready_queues.iter().map(String::as_str));
         Ok(enqueue.answers)
@@ -158,45 +162,59 @@ impl Combiner {
             ids.push(waiting.id);
             replies.push(waiting.reply);
         }
-        // Kept for inserting one by one should the group fail (see the module docs).
-        let retry = (jobs.len() > 1).then(|| (jobs.clone(), ids.clone()));
-        match self.insert(jobs, ids).await {
-            Ok(answers) => {
-                for (reply, answer) in replies.into_iter().zip(answers) {
-                    let _ = reply.send(Ok(answer));
+        let batch = Batch::keyless(jobs, ids);
+        let error = match self.insert(&batch).await {
+            Ok(resolved) => match self.answered(resolved, batch) {
+                Ok(answers) => {
+                    for (reply, answer) in replies.into_iter().zip(answers) {
+                        let _ = reply.send(Ok(answer));
+                    }
+                    return;
                 }
-            }
-            Err(error) if replies.len() == 1 => {
-                if let Some(reply) = replies.pop() {
-                    let _ = reply.send(Err(error));
-                }
-            }
-            Err(Error::Unavailable { message, .. }) => {
-                for reply in replies {
-                    let _ = reply.send(Err(Error::unavailable(message.clone())));
-                }
-            }
-            Err(Error::Fatal { message, .. }) => {
-                for reply in replies {
-                    let _ = reply.send(Err(Error::fatal(message.clone())));
-                }
-            }
-            Err(error) => {
+                Err(error) => error,
+            },
+            Err(error)
+                if replies.len() > 1
+                    && !matches!(error, Error::Unavailable { .. } | Error::Fatal { .. }) =>
+            {
                 tracing::warn!(%error, jobs = replies.len(), "a grouped enqueue failed; inserting its jobs one by one");
-                let Some((jobs, ids)) = retry else { return };
+                let (jobs, ids) = batch.into_parts();
                 for ((job, id), reply) in jobs.into_iter().zip(ids).zip(replies) {
-                    let answer = self
-                        .insert(vec![job], vec![id])
-                        .await
-                        .and_then(|mut answers| {
-                            answers
-                                .pop()
-                                .ok_or_else(|| Error::fatal("enqueue answered no job"))
-                        });
-                    let _ = reply.send(answer);
+                    let _ = reply.send(self.insert_one(job, id).await);
                 }
+                return;
             }
+            Err(error) => error,
+        };
+        fan_out(replies, error);
+    }
+
+    /// Inserts one job on its own (after its group failed).
+    async fn insert_one(&self, job: NewJob, id: Uuid) -> Result<Enqueued, Error> {
+        let single = Batch::keyless(vec![job], vec![id]);
+        let resolved = self.insert(&single).await?;
+        self.answered(resolved, single)?
+            .pop()
+            .ok_or_else(|| Error::fatal("enqueue answered no job"))
+    }
+}
+
+/// Answers every caller of a group with `error`: itself for a group of one, else the same
+/// outage (`Unavailable`) or failure (`Fatal`, also for anything else) for each.
+fn fan_out(mut replies: Vec<oneshot::Sender<Result<Enqueued, Error>>>, error: Error) {
+    if replies.len() == 1 {
+        if let Some(reply) = replies.pop() {
+            let _ = reply.send(Err(error));
         }
+        return;
+    }
+    let each = |error: &Error| match error {
+        Error::Unavailable { message, .. } => Error::unavailable(message.clone()),
+        Error::Fatal { message, .. } => Error::fatal(message.clone()),
+        other => Error::fatal(other.to_string()),
+    };
+    for reply in replies {
+        let _ = reply.send(Err(each(&error)));
     }
 }
 

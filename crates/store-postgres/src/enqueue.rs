@@ -71,6 +71,11 @@ impl Batch {
         Batch { jobs, ids, hashes }
     }
 
+    /// The jobs and their ids, in order.
+    pub(crate) fn into_parts(self) -> (Vec<NewJob>, Vec<Uuid>) {
+        (self.jobs, self.ids)
+    }
+
     /// The job and id of a batch of one; `None` for any other size.
     pub(crate) fn into_single(self) -> Option<(NewJob, Uuid)> {
         match (<[NewJob; 1]>::try_from(self.jobs), self.ids.as_slice()) {
@@ -119,20 +124,34 @@ pub(crate) async fn enqueue(
             ready_queues: Vec::new(),
         });
     }
+    enqueue_answers(conn, config, &batch, wake)
+        .await?
+        .into_enqueue(batch)
+}
+
+/// [`enqueue`] of a non-empty batch up to the store's answers, leaving `batch` to the caller
+/// (who turns the answers into jobs with [`Resolved::into_enqueue`], or keeps the batch to try
+/// again differently, as the group enqueue does).
+pub(crate) async fn enqueue_answers(
+    conn: &mut PgConnection,
+    config: &StoreConfig,
+    batch: &Batch,
+    wake: Wake,
+) -> Result<Resolved, Error> {
     let quotas = config.quotas;
-    let quota_checked = quotas.max_pending.is_some() || quotas.max_tenant_pending.is_some();
+    let quota_checked = !quotas.is_unbounded();
     let has_keys = batch
         .jobs
         .iter()
         .any(|j| j.idempotency_key.is_some() || j.unique_key.is_some());
     let needs_transaction = quota_checked || (has_keys && batch.len() > 1);
     if !needs_transaction {
-        let (resolved, _) = insert_and_resolve(conn, &batch, Counting::default(), wake).await?;
-        return resolved.into_enqueue(batch);
+        let (resolved, _) = insert_and_resolve(conn, batch, Counting::default(), wake).await?;
+        return Ok(resolved);
     }
     let mut tx = conn.begin().await.store_err()?;
-    let result = enqueue_locked(&mut tx, config, &batch, wake).await;
-    settle(tx, result).await?.into_enqueue(batch)
+    let result = enqueue_locked(&mut tx, config, batch, wake).await;
+    settle(tx, result).await
 }
 
 /// The transactional enqueue: quota locks (when quotas are configured), insert and resolve,
@@ -144,7 +163,7 @@ async fn enqueue_locked(
     wake: Wake,
 ) -> Result<Resolved, Error> {
     let quotas = config.quotas;
-    let quota_checked = quotas.max_pending.is_some() || quotas.max_tenant_pending.is_some();
+    let quota_checked = !quotas.is_unbounded();
     if quota_checked {
         let keys = quota_lock_keys(
             quotas.max_pending.is_some(),
@@ -398,14 +417,14 @@ enum Answer {
 }
 
 /// Every job answered, in input order, with the queues to notify after the commit.
-struct Resolved {
+pub(crate) struct Resolved {
     answers: Vec<Answer>,
     ready_queues: Vec<String>,
 }
 
 impl Resolved {
     /// The answers, building each created job from `batch`'s own input.
-    fn into_enqueue(self, batch: Batch) -> Result<Enqueue, Error> {
+    pub(crate) fn into_enqueue(self, batch: Batch) -> Result<Enqueue, Error> {
         if batch.jobs.len() != self.answers.len() {
             return Err(Error::fatal("enqueue answered another number of jobs"));
         }

@@ -148,7 +148,7 @@ pub(crate) async fn retry(
 
 async fn retry_in(conn: &mut PgConnection, config: &StoreConfig, id: JobId) -> Result<Job, Error> {
     let quotas = config.quotas;
-    let quota_checked = quotas.max_pending.is_some() || quotas.max_tenant_pending.is_some();
+    let quota_checked = !quotas.is_unbounded();
     if quota_checked {
         // Quota locks come before the row lock, in the same order as enqueue takes them.
         let tenant: Option<String> =
