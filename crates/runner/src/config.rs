@@ -255,9 +255,9 @@ impl WorkerConfig {
     ///
     /// # Errors
     /// [`Error::InvalidInput`] naming the field: no pools; a pool without a name or queues,
-    /// with zero (or more than 10,000) slots, a prefetch above 10,000, with a repeated queue, an empty kind filter, a
-    /// kind filter naming an unregistered kind, or no registered kind to claim at all; two
-    /// pools with one name; `max_concurrent` of 0; a lease outside 100 ms..=24 h or not longer
+    /// with zero (or more than 10,000) slots, a prefetch above 10,000, with a repeated queue,
+    /// an empty kind filter, a kind filter naming an unregistered kind, or no registered kind
+    /// to claim at all; two pools with one name; `max_concurrent` of 0; a lease outside 100 ms..=24 h or not longer
     /// than the heartbeat interval; a zero interval; `prune_limit` outside 1..=100,000;
     /// `completer_batch` outside 1..=10,000; `worker_stale_after` not longer than the
     /// heartbeat interval; `store_retry_min` above `store_retry_max`; a kind whose timeout
@@ -302,16 +302,10 @@ impl WorkerConfig {
                     ),
                 ));
             }
-            if pool
-                .prefetch
-                .is_some_and(|prefetch| prefetch > PREFETCH_MAX)
-            {
+            if let Some(prefetch) = pool.prefetch.filter(|&prefetch| prefetch > PREFETCH_MAX) {
                 return Err(Error::invalid(
                     field("prefetch"),
-                    format!(
-                        "must be between 0 and {PREFETCH_MAX}, got {}",
-                        pool.prefetch.unwrap_or_default()
-                    ),
+                    format!("must be between 0 and {PREFETCH_MAX}, got {prefetch}"),
                 ));
             }
             if let Some(kinds) = &pool.kinds {
