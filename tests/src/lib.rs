@@ -111,6 +111,7 @@ macro_rules! contract_suite {
             prune_rejects_bad_limit,
             list_filters_by_queue_state_kind_tenant,
             list_filters_by_meta_containment,
+            list_filters_finished_jobs_by_meta,
             list_paginates_newest_first,
             list_default_page_size,
             list_rejects_bad_filter,

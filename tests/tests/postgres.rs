@@ -903,6 +903,55 @@ pg_test!(
 );
 
 pg_test!(
+    /// The meta containment index (migration 2) covers only finished jobs that have meta, and
+    /// the form in which jobs_list.sql states a meta filter with keys lets the planner use it
+    /// (a filter with keys implies `meta <> '{}'`); the index of migration 1 is gone.
+    meta_index_covers_finished_jobs_with_meta_only,
+    |factory| {
+        let h = factory.open_pg(unbounded_options()).await;
+        let pool = h.store.pool();
+        let definition: String = sqlx::query_scalar(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = 'drover' AND indexname = 'jobs_done_meta_set_idx'",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        assert!(definition.contains("USING gin (meta jsonb_path_ops)"), "{definition}");
+        assert!(definition.contains("meta <> '{}'::jsonb"), "{definition}");
+        let old: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_indexes WHERE schemaname = 'drover' AND indexname = 'jobs_done_meta_idx'",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        assert_eq!(old, 0, "the index of every finished job's meta is dropped");
+        // 5,000 finished jobs without meta and one with: the filter is selective.
+        sqlx::query(
+            "INSERT INTO drover.jobs (id, kind, queue, tenant, args, meta, run_at, state, max_attempts, finished_at) \
+             SELECT gen_random_uuid(), 'k', 'default', 'default', '{}', \
+                    CASE WHEN n = 0 THEN '{\"customer\": \"acme\"}'::jsonb ELSE '{}'::jsonb END, \
+                    now(), 'succeeded', 1, now() \
+             FROM generate_series(0, 4999) AS n",
+        )
+        .execute(pool)
+        .await
+        .unwrap();
+        sqlx::query("ANALYZE drover.jobs").execute(pool).await.unwrap();
+        let mut conn = pool.acquire().await.unwrap();
+        let plan: Vec<String> = sqlx::query_scalar(
+            "EXPLAIN SELECT j.id FROM drover.jobs j WHERE j.state = 'succeeded' \
+             AND ($1::jsonb IS NULL OR $1 = '{}'::jsonb OR (j.meta @> $1 AND j.meta <> '{}'::jsonb))",
+        )
+        .bind(serde_json::json!({"customer": "acme"}))
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap();
+        let plan = plan.join("\n");
+        assert!(plan.contains("jobs_done_meta_set_idx"), "{plan}");
+    }
+);
+
+pg_test!(
     /// Migrations applied concurrently from 4 tasks run once; migrate is idempotent;
     /// applied_versions lists them; nothing lands in schema public.
     migrate_concurrently_once_and_idempotent,

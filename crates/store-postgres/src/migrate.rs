@@ -50,11 +50,18 @@ pub struct AppliedMigration {
     pub checksum: String,
 }
 
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "initial",
-    sql: include_str!("../migrations/0001_initial.sql"),
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "initial",
+        sql: include_str!("../migrations/0001_initial.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "meta_index_nonempty",
+        sql: include_str!("../migrations/0002_meta_index_nonempty.sql"),
+    },
+];
 
 const BOOTSTRAP: &str = include_str!("sql/migrations_bootstrap.sql");
 

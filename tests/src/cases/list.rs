@@ -6,7 +6,8 @@ use drover_core::{JobId, JobState, ListJobs};
 use serde_json::{json, Value};
 
 use super::{
-    claim, enqueue, expect_invalid, expect_not_found, job, kind, queue, tenant, unbounded,
+    claim, complete, enqueue, expect_invalid, expect_not_found, failed_job, job, kind, queue,
+    start, tenant, unbounded,
 };
 use crate::StoreFactory;
 
@@ -133,6 +134,93 @@ pub async fn list_filters_by_meta_containment(f: &dyn StoreFactory) {
     assert!(by_meta(json!({"tags": ["green"]})).await.is_empty());
     assert!(by_meta(json!({"customer": "ACME"})).await.is_empty());
     assert!(by_meta(json!({"nested": {"x": "1"}})).await.is_empty());
+}
+
+/// The meta filter reaches finished jobs the same way: succeeded, failed and cancelled jobs
+/// with meta match a filter they contain, jobs without meta (`{}`) match only the empty filter,
+/// and each filter combines with a state filter.
+pub async fn list_filters_finished_jobs_by_meta(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let done_acme = start(
+        &*store,
+        job("m1", json!(1)).with_meta(json!({"customer": "acme"})),
+    )
+    .await;
+    complete(&*store, &done_acme).await;
+    let done_bare = start(&*store, job("m2", json!(2))).await;
+    complete(&*store, &done_bare).await;
+    let failed_acme = failed_job(
+        &*store,
+        job("m3", json!(3)).with_meta(json!({"customer": "acme", "n": 1})),
+    )
+    .await;
+    let failed_globex = failed_job(
+        &*store,
+        job("m4", json!(4)).with_meta(json!({"customer": "globex"})),
+    )
+    .await;
+    let cancelled_acme = enqueue(
+        &*store,
+        job("m5", json!(5)).with_meta(json!({"customer": "acme"})),
+    )
+    .await;
+    store.job_cancel(cancelled_acme.id).await.unwrap();
+    let queued_acme = enqueue(
+        &*store,
+        job("m6", json!(6)).with_meta(json!({"customer": "acme"})),
+    )
+    .await;
+    let list = |meta: Value, state: Option<JobState>| {
+        let store = store.clone();
+        async move {
+            let query = ListJobs {
+                meta: Some(meta),
+                state,
+                ..ListJobs::default()
+            };
+            let page = store.jobs_list(query).await.unwrap();
+            page.jobs.into_iter().map(|j| j.id).collect::<Vec<JobId>>()
+        }
+    };
+    assert_eq!(
+        list(json!({"customer": "acme"}), None).await,
+        vec![
+            queued_acme.id,
+            cancelled_acme.id,
+            failed_acme.id,
+            done_acme.id
+        ]
+    );
+    assert_eq!(
+        list(json!({"customer": "acme"}), Some(JobState::Succeeded)).await,
+        vec![done_acme.id]
+    );
+    assert_eq!(
+        list(json!({"customer": "acme"}), Some(JobState::Failed)).await,
+        vec![failed_acme.id]
+    );
+    assert_eq!(
+        list(json!({"customer": "acme"}), Some(JobState::Cancelled)).await,
+        vec![cancelled_acme.id]
+    );
+    assert_eq!(list(json!({"n": 1}), None).await, vec![failed_acme.id]);
+    assert_eq!(
+        list(json!({}), None).await,
+        vec![
+            queued_acme.id,
+            cancelled_acme.id,
+            failed_globex.id,
+            failed_acme.id,
+            done_bare.id,
+            done_acme.id
+        ]
+    );
+    assert_eq!(
+        list(json!({}), Some(JobState::Succeeded)).await,
+        vec![done_bare.id, done_acme.id]
+    );
+    assert!(list(json!({"customer": "initech"}), None).await.is_empty());
 }
 
 /// Keyset pagination walks every job exactly once, newest first, and the last page has no
