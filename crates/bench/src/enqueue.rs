@@ -71,11 +71,17 @@ pub async fn single(
 /// # Errors
 /// The first enqueue error.
 pub async fn batches(store: &dyn JobStore, n: usize, batch: usize) -> Result<Duration, Error> {
-    let mut jobs = bench_jobs(n)?;
-    let mut chunks = Vec::with_capacity(n.div_ceil(batch.max(1)));
-    while !jobs.is_empty() {
-        let rest = jobs.split_off(batch.min(jobs.len()));
-        chunks.push(std::mem::replace(&mut jobs, rest));
+    let batch = batch.max(1);
+    let mut jobs = bench_jobs(n)?.into_iter();
+    // Moved out chunk by chunk (splitting the front off the vector would copy the rest each
+    // time: quadratic in `n`).
+    let mut chunks = Vec::with_capacity(n.div_ceil(batch));
+    loop {
+        let chunk: Vec<NewJob> = jobs.by_ref().take(batch).collect();
+        if chunk.is_empty() {
+            break;
+        }
+        chunks.push(chunk);
     }
     let started = Instant::now();
     for chunk in chunks {

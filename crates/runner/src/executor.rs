@@ -128,8 +128,9 @@ impl Reservation {
 pub(crate) struct Starter {
     pub(crate) tracker: TaskTracker,
     pub(crate) completer: UnboundedSender<Completion>,
-    /// Fired when shutdown begins: jobs still waiting for a slot are released at once.
-    pub(crate) stop_claims: CancellationToken,
+    /// Fired when shutdown begins: jobs still waiting for a slot are released at once. Shared
+    /// behind an `Arc`: cloning a `CancellationToken` takes its mutex, once per job otherwise.
+    pub(crate) stop_claims: Arc<CancellationToken>,
 }
 
 impl Starter {
@@ -174,7 +175,7 @@ impl Starter {
                     job,
                     slot,
                     self.completer.clone(),
-                    self.stop_claims.clone(),
+                    Arc::clone(&self.stop_claims),
                 )
                 .instrument(span),
             );
@@ -204,11 +205,16 @@ async fn wait_for_slot(
     slots: Arc<Semaphore>,
     stop_claims: &CancellationToken,
 ) -> Result<OwnedSemaphorePermit, Option<Finish>> {
-    let acquired = tokio::select! {
-        biased;
-        () = shared.cancel.cancelled() => None,
-        () = stop_claims.cancelled() => return Err(Some(Finish::Released)),
-        permit = slots.acquire_owned() => permit.ok(),
+    // A slot free at once needs no waiting (and no registration with the two tokens).
+    let acquired = match Arc::clone(&slots).try_acquire_owned() {
+        Ok(permit) if !stop_claims.is_cancelled() => Some(permit),
+        Ok(_) => return Err(Some(Finish::Released)),
+        Err(_) => tokio::select! {
+            biased;
+            () = shared.cancel.cancelled() => None,
+            () = stop_claims.cancelled() => return Err(Some(Finish::Released)),
+            permit = slots.acquire_owned() => permit.ok(),
+        },
     };
     match (acquired, shared.reason()) {
         (Some(permit), None) => Ok(permit),
@@ -227,7 +233,7 @@ async fn execute(
     shared: Arc<JobShared>,
     place: Option<Place>,
     completer: UnboundedSender<Completion>,
-    stop_claims: CancellationToken,
+    stop_claims: Arc<CancellationToken>,
 ) {
     let job = &shared.job;
     let slot = match place {

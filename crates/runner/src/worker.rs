@@ -132,7 +132,7 @@ impl Worker {
         let starter = Starter {
             tracker: tracker.clone(),
             completer: completer_tx,
-            stop_claims: stop_claims.clone(),
+            stop_claims: Arc::new(stop_claims.clone()),
         };
         let global = rt
             .config
