@@ -611,6 +611,54 @@ pub async fn enqueue_tenant_quota(f: &dyn StoreFactory) {
     assert_eq!(all_jobs(&*store).await.len(), 3);
 }
 
+/// Concurrent one-job enqueues under quotas are each admitted or refused on their own: with
+/// room for 20 jobs in total and 8 per tenant, 48 concurrent calls of three tenants (16 each)
+/// store exactly 20 (fewer would need every tenant full, 24), at most 8 of any tenant; every
+/// refusal is `QuotaExceeded` and every admitted call gets its own stored job.
+pub async fn enqueue_concurrent_single_jobs_under_quotas(f: &dyn StoreFactory) {
+    let h = f.open(with_quotas(Some(20), Some(8))).await;
+    let store = h.store();
+    let calls = (0..48).map(|n| {
+        let store = Arc::clone(&store);
+        async move {
+            let owner = ["acme", "globex", "initech"][n % 3];
+            let new = job("burst", json!({"n": n})).with_tenant(tenant(owner));
+            (n, owner, store.jobs_enqueue(vec![new]).await)
+        }
+    });
+    let mut admitted = std::collections::HashMap::new();
+    let mut refused = 0;
+    for (n, owner, answer) in futures::future::join_all(calls).await {
+        match answer {
+            Ok(answers) => {
+                assert_eq!(answers.len(), 1);
+                assert_eq!(answers[0].status, EnqueueStatus::Created);
+                assert_eq!(answers[0].job.args, json!({"n": n}));
+                assert_eq!(answers[0].job.tenant.as_str(), owner);
+                assert!(
+                    admitted.insert(answers[0].job.id, owner).is_none(),
+                    "each call gets its own job"
+                );
+            }
+            Err(Error::QuotaExceeded { .. }) => refused += 1,
+            Err(other) => panic!("expected a job or QuotaExceeded, got {other:?}"),
+        }
+    }
+    let stored = all_jobs(&*store).await;
+    assert_eq!(stored.len(), 20, "the global quota is filled exactly");
+    assert_eq!(refused, 28);
+    for owner in ["acme", "globex", "initech"] {
+        let held = stored.iter().filter(|j| j.tenant.as_str() == owner).count();
+        assert!(
+            held <= 8,
+            "tenant {owner} holds {held} jobs, over its quota of 8"
+        );
+    }
+    for job in &stored {
+        assert_eq!(admitted.get(&job.id), Some(&job.tenant.as_str()));
+    }
+}
+
 /// A batch that would overshoot a quota is refused whole; one that fits is accepted.
 pub async fn enqueue_quota_refuses_whole_batch(f: &dyn StoreFactory) {
     let h = f.open(with_quotas(Some(5), None)).await;
