@@ -243,12 +243,21 @@ fn a_closed_stdout_ends_quietly() {
 }
 
 fn dev(args: &[&str]) -> Value {
+    dev_exiting(args, 0)
+}
+
+/// Runs `drover dev --json` and expects exit code `code` (1 when input lines were rejected:
+/// the summary is printed all the same).
+fn dev_exiting(args: &[&str], code: i32) -> Value {
     let mut all = vec!["dev", "--json"];
     all.extend_from_slice(args);
     let out = drover(&all);
     let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    assert_eq!(out.status.code(), Some(code), "{stderr}");
     assert!(stderr.contains("in-memory development mode"), "{stderr}");
+    if code != 0 {
+        assert!(stderr.contains("input line(s) rejected"), "{stderr}");
+    }
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("no JSON summary ({e}): {}", text(&out.stdout)))
 }
@@ -285,7 +294,7 @@ fn dev_runs_the_demo_set() {
 
 #[test]
 fn dev_reports_bad_lines_and_unknown_kinds_and_runs_the_rest() {
-    let summary = dev(&["--jobs", &example("jobs-with-errors.jsonl")]);
+    let summary = dev_exiting(&["--jobs", &example("jobs-with-errors.jsonl")], 1);
     let lines: Vec<u64> = summary["rejected"]
         .as_array()
         .unwrap()
@@ -305,7 +314,7 @@ fn dev_reports_bad_lines_and_unknown_kinds_and_runs_the_rest() {
         "{\"kind\": \"noop\"}\n{\"kind\": \"email.send\"}\n{\"kind\": \"exec\", \"args\": {\"program\": \"/bin/echo\"}}\n",
     )
     .unwrap();
-    let summary = dev(&["--jobs", file.to_str().unwrap(), "--max-wait", "60s"]);
+    let summary = dev_exiting(&["--jobs", file.to_str().unwrap(), "--max-wait", "60s"], 1);
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(summary["total"], 1, "{summary}");
     assert_eq!(summary["unfinished"], 0, "{summary}");

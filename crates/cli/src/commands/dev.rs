@@ -343,7 +343,16 @@ pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()>
         let _ = server.await;
     }
     report.map_err(|e| anyhow!("{e}"))?;
-    Ok(())
+    if summary.rejected.is_empty() {
+        Ok(())
+    } else {
+        // As `drover enqueue --file`: the good lines ran; the exit code still tells a script
+        // that some were not.
+        Err(anyhow!(
+            "{} input line(s) rejected (listed above); every other line was run",
+            summary.rejected.len()
+        ))
+    }
 }
 
 fn print_summary(ctx: &Ctx, s: &DevSummary) -> Result<()> {
