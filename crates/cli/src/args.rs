@@ -30,7 +30,8 @@ pub struct Cli {
     pub json: bool,
 
     /// Log filter for diagnostics on stderr (e.g. info, drover_runner=debug; or RUST_LOG).
-    #[arg(long, global = true, value_name = "FILTER")]
+    /// A filter that does not parse is refused (exit 2), not ignored.
+    #[arg(long, global = true, value_name = "FILTER", value_parser = log_filter)]
     pub log: Option<String>,
 
     /// The command.
@@ -456,4 +457,12 @@ pub struct DevArgs {
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s)
         .map_err(|e| format!("{e}; use forms like 500ms, 30s, 10m, 1h30m, 7d"))
+}
+
+/// Checks a `--log` filter with tracing's own parser (`EnvFilter` directive syntax); keeps the
+/// text as given.
+fn log_filter(filter: &str) -> Result<String, String> {
+    tracing_subscriber::EnvFilter::try_new(filter)
+        .map(|_| filter.to_owned())
+        .map_err(|error| format!("not a log filter ({error}); e.g. info or drover_runner=debug"))
 }

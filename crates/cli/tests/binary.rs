@@ -331,3 +331,17 @@ fn dev_reports_bad_lines_and_unknown_kinds_and_runs_the_rest() {
         .unwrap()
         .contains("--allow-exec"));
 }
+
+#[test]
+fn a_log_filter_that_does_not_parse_is_refused() {
+    let out = drover(&["--log", "foo=bar=baz[", "completions", "bash"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--log"), "{stderr}");
+    assert!(stderr.contains("not a log filter"), "{stderr}");
+    assert!(out.stdout.is_empty(), "nothing ran");
+
+    let out = drover(&["--log", "info,drover_runner=debug", "completions", "bash"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!out.stdout.is_empty());
+}
