@@ -59,13 +59,14 @@ impl CronSpec {
             )
         })?;
         Ok(CronSpec {
-            expr: expr.to_owned(),
+            expr: expr.split_whitespace().collect::<Vec<_>>().join(" "),
             zone,
             cron,
         })
     }
 
-    /// The expression as given.
+    /// The expression in its stored form: its fields as given, separated by single spaces
+    /// (leading and trailing space dropped), so `" 0  9 * * 1 "` is kept as `"0 9 * * 1"`.
     pub fn expr(&self) -> &str {
         &self.expr
     }
@@ -225,7 +226,7 @@ impl NewSchedule {
     }
 
     /// Checks the expression, the zone, that it fires at least once after `now`, and the job
-    /// fields.
+    /// fields. Stores keep the returned spec's [`CronSpec::expr`] (the normalized expression).
     ///
     /// # Errors
     /// [`Error::InvalidInput`] naming `cron` (bad, or never fires), `timezone`, `args` or

@@ -337,10 +337,10 @@ pub(crate) async fn schedule_upsert(
     schedule: NewSchedule,
 ) -> Result<Schedule, Error> {
     let now = now(&mut *conn).await?;
-    schedule.validate(now, &config.sizes)?;
+    let spec = schedule.validate(now, &config.sizes)?;
     sqlx::query_as::<_, ScheduleRecord>(sql::SCHEDULE_UPSERT)
         .bind(schedule.name.as_str())
-        .bind(&schedule.cron)
+        .bind(spec.expr())
         .bind(&schedule.timezone)
         .bind(schedule.kind.as_str())
         .bind(&schedule.args)

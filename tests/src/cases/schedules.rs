@@ -85,6 +85,15 @@ pub async fn schedules_upsert_list_remove(f: &dyn StoreFactory) {
     store.schedule_remove(name("b-nightly")).await.unwrap();
     expect_not_found(store.schedule_remove(name("b-nightly")).await);
     assert_eq!(store.schedules_list().await.unwrap().len(), 1);
+
+    // The expression is stored with its fields separated by single spaces.
+    let mut spaced = every_minute("c-spaced");
+    spaced.cron = "  0  9  * *   1-5 ".into();
+    let stored = store.schedule_upsert(spaced).await.unwrap();
+    assert_eq!(stored.cron, "0 9 * * 1-5");
+    let listed = store.schedules_list().await.unwrap();
+    let listed = listed.iter().find(|s| s.name == name("c-spaced")).unwrap();
+    assert_eq!(listed.cron, "0 9 * * 1-5");
 }
 
 /// A bad expression, an unknown zone, or an expression that never fires is refused.
