@@ -119,6 +119,7 @@ macro_rules! contract_suite {
             list_get_unknown_is_not_found,
             queues_pause_resume_idempotent,
             queues_list_shows_queues_with_jobs_or_pause,
+            queues_resume_of_an_empty_queue_leaves_no_entry,
             snapshot_counts_per_state,
             snapshot_oldest_ready_age,
             snapshot_includes_paused_empty_queue,

@@ -485,16 +485,13 @@ impl JobStore for MemoryStore {
     }
 
     async fn queue_resume(&self, queue: QueueName) -> Result<QueueInfo> {
-        let info = {
-            let mut inner = self.inner.lock();
-            let info = inner.queues.entry(queue.clone()).or_insert(QueueInfo {
-                name: queue.clone(),
-                paused: false,
-                paused_at: None,
-            });
-            info.paused = false;
-            info.paused_at = None;
-            info.clone()
+        // A queue's entry only stores a pause: resuming removes it (as the PostgreSQL store
+        // deletes its row), so a queue resumed by mistake is not listed.
+        self.inner.lock().queues.remove(&queue);
+        let info = QueueInfo {
+            name: queue.clone(),
+            paused: false,
+            paused_at: None,
         };
         self.publish(StoreEvent::JobsAvailable { queue });
         Ok(info)

@@ -36,3 +36,23 @@ pub async fn queues_list_shows_queues_with_jobs_or_pause(f: &dyn StoreFactory) {
         vec![false, true, false]
     );
 }
+
+/// Resuming leaves nothing behind: a queue resumed without ever having jobs (a typo, say), or
+/// paused and resumed while empty, is not listed; one with jobs is listed unpaused.
+pub async fn queues_resume_of_an_empty_queue_leaves_no_entry(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let resumed = store.queue_resume(queue("typo")).await.unwrap();
+    assert_eq!(
+        (resumed.name.as_str(), resumed.paused, resumed.paused_at),
+        ("typo", false, None)
+    );
+    store.queue_pause(queue("empty")).await.unwrap();
+    store.queue_resume(queue("empty")).await.unwrap();
+    enqueue(&*store, job("k", json!(1)).with_queue(queue("busy"))).await;
+    store.queue_pause(queue("busy")).await.unwrap();
+    store.queue_resume(queue("busy")).await.unwrap();
+    let list: Vec<QueueInfo> = store.queues_list().await.unwrap();
+    let listed: Vec<(&str, bool)> = list.iter().map(|q| (q.name.as_str(), q.paused)).collect();
+    assert_eq!(listed, vec![("busy", false)]);
+}

@@ -1,17 +1,13 @@
--- Resume a queue (storing its unpaused state, like a pause stores its paused one) and wake
--- idle workers with a NOTIFY carrying the queue name.
+-- Resume a queue and wake idle workers with a NOTIFY carrying the queue name. A queue's row
+-- exists only to store a pause, so resuming removes it: a queue resumed by mistake (a typo, a
+-- queue that never had jobs) leaves nothing behind in the queue list.
 --
 -- $1 name text.
 WITH resumed AS (
-    INSERT INTO drover.queues AS q (name, paused, paused_at)
-    VALUES ($1, false, NULL)
-    ON CONFLICT (name) DO UPDATE
-    SET paused = false, paused_at = NULL
-    RETURNING q.name, q.paused, q.paused_at
+    DELETE FROM drover.queues WHERE name = $1
 ),
 notified AS (
     SELECT pg_notify('drover_jobs', $1)
 )
-SELECT resumed.name, resumed.paused, resumed.paused_at,
+SELECT $1::text AS name, false AS paused, NULL::timestamptz AS paused_at,
        (SELECT count(*) FROM notified) AS notified_queues
-FROM resumed
