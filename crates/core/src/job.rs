@@ -521,9 +521,16 @@ pub fn check_batch_idempotency(jobs: &[NewJob], hashes: &[Option<String>]) -> Re
     Ok(())
 }
 
-/// Truncates an error message to [`ERROR_MESSAGE_MAX_BYTES`] at a character boundary.
+/// The stored form of an error message, the same on every store: NUL characters (which
+/// PostgreSQL text cannot hold) replaced by U+FFFD, then truncated to
+/// [`ERROR_MESSAGE_MAX_BYTES`] at a character boundary. A message is never refused: the
+/// outcome of a run must always be recordable.
 pub fn truncate_message(message: &str) -> String {
-    truncate_to(message, ERROR_MESSAGE_MAX_BYTES)
+    if message.contains('\0') {
+        truncate_to(&message.replace('\0', "\u{fffd}"), ERROR_MESSAGE_MAX_BYTES)
+    } else {
+        truncate_to(message, ERROR_MESSAGE_MAX_BYTES)
+    }
 }
 
 /// Truncates `s` to at most `max` bytes at a character boundary.
@@ -598,6 +605,16 @@ mod tests {
         let far = Utc.with_ymd_and_hms(1960, 1, 1, 0, 0, 0).unwrap();
         assert_eq!(field(job().with_run_at(RunAt::At(far))), "run_at");
         assert!(job().validate(&sizes).is_ok());
+    }
+
+    #[test]
+    fn stored_messages_replace_nul_before_truncating() {
+        assert_eq!(truncate_message("a\u{0}b"), "a\u{fffd}b");
+        let long = format!("{}\u{0}", "x".repeat(ERROR_MESSAGE_MAX_BYTES - 1));
+        let stored = truncate_message(&long);
+        assert!(stored.len() <= ERROR_MESSAGE_MAX_BYTES);
+        assert!(!stored.contains('\0'));
+        assert!(stored.starts_with(&"x".repeat(ERROR_MESSAGE_MAX_BYTES - 1)));
     }
 
     #[test]

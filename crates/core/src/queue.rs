@@ -76,15 +76,27 @@ pub struct WorkerInfo {
     pub last_heartbeat_at: DateTime<Utc>,
 }
 
+/// Most bytes of a worker's host name a store keeps.
+pub const HOST_MAX_BYTES: usize = 255;
+
 /// What a worker registers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerRegistration {
     /// Id (unique per process start).
     pub id: WorkerId,
-    /// Host name (at most 255 bytes are kept).
+    /// Host name (stored as [`WorkerRegistration::stored_host`] gives it).
     pub host: String,
     /// Process id.
     pub pid: u32,
     /// Queues it serves.
     pub queues: Vec<QueueName>,
+}
+
+impl WorkerRegistration {
+    /// The host name as every store keeps it: NUL characters (which PostgreSQL text cannot
+    /// hold) replaced by U+FFFD, then at most [`HOST_MAX_BYTES`] bytes, cut at a character
+    /// boundary. A registration is never refused for its host name.
+    pub fn stored_host(&self) -> String {
+        crate::job::truncate_to(&self.host.replace('\0', "\u{fffd}"), HOST_MAX_BYTES)
+    }
 }

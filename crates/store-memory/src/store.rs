@@ -31,8 +31,6 @@ use crate::inner::{micros, Inner, Prepared, StoredLimit};
 pub const EVENT_BUFFER: usize = 1024;
 /// Largest `limit` accepted by `jobs_prune`.
 pub const PRUNE_LIMIT_MAX: u32 = 100_000;
-/// Longest worker host name kept, in bytes.
-const HOST_MAX_BYTES: usize = 255;
 
 /// The in-memory job store: DESIGN.md's explicit development mode (nothing survives a restart)
 /// and the benchmark baseline.
@@ -567,7 +565,7 @@ impl JobStore for MemoryStore {
         let now = self.clock_now();
         let info = WorkerInfo {
             id: worker.id.clone(),
-            host: drover_core::job::truncate_to(&worker.host, HOST_MAX_BYTES),
+            host: worker.stored_host(),
             pid: worker.pid,
             queues: worker.queues,
             started_at: now,

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use drover_core::error::Entity;
-use drover_core::job::truncate_to;
 use drover_core::{
     Error, Job, JobId, JobPage, JobState, LimitKey, LimitPolicy, LimitStatus, ListJobs,
     NewSchedule, QueueInfo, QueueName, QueueSnapshot, Schedule, ScheduleName, Snapshot,
@@ -20,9 +19,6 @@ use crate::claim::running_counts;
 use crate::error::SqlxResultExt;
 use crate::records::{into_jobs, micros, JobRecord, LimitRecord, ScheduleRecord, WorkerRecord};
 use crate::sql;
-
-/// Longest host name kept for a worker, in bytes.
-const HOST_BYTES_MAX: usize = 255;
 
 /// The database clock.
 pub(crate) async fn now(conn: &mut PgConnection) -> Result<DateTime<Utc>, Error> {
@@ -179,7 +175,7 @@ pub(crate) async fn worker_register(
     conn: &mut PgConnection,
     worker: WorkerRegistration,
 ) -> Result<WorkerInfo, Error> {
-    let host = truncate_to(&worker.host.replace('\0', "\u{fffd}"), HOST_BYTES_MAX);
+    let host = worker.stored_host();
     let queues: Vec<&str> = worker.queues.iter().map(QueueName::as_str).collect();
     sqlx::query_as::<_, WorkerRecord>(sql::WORKER_REGISTER)
         .bind(worker.id.as_str())

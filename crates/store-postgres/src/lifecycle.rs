@@ -294,12 +294,6 @@ async fn reconcile_in(
     resolution: Resolution,
 ) -> Result<Transition, Error> {
     let (mut job, now) = lock_job(conn, id).await?;
-    let resolution = match resolution {
-        Resolution::Failed { message } => Resolution::Failed {
-            message: message.replace('\0', "\u{fffd}"),
-        },
-        other => other,
-    };
     let transition = apply(&mut job, Event::Reconciled { token, resolution }, now)?;
     write_job(conn, &job, false).await?;
     Ok(transition)

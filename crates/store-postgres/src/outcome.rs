@@ -99,17 +99,6 @@ pub(crate) async fn heartbeat(
         .collect())
 }
 
-/// A message as stored: truncated like `job::truncate_message`, with NUL characters (which
-/// PostgreSQL text cannot hold) replaced by U+FFFD.
-fn stored_message(message: &str) -> String {
-    let message = truncate_message(message);
-    if message.contains('\0') {
-        message.replace('\0', "\u{fffd}")
-    } else {
-        message
-    }
-}
-
 /// The common batch, every item a success with a distinct id, with finish_succeeded.sql;
 /// `None` (nothing written) for any other batch.
 async fn finish_succeeded(
@@ -198,7 +187,7 @@ pub(crate) async fn finish(
             Finish::Failed { message, retry } => (
                 "failed",
                 None,
-                Some(stored_message(message)),
+                Some(truncate_message(message)),
                 match retry {
                     Retry::After(d) => Some(micros(*d)),
                     Retry::Never => None,
@@ -207,7 +196,7 @@ pub(crate) async fn finish(
             Finish::Snoozed { delay } => ("snoozed", None, None, Some(micros(*delay))),
             Finish::Released => ("released", None, None, None),
             Finish::Cancelled { message } => {
-                ("cancelled", None, Some(stored_message(message)), None)
+                ("cancelled", None, Some(truncate_message(message)), None)
             }
         };
         outcomes.push(outcome);

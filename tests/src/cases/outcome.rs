@@ -123,6 +123,54 @@ pub async fn outcome_fail_without_retry_fails_at_once(f: &dyn StoreFactory) {
     assert_eq!((failed.attempt, failed.errors.len()), (1, 1));
 }
 
+/// A failure or cancellation message is never refused: NUL characters (which PostgreSQL text
+/// cannot hold) are stored as U+FFFD on every store, through the batch and the one-job write,
+/// and a message longer than the limit is cut at a character boundary after that.
+pub async fn outcome_message_with_nul_is_stored_with_replacement(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let failing = start(&*store, job("nul-a", json!(1)).with_max_attempts(1)).await;
+    let to = finish(
+        &*store,
+        &failing,
+        Finish::Failed {
+            message: "bad\u{0}byte".into(),
+            retry: Retry::Never,
+        },
+    )
+    .await;
+    assert_eq!(to, JobState::Failed);
+    let failed = store.job_get(failing.id).await.unwrap();
+    assert_eq!(failed.errors[0].message, "bad\u{fffd}byte");
+
+    let cancelling = start(&*store, job("nul-b", json!(2))).await;
+    let replies = store
+        .jobs_finish(vec![FinishItem {
+            id: cancelling.id,
+            token: cancelling.fencing_token,
+            finish: Finish::Cancelled {
+                message: format!("{}\u{0}", "é".repeat(5_000)),
+            },
+        }])
+        .await
+        .unwrap();
+    assert_eq!(
+        replies,
+        vec![FinishReply::Recorded {
+            id: cancelling.id,
+            to: JobState::Cancelled
+        }]
+    );
+    let cancelled = store.job_get(cancelling.id).await.unwrap();
+    let message = &cancelled.errors[0].message;
+    assert!(!message.contains('\0'), "{message}");
+    assert_eq!(
+        message.as_str(),
+        drover_core::job::truncate_message(&format!("{}\u{fffd}", "é".repeat(5_000)))
+    );
+    assert!(message.len() <= drover_core::job::ERROR_MESSAGE_MAX_BYTES);
+}
+
 /// A snooze requeues at now + delay without spending the attempt.
 pub async fn outcome_snooze_does_not_spend_attempt(f: &dyn StoreFactory) {
     let h = f.open(unbounded()).await;

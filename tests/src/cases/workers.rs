@@ -16,6 +16,24 @@ fn registration(id: &str) -> WorkerRegistration {
     }
 }
 
+/// A host name is never refused: every store keeps it with NUL characters replaced by U+FFFD
+/// and cut to 255 bytes at a character boundary.
+pub async fn workers_host_name_is_stored_sanitized(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let mut nul = registration("w-nul");
+    nul.host = "rack\u{0}7".into();
+    let info = store.worker_register(nul).await.unwrap();
+    assert_eq!(info.host, "rack\u{fffd}7");
+    let mut long = registration("w-long");
+    long.host = "é".repeat(200);
+    let info = store.worker_register(long).await.unwrap();
+    assert_eq!(info.host, "é".repeat(127));
+    let listed = store.workers_list().await.unwrap();
+    let hosts: Vec<&str> = listed.iter().map(|w| w.host.as_str()).collect();
+    assert_eq!(hosts, vec![&*"é".repeat(127), "rack\u{fffd}7"]);
+}
+
 /// A registered worker is listed with its details; heartbeats move its heartbeat time; a
 /// deregistered one is gone.
 pub async fn workers_register_heartbeat_list_deregister(f: &dyn StoreFactory) {
