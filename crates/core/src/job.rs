@@ -526,10 +526,17 @@ pub fn check_batch_idempotency(jobs: &[NewJob], hashes: &[Option<String>]) -> Re
 /// [`ERROR_MESSAGE_MAX_BYTES`] at a character boundary. A message is never refused: the
 /// outcome of a run must always be recordable.
 pub fn truncate_message(message: &str) -> String {
-    if message.contains('\0') {
-        truncate_to(&message.replace('\0', "\u{fffd}"), ERROR_MESSAGE_MAX_BYTES)
+    stored_text(message, ERROR_MESSAGE_MAX_BYTES)
+}
+
+/// Free text as every store keeps it: NUL characters (which PostgreSQL text cannot hold)
+/// replaced by U+FFFD, then at most `max` bytes, cut at a character boundary (error messages,
+/// worker host names).
+pub fn stored_text(text: &str, max: usize) -> String {
+    if text.contains('\0') {
+        truncate_to(&text.replace('\0', "\u{fffd}"), max)
     } else {
-        truncate_to(message, ERROR_MESSAGE_MAX_BYTES)
+        truncate_to(text, max)
     }
 }
 

@@ -97,6 +97,6 @@ impl WorkerRegistration {
     /// hold) replaced by U+FFFD, then at most [`HOST_MAX_BYTES`] bytes, cut at a character
     /// boundary. A registration is never refused for its host name.
     pub fn stored_host(&self) -> String {
-        crate::job::truncate_to(&self.host.replace('\0', "\u{fffd}"), HOST_MAX_BYTES)
+        crate::job::stored_text(&self.host, HOST_MAX_BYTES)
     }
 }

@@ -23,6 +23,12 @@ pub const CRON_MAX_LEN: usize = 256;
 /// Most ticks examined in one computation before giving up (guards pathological patterns).
 const SEARCH_STEPS_MAX: usize = 100_000;
 
+/// The stored form of a cron expression: its fields separated by single spaces, without
+/// leading or trailing space.
+fn normalized(expr: &str) -> String {
+    expr.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// A parsed cron expression bound to a time zone.
 #[derive(Debug, Clone)]
 pub struct CronSpec {
@@ -59,7 +65,7 @@ impl CronSpec {
             )
         })?;
         Ok(CronSpec {
-            expr: expr.split_whitespace().collect::<Vec<_>>().join(" "),
+            expr: normalized(expr),
             zone,
             cron,
         })
@@ -275,11 +281,12 @@ pub struct Schedule {
 }
 
 impl Schedule {
-    /// Builds the stored form of `new` at `now`.
+    /// Builds the stored form of `new` at `now` (the cron expression normalized as
+    /// [`CronSpec::expr`] gives it).
     pub fn from_new(new: NewSchedule, now: DateTime<Utc>) -> Self {
         Schedule {
             name: new.name,
-            cron: new.cron,
+            cron: normalized(&new.cron),
             timezone: new.timezone,
             kind: new.kind,
             args: new.args,

@@ -662,9 +662,8 @@ impl JobStore for MemoryStore {
     async fn schedule_upsert(&self, schedule: NewSchedule) -> Result<Schedule> {
         let mut inner = self.inner.lock();
         let now = self.clock_now();
-        let spec = schedule.validate(now, &self.config.sizes)?;
-        let mut stored = Schedule::from_new(schedule, now);
-        stored.cron = spec.expr().to_owned();
+        schedule.validate(now, &self.config.sizes)?;
+        let stored = Schedule::from_new(schedule, now);
         inner.schedules.insert(stored.name.clone(), stored.clone());
         Ok(stored)
     }
