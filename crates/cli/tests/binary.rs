@@ -345,3 +345,73 @@ fn a_log_filter_that_does_not_parse_is_refused() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(!out.stdout.is_empty());
 }
+
+/// `drover serve` on the memory store stops cleanly on SIGTERM and says what it finishes
+/// meanwhile: the requests in flight without `--worker`, the running jobs with it.
+#[cfg(unix)]
+#[test]
+fn serve_says_what_it_finishes_on_sigterm() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    for (extra, says, never) in [
+        (&[][..], "finishing requests in flight", "running jobs"),
+        (
+            &["--worker"][..],
+            "finishing running jobs",
+            "requests in flight",
+        ),
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_drover"))
+            .args(["serve", "--insecure-no-auth", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .env_remove("DROVER_DATABASE_URL")
+            .env_remove("DROVER_API_TOKENS")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run drover serve");
+        let pid = child.id().to_string();
+        // Kills the server if it has not exited within a minute, so a hang fails the test.
+        let (exited_tx, exited_rx) = mpsc::channel::<()>();
+        let watchdog_pid = pid.clone();
+        let watchdog = std::thread::spawn(move || {
+            if exited_rx.recv_timeout(Duration::from_secs(60)).is_err() {
+                let _ = Command::new("kill").args(["-KILL", &watchdog_pid]).status();
+            }
+        });
+        let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+        let mut seen = String::new();
+        loop {
+            let mut line = String::new();
+            let read = stderr.read_line(&mut line).expect("read stderr");
+            assert!(
+                read > 0,
+                "drover serve {extra:?} exited before listening:\n{seen}"
+            );
+            seen.push_str(&line);
+            if line.contains("API on http://") {
+                break;
+            }
+        }
+        let sent = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("run kill");
+        assert!(sent.success());
+        stderr.read_to_string(&mut seen).expect("read stderr");
+        let status = child.wait().expect("wait for drover serve");
+        let _ = exited_tx.send(());
+        watchdog.join().unwrap();
+        assert!(status.success(), "drover serve {extra:?}: {status}\n{seen}");
+        assert!(seen.contains(says), "drover serve {extra:?}:\n{seen}");
+        assert!(!seen.contains(never), "drover serve {extra:?}:\n{seen}");
+        assert!(
+            seen.contains("drover: stopped"),
+            "drover serve {extra:?}:\n{seen}"
+        );
+    }
+}

@@ -226,7 +226,7 @@ pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()>
         process: process.clone(),
     });
     let shutdown = CancellationToken::new();
-    worker::shutdown_on_signals(shutdown.clone());
+    worker::shutdown_on_signals(shutdown.clone(), worker::Finishing::RunningJobs);
     let server = match args.listen {
         Some(addr) => {
             let auth = match env::api_tokens() {

@@ -79,7 +79,12 @@ pub async fn run(ctx: &Ctx, args: ServeArgs, extensions: Extensions) -> Result<(
     }
     let metrics = ProcessMetrics::default();
     let shutdown = CancellationToken::new();
-    worker::shutdown_on_signals(shutdown.clone());
+    let finishing = if args.worker {
+        worker::Finishing::RunningJobs
+    } else {
+        worker::Finishing::Requests
+    };
+    worker::shutdown_on_signals(shutdown.clone(), finishing);
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;

@@ -114,20 +114,47 @@ pub fn registry(extensions: Extensions, args: &WorkerArgs) -> Registry {
     registry
 }
 
+/// What a process finishes after the first shutdown signal, for the message it prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finishing {
+    /// A worker runs in the process: it claims nothing more and finishes its running jobs.
+    RunningJobs,
+    /// Only the HTTP API runs: it finishes the requests in flight.
+    Requests,
+}
+
 /// Cancels `token` on SIGTERM or Ctrl-C; a second signal exits at once (exit code 130).
+/// `finishing` says what the process finishes meanwhile, in the message printed to stderr.
 ///
 /// The signal handlers are installed before this returns and stay installed for the life of
 /// the process, so a second signal sent the moment the first is acknowledged is never lost
 /// (a handler installed afresh after the first signal would miss it).
-pub fn shutdown_on_signals(token: CancellationToken) {
+pub fn shutdown_on_signals(token: CancellationToken, finishing: Finishing) {
     let mut signals = Signals::install();
     tokio::spawn(async move {
         signals.next().await;
-        tracing::info!("shutdown requested: no new claims; finishing running jobs");
-        eprintln!("drover: shutting down: finishing running jobs (signal again to exit at once)");
+        match finishing {
+            Finishing::RunningJobs => {
+                tracing::info!("shutdown requested: no new claims; finishing running jobs");
+                eprintln!(
+                    "drover: shutting down: finishing running jobs (signal again to exit at once)"
+                );
+            }
+            Finishing::Requests => {
+                tracing::info!("shutdown requested: finishing requests in flight");
+                eprintln!(
+                    "drover: shutting down: finishing requests in flight (signal again to exit at once)"
+                );
+            }
+        }
         token.cancel();
         signals.next().await;
-        eprintln!("drover: second signal: exiting now; unfinished jobs are rescued after their lease expires");
+        match finishing {
+            Finishing::RunningJobs => eprintln!(
+                "drover: second signal: exiting now; unfinished jobs are rescued after their lease expires"
+            ),
+            Finishing::Requests => eprintln!("drover: second signal: exiting now"),
+        }
         std::process::exit(130);
     });
 }
@@ -241,7 +268,7 @@ pub async fn run(ctx: &Ctx, args: WorkerArgs, extensions: Extensions) -> Result<
     store.check_ready().await.map_err(|e| ctx.explain(e))?;
     let metrics = ProcessMetrics::default();
     let shutdown = CancellationToken::new();
-    shutdown_on_signals(shutdown.clone());
+    shutdown_on_signals(shutdown.clone(), Finishing::RunningJobs);
     let server = match args.metrics_listen {
         Some(addr) => {
             Some(serve_metrics(addr, store.clone(), metrics.clone(), shutdown.clone()).await?)
