@@ -147,18 +147,13 @@ async fn sigterm_releases_running_jobs_to_the_other_worker_without_spending_atte
     };
     let mut a = db.spawn(&worker_args(&["--slots", "2", "--shutdown-grace", "0s"]));
     let a_id = a.worker_started().await;
-    // Long enough that B starts and A is signalled before they end, even on a loaded machine.
+    // Long enough that A is signalled before they end, even on a loaded machine: between the
+    // first job's start and the signal there are only a CLI enqueue and a few queries.
     let jobs = vec![
-        db.enqueue("sleep", r#"{"ms": 5000}"#, &[]).await,
-        db.enqueue("sleep", r#"{"ms": 5000}"#, &[]).await,
+        db.enqueue("sleep", r#"{"ms": 8000}"#, &[]).await,
+        db.enqueue("sleep", r#"{"ms": 8000}"#, &[]).await,
     ];
     db.wait_jobs(&jobs, "running", Some(&a_id), WAIT).await;
-    let mut b = db.spawn(&worker_args(&["--slots", "2"]));
-    let b_id = b.worker_started().await;
-    wait_until("worker B to register", WAIT, || async {
-        worker_ids(&db).await.contains(&b_id).then_some(())
-    })
-    .await;
     for id in &jobs {
         assert_eq!(db.job_row(id).await.attempt, 1);
     }
@@ -179,6 +174,10 @@ async fn sigterm_releases_running_jobs_to_the_other_worker_without_spending_atte
         !worker_ids(&db).await.contains(&a_id),
         "A left the worker list"
     );
+
+    // B starts only now, so the released jobs can only run there.
+    let mut b = db.spawn(&worker_args(&["--slots", "2"]));
+    let b_id = b.worker_started().await;
 
     // The released jobs run on B with attempt 1 again: A's attempt was given back.
     db.wait_jobs(&jobs, "running", Some(&b_id), WAIT).await;
@@ -207,10 +206,11 @@ async fn sigkill_jobs_are_rescued_after_lease_expiry_with_the_attempt_spent() {
     let mut a = db.spawn(&worker_args(&["--slots", "2"]));
     let a_id = a.worker_started().await;
     let jobs = vec![
-        db.enqueue("sleep", r#"{"ms": 3000}"#, &[]).await,
+        db.enqueue("sleep", r#"{"ms": 8000}"#, &[]).await,
         db.enqueue("sleep", r#"{"ms": 60000}"#, &[]).await,
     ];
-    // Both are caught running before the kill (the first is short so B can finish it).
+    // Both are caught running before the kill (the first is short enough for B to finish it,
+    // and long enough to be still running after the second enqueue on a loaded machine).
     db.wait_jobs(&jobs, "running", Some(&a_id), WAIT).await;
     a.signal(Signal::KILL);
     let status = a.wait_exit(WAIT).await;

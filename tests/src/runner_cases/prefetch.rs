@@ -91,15 +91,14 @@ pub async fn runner_claimed_ahead_jobs_wait_for_a_slot_and_are_released_at_shutd
     let (registry, handlers) = registry();
     let running = rig.start(registry, one_slot("w1", 2)).await;
     let [hold, a, b] = hold_then_two_quick(&rig, &handlers, "quick").await;
-    let held_at = rig.job(hold).await.attempted_at;
     for id in [a, b] {
         let job = rig
             .wait_job(id, "claimed ahead", |job| job.state == JobState::Running)
             .await;
         assert_eq!(job.attempt, 1);
         assert_eq!(job.lease_owner.as_ref().map(|w| w.as_str()), Some("w1"));
-        // One claim took all three (the store stamps one claim with one time).
-        assert_eq!(job.attempted_at, held_at, "claimed with the held job");
+        // Usually one claim takes all three; a claim of the slot alone may come first when the
+        // loop's follow-up claim after the first job is late, so the claim times may differ.
     }
     assert_eq!(
         handlers.quick_runs.load(Ordering::SeqCst),
