@@ -29,6 +29,84 @@ fn normalized(expr: &str) -> String {
     expr.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// The fields of a 5-field expression, in order, with the values each takes; a 6-field one has
+/// [`SECOND_FIELD`] first.
+const FIELDS: [(&str, &str); 5] = [
+    ("minute", "0-59"),
+    ("hour", "0-23"),
+    ("day of month", "1-31 or L"),
+    ("month", "1-12 or JAN-DEC"),
+    ("day of week", "0-7 or SUN-SAT, 0 and 7 both Sunday"),
+];
+/// The nicknames the cron library accepts in place of the fields.
+const NICKNAMES: [&str; 6] = [
+    "@yearly",
+    "@annually",
+    "@monthly",
+    "@weekly",
+    "@daily",
+    "@hourly",
+];
+/// The leading field of a 6-field expression.
+const SECOND_FIELD: (&str, &str) = ("second", "0-59");
+
+/// Parses with the cron library: 5 fields, or 6 with leading seconds, or a nickname such as
+/// `@daily`.
+fn parse_pattern(expr: &str) -> Result<croner::Cron, croner::errors::CronError> {
+    croner::Cron::new(expr).with_seconds_optional().parse()
+}
+
+/// Why `expr` does not parse, naming the field at fault where one field alone is (its position,
+/// name and value, the library's reason and the values the field takes); else the count of
+/// fields expected, or the library's reason when only the combination is wrong.
+fn explain(expr: &str, error: &croner::errors::CronError) -> String {
+    let reason = error.to_string();
+    let reason = reason
+        .trim_start_matches("Component error: ")
+        .trim_start_matches("Invalid pattern: ")
+        .trim_end_matches('.');
+    let fields: Vec<&str> = expr.split_whitespace().collect();
+    if fields.first().is_some_and(|first| first.starts_with('@')) {
+        return format!(
+            "{expr:?} is not a known nickname: use {}",
+            NICKNAMES.join(", ")
+        );
+    }
+    let names: Vec<(&str, &str)> = match fields.len() {
+        5 => FIELDS.to_vec(),
+        6 => std::iter::once(SECOND_FIELD).chain(FIELDS).collect(),
+        count => {
+            return format!(
+                "must have 5 fields (minute hour day-of-month month day-of-week), or 6 with a \
+                 leading second, or be a nickname such as @daily; got {count} field(s)"
+            )
+        }
+    };
+    for (position, (value, (name, takes))) in fields.iter().zip(&names).enumerate() {
+        // The field alone, every other field `*`: the first that fails on its own is at fault.
+        let alone: Vec<&str> = (0..fields.len())
+            .map(|i| if i == position { *value } else { "*" })
+            .collect();
+        if let Err(own) = parse_pattern(&alone.join(" ")) {
+            let own = own.to_string();
+            let own = own
+                .trim_start_matches("Component error: ")
+                .trim_end_matches('.')
+                .to_lowercase();
+            let seconds = if fields.len() == 6 {
+                " (with 6 fields the first is the second)"
+            } else {
+                ""
+            };
+            return format!(
+                "field {} ({name}) is {value:?}: {own}; the {name} field takes {takes}, lists (a,b), ranges (a-b) and steps (*/n){seconds}",
+                position + 1
+            );
+        }
+    }
+    format!("is not a valid cron expression: {reason}")
+}
+
 /// A parsed cron expression bound to a time zone.
 #[derive(Debug, Clone)]
 pub struct CronSpec {
@@ -54,10 +132,7 @@ impl CronSpec {
                 format!("must be at most {CRON_MAX_LEN} bytes without control characters"),
             ));
         }
-        let cron = croner::Cron::new(expr)
-            .with_seconds_optional()
-            .parse()
-            .map_err(|e| Error::invalid("cron", format!("is not a valid cron expression: {e}")))?;
+        let cron = parse_pattern(expr).map_err(|e| Error::invalid("cron", explain(expr, &e)))?;
         let zone: Tz = timezone.parse().map_err(|_| {
             Error::invalid(
                 "timezone",
@@ -340,6 +415,62 @@ mod tests {
 
     fn utc(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    /// The reason of a refused expression (field `cron`).
+    fn cron_error(expr: &str) -> String {
+        match CronSpec::parse(expr, "UTC") {
+            Err(Error::InvalidInput { field, reason }) => {
+                assert_eq!(field, "cron");
+                reason
+            }
+            other => panic!("{expr:?} was not refused as cron: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn cron_errors_name_the_field_at_fault() {
+        for (expr, says) in [
+            ("61 * * * *", "field 1 (minute) is \"61\": number out of bounds; the minute field takes 0-59"),
+            ("0 24 * * *", "field 2 (hour) is \"24\""),
+            ("0 9 32 * *", "field 3 (day of month) is \"32\""),
+            ("0 9 * 13 *", "field 4 (month) is \"13\""),
+            ("0 9 * * 8", "field 5 (day of week) is \"8\""),
+            ("0 9 * * MON-FRX", "field 5 (day of week) is \"MON-FRX\""),
+            ("*/0 * * * *", "field 1 (minute) is \"*/0\": step cannot be zero"),
+            ("1-60 * * * *", "field 1 (minute) is \"1-60\""),
+            // Six fields: the first is the second.
+            ("60 0 9 * * *", "field 1 (second) is \"60\""),
+            ("0 0 9 * * 2026", "field 6 (day of week) is \"2026\""),
+            // A trailing year (7 fields) or too few fields: the count is wrong.
+            ("0 0 9 1 1 * 2026", "must have 5 fields (minute hour day-of-month month day-of-week), or 6 with a leading second"),
+            ("* * *", "got 3 field(s)"),
+            ("not cron", "got 2 field(s)"),
+        ] {
+            let reason = cron_error(expr);
+            assert!(reason.contains(says), "{expr:?}: {reason}");
+        }
+        assert!(cron_error("0 0 9 * * 2026").contains("(with 6 fields the first is the second)"));
+        assert!(!cron_error("0 9 * * 8").contains("with 6 fields"));
+        // An unknown nickname lists the known ones, each of which parses.
+        let reason = cron_error("@fortnightly");
+        assert!(
+            reason.contains("\"@fortnightly\" is not a known nickname: use @yearly"),
+            "{reason}"
+        );
+        for nickname in NICKNAMES {
+            assert!(CronSpec::parse(nickname, "UTC").is_ok(), "{nickname}");
+        }
+        // Valid expressions of every shape still parse.
+        for expr in [
+            "0 9 * * MON-FRI",
+            "0 9 L * *",
+            "0 9 * * 5#3",
+            "*/15 * * * * *",
+            "0 0 9 1,15 JAN-MAR 0",
+        ] {
+            assert!(CronSpec::parse(expr, "UTC").is_ok(), "{expr}");
+        }
     }
 
     #[test]
