@@ -106,6 +106,17 @@ impl<S: Send + Sync> FromRequestParts<S> for QueryParams {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        // The query decoder replaces bytes that are not UTF-8 with U+FFFD; refuse them instead,
+        // so `?state=%ff` is not read as a filter on a state named "\u{FFFD}". Every delimiter
+        // is ASCII, so the whole string decodes as UTF-8 exactly when every name and value does.
+        if let Some(raw) = parts.uri.query() {
+            if percent_encoding::percent_decode_str(raw)
+                .decode_utf8()
+                .is_err()
+            {
+                return Err(ApiError::invalid("query", "must be percent-encoded UTF-8"));
+            }
+        }
         let Query(pairs) = Query::<Vec<(String, String)>>::from_request_parts(parts, state)
             .await
             .map_err(|_| ApiError::invalid("query", "must be a URL-encoded query string"))?;

@@ -127,6 +127,29 @@ pub(crate) async fn invalid_input_answers_400_naming_the_field(env: &Env) {
         .await
         .assert_error(400, "invalid_input", Some(name));
     }
+    // Query names and values that are not UTF-8 once decoded are refused, not read with
+    // U+FFFD in place of the bytes.
+    for path in [
+        "/v1/jobs?%ff=1",
+        "/v1/jobs?state=%ff",
+        "/v1/jobs?kind=a%C3&limit=1",
+        "/v1/jobs?limit=1&x=%e2%82",
+    ] {
+        api.send(reqwest::Method::GET, path, Some(OPERATOR_ALL), |r| r)
+            .await
+            .assert_error(400, "invalid_input", Some("query"));
+    }
+    // Encoded UTF-8 is read as such: the kind's rule names the decoded letter.
+    let listed = api
+        .send(
+            reqwest::Method::GET,
+            "/v1/jobs?kind=caf%C3%A9",
+            Some(OPERATOR_ALL),
+            |r| r,
+        )
+        .await;
+    listed.assert_error(400, "invalid_input", Some("kind"));
+    assert!(listed.text.contains("found 'é'"), "{listed:?}");
     assert!(api.all_jobs().await.is_empty(), "nothing was stored");
 
     let not_json = api
