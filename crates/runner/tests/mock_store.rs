@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use chrono::Utc;
 use drover_core::{
-    Error, FinishItem, FinishReply, HeartbeatReply, Job, JobId, JobKind, JobState, MockJobStore,
-    NewJob, QueueName, StoreConfig, StoreEvent, WorkerInfo, WorkerRegistration,
+    Error, FinishItem, FinishReply, HeartbeatJobs, HeartbeatReply, Job, JobId, JobKind, JobState,
+    MockJobStore, NewJob, QueueName, StoreConfig, StoreEvent, WorkerInfo, WorkerRegistration,
 };
 use drover_runner::{
     CancelReason, Outcome, PoolConfig, Registry, Worker, WorkerConfig, WorkerReport,
@@ -55,15 +55,27 @@ fn worker_info(registration: WorkerRegistration) -> WorkerInfo {
 /// A mock answering registration, events and maintenance calls harmlessly; tests add claim,
 /// heartbeat and finish expectations.
 fn base_store() -> MockJobStore {
+    base_store_with_events(None)
+}
+
+/// [`base_store`] whose first subscription yields `events` (later ones, and every one without
+/// it, never yield).
+fn base_store_with_events(
+    events: Option<futures::channel::mpsc::UnboundedReceiver<StoreEvent>>,
+) -> MockJobStore {
     let mut store = MockJobStore::new();
     store.expect_config().returning(StoreConfig::default);
     store
         .expect_worker_register()
         .returning(|registration| Ok(worker_info(registration)));
     store.expect_worker_deregister().returning(|_| Ok(()));
-    store
-        .expect_subscribe()
-        .returning(|| Ok(Box::pin(futures::stream::pending())));
+    let events = Mutex::new(events);
+    store.expect_subscribe().returning(move || {
+        Ok(match events.lock().unwrap().take() {
+            Some(events) => Box::pin(events),
+            None => Box::pin(futures::stream::pending()),
+        })
+    });
     store.expect_jobs_rescue_expired().returning(|_| Ok(vec![]));
     store.expect_now().returning(|| Ok(Utc::now()));
     store.expect_schedules_list().returning(|| Ok(vec![]));
@@ -82,6 +94,19 @@ fn fast_config() -> WorkerConfig {
     config.store_retry_min = Duration::from_millis(5);
     config.store_retry_max = Duration::from_millis(50);
     config
+}
+
+/// Every job of a heartbeat extended, no cancel requested.
+fn extended(heartbeat: &HeartbeatJobs) -> Vec<HeartbeatReply> {
+    heartbeat
+        .jobs
+        .iter()
+        .map(|item| HeartbeatReply::Extended {
+            id: item.id,
+            cancel_requested: false,
+            lease_expires_at: Utc::now(),
+        })
+        .collect()
 }
 
 fn recorded(items: &[FinishItem]) -> Vec<FinishReply> {
@@ -359,37 +384,11 @@ async fn a_claim_after_a_short_job_takes_claim_ahead_places() {
     const SLOTS: usize = 4;
     const PREFETCH: usize = 3;
     let (events_tx, events_rx) = futures::channel::mpsc::unbounded::<StoreEvent>();
-    let events_rx = Mutex::new(Some(events_rx));
-    let mut store = MockJobStore::new();
-    store.expect_config().returning(StoreConfig::default);
-    store
-        .expect_worker_register()
-        .returning(|registration| Ok(worker_info(registration)));
-    store.expect_worker_deregister().returning(|_| Ok(()));
-    // The first subscription gets the test's events; a later one (none expected) never yields.
-    store.expect_subscribe().returning(move || {
-        Ok(match events_rx.lock().unwrap().take() {
-            Some(events) => Box::pin(events),
-            None => Box::pin(futures::stream::pending()),
-        })
-    });
-    store.expect_jobs_rescue_expired().returning(|_| Ok(vec![]));
-    store.expect_now().returning(|| Ok(Utc::now()));
-    store.expect_schedules_list().returning(|| Ok(vec![]));
-    store.expect_jobs_prune().returning(|_| Ok(0));
-    store.expect_workers_prune().returning(|_| Ok(0));
+    let mut store = base_store_with_events(Some(events_rx));
     store.expect_worker_heartbeat().returning(|_| Ok(()));
-    store.expect_jobs_heartbeat().returning(|heartbeat| {
-        Ok(heartbeat
-            .jobs
-            .iter()
-            .map(|item| HeartbeatReply::Extended {
-                id: item.id,
-                cancel_requested: false,
-                lease_expires_at: Utc::now(),
-            })
-            .collect())
-    });
+    store
+        .expect_jobs_heartbeat()
+        .returning(|heartbeat| Ok(extended(&heartbeat)));
     let (limits_tx, mut limits_rx) = mpsc::unbounded_channel::<u32>();
     let handed_out = AtomicUsize::new(0);
     store.expect_jobs_claim().returning(move |claim| {
@@ -488,17 +487,9 @@ async fn capacity_case(prefetch: usize) {
         *state.held.entry(queue_name.clone()).or_default() += give;
         Ok((0..give).map(|_| claimed("work", &queue_name)).collect())
     });
-    store.expect_jobs_heartbeat().returning(|heartbeat| {
-        Ok(heartbeat
-            .jobs
-            .iter()
-            .map(|item| HeartbeatReply::Extended {
-                id: item.id,
-                cancel_requested: false,
-                lease_expires_at: Utc::now(),
-            })
-            .collect())
-    });
+    store
+        .expect_jobs_heartbeat()
+        .returning(|heartbeat| Ok(extended(&heartbeat)));
     store.expect_worker_heartbeat().returning(|_| Ok(()));
     store
         .expect_jobs_finish()

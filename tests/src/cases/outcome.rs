@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use drover_core::job::SizeLimits;
-use drover_core::{Finish, FinishItem, FinishReply, JobState, Retry, StoreConfig};
+use drover_core::{Finish, FinishItem, FinishReply, Job, JobState, JobStore, Retry, StoreConfig};
 use serde_json::json;
 
 use super::{
@@ -109,18 +109,23 @@ pub async fn outcome_fail_without_retry_fails_at_once(f: &dyn StoreFactory) {
     let h = f.open(unbounded()).await;
     let store = h.store();
     let running = start(&*store, job("k", json!(1)).with_max_attempts(5)).await;
+    let failed = fail_without_retry(&*store, &running, "bad args").await;
+    assert_eq!((failed.attempt, failed.errors.len()), (1, 1));
+}
+
+/// Fails a running job with `Retry::Never`, expects it to become `failed`, and reads it back.
+async fn fail_without_retry(store: &dyn JobStore, running: &Job, message: &str) -> Job {
     let to = finish(
-        &*store,
-        &running,
+        store,
+        running,
         Finish::Failed {
-            message: "bad args".into(),
+            message: message.into(),
             retry: Retry::Never,
         },
     )
     .await;
     assert_eq!(to, JobState::Failed);
-    let failed = store.job_get(running.id).await.unwrap();
-    assert_eq!((failed.attempt, failed.errors.len()), (1, 1));
+    store.job_get(running.id).await.unwrap()
 }
 
 /// A failure or cancellation message is never refused: NUL characters (which PostgreSQL text
@@ -130,17 +135,7 @@ pub async fn outcome_message_with_nul_is_stored_with_replacement(f: &dyn StoreFa
     let h = f.open(unbounded()).await;
     let store = h.store();
     let failing = start(&*store, job("nul-a", json!(1)).with_max_attempts(1)).await;
-    let to = finish(
-        &*store,
-        &failing,
-        Finish::Failed {
-            message: "bad\u{0}byte".into(),
-            retry: Retry::Never,
-        },
-    )
-    .await;
-    assert_eq!(to, JobState::Failed);
-    let failed = store.job_get(failing.id).await.unwrap();
+    let failed = fail_without_retry(&*store, &failing, "bad\u{0}byte").await;
     assert_eq!(failed.errors[0].message, "bad\u{fffd}byte");
 
     let cancelling = start(&*store, job("nul-b", json!(2))).await;
