@@ -60,11 +60,6 @@ fn parse_pattern(expr: &str) -> Result<croner::Cron, croner::errors::CronError> 
 /// name and value, the library's reason and the values the field takes); else the count of
 /// fields expected, or the library's reason when only the combination is wrong.
 fn explain(expr: &str, error: &croner::errors::CronError) -> String {
-    let reason = error.to_string();
-    let reason = reason
-        .trim_start_matches("Component error: ")
-        .trim_start_matches("Invalid pattern: ")
-        .trim_end_matches('.');
     let fields: Vec<&str> = expr.split_whitespace().collect();
     if fields.first().is_some_and(|first| first.starts_with('@')) {
         return format!(
@@ -88,11 +83,7 @@ fn explain(expr: &str, error: &croner::errors::CronError) -> String {
             .map(|i| if i == position { *value } else { "*" })
             .collect();
         if let Err(own) = parse_pattern(&alone.join(" ")) {
-            let own = own.to_string();
-            let own = own
-                .trim_start_matches("Component error: ")
-                .trim_end_matches('.')
-                .to_lowercase();
+            let own = library_reason(&own).to_lowercase();
             let seconds = if fields.len() == 6 {
                 " (with 6 fields the first is the second)"
             } else {
@@ -104,7 +95,16 @@ fn explain(expr: &str, error: &croner::errors::CronError) -> String {
             );
         }
     }
-    format!("is not a valid cron expression: {reason}")
+    format!("is not a valid cron expression: {}", library_reason(error))
+}
+
+/// The cron library's reason without its category prefix and final full stop.
+fn library_reason(error: &croner::errors::CronError) -> String {
+    let text = error.to_string();
+    text.trim_start_matches("Component error: ")
+        .trim_start_matches("Invalid pattern: ")
+        .trim_end_matches('.')
+        .to_owned()
 }
 
 /// A parsed cron expression bound to a time zone.
