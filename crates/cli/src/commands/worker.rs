@@ -131,30 +131,21 @@ pub enum Finishing {
 /// (a handler installed afresh after the first signal would miss it).
 pub fn shutdown_on_signals(token: CancellationToken, finishing: Finishing) {
     let mut signals = Signals::install();
+    let (what, claims, left_behind) = match finishing {
+        Finishing::RunningJobs => (
+            "running jobs",
+            "no new claims; ",
+            "; unfinished jobs are rescued after their lease expires",
+        ),
+        Finishing::Requests => ("requests in flight", "", ""),
+    };
     tokio::spawn(async move {
         signals.next().await;
-        match finishing {
-            Finishing::RunningJobs => {
-                tracing::info!("shutdown requested: no new claims; finishing running jobs");
-                eprintln!(
-                    "drover: shutting down: finishing running jobs (signal again to exit at once)"
-                );
-            }
-            Finishing::Requests => {
-                tracing::info!("shutdown requested: finishing requests in flight");
-                eprintln!(
-                    "drover: shutting down: finishing requests in flight (signal again to exit at once)"
-                );
-            }
-        }
+        tracing::info!("shutdown requested: {claims}finishing {what}");
+        eprintln!("drover: shutting down: finishing {what} (signal again to exit at once)");
         token.cancel();
         signals.next().await;
-        match finishing {
-            Finishing::RunningJobs => eprintln!(
-                "drover: second signal: exiting now; unfinished jobs are rescued after their lease expires"
-            ),
-            Finishing::Requests => eprintln!("drover: second signal: exiting now"),
-        }
+        eprintln!("drover: second signal: exiting now{left_behind}");
         std::process::exit(130);
     });
 }
