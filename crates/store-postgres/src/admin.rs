@@ -43,6 +43,18 @@ pub(crate) async fn job_get(conn: &mut PgConnection, id: JobId) -> Result<Job, E
 pub(crate) async fn jobs_list(conn: &mut PgConnection, query: ListJobs) -> Result<JobPage, Error> {
     query.validate()?;
     let page = query.page_size();
+    // The kind and tenant filters as jobs_done_facets_idx's elements (0003_fewer_index_writes.sql).
+    let facets: Vec<String> = query
+        .kind
+        .iter()
+        .map(|kind| format!("k:{}", kind.as_str()))
+        .chain(
+            query
+                .tenant
+                .iter()
+                .map(|tenant| format!("t:{}", tenant.as_str())),
+        )
+        .collect();
     let records = sqlx::query_as::<_, JobRecord>(sql::JOBS_LIST)
         .bind(query.queue.as_ref().map(QueueName::as_str))
         .bind(query.state.map(JobState::as_str))
@@ -51,6 +63,7 @@ pub(crate) async fn jobs_list(conn: &mut PgConnection, query: ListJobs) -> Resul
         .bind(query.meta.as_ref())
         .bind(query.before.map(|id| id.as_uuid()))
         .bind(i64::from(page) + 1)
+        .bind(&facets)
         .fetch_all(&mut *conn)
         .await
         .store_err()?;

@@ -61,6 +61,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "meta_index_nonempty",
         sql: include_str!("../migrations/0002_meta_index_nonempty.sql"),
     },
+    Migration {
+        version: 3,
+        name: "fewer_index_writes",
+        sql: include_str!("../migrations/0003_fewer_index_writes.sql"),
+    },
 ];
 
 const BOOTSTRAP: &str = include_str!("sql/migrations_bootstrap.sql");

@@ -89,6 +89,105 @@ pub async fn list_filters_by_queue_state_kind_tenant(f: &dyn StoreFactory) {
     .is_empty());
 }
 
+/// Kind and tenant filters select exactly the matching jobs in every state, live and finished,
+/// alone, together, beside a queue or state filter and across pages. A kind and a tenant that
+/// share a name, and a kind that looks like a tenant filter (`t:t1`), never match each other
+/// (the PostgreSQL store tests kind and tenant of finished jobs together in one index).
+pub async fn list_filters_finished_jobs_by_kind_and_tenant(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let succeeded_a = start(
+        &*store,
+        job("a", json!(1))
+            .with_queue(queue("qa"))
+            .with_tenant(tenant("t1")),
+    )
+    .await;
+    complete(&*store, &succeeded_a).await;
+    let succeeded_b = start(&*store, job("b", json!(2)).with_tenant(tenant("a"))).await;
+    complete(&*store, &succeeded_b).await;
+    let failed_a = failed_job(&*store, job("a", json!(3)).with_tenant(tenant("t2"))).await;
+    let cancelled = enqueue(&*store, job("t:t1", json!(4)).with_tenant(tenant("t1"))).await;
+    store.job_cancel(cancelled.id).await.unwrap();
+    let queued_a = enqueue(&*store, job("a", json!(5)).with_tenant(tenant("t1"))).await;
+    let ids = |query: ListJobs| {
+        let store = store.clone();
+        async move {
+            let page = store.jobs_list(query).await.unwrap();
+            page.jobs.into_iter().map(|j| j.id).collect::<Vec<JobId>>()
+        }
+    };
+    let by = |kind_name: Option<&str>, tenant_name: Option<&str>| ListJobs {
+        kind: kind_name.map(kind),
+        tenant: tenant_name.map(tenant),
+        ..ListJobs::default()
+    };
+    assert_eq!(
+        ids(by(Some("a"), None)).await,
+        vec![queued_a.id, failed_a.id, succeeded_a.id]
+    );
+    assert_eq!(
+        ids(by(None, Some("t1"))).await,
+        vec![queued_a.id, cancelled.id, succeeded_a.id]
+    );
+    assert_eq!(
+        ids(by(Some("a"), Some("t1"))).await,
+        vec![queued_a.id, succeeded_a.id]
+    );
+    assert_eq!(ids(by(None, Some("a"))).await, vec![succeeded_b.id]);
+    assert_eq!(ids(by(Some("t:t1"), None)).await, vec![cancelled.id]);
+    assert!(ids(by(Some("t1"), None)).await.is_empty());
+    assert!(ids(by(Some("b"), Some("t1"))).await.is_empty());
+    assert_eq!(
+        ids(ListJobs {
+            state: Some(JobState::Succeeded),
+            ..by(Some("a"), None)
+        })
+        .await,
+        vec![succeeded_a.id]
+    );
+    assert_eq!(
+        ids(ListJobs {
+            state: Some(JobState::Failed),
+            ..by(None, Some("t2"))
+        })
+        .await,
+        vec![failed_a.id]
+    );
+    assert!(ids(ListJobs {
+        state: Some(JobState::Failed),
+        ..by(None, Some("t1"))
+    })
+    .await
+    .is_empty());
+    assert_eq!(
+        ids(ListJobs {
+            queue: Some(queue("qa")),
+            ..by(Some("a"), Some("t1"))
+        })
+        .await,
+        vec![succeeded_a.id]
+    );
+    let mut pages = Vec::new();
+    let mut before = None;
+    loop {
+        let page = store
+            .jobs_list(ListJobs {
+                before,
+                limit: 1,
+                ..by(Some("a"), None)
+            })
+            .await
+            .unwrap();
+        pages.extend(page.jobs.iter().map(|j| j.id));
+        match page.next {
+            Some(next) if pages.len() < 10 => before = Some(next),
+            _ => break,
+        }
+    }
+    assert_eq!(pages, vec![queued_a.id, failed_a.id, succeeded_a.id]);
+}
+
 /// The meta filter follows jsonb containment: nested objects, array elements, any order.
 pub async fn list_filters_by_meta_containment(f: &dyn StoreFactory) {
     let h = f.open(unbounded()).await;

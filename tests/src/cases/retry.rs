@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-use drover_core::{EnqueueStatus, Error, JobId, JobState, RescueExpired};
+use drover_core::{EnqueueStatus, Error, JobId, JobState, Quota, RescueExpired};
 use serde_json::json;
 
 use super::{
     all_jobs, claim, complete, enqueue, expect_invalid_transition, expect_not_found, failed_job,
-    job, kind, start, unbounded, with_quotas, LEASE,
+    job, kind, start, tenant, unbounded, with_quotas, LEASE,
 };
 use crate::StoreFactory;
 
@@ -84,6 +84,43 @@ pub async fn retry_rechecks_quota(f: &dyn StoreFactory) {
     );
     store.job_cancel(blocker.id).await.unwrap();
     store.job_retry(failed.id).await.unwrap();
+}
+
+/// Running jobs count against both pending quotas of a retry (DESIGN.md: quotas bound
+/// queued + running jobs): a running job of the tenant fills a tenant quota of 1, a running job
+/// of another tenant a global quota of 1; once it finished the retry passes.
+pub async fn retry_quota_counts_running_jobs(f: &dyn StoreFactory) {
+    for (quotas, runner_tenant, expected) in [
+        (
+            with_quotas(None, Some(1)),
+            "default",
+            Quota::Tenant("default".into()),
+        ),
+        (with_quotas(Some(1), None), "other", Quota::Global),
+    ] {
+        let h = f.open(quotas).await;
+        let store = h.store();
+        let failed = failed_job(&*store, job("k", json!(1))).await;
+        let running = start(
+            &*store,
+            job("k", json!(2)).with_tenant(tenant(runner_tenant)),
+        )
+        .await;
+        match store.job_retry(failed.id).await {
+            Err(Error::QuotaExceeded {
+                quota,
+                current: 1,
+                max: 1,
+            }) => assert_eq!(quota, expected),
+            other => panic!("expected QuotaExceeded ({expected:?}), got {other:?}"),
+        }
+        complete(&*store, &running).await;
+        store.job_retry(failed.id).await.unwrap();
+        assert_eq!(
+            store.job_get(failed.id).await.unwrap().state,
+            JobState::Queued
+        );
+    }
 }
 
 /// A retry is refused with `Conflict` when another live job of the tenant now holds its

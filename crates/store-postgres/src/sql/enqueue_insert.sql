@@ -21,8 +21,9 @@
 -- Quotas: when asked ($15, $16; the caller holds the quota advisory locks, taken by an earlier
 -- statement, so this statement's snapshot holds every committed enqueue), every returned row
 -- also carries the pending (queued, running, reconciling) counts before this statement, in
--- total and per tenant as a JSON object (NULL when not asked), from one scan of
--- jobs_pending_idx (all of it for the total, the batch's tenants only otherwise). The caller
+-- total and per tenant as a JSON object (NULL when not asked), from scans of
+-- jobs_waiting_idx and jobs_running_lease_idx (all of them for the total, the batch's tenants
+-- only otherwise). The caller
 -- adds its new jobs and rolls back when a quota would be passed.
 WITH input AS (
     SELECT *
@@ -52,11 +53,23 @@ notified AS (
     FROM (SELECT DISTINCT queue FROM inserted WHERE $18::boolean AND run_at <= now()) AS q
 ),
 pending_by_tenant AS (
-    SELECT tenant, count(*)::bigint AS n
-    FROM drover.jobs
-    WHERE ($15::boolean OR ($16::boolean AND tenant = ANY($17::text[])))
-      AND state IN ('queued', 'running', 'reconciling')
-    GROUP BY tenant
+    -- Pending = waiting (queued, reconciling: jobs_waiting_idx) + running
+    -- (jobs_running_lease_idx); two scans, each matching one partial index.
+    SELECT p.tenant, sum(p.n)::bigint AS n
+    FROM (
+        SELECT tenant, count(*)::bigint AS n
+        FROM drover.jobs
+        WHERE ($15::boolean OR ($16::boolean AND tenant = ANY($17::text[])))
+          AND state IN ('queued', 'reconciling')
+        GROUP BY tenant
+        UNION ALL
+        SELECT tenant, count(*)::bigint AS n
+        FROM drover.jobs
+        WHERE ($15::boolean OR ($16::boolean AND tenant = ANY($17::text[])))
+          AND state = 'running'
+        GROUP BY tenant
+    ) AS p
+    GROUP BY p.tenant
 ),
 pending AS (
     SELECT COALESCE(sum(n), 0)::bigint AS n FROM pending_by_tenant WHERE $15::boolean

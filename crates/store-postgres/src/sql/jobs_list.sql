@@ -2,21 +2,40 @@
 -- filters (NULL: no filter) and a keyset cursor. The caller asks for one row more than the page
 -- to learn whether a next page exists.
 --
--- The jobs are read in four branches that each use an index (see 0001_initial.sql): live jobs
--- through jobs_pending_idx (few: bounded by the quotas), and each terminal state through the
--- partial list indexes, which give id order for a queue, kind or tenant filter. Branches whose
--- state the filter excludes are folded away when the statement is planned for the given
--- values; the newest rows of the four branches are merged. A meta filter with keys is stated
--- beside `meta <> '{}'` in the terminal branches (it implies it) so that the partial GIN index
--- jobs_done_meta_set_idx (terminal jobs with meta, 0002_meta_index_nonempty.sql) applies.
+-- The jobs are read in five branches that each match a partial index (see the migrations):
+-- jobs waiting for a worker through jobs_waiting_idx and running ones through
+-- jobs_running_lease_idx (few: bounded by the quotas and the slots), and each terminal state
+-- on its own, in id order through jobs_done_state_idx or, with a queue filter,
+-- jobs_done_queue_idx. In a terminal branch the kind and tenant filters are one containment
+-- test on the job's facets, written exactly as jobs_done_facets_idx's expression
+-- (0003_fewer_index_writes.sql), so the planner can answer a rare value from that index (a
+-- bitmap, then sorted) and a common one by walking a state index newest first, choosing from
+-- the statistics jobs_facets_stats keeps on that expression. Branches whose state the filter
+-- excludes are folded away when the statement is planned for the given values; the newest rows
+-- of the branches are merged. A meta filter with keys is stated beside `meta <> '{}'` in the
+-- terminal branches (it implies it) so that the partial GIN index jobs_done_meta_set_idx
+-- (terminal jobs with meta, 0002_meta_index_nonempty.sql) applies.
 --
 -- $1 queue text, $2 state text, $3 kind text, $4 tenant text, $5 meta jsonb (containment),
--- $6 before uuid, $7 limit bigint.
+-- $6 before uuid, $7 limit bigint, $8 facets text[] (the kind and tenant filters as
+-- 'k:<kind>' and 't:<tenant>'; empty without them).
 SELECT page.*
 FROM (
     (SELECT j.*
      FROM drover.jobs j
-     WHERE j.state IN ('queued', 'running', 'reconciling')
+     WHERE j.state IN ('queued', 'reconciling')
+       AND ($2::text IS NULL OR j.state = $2)
+       AND ($1::text IS NULL OR j.queue = $1)
+       AND ($3::text IS NULL OR j.kind = $3)
+       AND ($4::text IS NULL OR j.tenant = $4)
+       AND ($5::jsonb IS NULL OR j.meta @> $5)
+       AND ($6::uuid IS NULL OR j.id < $6)
+     ORDER BY j.id DESC
+     LIMIT $7)
+    UNION ALL
+    (SELECT j.*
+     FROM drover.jobs j
+     WHERE j.state = 'running'
        AND ($2::text IS NULL OR j.state = $2)
        AND ($1::text IS NULL OR j.queue = $1)
        AND ($3::text IS NULL OR j.kind = $3)
@@ -31,8 +50,8 @@ FROM (
      WHERE j.state = 'succeeded'
        AND ($2::text IS NULL OR $2 = 'succeeded')
        AND ($1::text IS NULL OR j.queue = $1)
-       AND ($3::text IS NULL OR j.kind = $3)
-       AND ($4::text IS NULL OR j.tenant = $4)
+       AND (cardinality($8::text[]) = 0
+            OR ARRAY['k:' || j.kind, 't:' || j.tenant] @> $8::text[])
        AND ($5::jsonb IS NULL OR $5 = '{}'::jsonb OR (j.meta @> $5 AND j.meta <> '{}'::jsonb))
        AND ($6::uuid IS NULL OR j.id < $6)
      ORDER BY j.id DESC
@@ -43,8 +62,8 @@ FROM (
      WHERE j.state = 'failed'
        AND ($2::text IS NULL OR $2 = 'failed')
        AND ($1::text IS NULL OR j.queue = $1)
-       AND ($3::text IS NULL OR j.kind = $3)
-       AND ($4::text IS NULL OR j.tenant = $4)
+       AND (cardinality($8::text[]) = 0
+            OR ARRAY['k:' || j.kind, 't:' || j.tenant] @> $8::text[])
        AND ($5::jsonb IS NULL OR $5 = '{}'::jsonb OR (j.meta @> $5 AND j.meta <> '{}'::jsonb))
        AND ($6::uuid IS NULL OR j.id < $6)
      ORDER BY j.id DESC
@@ -55,8 +74,8 @@ FROM (
      WHERE j.state = 'cancelled'
        AND ($2::text IS NULL OR $2 = 'cancelled')
        AND ($1::text IS NULL OR j.queue = $1)
-       AND ($3::text IS NULL OR j.kind = $3)
-       AND ($4::text IS NULL OR j.tenant = $4)
+       AND (cardinality($8::text[]) = 0
+            OR ARRAY['k:' || j.kind, 't:' || j.tenant] @> $8::text[])
        AND ($5::jsonb IS NULL OR $5 = '{}'::jsonb OR (j.meta @> $5 AND j.meta <> '{}'::jsonb))
        AND ($6::uuid IS NULL OR j.id < $6)
      ORDER BY j.id DESC
