@@ -952,6 +952,73 @@ pg_test!(
 );
 
 pg_test!(
+    /// Migration 3: the pending index holds only jobs waiting for a worker (a claim does not
+    /// write it), the kind and tenant list indexes are replaced by one GIN index over the
+    /// facets, and the planner (with the expression statistics ANALYZE fills) answers a rare
+    /// kind or tenant from that index and a common one without it (a bitmap of most of the
+    /// table, then a sort, would cost a full pass per page).
+    fewer_index_writes_keep_kind_and_tenant_lists_indexed,
+    |factory| {
+        let h = factory.open_pg(unbounded_options()).await;
+        let pool = h.store.pool();
+        let indexes: Vec<(String, String)> = sqlx::query_as(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'drover' AND tablename = 'jobs'",
+        )
+        .fetch_all(pool)
+        .await
+        .unwrap();
+        let definition = |name: &str| {
+            indexes
+                .iter()
+                .find(|(index, _)| index == name)
+                .map(|(_, definition)| definition.clone())
+        };
+        for gone in ["jobs_pending_idx", "jobs_done_kind_idx", "jobs_done_tenant_idx"] {
+            assert_eq!(definition(gone), None, "{gone} is dropped");
+        }
+        let waiting = definition("jobs_waiting_idx").expect("jobs_waiting_idx");
+        assert!(waiting.contains("'queued'::text, 'reconciling'::text"), "{waiting}");
+        assert!(!waiting.contains("running"), "{waiting}");
+        let facets = definition("jobs_done_facets_idx").expect("jobs_done_facets_idx");
+        assert!(facets.contains("USING gin"), "{facets}");
+        // 20,000 finished jobs: kind 'common' and tenant 'default' on all but ten, which have
+        // kind 'rare' and tenant 'acme'.
+        sqlx::query(
+            "INSERT INTO drover.jobs (id, kind, queue, tenant, args, run_at, state, max_attempts, finished_at) \
+             SELECT gen_random_uuid(), CASE WHEN n % 2000 = 0 THEN 'rare' ELSE 'common' END, 'default', \
+                    CASE WHEN n % 2000 = 0 THEN 'acme' ELSE 'default' END, '{}', now(), 'succeeded', 1, now() \
+             FROM generate_series(0, 19999) AS n",
+        )
+        .execute(pool)
+        .await
+        .unwrap();
+        sqlx::query("ANALYZE drover.jobs").execute(pool).await.unwrap();
+        // The terminal branch of jobs_list.sql, as it states kind and tenant filters.
+        let plan_for = |facet: &'static str| async move {
+            let mut conn = pool.acquire().await.unwrap();
+            let plan: Vec<String> = sqlx::query_scalar(
+                "EXPLAIN SELECT j.id FROM drover.jobs j WHERE j.state = 'succeeded' \
+                 AND (cardinality($1::text[]) = 0 OR ARRAY['k:' || j.kind, 't:' || j.tenant] @> $1::text[]) \
+                 ORDER BY j.id DESC LIMIT 51",
+            )
+            .bind(vec![facet.to_owned()])
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap();
+            plan.join("\n")
+        };
+        for rare in ["k:rare", "t:acme"] {
+            let plan = plan_for(rare).await;
+            assert!(plan.contains("jobs_done_facets_idx"), "{rare}: {plan}");
+        }
+        for common in ["k:common", "t:default"] {
+            let plan = plan_for(common).await;
+            assert!(!plan.contains("jobs_done_facets_idx"), "{common}: {plan}");
+        }
+    }
+);
+
+pg_test!(
     /// Migrations applied concurrently from 4 tasks run once each (in version order);
     /// migrate is idempotent;
     /// applied_versions lists them; nothing lands in schema public.

@@ -43,5 +43,11 @@ DROP INDEX IF EXISTS drover.jobs_pending_idx;
 DROP INDEX IF EXISTS drover.jobs_done_kind_idx;
 DROP INDEX IF EXISTS drover.jobs_done_tenant_idx;
 
+-- Statistics on the facets expression (see above). ANALYZE fills them now: until it runs the
+-- planner assumes every kind and tenant rare and would answer a common one with a bitmap of
+-- most of the table. It samples a bounded number of rows (300 x default_statistics_target),
+-- so it takes seconds even on a large table; autovacuum keeps them current afterwards.
 CREATE STATISTICS IF NOT EXISTS drover.jobs_facets_stats
     ON (ARRAY['k:' || kind, 't:' || tenant]) FROM drover.jobs;
+
+ANALYZE drover.jobs;
