@@ -1019,6 +1019,53 @@ pg_test!(
 );
 
 pg_test!(
+    /// Migration 3 refuses to drop the old pending index when an index it would otherwise
+    /// build is there but INVALID (a `CREATE INDEX CONCURRENTLY` that failed): the error names
+    /// the index, nothing of the migration is kept, and once the index is dropped the migration
+    /// builds it and completes.
+    fewer_index_writes_refuses_an_invalid_prebuilt_index,
+    |factory| {
+        let connect = bare_database(factory).await;
+        let pool = PgPoolOptions::new().max_connections(2).connect_with(connect).await.unwrap();
+        drover_store_postgres::migrate(&pool).await.unwrap();
+        // Back to version 2, with an operator's pre-built index left invalid.
+        for statement in [
+            "DELETE FROM drover.schema_migrations WHERE version = 3",
+            "DROP STATISTICS drover.jobs_facets_stats",
+            "DROP INDEX drover.jobs_done_facets_idx",
+            "CREATE INDEX jobs_pending_idx ON drover.jobs (tenant, id) \
+             WHERE state IN ('queued', 'running', 'reconciling')",
+            "UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'drover.jobs_waiting_idx'::regclass",
+        ] {
+            sqlx::query(statement).execute(&pool).await.unwrap();
+        }
+        let error = drover_store_postgres::migrate(&pool).await.unwrap_err();
+        let message = format!("{error} {:?}", std::error::Error::source(&error));
+        assert!(message.contains("migration 3"), "{message}");
+        assert!(message.contains("jobs_waiting_idx") && message.contains("invalid"), "{message}");
+        let kept: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_indexes WHERE schemaname = 'drover' AND indexname = 'jobs_pending_idx'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(kept, 1, "the old index stays while the new one is invalid");
+        sqlx::query("DROP INDEX drover.jobs_waiting_idx").execute(&pool).await.unwrap();
+        assert_eq!(drover_store_postgres::migrate(&pool).await.unwrap(), vec![3]);
+        let indexes: Vec<String> = sqlx::query_scalar(
+            "SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid \
+             WHERE c.relname IN ('jobs_pending_idx', 'jobs_waiting_idx', 'jobs_done_facets_idx') \
+               AND i.indisvalid ORDER BY 1",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        assert_eq!(indexes, vec!["jobs_done_facets_idx", "jobs_waiting_idx"]);
+        pool.close().await;
+    }
+);
+
+pg_test!(
     /// Migrations applied concurrently from 4 tasks run once each (in version order);
     /// migrate is idempotent;
     /// applied_versions lists them; nothing lands in schema public.
