@@ -69,23 +69,7 @@ fn utc(text: &str) -> DateTime<Utc> {
 
 /// Everything a store holds, as JSON: every job (by id), queues, limit policies, schedules.
 async fn dump(store: &dyn JobStore) -> Value {
-    let mut jobs = Vec::new();
-    let mut before = None;
-    loop {
-        let page = store
-            .jobs_list(ListJobs {
-                before,
-                limit: 1000,
-                ..ListJobs::default()
-            })
-            .await
-            .unwrap();
-        jobs.extend(page.jobs);
-        match page.next {
-            Some(next) => before = Some(next),
-            None => break,
-        }
-    }
+    let jobs = drover_tests::cases::all_jobs(store).await;
     json!({
         "jobs": jobs,
         "queues": store.queues_list().await.unwrap(),

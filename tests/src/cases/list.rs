@@ -6,8 +6,8 @@ use drover_core::{JobId, JobState, ListJobs};
 use serde_json::{json, Value};
 
 use super::{
-    claim, complete, enqueue, expect_invalid, expect_not_found, failed_job, job, kind, queue,
-    start, tenant, unbounded,
+    all_pages, claim, complete, enqueue, expect_invalid, expect_not_found, failed_job, job, kind,
+    queue, start, tenant, unbounded,
 };
 use crate::StoreFactory;
 
@@ -168,24 +168,18 @@ pub async fn list_filters_finished_jobs_by_kind_and_tenant(f: &dyn StoreFactory)
         .await,
         vec![succeeded_a.id]
     );
-    let mut pages = Vec::new();
-    let mut before = None;
-    loop {
-        let page = store
-            .jobs_list(ListJobs {
-                before,
-                limit: 1,
-                ..by(Some("a"), None)
-            })
-            .await
-            .unwrap();
-        pages.extend(page.jobs.iter().map(|j| j.id));
-        match page.next {
-            Some(next) if pages.len() < 10 => before = Some(next),
-            _ => break,
-        }
-    }
-    assert_eq!(pages, vec![queued_a.id, failed_a.id, succeeded_a.id]);
+    let paged: Vec<JobId> = all_pages(
+        &*store,
+        ListJobs {
+            limit: 1,
+            ..by(Some("a"), None)
+        },
+    )
+    .await
+    .into_iter()
+    .map(|j| j.id)
+    .collect();
+    assert_eq!(paged, vec![queued_a.id, failed_a.id, succeeded_a.id]);
 }
 
 /// The meta filter follows jsonb containment: nested objects, array elements, any order.

@@ -182,20 +182,28 @@ pub async fn failed_job(store: &dyn JobStore, new: NewJob) -> Job {
 
 /// Every job of the store (all pages).
 pub async fn all_jobs(store: &dyn JobStore) -> Vec<Job> {
+    all_pages(
+        store,
+        ListJobs {
+            limit: 1000,
+            ..ListJobs::default()
+        },
+    )
+    .await
+}
+
+/// Every job `query` selects, following its cursor page by page from the first (the query's
+/// own `before` is the start); panics if a page's cursor repeats the one it was asked with.
+pub async fn all_pages(store: &dyn JobStore, mut query: ListJobs) -> Vec<Job> {
     let mut out = Vec::new();
-    let mut before = None;
     loop {
-        let page = store
-            .jobs_list(ListJobs {
-                before,
-                limit: 1000,
-                ..ListJobs::default()
-            })
-            .await
-            .expect("list");
+        let page = store.jobs_list(query.clone()).await.expect("list");
         out.extend(page.jobs);
         match page.next {
-            Some(next) => before = Some(next),
+            Some(next) => {
+                assert_ne!(Some(next), query.before, "the cursor moves on");
+                query.before = Some(next);
+            }
             None => return out,
         }
     }
