@@ -584,6 +584,11 @@ impl Inserted {
     }
 }
 
+/// `{}`: a meta sent as NULL (the insert statements store `{}` for NULL).
+fn is_empty_object(value: &Value) -> bool {
+    matches!(value, Value::Object(map) if map.is_empty())
+}
+
 /// Runs enqueue_insert.sql for the jobs at `positions`; returns the created ones.
 async fn insert(
     conn: &mut PgConnection,
@@ -610,7 +615,9 @@ async fn insert(
     let mut queues = Vec::with_capacity(len);
     let mut tenants = Vec::with_capacity(len);
     let mut args: Vec<&Value> = Vec::with_capacity(len);
-    let mut metas: Vec<&Value> = Vec::with_capacity(len);
+    // An empty meta (most jobs) travels as NULL: the statement stores `{}` for it, and the
+    // server does not parse a JSON document per job for nothing.
+    let mut metas: Vec<Option<&Value>> = Vec::with_capacity(len);
     let mut priorities = Vec::with_capacity(len);
     let mut run_ats = Vec::with_capacity(len);
     let mut delays = Vec::with_capacity(len);
@@ -626,7 +633,7 @@ async fn insert(
         queues.push(job.queue.as_str());
         tenants.push(job.tenant.as_str());
         args.push(&job.args);
-        metas.push(&job.meta);
+        metas.push(Some(&job.meta).filter(|meta| !is_empty_object(meta)));
         priorities.push(job.priority);
         let (at, delay) = match job.run_at {
             None => (None, None),

@@ -113,6 +113,34 @@ pub async fn enqueue_batch_answers_in_order(f: &dyn StoreFactory) {
         store.jobs_enqueue(Vec::new()).await.unwrap().is_empty(),
         "an empty batch is a no-op"
     );
+
+    // Meta, empty or not, is stored as given (an empty meta may travel as NULL: the store
+    // must still keep `{}`), in a batch without keys and in one with a key.
+    let metas = [
+        json!({}),
+        json!({"customer": "acme"}),
+        json!({}),
+        json!({"n": {"m": []}}),
+    ];
+    for keyed in [false, true] {
+        let batch: Vec<_> = metas
+            .iter()
+            .enumerate()
+            .map(|(n, meta)| {
+                let new = job("batch.meta", json!({"n": n})).with_meta(meta.clone());
+                if keyed && n == 1 {
+                    new.with_idempotency_key("batch-meta-key")
+                } else {
+                    new
+                }
+            })
+            .collect();
+        let answers = store.jobs_enqueue(batch).await.unwrap();
+        for (answer, meta) in answers.iter().zip(&metas) {
+            assert_eq!(&answer.job.meta, meta, "keyed batch: {keyed}");
+            assert_eq!(store.job_get(answer.job.id).await.unwrap(), answer.job);
+        }
+    }
 }
 
 /// Many one-job enqueues at once (which a store may commit together) each answer their own

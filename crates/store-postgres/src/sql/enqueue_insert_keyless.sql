@@ -8,7 +8,7 @@
 -- batch's time). Keep the two statements in step.
 --
 -- $1 id uuid[], $2 kind text[], $3 queue text[], $4 tenant text[], $5 args jsonb[],
--- $6 meta jsonb[], $7 priority smallint[], $8 run_at timestamptz[] (NULL: use the delay),
+-- $6 meta jsonb[] (NULL: {}), $7 priority smallint[], $8 run_at timestamptz[] (NULL: use the delay),
 -- $9 delay_us bigint[] (NULL: ready now), $10 max_attempts integer[],
 -- $11 idempotency_key text[], $12 request_hash text[], $13 unique_key text[],
 -- $14 limit_keys text[] (each comma-joined; '' for none), $15 count pending jobs in total
@@ -35,7 +35,7 @@ inserted AS (
     INSERT INTO drover.jobs (id, kind, queue, tenant, args, meta, priority, run_at, state,
                              max_attempts, idempotency_key, request_hash, unique_key,
                              limit_keys, created_at)
-    SELECT id, kind, queue, tenant, args, meta, priority,
+    SELECT id, kind, queue, tenant, args, COALESCE(meta, '{}'::jsonb), priority,
            COALESCE(run_at, now() + COALESCE(delay_us, 0) * interval '1 microsecond'),
            'queued', max_attempts, idempotency_key, request_hash, unique_key,
            CASE WHEN limit_keys = '' THEN '{}'::text[] ELSE string_to_array(limit_keys, ',') END,
