@@ -661,7 +661,7 @@ async fn insert(
     };
     distinct_tenants.sort_unstable();
     distinct_tenants.dedup();
-    sqlx::query_as::<_, Inserted>(statement)
+    let query = sqlx::query(statement)
         .bind(&ids)
         .bind(&kinds)
         .bind(&queues)
@@ -679,10 +679,100 @@ async fn insert(
         .bind(counting.global)
         .bind(counting.tenants)
         .bind(&distinct_tenants)
-        .bind(wake == Wake::InTransaction)
-        .fetch_all(conn)
-        .await
-        .store_err()
+        .bind(wake == Wake::InTransaction);
+    if keyless {
+        let rows = query
+            .try_map(|row: PgRow| <KeylessRow as sqlx::FromRow<PgRow>>::from_row(&row))
+            .fetch_all(conn)
+            .await
+            .store_err()?;
+        expand_keyless(batch, positions, rows)
+    } else {
+        query
+            .try_map(|row: PgRow| <Inserted as sqlx::FromRow<PgRow>>::from_row(&row))
+            .fetch_all(conn)
+            .await
+            .store_err()
+    }
+}
+
+/// A row of enqueue_insert_keyless.sql: the summary (first, `id` NULL, `inserted` set) or a
+/// job whose run_at is not the statement's `now()`. Decoded by position like [`Inserted`],
+/// with `inserted` (the number of jobs inserted) after its columns.
+struct KeylessRow {
+    row: Inserted,
+    id: Option<Uuid>,
+    inserted: Option<i64>,
+}
+
+impl<'r> sqlx::FromRow<'r, PgRow> for KeylessRow {
+    fn from_row(row: &'r PgRow) -> Result<Self, sqlx::Error> {
+        let id: Option<Uuid> = row.try_get(0)?;
+        Ok(KeylessRow {
+            row: Inserted {
+                id: id.unwrap_or_default(),
+                run_at: row.try_get(1)?,
+                created_at: row.try_get(2)?,
+                ready: row.try_get(3)?,
+                pending_before: row.try_get(5)?,
+                tenant_pending_before: row.try_get(6)?,
+            },
+            id,
+            inserted: row.try_get(7)?,
+        })
+    }
+}
+
+/// One [`Inserted`] per job at `positions` from enqueue_insert_keyless.sql's summed-up
+/// answer: the listed jobs as listed, every other one created at the summary's `now()` and
+/// ready then (run_at = created_at). The summary's counts go with the first job (where
+/// `insert_and_resolve` reads them).
+///
+/// # Errors
+/// `Fatal` when the answer is not shaped so or counts another number of jobs.
+fn expand_keyless(
+    batch: &Batch,
+    positions: &[usize],
+    rows: Vec<KeylessRow>,
+) -> Result<Vec<Inserted>, Error> {
+    let mut rows = rows.into_iter();
+    let summary = match rows.next() {
+        Some(KeylessRow {
+            id: None,
+            inserted: Some(n),
+            row,
+        }) if usize::try_from(n).ok() == Some(positions.len()) => row,
+        _ => return Err(Error::fatal("enqueue answered another number of jobs")),
+    };
+    let mut listed: HashMap<Uuid, Inserted> = HashMap::new();
+    for row in rows {
+        match row.id {
+            Some(id) => listed.insert(id, row.row),
+            None => return Err(Error::fatal("enqueue answered two summaries")),
+        };
+    }
+    let mut counts = Some((summary.pending_before, summary.tenant_pending_before));
+    let mut created = Vec::with_capacity(positions.len());
+    for &i in positions {
+        let id = batch.ids[i];
+        let mut job = listed.remove(&id).unwrap_or(Inserted {
+            id,
+            run_at: summary.run_at,
+            created_at: summary.created_at,
+            ready: true,
+            pending_before: None,
+            tenant_pending_before: None,
+        });
+        if let Some((pending, tenants)) = counts.take() {
+            job.pending_before = pending;
+            job.tenant_pending_before = tenants;
+        }
+        created.push(job);
+    }
+    if !listed.is_empty() {
+        return Err(Error::fatal("enqueue returned a job it was not given"));
+    }
+    Ok(created)
 }
 
 /// Runs enqueue_one.sql for the job at `i` (no quota counts); returns it when created.

@@ -285,6 +285,69 @@ pub async fn enqueue_rejects_oversized_args_and_meta(f: &dyn StoreFactory) {
     assert_eq!(all_jobs(&*store).await.len(), 1);
 }
 
+/// A batch mixing jobs that run at once, after a delay, at a past and at a future time (and
+/// at the store's own `now()`) answers each as it is stored: the ready ones with run_at =
+/// created_at, one created_at for the whole batch, delays from the store's clock; the ready
+/// ones (and only those) are claimable at once.
+pub async fn enqueue_batch_mixes_run_at_and_delays(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let now = store.now().await.unwrap();
+    // Whole microseconds: what every store can keep exactly.
+    let past = Utc.with_ymd_and_hms(1999, 12, 31, 23, 59, 59).unwrap()
+        + chrono::Duration::microseconds(999_999);
+    let future = now + chrono::Duration::hours(2);
+    let hour = Duration::from_secs(3600);
+    let runs = [
+        None,
+        Some(RunAt::After(hour)),
+        Some(RunAt::At(past)),
+        Some(RunAt::At(future)),
+        None,
+        Some(RunAt::After(Duration::ZERO)),
+        Some(RunAt::After(Duration::from_micros(1))),
+    ];
+    let batch: Vec<_> = runs
+        .iter()
+        .enumerate()
+        .map(|(n, run)| {
+            let new = job("batch.when", json!({"n": n}));
+            match run {
+                Some(run) => new.with_run_at(*run),
+                None => new,
+            }
+        })
+        .collect();
+    let answers = store.jobs_enqueue(batch).await.unwrap();
+    assert_eq!(answers.len(), runs.len());
+    let created_at = answers[0].job.created_at;
+    assert!(created_at >= now);
+    for (n, (answer, run)) in answers.iter().zip(&runs).enumerate() {
+        let j = &answer.job;
+        assert_eq!(j.args, json!({"n": n}));
+        assert_eq!(
+            j.created_at, created_at,
+            "job {n}: one created_at per batch"
+        );
+        let expected = match run {
+            None => created_at,
+            Some(RunAt::At(at)) => *at,
+            Some(RunAt::After(d)) => created_at + chrono::Duration::from_std(*d).unwrap(),
+        };
+        assert_eq!(j.run_at, expected, "job {n}");
+        assert_eq!(&store.job_get(j.id).await.unwrap(), j, "job {n} as stored");
+    }
+    let mut claimed: Vec<i64> = claim(&*store, &["batch.when"], 100)
+        .await
+        .iter()
+        .map(|j| j.args["n"].as_i64().unwrap())
+        // Job 6 (1 µs) is ready by now or not, depending on the store's clock.
+        .filter(|n| *n != 6)
+        .collect();
+    claimed.sort_unstable();
+    assert_eq!(claimed, vec![0, 2, 4, 5], "the ready jobs, and only those");
+}
+
 /// A `run_at` long past makes the job claimable at once.
 pub async fn enqueue_run_at_in_the_past_is_claimable_at_once(f: &dyn StoreFactory) {
     let h = f.open(unbounded()).await;
