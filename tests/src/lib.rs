@@ -151,6 +151,7 @@ macro_rules! contract_suite {
             schedules_fire_missing_is_not_found,
             schedules_quota_failure_leaves_tick_unconsumed,
             events_jobs_available_after_enqueue,
+            events_jobs_available_after_batch_enqueue,
             events_jobs_available_after_resume,
             events_cancel_requested_after_cancel_of_running_job,
             events_jobs_available_after_release,

@@ -550,8 +550,9 @@ struct Inserted {
 }
 
 /// Decoded by position (the statements' column order: id, run_at, created_at, ready,
-/// notified_queues, pending_before, tenant_pending_before): a batch returns one row per job,
-/// and looking each column up by name costs a hash per column per row.
+/// notified_queues, pending_before, tenant_pending_before): enqueue_insert.sql and
+/// enqueue_one.sql return one row per created job (enqueue_insert_keyless.sql sums its answer
+/// up: [`KeylessRow`]), and looking each column up by name costs a hash per column per row.
 impl<'r> sqlx::FromRow<'r, PgRow> for Inserted {
     fn from_row(row: &'r PgRow) -> Result<Self, sqlx::Error> {
         Ok(Inserted {
@@ -696,7 +697,7 @@ async fn insert(
     }
 }
 
-/// A row of enqueue_insert_keyless.sql: the summary (first, `id` NULL, `inserted` set) or a
+/// A row of enqueue_insert_keyless.sql: the summary (`id` NULL, `inserted` set) or a
 /// job whose run_at is not the statement's `now()`. Decoded by position like [`Inserted`],
 /// with `inserted` (the number of jobs inserted) after its columns.
 struct KeylessRow {
@@ -735,22 +736,32 @@ fn expand_keyless(
     positions: &[usize],
     rows: Vec<KeylessRow>,
 ) -> Result<Vec<Inserted>, Error> {
-    let mut rows = rows.into_iter();
-    let summary = match rows.next() {
-        Some(KeylessRow {
-            id: None,
-            inserted: Some(n),
-            row,
-        }) if usize::try_from(n).ok() == Some(positions.len()) => row,
-        _ => return Err(Error::fatal("enqueue answered another number of jobs")),
-    };
+    // The summary is looked for, not assumed first: UNION ALL promises no order.
+    let mut summary = None;
     let mut listed: HashMap<Uuid, Inserted> = HashMap::new();
     for row in rows {
-        match row.id {
-            Some(id) => listed.insert(id, row.row),
-            None => return Err(Error::fatal("enqueue answered two summaries")),
-        };
+        match (row.id, row.inserted) {
+            (Some(id), _) => {
+                listed.insert(id, row.row);
+            }
+            (None, Some(n)) if summary.is_none() => summary = Some((row.row, n)),
+            (None, _) => {
+                return Err(Error::fatal(
+                    "enqueue answered a second summary row, or one without a count",
+                ))
+            }
+        }
     }
+    let summary = match summary {
+        Some((row, n)) if usize::try_from(n).ok() == Some(positions.len()) => row,
+        Some((_, n)) => {
+            return Err(Error::fatal(format!(
+                "enqueue inserted {n} jobs of {}",
+                positions.len()
+            )))
+        }
+        None => return Err(Error::fatal("enqueue answered without its summary row")),
+    };
     let mut counts = Some((summary.pending_before, summary.tenant_pending_before));
     let mut created = Vec::with_capacity(positions.len());
     for &i in positions {

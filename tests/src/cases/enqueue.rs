@@ -6,7 +6,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeZone, Utc};
 use drover_core::job::SizeLimits;
 use drover_core::{
-    EnqueueStatus, Error, Finish, JobState, JobStore, Quota, RescueExpired, Retry, RunAt,
+    EnqueueStatus, Error, Finish, JobState, JobStore, NewJob, Quota, RescueExpired, Retry, RunAt,
     StoreConfig,
 };
 use serde_json::json;
@@ -698,6 +698,23 @@ pub async fn enqueue_tenant_quota(f: &dyn StoreFactory) {
         }
         other => panic!("expected QuotaExceeded, got {other:?}"),
     }
+    // In a batch too, whichever job comes first (here a delayed one of another tenant).
+    let batch = vec![
+        job("a", json!(10))
+            .with_tenant(tenant("other"))
+            .with_run_at(RunAt::After(Duration::from_secs(3600))),
+        job("a", json!(11)).with_tenant(tenant("acme")),
+    ];
+    match store.jobs_enqueue(batch).await {
+        Err(Error::QuotaExceeded {
+            quota,
+            current,
+            max,
+        }) => {
+            assert_eq!((quota, current, max), (Quota::Tenant("acme".into()), 2, 2));
+        }
+        other => panic!("expected QuotaExceeded, got {other:?}"),
+    }
     enqueue(&*store, job("a", json!(1)).with_tenant(tenant("other"))).await;
     assert_eq!(all_jobs(&*store).await.len(), 3);
 }
@@ -758,10 +775,20 @@ pub async fn enqueue_quota_refuses_whole_batch(f: &dyn StoreFactory) {
         .jobs_enqueue((0..3).map(|n| job("a", json!(n))).collect())
         .await
         .unwrap();
-    match store
-        .jobs_enqueue((0..3).map(|n| job("b", json!(n))).collect())
-        .await
-    {
+    // The batches start with a delayed job: the count must not depend on which job comes first.
+    let batch = |size: usize| -> Vec<NewJob> {
+        (0..size)
+            .map(|n| {
+                let new = job("b", json!(n));
+                if n == 0 {
+                    new.with_run_at(RunAt::After(Duration::from_secs(3600)))
+                } else {
+                    new
+                }
+            })
+            .collect()
+    };
+    match store.jobs_enqueue(batch(3)).await {
         Err(Error::QuotaExceeded {
             quota: Quota::Global,
             current: 3,
@@ -770,10 +797,7 @@ pub async fn enqueue_quota_refuses_whole_batch(f: &dyn StoreFactory) {
         other => panic!("expected QuotaExceeded, got {other:?}"),
     }
     assert_eq!(all_jobs(&*store).await.len(), 3);
-    store
-        .jobs_enqueue((0..2).map(|n| job("b", json!(n))).collect())
-        .await
-        .unwrap();
+    store.jobs_enqueue(batch(2)).await.unwrap();
     assert_eq!(all_jobs(&*store).await.len(), 5);
 }
 

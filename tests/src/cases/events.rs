@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use drover_core::{EventStream, StoreEvent};
+use drover_core::{EventStream, RunAt, StoreEvent};
 use futures::StreamExt;
 use serde_json::json;
 
@@ -36,6 +36,54 @@ pub async fn events_jobs_available_after_enqueue(f: &dyn StoreFactory) {
         "JobsAvailable for mail",
     )
     .await;
+}
+
+/// A batch enqueue wakes subscribers with `JobsAvailable` for each queue that got a ready job,
+/// whatever its place in the batch; a queue that got only delayed jobs is not announced
+/// before them.
+pub async fn events_jobs_available_after_batch_enqueue(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let mut events = store.subscribe().await.unwrap();
+    let later = RunAt::After(Duration::from_secs(3600));
+    store
+        .jobs_enqueue(vec![
+            job("k", json!(1))
+                .with_queue(queue("later"))
+                .with_run_at(later),
+            job("k", json!(2)).with_queue(queue("batch-mail")),
+            job("k", json!(3))
+                .with_queue(queue("later"))
+                .with_run_at(later),
+            job("k", json!(4)).with_queue(queue("batch-sms")),
+        ])
+        .await
+        .unwrap();
+    let mut announced = Vec::new();
+    let found = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(event) = events.next().await {
+            if let StoreEvent::JobsAvailable { queue } = event {
+                announced.push(queue.as_str().to_owned());
+            }
+            if ["batch-mail", "batch-sms"]
+                .iter()
+                .all(|q| announced.iter().any(|a| a == q))
+            {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(
+        found,
+        Ok(true),
+        "JobsAvailable for both queues: {announced:?}"
+    );
+    assert!(
+        !announced.iter().any(|q| q == "later"),
+        "a queue with only delayed jobs was announced: {announced:?}"
+    );
 }
 
 /// A resume wakes subscribers with `JobsAvailable` for the queue.

@@ -16,8 +16,8 @@
 -- tenants text[], $18 notify inside this transaction boolean.
 --
 -- Quotas: when asked ($15, $16; the caller holds the quota advisory locks, taken by an earlier
--- statement, so this statement's snapshot holds every committed enqueue), every returned row
--- also carries the pending (queued, running, reconciling) counts before this statement, in
+-- statement, so this statement's snapshot holds every committed enqueue), the summary row
+-- (see the end) carries the pending (queued, running, reconciling) counts before this statement, in
 -- total and per tenant as a JSON object (NULL when not asked), from scans of
 -- jobs_waiting_idx and jobs_running_lease_idx (all of them for the total, the batch's tenants
 -- only otherwise). The caller
@@ -75,10 +75,11 @@ tenant_pending AS (
     WHERE $16::boolean AND p.tenant = ANY($17::text[])
 )
 -- Answers: a batch's jobs mostly run at once (run_at = created_at = now()), so rather than a
--- row per job (a tuplestore, a message and a decode each) the first row sums the statement up
--- (id NULL, run_at and created_at = now(), the counts, and how many jobs were inserted), and
--- a row follows only for each job whose run_at is not now(); the caller answers the others
--- with now().
+-- row per job (a tuplestore, a message and a decode each) one row sums the statement up (id
+-- NULL, run_at and created_at = now(), the counts, and how many jobs were inserted), and a row
+-- follows only for each job whose run_at is not now() (delayed, or dated: in the past too);
+-- the caller answers the others with now() (enqueue.rs, expand_keyless). UNION ALL promises
+-- no order: the caller finds the summary by its NULL id.
 SELECT NULL::uuid AS id, now() AS run_at, now() AS created_at, true AS ready,
        (SELECT count(*) FROM notified) AS notified_queues,
        CASE WHEN $15::boolean THEN (SELECT n FROM pending) END AS pending_before,
