@@ -555,8 +555,15 @@ struct Inserted {
 /// up: [`KeylessRow`]), and looking each column up by name costs a hash per column per row.
 impl<'r> sqlx::FromRow<'r, PgRow> for Inserted {
     fn from_row(row: &'r PgRow) -> Result<Self, sqlx::Error> {
+        Inserted::decode(row, row.try_get(0)?)
+    }
+}
+
+impl Inserted {
+    /// Every column but the id (decoded by the caller: NULL in a keyless summary row).
+    fn decode(row: &PgRow, id: Uuid) -> Result<Self, sqlx::Error> {
         Ok(Inserted {
-            id: row.try_get(0)?,
+            id,
             run_at: row.try_get(1)?,
             created_at: row.try_get(2)?,
             ready: row.try_get(3)?,
@@ -564,9 +571,7 @@ impl<'r> sqlx::FromRow<'r, PgRow> for Inserted {
             tenant_pending_before: row.try_get(6)?,
         })
     }
-}
 
-impl Inserted {
     fn pending_before(&self) -> Result<PendingBefore, Error> {
         let count = |n: i64| u64::try_from(n).unwrap_or(0);
         let mut tenants = HashMap::new();
@@ -710,14 +715,7 @@ impl<'r> sqlx::FromRow<'r, PgRow> for KeylessRow {
     fn from_row(row: &'r PgRow) -> Result<Self, sqlx::Error> {
         let id: Option<Uuid> = row.try_get(0)?;
         Ok(KeylessRow {
-            row: Inserted {
-                id: id.unwrap_or_default(),
-                run_at: row.try_get(1)?,
-                created_at: row.try_get(2)?,
-                ready: row.try_get(3)?,
-                pending_before: row.try_get(5)?,
-                tenant_pending_before: row.try_get(6)?,
-            },
+            row: Inserted::decode(row, id.unwrap_or_default())?,
             id,
             inserted: row.try_get(7)?,
         })

@@ -12,8 +12,8 @@ use drover_core::{
 use serde_json::json;
 
 use super::{
-    all_jobs, claim, complete, enqueue, expect_invalid, job, kind, limit_key, queue, start, tenant,
-    unbounded, with_quotas, LEASE,
+    all_jobs, claim, complete, enqueue, expect_invalid, expect_quota_exceeded, job, kind,
+    limit_key, queue, start, tenant, unbounded, with_quotas, LEASE,
 };
 use crate::StoreFactory;
 
@@ -665,16 +665,12 @@ pub async fn enqueue_global_quota(f: &dyn StoreFactory) {
         )
         .await;
     }
-    match store.job_enqueue(job("a", json!(9))).await {
-        Err(Error::QuotaExceeded {
-            quota,
-            current,
-            max,
-        }) => {
-            assert_eq!((quota, current, max), (Quota::Global, 3, 3));
-        }
-        other => panic!("expected QuotaExceeded, got {other:?}"),
-    }
+    expect_quota_exceeded(
+        store.job_enqueue(job("a", json!(9))).await,
+        Quota::Global,
+        3,
+        3,
+    );
     assert_eq!(all_jobs(&*store).await.len(), 3, "nothing stored");
 }
 
@@ -685,19 +681,14 @@ pub async fn enqueue_tenant_quota(f: &dyn StoreFactory) {
     for n in 0..2 {
         enqueue(&*store, job("a", json!(n)).with_tenant(tenant("acme"))).await;
     }
-    match store
-        .job_enqueue(job("a", json!(9)).with_tenant(tenant("acme")))
-        .await
-    {
-        Err(Error::QuotaExceeded {
-            quota,
-            current,
-            max,
-        }) => {
-            assert_eq!((quota, current, max), (Quota::Tenant("acme".into()), 2, 2));
-        }
-        other => panic!("expected QuotaExceeded, got {other:?}"),
-    }
+    expect_quota_exceeded(
+        store
+            .job_enqueue(job("a", json!(9)).with_tenant(tenant("acme")))
+            .await,
+        Quota::Tenant("acme".into()),
+        2,
+        2,
+    );
     // In a batch too, whichever job comes first (here a delayed one of another tenant).
     let batch = vec![
         job("a", json!(10))
@@ -705,16 +696,12 @@ pub async fn enqueue_tenant_quota(f: &dyn StoreFactory) {
             .with_run_at(RunAt::After(Duration::from_secs(3600))),
         job("a", json!(11)).with_tenant(tenant("acme")),
     ];
-    match store.jobs_enqueue(batch).await {
-        Err(Error::QuotaExceeded {
-            quota,
-            current,
-            max,
-        }) => {
-            assert_eq!((quota, current, max), (Quota::Tenant("acme".into()), 2, 2));
-        }
-        other => panic!("expected QuotaExceeded, got {other:?}"),
-    }
+    expect_quota_exceeded(
+        store.jobs_enqueue(batch).await,
+        Quota::Tenant("acme".into()),
+        2,
+        2,
+    );
     enqueue(&*store, job("a", json!(1)).with_tenant(tenant("other"))).await;
     assert_eq!(all_jobs(&*store).await.len(), 3);
 }
@@ -788,14 +775,7 @@ pub async fn enqueue_quota_refuses_whole_batch(f: &dyn StoreFactory) {
             })
             .collect()
     };
-    match store.jobs_enqueue(batch(3)).await {
-        Err(Error::QuotaExceeded {
-            quota: Quota::Global,
-            current: 3,
-            max: 5,
-        }) => {}
-        other => panic!("expected QuotaExceeded, got {other:?}"),
-    }
+    expect_quota_exceeded(store.jobs_enqueue(batch(3)).await, Quota::Global, 3, 5);
     assert_eq!(all_jobs(&*store).await.len(), 3);
     store.jobs_enqueue(batch(2)).await.unwrap();
     assert_eq!(all_jobs(&*store).await.len(), 5);

@@ -45,7 +45,7 @@ use std::time::Duration;
 
 use drover_core::{
     ClaimJobs, EnqueueStatus, Error, FencingToken, Finish, Job, JobKind, JobState, JobStore,
-    LimitKey, ListJobs, NewJob, QueueName, Result, StoreConfig, TenantId, WorkerId,
+    LimitKey, ListJobs, NewJob, QueueName, Quota, Result, StoreConfig, TenantId, WorkerId,
 };
 use serde_json::Value;
 
@@ -240,6 +240,20 @@ pub fn expect_lease_lost<T: Debug>(result: Result<T>) {
     match result {
         Err(Error::LeaseLost { .. }) => {}
         other => panic!("expected LeaseLost, got {other:?}"),
+    }
+}
+
+/// Expects `QuotaExceeded` by exactly `quota`, with `current` pending jobs counted against its
+/// bound `max`.
+#[track_caller]
+pub fn expect_quota_exceeded<T: Debug>(result: Result<T>, quota: Quota, current: u64, max: u64) {
+    match result {
+        Err(Error::QuotaExceeded {
+            quota: got,
+            current: got_current,
+            max: got_max,
+        }) => assert_eq!((got, got_current, got_max), (quota, current, max)),
+        other => panic!("expected QuotaExceeded ({quota:?}, {current}/{max}), got {other:?}"),
     }
 }
 

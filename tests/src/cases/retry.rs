@@ -7,8 +7,8 @@ use drover_core::{EnqueueStatus, Error, JobId, JobState, Quota, RescueExpired};
 use serde_json::json;
 
 use super::{
-    all_jobs, claim, complete, enqueue, expect_invalid_transition, expect_not_found, failed_job,
-    job, kind, start, tenant, unbounded, with_quotas, LEASE,
+    all_jobs, claim, complete, enqueue, expect_invalid_transition, expect_not_found,
+    expect_quota_exceeded, failed_job, job, kind, start, tenant, unbounded, with_quotas, LEASE,
 };
 use crate::StoreFactory;
 
@@ -106,14 +106,7 @@ pub async fn retry_quota_counts_running_jobs(f: &dyn StoreFactory) {
             job("k", json!(2)).with_tenant(tenant(runner_tenant)),
         )
         .await;
-        match store.job_retry(failed.id).await {
-            Err(Error::QuotaExceeded {
-                quota,
-                current: 1,
-                max: 1,
-            }) => assert_eq!(quota, expected),
-            other => panic!("expected QuotaExceeded ({expected:?}), got {other:?}"),
-        }
+        expect_quota_exceeded(store.job_retry(failed.id).await, expected, 1, 1);
         complete(&*store, &running).await;
         store.job_retry(failed.id).await.unwrap();
         assert_eq!(
