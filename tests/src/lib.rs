@@ -182,6 +182,7 @@ macro_rules! runner_suite {
             runner_max_concurrent_caps_executions_over_all_pools,
             runner_retention_prunes_old_terminal_jobs_and_never_live_ones,
             runner_reconcile_sweep_resolves_a_rescued_reconciling_job,
+            runner_maintenance_waits_its_start_delay,
             runner_schedule_fires_once_per_tick_across_three_workers,
             runner_claimed_ahead_jobs_wait_for_a_slot_and_are_released_at_shutdown,
             runner_cancel_of_a_claimed_ahead_job_cancels_it_before_it_starts,

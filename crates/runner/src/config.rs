@@ -39,6 +39,9 @@ pub const RECONCILE_INTERVAL_DEFAULT: Duration = Duration::from_secs(30);
 pub const SCHEDULE_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
 /// Default interval of retention pruning (DESIGN.md section 6: about once a minute).
 pub const PRUNE_INTERVAL_DEFAULT: Duration = Duration::from_secs(60);
+/// Default wait before the first pass of each maintenance service (see
+/// [`WorkerConfig::maintenance_start_delay`]).
+pub const MAINTENANCE_START_DELAY_DEFAULT: Duration = Duration::from_secs(1);
 /// Largest prune batch accepted by stores.
 pub const PRUNE_LIMIT_MAX: u32 = 100_000;
 /// Default age after which another worker's registration counts as stale and is pruned.
@@ -168,6 +171,14 @@ pub struct WorkerConfig {
     /// Most jobs deleted by one prune call (default 1,000; 1..=100,000). A pass repeats while
     /// a full batch was deleted.
     pub prune_limit: u32,
+    /// Wait before the first pass of each maintenance service (rescuer, reconcile sweep, cron
+    /// scheduler, cleaner), plus a random jitter of up to as long again, but never longer than
+    /// the service's own interval (default 1 s: a first pass comes 1-2 s after start, or
+    /// within the interval when that is shorter). A starting worker claims before it sweeps,
+    /// and workers started together (a deploy) spread their sweeps instead of running them all
+    /// at once on fresh connections; nothing a sweep does is urgent at start (an expired lease
+    /// waits at most this long more). Zero: every service runs its first pass at start.
+    pub maintenance_start_delay: Duration,
     /// Other workers whose last heartbeat is older than this are removed from the worker
     /// registry (default 2 min; must be longer than `heartbeat_interval`). Checked every
     /// `prune_interval`.
@@ -206,6 +217,7 @@ impl Default for WorkerConfig {
             retention: RETENTION_DEFAULT,
             prune_interval: PRUNE_INTERVAL_DEFAULT,
             prune_limit: PRUNE_LIMIT_DEFAULT,
+            maintenance_start_delay: MAINTENANCE_START_DELAY_DEFAULT,
             worker_stale_after: WORKER_STALE_AFTER_DEFAULT,
             shutdown_grace: SHUTDOWN_GRACE_DEFAULT,
             cancel_grace: CANCEL_GRACE_DEFAULT,

@@ -194,6 +194,56 @@ pub async fn runner_reconcile_sweep_resolves_a_rescued_reconciling_job(f: &dyn S
     );
 }
 
+/// A starting worker sweeps only after its maintenance start delay (WorkerConfig::
+/// maintenance_start_delay, 300 ms here; jitter adds up to as long again): a job whose
+/// crashed worker's lease has expired stays running until then, and is then rescued. The
+/// rescuer's interval is an hour, so the rescue seen is the first pass.
+pub async fn runner_maintenance_waits_its_start_delay(f: &dyn StoreFactory) {
+    const START_DELAY: Duration = Duration::from_millis(300);
+    let rig = Rig::open(f).await;
+    let id = rig.enqueue(NewJob::new(kind("work"), json!({}))).await;
+    rig.store
+        .jobs_claim(ClaimJobs {
+            worker: worker("crashed"),
+            queues: vec![queue("default")],
+            kinds: vec![kind("work")],
+            limit: 1,
+            lease: Duration::from_secs(60),
+        })
+        .await
+        .expect("claim");
+    rig.h.advance(Duration::from_secs(61)).await;
+
+    let mut registry = Registry::new();
+    registry.register_fn(kind("other"), |_ctx| async { Outcome::success() });
+    let (tx, mut rx) = mpsc::unbounded_channel::<(TransitionEvent, std::time::Instant)>();
+    let mut config = config("w1");
+    config.maintenance_start_delay = START_DELAY;
+    let worker = rig
+        .worker(registry, config)
+        .await
+        .on_transition(move |event| {
+            let _ = tx.send((event.clone(), std::time::Instant::now()));
+        });
+    let started = std::time::Instant::now();
+    let running = Running::spawn(worker);
+    let (event, at) = tokio::time::timeout(WAIT, rx.recv())
+        .await
+        .expect("the job is rescued in time")
+        .expect("a transition");
+    assert_eq!((event.job_id, event.from), (id, JobState::Running));
+    let waited = at.duration_since(started);
+    assert!(
+        waited >= START_DELAY,
+        "the rescuer swept {} ms after start, before its start delay of {} ms",
+        waited.as_millis(),
+        START_DELAY.as_millis()
+    );
+    let report = running.stop().await;
+    assert_eq!(report.rescued, 1);
+    assert_ne!(rig.job(id).await.state, JobState::Running);
+}
+
 /// The tick a schedule's job was enqueued for (its meta).
 fn tick_of(job: &Job) -> DateTime<Utc> {
     let text = job.meta["tick"]

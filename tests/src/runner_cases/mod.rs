@@ -174,7 +174,8 @@ impl Running {
 /// The worker configuration of the cases: worker id `id`, one pool of 8 slots on queue
 /// `default`, lease 30 s with heartbeats every 50 ms, a 10 ms poll (time moved by `advance`
 /// sends no event, so a job made ready that way is found by the poll), maintenance every hour
-/// (a case that needs a service shortens its interval; each service also runs once at start),
+/// (a case that needs a service shortens its interval; with no start delay each service also
+/// runs once at start),
 /// shutdown grace 10 s, cancel grace 5 s.
 pub fn config(id: &str) -> WorkerConfig {
     let mut config = WorkerConfig::default();
@@ -186,6 +187,7 @@ pub fn config(id: &str) -> WorkerConfig {
     config.reconcile_interval = Duration::from_secs(3600);
     config.schedule_interval = Duration::from_secs(3600);
     config.prune_interval = Duration::from_secs(3600);
+    config.maintenance_start_delay = Duration::ZERO;
     config.shutdown_grace = Duration::from_secs(10);
     config.cancel_grace = Duration::from_secs(5);
     config.store_retry_min = Duration::from_millis(5);

@@ -2,7 +2,9 @@
 //! run concurrently from many workers: the rescuer (expired leases), the reconcile sweep, the
 //! cron scheduler and the cleaner (retention pruning and stale worker registrations).
 //!
-//! Each runs one pass at start and then every interval until its stop token fires. A pass that
+//! Each runs its first pass after the start delay (`WorkerConfig::maintenance_start_delay`
+//! with jitter, capped at its interval; see [`first_pass_delay`]) and then every interval until
+//! its stop token fires. A pass that
 //! fails with `Unavailable` is logged and retried with capped exponential backoff (never
 //! later than the interval); `Fatal` stops the worker; other errors are logged and the next
 //! pass runs at the next interval.
@@ -22,7 +24,17 @@ pub(crate) mod reconcile;
 pub(crate) mod rescuer;
 pub(crate) mod scheduler;
 
-/// Runs `pass` now and then every `interval` until `stop` fires.
+/// When a service's first pass runs after start: `start_delay` plus `jitter` (a fraction in
+/// 0..1) of it, but never later than `interval`; zero when `start_delay` is zero.
+pub(crate) fn first_pass_delay(interval: Duration, start_delay: Duration, jitter: f64) -> Duration {
+    if start_delay.is_zero() {
+        return Duration::ZERO;
+    }
+    let jitter = start_delay.mul_f64(jitter.clamp(0.0, 1.0));
+    start_delay.saturating_add(jitter).min(interval)
+}
+
+/// Runs `pass` after [`first_pass_delay`] and then every `interval` until `stop` fires.
 pub(crate) async fn periodic<F, Fut>(
     rt: Arc<Runtime>,
     name: &'static str,
@@ -34,6 +46,18 @@ pub(crate) async fn periodic<F, Fut>(
     Fut: Future<Output = Result<(), Error>>,
 {
     let mut retry = RetryDelay::new(rt.config.store_retry_min, rt.config.store_retry_max);
+    let first = first_pass_delay(
+        interval,
+        rt.config.maintenance_start_delay,
+        rand::random::<f64>(),
+    );
+    if !first.is_zero() {
+        tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(first) => {}
+        }
+    }
     loop {
         if stop.is_cancelled() {
             return;
@@ -69,5 +93,40 @@ pub(crate) async fn periodic<F, Fut>(
             () = stop.cancelled() => return,
             () = tokio::time::sleep(wait) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    #[test]
+    fn the_first_pass_waits_the_start_delay_and_its_jitter() {
+        assert_eq!(first_pass_delay(MS(60_000), MS(1_000), 0.0), MS(1_000));
+        assert_eq!(first_pass_delay(MS(60_000), MS(1_000), 0.5), MS(1_500));
+        assert_eq!(first_pass_delay(MS(60_000), MS(1_000), 0.999), MS(1_999));
+    }
+
+    #[test]
+    fn the_first_pass_never_waits_longer_than_the_interval() {
+        assert_eq!(first_pass_delay(MS(1_000), MS(1_000), 0.5), MS(1_000));
+        assert_eq!(first_pass_delay(MS(10), MS(1_000), 0.0), MS(10));
+        assert_eq!(first_pass_delay(MS(1_200), MS(1_000), 0.7), MS(1_200));
+    }
+
+    #[test]
+    fn no_start_delay_means_the_first_pass_runs_at_start() {
+        assert_eq!(
+            first_pass_delay(MS(60_000), Duration::ZERO, 0.9),
+            Duration::ZERO
+        );
+    }
+
+    #[test]
+    fn jitter_outside_zero_to_one_is_clamped() {
+        assert_eq!(first_pass_delay(MS(60_000), MS(1_000), -3.0), MS(1_000));
+        assert_eq!(first_pass_delay(MS(60_000), MS(1_000), 7.0), MS(2_000));
     }
 }
