@@ -172,12 +172,15 @@ pub struct WorkerConfig {
     /// a full batch was deleted.
     pub prune_limit: u32,
     /// Wait before the first pass of each maintenance service (rescuer, reconcile sweep, cron
-    /// scheduler, cleaner), plus a random jitter of up to as long again, but never longer than
-    /// the service's own interval (default 1 s: a first pass comes 1-2 s after start, or
-    /// within the interval when that is shorter). A starting worker claims before it sweeps,
-    /// and workers started together (a deploy) spread their sweeps instead of running them all
-    /// at once on fresh connections; nothing a sweep does is urgent at start (an expired lease
-    /// waits at most this long more). Zero: every service runs its first pass at start.
+    /// scheduler, cleaner: retention and stale worker registrations). Each service's first
+    /// pass comes at a random point between this delay and twice it, a range capped at the
+    /// service's interval (when the interval is shorter than twice the delay: in the second
+    /// half of the interval). Default 1 s: the rescuer, the reconcile sweep and the cleaner
+    /// sweep 1-2 s after start, the cron scheduler (1 s interval) 0.5-1 s after. A starting
+    /// worker claims before it sweeps, and workers started together (a deploy) spread their
+    /// sweeps instead of running them all at once on fresh connections; nothing a sweep does
+    /// is urgent at start (an expired lease waits at most twice this delay more). Zero: every
+    /// service runs its first pass at start.
     pub maintenance_start_delay: Duration,
     /// Other workers whose last heartbeat is older than this are removed from the worker
     /// registry (default 2 min; must be longer than `heartbeat_interval`). Checked every

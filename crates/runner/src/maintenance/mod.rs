@@ -4,9 +4,8 @@
 //!
 //! Each runs its first pass after the start delay (`WorkerConfig::maintenance_start_delay`
 //! with jitter, capped at its interval; see [`first_pass_delay`]) and then every interval until
-//! its stop token fires. A pass that
-//! fails with `Unavailable` is logged and retried with capped exponential backoff (never
-//! later than the interval); `Fatal` stops the worker; other errors are logged and the next
+//! its stop token fires. A pass that fails with `Unavailable` is logged and retried with capped
+//! exponential backoff (never later than the interval); `Fatal` stops the worker; other errors are logged and the next
 //! pass runs at the next interval.
 
 use std::future::Future;
@@ -24,14 +23,17 @@ pub(crate) mod reconcile;
 pub(crate) mod rescuer;
 pub(crate) mod scheduler;
 
-/// When a service's first pass runs after start: `start_delay` plus `jitter` (a fraction in
-/// 0..1) of it, but never later than `interval`; zero when `start_delay` is zero.
+/// When a service's first pass runs after start, with `jitter` a fraction in 0..1 (clamped):
+/// spread over `start_delay..2 x start_delay`, a range capped at `interval`; when the interval
+/// is shorter than twice the delay, over its second half (`interval / 2..interval`), so
+/// workers started together still spread their first passes. Zero when `start_delay` is zero.
 pub(crate) fn first_pass_delay(interval: Duration, start_delay: Duration, jitter: f64) -> Duration {
     if start_delay.is_zero() {
         return Duration::ZERO;
     }
-    let jitter = start_delay.mul_f64(jitter.clamp(0.0, 1.0));
-    start_delay.saturating_add(jitter).min(interval)
+    let latest = start_delay.saturating_mul(2).min(interval);
+    let earliest = start_delay.min(latest / 2);
+    earliest + (latest - earliest).mul_f64(jitter.clamp(0.0, 1.0))
 }
 
 /// Runs `pass` after [`first_pass_delay`] and then every `interval` until `stop` fires.
@@ -106,14 +108,19 @@ mod tests {
     fn the_first_pass_waits_the_start_delay_and_its_jitter() {
         assert_eq!(first_pass_delay(MS(60_000), MS(1_000), 0.0), MS(1_000));
         assert_eq!(first_pass_delay(MS(60_000), MS(1_000), 0.5), MS(1_500));
-        assert_eq!(first_pass_delay(MS(60_000), MS(1_000), 0.999), MS(1_999));
+        assert_eq!(first_pass_delay(MS(60_000), MS(1_000), 1.0), MS(2_000));
+        assert_eq!(first_pass_delay(MS(2_000), MS(1_000), 0.25), MS(1_250));
     }
 
     #[test]
-    fn the_first_pass_never_waits_longer_than_the_interval() {
-        assert_eq!(first_pass_delay(MS(1_000), MS(1_000), 0.5), MS(1_000));
-        assert_eq!(first_pass_delay(MS(10), MS(1_000), 0.0), MS(10));
-        assert_eq!(first_pass_delay(MS(1_200), MS(1_000), 0.7), MS(1_200));
+    fn a_short_interval_spreads_the_first_pass_over_its_second_half() {
+        // The cron scheduler's default interval equals the default delay: 0.5..1 s.
+        assert_eq!(first_pass_delay(MS(1_000), MS(1_000), 0.0), MS(500));
+        assert_eq!(first_pass_delay(MS(1_000), MS(1_000), 0.5), MS(750));
+        assert_eq!(first_pass_delay(MS(1_000), MS(1_000), 1.0), MS(1_000));
+        assert_eq!(first_pass_delay(MS(10), MS(1_000), 0.0), MS(5));
+        assert_eq!(first_pass_delay(MS(1_500), MS(1_000), 0.0), MS(750));
+        assert_eq!(first_pass_delay(MS(1_500), MS(1_000), 1.0), MS(1_500));
     }
 
     #[test]
