@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, SubsecRound, Utc};
 use drover_core::{
-    ClaimJobs, Error, HeartbeatItem, HeartbeatJobs, HeartbeatReply, Job, JobState, ListJobs,
+    ClaimJobs, Error, HeartbeatItem, HeartbeatJobs, HeartbeatReply, Job, JobId, JobState, ListJobs,
     NewJob, NewSchedule, Resolution, RunAt, ScheduleName,
 };
 use drover_runner::{Outcome, Reconciler, Registry, TransitionEvent};
@@ -131,25 +131,32 @@ impl Reconciler for DeployReconciler {
     }
 }
 
-/// A job of a kind with a reconciler whose worker crashed (lease expired) is rescued to
-/// reconciling, and the sweep resolves it: an inconclusive verdict and a reconciler error
-/// leave it reconciling for the next sweep; the third verdict ends it succeeded. The
-/// transition hook sees running -> reconciling -> succeeded.
-pub async fn runner_reconcile_sweep_resolves_a_rescued_reconciling_job(f: &dyn StoreFactory) {
-    let rig = Rig::open(f).await;
-    let id = rig.enqueue(NewJob::new(kind("deploy"), json!({}))).await;
-    // A worker that crashed mid-deploy: its lease expires.
+/// Enqueues a job of `kind_name` and leaves it as a crashed worker would: claimed by worker
+/// `crashed` with a 60 s lease, then the clock moved 61 s so that lease has expired.
+async fn abandoned(rig: &Rig, kind_name: &str) -> JobId {
+    let id = rig.enqueue(NewJob::new(kind(kind_name), json!({}))).await;
     rig.store
         .jobs_claim(ClaimJobs {
             worker: worker("crashed"),
             queues: vec![queue("default")],
-            kinds: vec![kind("deploy")],
+            kinds: vec![kind(kind_name)],
             limit: 1,
             lease: Duration::from_secs(60),
         })
         .await
         .expect("claim");
     rig.h.advance(Duration::from_secs(61)).await;
+    id
+}
+
+/// A job of a kind with a reconciler whose worker crashed (lease expired) is rescued to
+/// reconciling, and the sweep resolves it: an inconclusive verdict and a reconciler error
+/// leave it reconciling for the next sweep; the third verdict ends it succeeded. The
+/// transition hook sees running -> reconciling -> succeeded.
+pub async fn runner_reconcile_sweep_resolves_a_rescued_reconciling_job(f: &dyn StoreFactory) {
+    let rig = Rig::open(f).await;
+    // A worker that crashed mid-deploy: its lease expires.
+    let id = abandoned(&rig, "deploy").await;
 
     let calls = Arc::new(AtomicU32::new(0));
     let mut registry = Registry::new();
@@ -201,18 +208,7 @@ pub async fn runner_reconcile_sweep_resolves_a_rescued_reconciling_job(f: &dyn S
 pub async fn runner_maintenance_waits_its_start_delay(f: &dyn StoreFactory) {
     const START_DELAY: Duration = Duration::from_millis(300);
     let rig = Rig::open(f).await;
-    let id = rig.enqueue(NewJob::new(kind("work"), json!({}))).await;
-    rig.store
-        .jobs_claim(ClaimJobs {
-            worker: worker("crashed"),
-            queues: vec![queue("default")],
-            kinds: vec![kind("work")],
-            limit: 1,
-            lease: Duration::from_secs(60),
-        })
-        .await
-        .expect("claim");
-    rig.h.advance(Duration::from_secs(61)).await;
+    let id = abandoned(&rig, "work").await;
 
     let mut registry = Registry::new();
     registry.register_fn(kind("other"), |_ctx| async { Outcome::success() });

@@ -5,8 +5,8 @@
 //! Each runs its first pass after the start delay (`WorkerConfig::maintenance_start_delay`
 //! with jitter, capped at its interval; see [`first_pass_delay`]) and then every interval until
 //! its stop token fires. A pass that fails with `Unavailable` is logged and retried with capped
-//! exponential backoff (never later than the interval); `Fatal` stops the worker; other errors are logged and the next
-//! pass runs at the next interval.
+//! exponential backoff (never later than the interval); `Fatal` stops the worker; other errors
+//! are logged and the next pass runs at the next interval.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -48,23 +48,19 @@ pub(crate) async fn periodic<F, Fut>(
     Fut: Future<Output = Result<(), Error>>,
 {
     let mut retry = RetryDelay::new(rt.config.store_retry_min, rt.config.store_retry_max);
-    let first = first_pass_delay(
+    let mut wait = first_pass_delay(
         interval,
         rt.config.maintenance_start_delay,
         rand::random::<f64>(),
     );
-    if !first.is_zero() {
+    loop {
+        // Biased: a stop that has fired wins over a wait that is over (or zero).
         tokio::select! {
             biased;
             () = stop.cancelled() => return,
-            () = tokio::time::sleep(first) => {}
+            () = tokio::time::sleep(wait) => {}
         }
-    }
-    loop {
-        if stop.is_cancelled() {
-            return;
-        }
-        let wait = match pass(Arc::clone(&rt), stop.clone()).await {
+        wait = match pass(Arc::clone(&rt), stop.clone()).await {
             Ok(()) => {
                 retry.reset();
                 interval
@@ -90,11 +86,6 @@ pub(crate) async fn periodic<F, Fut>(
                 }
             },
         };
-        tokio::select! {
-            biased;
-            () = stop.cancelled() => return,
-            () = tokio::time::sleep(wait) => {}
-        }
     }
 }
 
