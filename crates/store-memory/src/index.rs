@@ -6,7 +6,8 @@
 //! takes the placement before, applies `drover_core::apply`, and calls [`Indexes::moved`],
 //! which updates exactly the indexes the change touches.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::Hash;
 
 use chrono::{DateTime, Utc};
@@ -14,6 +15,9 @@ use drover_core::{Job, JobId, JobKind, JobState, LimitKey, QueueName, TenantId};
 
 /// A hash map with foldhash's fast, per-process seeded hasher (SipHash dominates otherwise).
 pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+/// A hash set with the same hasher as [`FastMap`].
+pub(crate) type FastSet<K> = HashSet<K, foldhash::fast::RandomState>;
 
 /// The stored jobs. Boxed, so that growing the table moves pointers, not whole jobs.
 pub(crate) type JobTable = FastMap<JobId, Box<Job>>;
@@ -51,6 +55,113 @@ pub(crate) type ReadyKey = (i16, KeyTime, KeyId);
 
 /// An index entry ordered by an instant, then by id.
 pub(crate) type TimeKey = (KeyTime, KeyId);
+
+/// The ids of one [`TimeIndex`] instant: one inline (an instant of a single job), more in a
+/// hash set.
+#[derive(Debug)]
+enum Ids {
+    One(KeyId),
+    Many(FastSet<KeyId>),
+}
+
+/// Entries `(instant, id)` in order, for lease ends (rescue) and finish times (retention).
+///
+/// Both arrive in batches that share an instant (a claim leases all its jobs until the same
+/// `now + lease`; a finish batch records one `now`), nearly always at the latest instant so
+/// far. A `BTreeSet<(KeyTime, KeyId)>` pays for such an append with a linear scan of every
+/// 32-byte key on its rightmost path (about 650 instructions an insert in callgrind, the
+/// largest single cost of a no-op job on the memory store). Here the ordered map holds one
+/// integer key per instant, the latest instant is reached without a search, and the ids of an
+/// instant sit in a hash set. Reads give the set's order, by instant then by id (the ids of an
+/// instant are sorted when read, which only rescue and prune do).
+#[derive(Debug, Default)]
+pub(crate) struct TimeIndex {
+    groups: BTreeMap<KeyTime, Ids>,
+}
+
+impl TimeIndex {
+    /// Adds `(at, id)` (nothing when it is there already).
+    pub fn insert(&mut self, at: KeyTime, id: KeyId) {
+        let group = match self.groups.last_entry() {
+            Some(last) if *last.key() == at => last.into_mut(),
+            _ => match self.groups.entry(at) {
+                Entry::Vacant(slot) => {
+                    slot.insert(Ids::One(id));
+                    return;
+                }
+                Entry::Occupied(slot) => slot.into_mut(),
+            },
+        };
+        match group {
+            Ids::Many(ids) => {
+                ids.insert(id);
+            }
+            Ids::One(existing) if *existing == id => {}
+            Ids::One(existing) => {
+                let ids: FastSet<KeyId> = [*existing, id].into_iter().collect();
+                *group = Ids::Many(ids);
+            }
+        }
+    }
+
+    /// Removes `(at, id)`; false when it was not there.
+    pub fn remove(&mut self, at: KeyTime, id: KeyId) -> bool {
+        let Entry::Occupied(mut slot) = self.groups.entry(at) else {
+            return false;
+        };
+        let (removed, emptied) = match slot.get_mut() {
+            Ids::One(existing) => (*existing == id, *existing == id),
+            Ids::Many(ids) => (ids.remove(&id), ids.is_empty()),
+        };
+        if emptied {
+            slot.remove();
+        }
+        removed
+    }
+
+    /// Number of entries.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.groups
+            .values()
+            .map(|group| match group {
+                Ids::One(_) => 1,
+                Ids::Many(ids) => ids.len(),
+            })
+            .sum()
+    }
+
+    /// Up to `limit` entries with an instant up to `last` (inclusive), in order (instant, id).
+    pub fn up_to(&self, last: KeyTime, limit: usize) -> Vec<TimeKey> {
+        let mut out = Vec::new();
+        for (&at, group) in self.groups.range(..=last) {
+            if out.len() >= limit {
+                break;
+            }
+            match group {
+                Ids::One(id) => out.push((at, *id)),
+                Ids::Many(ids) => {
+                    let mut sorted: Vec<KeyId> = ids.iter().copied().collect();
+                    sorted.sort_unstable();
+                    let room = limit - out.len();
+                    out.extend(sorted.into_iter().take(room).map(|id| (at, id)));
+                }
+            }
+        }
+        out
+    }
+
+    /// Every id, in no particular order.
+    pub fn ids(&self) -> impl Iterator<Item = KeyId> + '_ {
+        self.groups.values().flat_map(|group| {
+            let (one, many) = match group {
+                Ids::One(id) => (Some(*id), None),
+                Ids::Many(ids) => (None, Some(ids.iter().copied())),
+            };
+            one.into_iter().chain(many.into_iter().flatten())
+        })
+    }
+}
 
 /// The fields of a job that decide where it sits in the indexes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,11 +209,11 @@ pub(crate) struct Indexes {
     /// Queued jobs not ready yet, by `run_at`; [`Indexes::promote`] moves them to `ready`.
     pub scheduled: BTreeSet<TimeKey>,
     /// Running jobs by lease end, for rescue.
-    pub leases: BTreeSet<TimeKey>,
+    pub leases: TimeIndex,
     /// Reconciling jobs, for reconcile sweeps.
     pub reconciling: BTreeSet<JobId>,
     /// Terminal jobs by `finished_at`, for retention.
-    pub finished: BTreeSet<TimeKey>,
+    pub finished: TimeIndex,
     /// Unique keys of non-terminal jobs, per tenant.
     pub unique: FastMap<TenantId, FastMap<String, JobId>>,
     /// Pending (queued, running, reconciling) jobs of the cluster.
@@ -261,7 +372,7 @@ impl Indexes {
             }
             JobState::Running => {
                 if let Some(at) = placement.lease_expires_at {
-                    self.leases.insert((key_time(at), key_id(job.id)));
+                    self.leases.insert(key_time(at), key_id(job.id));
                 }
             }
             JobState::Reconciling => {
@@ -269,7 +380,7 @@ impl Indexes {
             }
             JobState::Succeeded | JobState::Failed | JobState::Cancelled => {
                 let at = placement.finished_at.unwrap_or(now);
-                self.finished.insert((key_time(at), key_id(job.id)));
+                self.finished.insert(key_time(at), key_id(job.id));
             }
         }
     }
@@ -303,7 +414,7 @@ impl Indexes {
             }
             JobState::Running => {
                 if let Some(at) = placement.lease_expires_at {
-                    self.leases.remove(&(key_time(at), key_id(job.id)));
+                    self.leases.remove(key_time(at), key_id(job.id));
                 }
             }
             JobState::Reconciling => {
@@ -311,7 +422,7 @@ impl Indexes {
             }
             JobState::Succeeded | JobState::Failed | JobState::Cancelled => {
                 if let Some(at) = placement.finished_at {
-                    self.finished.remove(&(key_time(at), key_id(job.id)));
+                    self.finished.remove(key_time(at), key_id(job.id));
                 }
             }
         }
@@ -349,8 +460,8 @@ impl Indexes {
     pub fn track_limit_key(&mut self, key: &LimitKey, jobs: &JobTable) {
         let running = self
             .leases
-            .iter()
-            .filter_map(|(_, id)| jobs.get(&id_of(*id)))
+            .ids()
+            .filter_map(|id| jobs.get(&id_of(id)))
             .filter(|job| job.effective_limit_keys().contains(key))
             .count();
         self.running_by_key.insert(key.clone(), running as u64);
@@ -381,5 +492,136 @@ impl Indexes {
                 *n = n.saturating_sub(1);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small deterministic generator (xorshift64*), so a failure replays.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    /// Checks a `TimeIndex` against a `BTreeSet` of the same entries.
+    fn agree(index: &TimeIndex, model: &BTreeSet<TimeKey>, rng: &mut Rng) {
+        assert_eq!(index.len(), model.len());
+        let mut ids: Vec<KeyId> = index.ids().collect();
+        ids.sort_unstable();
+        let mut expected: Vec<KeyId> = model.iter().map(|k| k.1).collect();
+        expected.sort_unstable();
+        assert_eq!(ids, expected);
+        let last = i64::try_from(rng.below(1_200)).unwrap() - 100;
+        let limit = usize::try_from(rng.below(40)).unwrap();
+        let want: Vec<TimeKey> = model
+            .iter()
+            .take_while(|k| k.0 <= last)
+            .take(limit)
+            .copied()
+            .collect();
+        assert_eq!(index.up_to(last, limit), want, "up_to({last}, {limit})");
+        assert_eq!(
+            index.up_to(KeyTime::MAX, usize::MAX),
+            model.iter().copied().collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn time_index_behaves_like_an_ordered_set() {
+        // Mostly in-order inserts (claims and finishes as they happen) with some out of order
+        // (a clock set back), removals anywhere, mostly oldest first (leases ending in the
+        // order they began), re-inserts of removed entries, and repeats.
+        for seed in 1..=20u64 {
+            let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            let mut index = TimeIndex::default();
+            let mut model = BTreeSet::new();
+            let mut clock: i64 = 0;
+            let mut next_id: KeyId = 1;
+            for step in 0..3_000 {
+                match rng.below(10) {
+                    0..=4 => {
+                        clock += i64::try_from(rng.below(3)).unwrap();
+                        let at = if rng.below(8) == 0 {
+                            clock - i64::try_from(rng.below(50)).unwrap()
+                        } else {
+                            clock
+                        };
+                        let id = if rng.below(4) == 0 {
+                            KeyId::from(rng.below(100))
+                        } else {
+                            next_id += 1;
+                            next_id
+                        };
+                        index.insert(at, id);
+                        model.insert((at, id));
+                    }
+                    5..=8 if !model.is_empty() => {
+                        let position = if rng.below(2) == 0 {
+                            0
+                        } else {
+                            usize::try_from(rng.below(model.len() as u64)).unwrap()
+                        };
+                        let key = *model.iter().nth(position).unwrap();
+                        assert!(index.remove(key.0, key.1), "remove {key:?}");
+                        model.remove(&key);
+                    }
+                    _ => {
+                        let key = (
+                            i64::try_from(rng.below(1_000)).unwrap(),
+                            KeyId::from(rng.below(200)),
+                        );
+                        assert_eq!(index.remove(key.0, key.1), model.remove(&key), "{key:?}");
+                    }
+                }
+                if step % 50 == 0 {
+                    agree(&index, &model, &mut rng);
+                }
+            }
+            agree(&index, &model, &mut rng);
+            // Emptying it leaves nothing behind.
+            for key in model.clone() {
+                assert!(index.remove(key.0, key.1));
+            }
+            assert_eq!(index.len(), 0);
+            assert!(index.groups.is_empty());
+        }
+    }
+
+    #[test]
+    fn time_index_reads_an_instant_in_id_order_whatever_the_insert_order() {
+        let mut index = TimeIndex::default();
+        // One finish batch: one instant, ids in completion order.
+        for id in [5u64, 3, 9, 1, 7] {
+            index.insert(100, KeyId::from(id));
+        }
+        index.insert(50, 8);
+        index.insert(100, 3);
+        assert_eq!(index.len(), 6);
+        assert_eq!(
+            index.up_to(100, 4),
+            vec![(50, 8), (100, 1), (100, 3), (100, 5)]
+        );
+        assert_eq!(index.up_to(99, 10), vec![(50, 8)]);
+        assert!(index.remove(100, 3));
+        assert!(!index.remove(100, 3));
+        assert!(!index.remove(101, 5));
+        assert_eq!(index.len(), 5);
+        for id in [1u64, 5, 7, 9] {
+            assert!(index.remove(100, KeyId::from(id)));
+        }
+        assert!(index.remove(50, 8));
+        assert!(index.groups.is_empty());
     }
 }

@@ -421,13 +421,13 @@ impl Inner {
     /// Deletes up to `limit` terminal jobs finished before `cutoff`, with their idempotency
     /// keys; returns how many.
     pub fn prune(&mut self, cutoff: DateTime<Utc>, limit: usize) -> u64 {
+        // Finished strictly before `cutoff`: up to the microsecond before it.
         let doomed: Vec<JobId> = self
             .idx
             .finished
-            .iter()
-            .take_while(|(at, _)| *at < key_time(cutoff))
-            .take(limit)
-            .map(|(_, id)| id_of(*id))
+            .up_to(key_time(cutoff).saturating_sub(1), limit)
+            .into_iter()
+            .map(|(_, id)| id_of(id))
             .collect();
         let mut pruned = 0;
         for id in doomed {

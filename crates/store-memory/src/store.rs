@@ -377,10 +377,9 @@ impl JobStore for MemoryStore {
             let expired: Vec<JobId> = inner
                 .idx
                 .leases
-                .iter()
-                .take_while(|(at, _)| *at <= key_time(now))
-                .take(limit)
-                .map(|(_, id)| id_of(*id))
+                .up_to(key_time(now), limit)
+                .into_iter()
+                .map(|(_, id)| id_of(id))
                 .collect();
             let mut rescued = Vec::with_capacity(expired.len());
             for id in expired {
