@@ -616,6 +616,64 @@ async fn bulk_enqueue_reports_bad_lines_and_loads_the_rest() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_enqueue_stopped_by_the_database_says_what_is_loaded_and_where_to_resume() {
+    let Some(db) = TestDb::migrated(
+        "bulk_enqueue_stopped_by_the_database_says_what_is_loaded_and_where_to_resume",
+    )
+    .await
+    else {
+        return;
+    };
+    // The database fails the batch holding line 150 as if it were shutting down (SQLSTATE
+    // 57P01, a transient error: the load stops instead of rejecting lines).
+    sqlx::raw_sql(
+        r#"CREATE FUNCTION drover.fail_line_150() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN
+               IF NEW.meta->>'line' = '150' THEN
+                   RAISE EXCEPTION 'injected shutdown' USING ERRCODE = '57P01';
+               END IF;
+               RETURN NEW;
+           END $$;
+           CREATE TRIGGER fail_line_150 BEFORE INSERT ON drover.jobs
+               FOR EACH ROW EXECUTE FUNCTION drover.fail_line_150();"#,
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let lines: Vec<String> = (1..=300)
+        .map(|n| format!(r#"{{"kind": "noop", "meta": {{"line": {n}}}}}"#))
+        .collect();
+    let file = TempFile::new("stopped.jsonl", &(lines.join("\n") + "\n"));
+    let out = db
+        .run(&["enqueue", "--file", file.arg(), "--batch-size", "100"])
+        .await;
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let error = cli_support::one_line_error(&out.stderr);
+    // What is settled is counted; the batch in flight and where to resume are named.
+    assert!(
+        stdout.contains("100 enqueued, 0 replayed, 0 duplicate, 0 rejected"),
+        "{stdout}"
+    );
+    assert!(error.contains("stopped at lines 101-200 of"), "{error}");
+    assert!(
+        error.contains("Every line before 101 is settled"),
+        "{error}"
+    );
+    assert!(error.contains("no line after 200 was sent"), "{error}");
+    assert!(
+        error.contains(&format!("tail -n +201 {}", file.arg())),
+        "{error}"
+    );
+    assert_eq!(db.count("queued").await, 100);
+    let last: i64 = sqlx::query_scalar("SELECT max((meta->>'line')::bigint) FROM drover.jobs")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(last, 100);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prune_deletes_old_finished_jobs_in_batches() {
     let Some(db) = TestDb::migrated("prune_deletes_old_finished_jobs_in_batches").await else {
         return;

@@ -293,6 +293,34 @@ fn dev_runs_the_demo_set() {
 }
 
 #[test]
+fn dev_waits_for_room_when_a_file_holds_more_jobs_than_the_quotas_allow() {
+    // 60 jobs of one tenant against a tenant quota of 5 and a global one of 8: every line is
+    // enqueued as the worker makes room, none is rejected.
+    let dir = std::env::temp_dir().join(format!("drover-dev-quota-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("many.jsonl");
+    let lines: String = (0..60)
+        .map(|i| format!("{{\"kind\": \"sleep\", \"args\": {{\"ms\": {}}}}}\n", i % 3))
+        .collect();
+    std::fs::write(&file, lines).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_drover"))
+        .args(["dev", "--json", "--jobs", file.to_str().unwrap()])
+        .env_remove("DROVER_DATABASE_URL")
+        .env_remove("RUST_LOG")
+        .env("DROVER_MAX_TENANT_PENDING", "5")
+        .env("DROVER_MAX_PENDING", "8")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run drover");
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["rejected"], serde_json::json!([]), "{summary}");
+    assert_eq!(summary["total"], 60, "{summary}");
+    assert_eq!(counts(&summary, "sleep"), [60, 60, 0, 0, 0]);
+}
+
+#[test]
 fn dev_reports_bad_lines_and_unknown_kinds_and_runs_the_rest() {
     let summary = dev_exiting(&["--jobs", &example("jobs-with-errors.jsonl")], 1);
     let lines: Vec<u64> = summary["rejected"]

@@ -264,9 +264,23 @@ pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()>
         .metrics(metrics);
     let worker_task = tokio::spawn(worker.run(shutdown.clone()));
 
-    let loaded = enqueue::load(store.as_ref(), jobs, 1000, None)
-        .await
-        .map_err(|e| anyhow!("{e}"))?;
+    let deadline = tokio::time::Instant::now() + args.max_wait;
+    // Quotas hold in dev mode too (DROVER_MAX_PENDING, DROVER_MAX_TENANT_PENDING): a file with
+    // more jobs than they allow waits for this worker to make room instead of dropping lines.
+    let loaded = enqueue::load(
+        store.as_ref(),
+        jobs,
+        1000,
+        None,
+        enqueue::OnQuota::Wait {
+            room: &counter.changed,
+            deadline,
+        },
+    )
+    .await;
+    if let Some(stopped) = loaded.stopped {
+        return Err(anyhow!("{}", stopped.error));
+    }
     rejected.extend(loaded.rejected);
     rejected.sort_by_key(|r| r.line);
     for r in &rejected {
@@ -288,7 +302,6 @@ pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()>
         );
         bar
     });
-    let deadline = tokio::time::Instant::now() + args.max_wait;
     loop {
         let changed = counter.changed.notified();
         let finished = counter.finished.load(Ordering::SeqCst);

@@ -72,7 +72,43 @@ pub struct Loaded {
     pub duplicate: u64,
     /// Lines the store refused (conflict, quota, ...), with the reason.
     pub rejected: Vec<RejectedLine>,
+    /// Set when a transient or fatal store error stopped the load before the end.
+    pub stopped: Option<Stopped>,
 }
+
+/// Where a load stopped: every line before `first_line` was settled (created, answered or
+/// rejected, as counted in [`Loaded`]); the lines `first_line..=last_line` were being written
+/// when `error` came, so they may or may not be stored (a connection lost during a commit
+/// cannot tell); no line after `last_line` was sent.
+#[derive(Debug)]
+pub struct Stopped {
+    /// The error that stopped the load.
+    pub error: drover_core::Error,
+    /// First line (1-based) of the batch in flight.
+    pub first_line: usize,
+    /// Last line of the batch in flight.
+    pub last_line: usize,
+}
+
+/// What [`load`] does with a job a pending quota refuses.
+#[derive(Debug, Clone, Copy)]
+pub enum OnQuota<'a> {
+    /// Report its line as rejected (`drover enqueue --file`: an operator's load must not
+    /// wait on workers that may not be running).
+    Reject,
+    /// Wait until `room` is notified (a job finished) and try again, until `deadline`; then
+    /// reject it (`drover dev`, whose own worker makes the room).
+    Wait {
+        /// Notified when a job finishes.
+        room: &'a tokio::sync::Notify,
+        /// When to stop waiting.
+        deadline: tokio::time::Instant,
+    },
+}
+
+/// Longest wait for room before trying a quota-refused job again when no finish was noticed
+/// (a notification can come between the refusal and the wait).
+const ROOM_RECHECK: std::time::Duration = std::time::Duration::from_millis(100);
 
 fn refusal(e: &drover_core::Error) -> bool {
     !e.is_transient() && !matches!(e, drover_core::Error::Fatal { .. })
@@ -80,49 +116,104 @@ fn refusal(e: &drover_core::Error) -> bool {
 
 /// Enqueues numbered jobs in batches of `batch_size`. A batch the store refuses as a whole
 /// because of one job (a conflict, a quota) is retried job by job, so every good line still
-/// loads and each refused one is reported with its line number.
+/// loads and each refused one is reported with its line number (or, with [`OnQuota::Wait`],
+/// waits for room when a quota refused it).
 ///
-/// # Errors
-/// Transient and fatal store errors (nothing more is loaded).
+/// A transient or fatal store error (connection lost, database down) stops the load: what was
+/// settled before it is returned with [`Loaded::stopped`] saying which lines were in flight,
+/// so the caller can tell the operator exactly where to resume. Nothing is retried
+/// automatically: a batch whose commit was cut off may be stored already, and sending it again
+/// would enqueue its jobs twice.
 pub async fn load(
     store: &dyn drover_core::JobStore,
     jobs: Vec<(usize, NewJob)>,
     batch_size: usize,
     bar: Option<&indicatif::ProgressBar>,
-) -> Result<Loaded, drover_core::Error> {
+    on_quota: OnQuota<'_>,
+) -> Loaded {
     let mut loaded = Loaded::default();
     for chunk in jobs.chunks(batch_size.max(1)) {
+        let first_line = chunk.first().map_or(0, |(line, _)| *line);
+        let last_line = chunk.last().map_or(0, |(line, _)| *line);
+        let stop = |error| Stopped {
+            error,
+            first_line,
+            last_line,
+        };
         let batch: Vec<NewJob> = chunk.iter().map(|(_, j)| j.clone()).collect();
         let answers = match store.jobs_enqueue(batch).await {
             Ok(answers) => answers,
             Err(e) if refusal(&e) => {
                 let mut answers = Vec::new();
                 for (line, job) in chunk {
-                    match store.job_enqueue(job.clone()).await {
+                    match enqueue_one(store, job, on_quota).await {
                         Ok(a) => answers.push(a),
                         Err(e) if refusal(&e) => loaded.rejected.push(RejectedLine {
                             line: *line,
                             error: e.to_string(),
                         }),
-                        Err(e) => return Err(e),
+                        Err(e) => {
+                            // The lines before this one are settled.
+                            count(&mut loaded, answers);
+                            loaded.stopped = Some(Stopped {
+                                error: e,
+                                first_line: *line,
+                                last_line: *line,
+                            });
+                            return loaded;
+                        }
                     }
                 }
                 answers
             }
-            Err(e) => return Err(e),
-        };
-        for a in answers {
-            match a.status {
-                EnqueueStatus::Created => loaded.created.push(a.job),
-                EnqueueStatus::Replayed => loaded.replayed += 1,
-                EnqueueStatus::Duplicate => loaded.duplicate += 1,
+            Err(e) => {
+                loaded.stopped = Some(stop(e));
+                return loaded;
             }
-        }
+        };
+        count(&mut loaded, answers);
         if let Some(bar) = bar {
             bar.inc(chunk.len() as u64);
         }
     }
-    Ok(loaded)
+    loaded
+}
+
+fn count(loaded: &mut Loaded, answers: Vec<drover_core::Enqueued>) {
+    for a in answers {
+        match a.status {
+            EnqueueStatus::Created => loaded.created.push(a.job),
+            EnqueueStatus::Replayed => loaded.replayed += 1,
+            EnqueueStatus::Duplicate => loaded.duplicate += 1,
+        }
+    }
+}
+
+/// Enqueues one job; with [`OnQuota::Wait`], a quota refusal waits for room and tries again
+/// until the deadline.
+async fn enqueue_one(
+    store: &dyn drover_core::JobStore,
+    job: &NewJob,
+    on_quota: OnQuota<'_>,
+) -> Result<drover_core::Enqueued, drover_core::Error> {
+    loop {
+        let waiting = match on_quota {
+            OnQuota::Wait { room, deadline } if tokio::time::Instant::now() < deadline => {
+                Some((room.notified(), deadline))
+            }
+            _ => None,
+        };
+        match (store.job_enqueue(job.clone()).await, waiting) {
+            (Err(drover_core::Error::QuotaExceeded { .. }), Some((notified, deadline))) => {
+                let recheck = (tokio::time::Instant::now() + ROOM_RECHECK).min(deadline);
+                tokio::select! {
+                    () = notified => {}
+                    () = tokio::time::sleep_until(recheck) => {}
+                }
+            }
+            (other, _) => return other,
+        }
+    }
 }
 
 /// Runs `drover enqueue`.
@@ -172,9 +263,14 @@ async fn from_file(ctx: &Ctx, path: &std::path::Path, batch_size: usize) -> Resu
         );
         bar
     });
-    let loaded = load(store.as_ref(), parsed.jobs, batch_size, bar.as_ref())
-        .await
-        .map_err(|e| ctx.explain(e))?;
+    let loaded = load(
+        store.as_ref(),
+        parsed.jobs,
+        batch_size,
+        bar.as_ref(),
+        OnQuota::Reject,
+    )
+    .await;
     rejected.extend(loaded.rejected);
     let (created, replayed, duplicate) = (loaded.created.len(), loaded.replayed, loaded.duplicate);
     if let Some(bar) = bar {
@@ -196,6 +292,31 @@ async fn from_file(ctx: &Ctx, path: &std::path::Path, batch_size: usize) -> Resu
         for r in &rejected {
             eprintln!("line {}: {}", r.line, r.error);
         }
+    }
+    if let Some(stopped) = loaded.stopped {
+        // Exactly what is settled and what is not, so the operator resumes without loading
+        // a line twice or skipping one.
+        let error = ctx.explain(stopped.error);
+        let in_flight = if stopped.first_line == stopped.last_line {
+            format!("line {}", stopped.first_line)
+        } else {
+            format!("lines {}-{}", stopped.first_line, stopped.last_line)
+        };
+        return Err(anyhow!(
+            "stopped at {in_flight} of {file}: {error}. Every line before {first} is settled \
+             (counted above); {in_flight} may or may not be stored (the write was cut off: \
+             check with `drover jobs list` before sending {them} again); no line after {last} \
+             was sent (resume with `tail -n +{next} {file}`)",
+            file = path.display(),
+            first = stopped.first_line,
+            last = stopped.last_line,
+            them = if stopped.first_line == stopped.last_line {
+                "it"
+            } else {
+                "them"
+            },
+            next = stopped.last_line + 1,
+        ));
     }
     if rejected.is_empty() {
         Ok(())
