@@ -311,10 +311,26 @@ async fn queues_pause_resume_and_list() {
 
     let resumed = db.json(&["queues", "resume", "mail"]).await;
     assert_eq!(resumed["paused"], false, "{resumed}");
+    db.ok(&["queues", "pause", "mail"]).await;
     let line = db.ok(&["queues", "resume", "mail"]).await;
     assert!(line.contains("queue mail resumed"), "{line}");
     let list = db.json(&["queues", "list"]).await;
     assert_eq!(list[0]["paused"], false, "{list}");
+    // Resuming is idempotent, but says when it changed nothing; a name nobody has used (a
+    // typo that would leave the real queue paused) is refused.
+    let line = db.ok(&["queues", "resume", "mail"]).await;
+    assert!(
+        line.contains("queue mail was not paused; nothing changed"),
+        "{line}"
+    );
+    let error = db.fails(&["queues", "resume", "mial"]).await;
+    assert!(error.contains("no queue named mial"), "{error}");
+    assert!(error.contains("drover queues list"), "{error}");
+    let list = db.json(&["queues", "list"]).await;
+    assert!(
+        list.as_array().unwrap().iter().all(|q| q["name"] != "mial"),
+        "{list}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -212,6 +212,20 @@ fn no_database_says_how_to_give_one() {
 }
 
 #[test]
+fn a_delay_past_the_bound_names_the_bound_in_days() {
+    // humantime's year is 365.25 days; the bound is 100 years of 365 days, so "100y" is just
+    // past it and the message must not read as a contradiction.
+    let out = drover(&["enqueue", "noop", "--delay", "100y"]);
+    assert_eq!(out.status.code(), Some(1));
+    let line = one_line_failure(&out);
+    assert!(
+        line.contains("invalid --delay: must be at most 36500 days"),
+        "{line}"
+    );
+    assert!(!line.contains("at most 100 years, got 100years"), "{line}");
+}
+
+#[test]
 fn usage_errors_exit_2() {
     let out = drover(&["jobs", "frobnicate"]);
     assert_eq!(out.status.code(), Some(2));

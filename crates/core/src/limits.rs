@@ -155,7 +155,14 @@ impl FromStr for Rate {
             "m" => 60_000,
             "h" => 3_600_000,
             "d" => 86_400_000,
-            _ => return Err(bad()),
+            other => {
+                return Err(Error::invalid(
+                    "rate",
+                    format!(
+                        "period unit must be ms, s, m, h or d (a period from 1ms to 1d, e.g. 10/s, 100/1m, 5/30s), got {other:?}"
+                    ),
+                ))
+            }
         };
         let ms = number.saturating_mul(unit_ms);
         Rate::new(count, Duration::from_millis(ms))
@@ -330,7 +337,9 @@ mod tests {
             ("5/99999999999999999999d", "period must be between"),
             ("5/999999999999999d", "period must be between"),
             ("x/s", "must look like"),
-            ("5/fortnight", "must look like"),
+            ("5/fortnight", "period unit must be ms, s, m, h or d"),
+            ("10/1000years", "got \"years\""),
+            ("10/2w", "period unit must be"),
         ] {
             match text.parse::<Rate>() {
                 Err(Error::InvalidInput { field, reason }) => {

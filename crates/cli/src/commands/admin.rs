@@ -99,11 +99,34 @@ pub async fn queues(ctx: &Ctx, command: QueuesCommand) -> Result<()> {
             )?;
         }
         QueuesCommand::Resume { name } => {
-            let info = call(ctx, store.queue_resume(parse(&name)?)).await?;
+            let queue = parse(&name)?;
+            // Resuming is idempotent, so a typo would "succeed" and leave the real queue
+            // paused: say what the resume changed, and refuse a queue nobody has heard of.
+            let known = call(ctx, store.queues_list())
+                .await?
+                .into_iter()
+                .find(|q| q.name == queue);
+            let has_jobs = known.is_none()
+                && call(ctx, store.queue_snapshot())
+                    .await?
+                    .queues
+                    .iter()
+                    .any(|q| q.queue == queue);
+            if known.is_none() && !has_jobs {
+                return Err(anyhow!(
+                    "no queue named {queue}: it has no jobs and was never paused, so nothing was resumed; check the name with `drover queues list`"
+                ));
+            }
+            let was_paused = known.is_some_and(|q| q.paused);
+            let info = call(ctx, store.queue_resume(queue)).await?;
             if ctx.json {
                 return print_json(&info);
             }
-            outln!("queue {} resumed", info.name)?;
+            if was_paused {
+                outln!("queue {} resumed", info.name)?;
+            } else {
+                outln!("queue {} was not paused; nothing changed", info.name)?;
+            }
         }
         QueuesCommand::List => {
             let infos = call(ctx, store.queues_list()).await?;

@@ -40,7 +40,7 @@ pub fn job_from_flags(args: &EnqueueArgs) -> Result<NewJob> {
             .map(|d| {
                 if d > drover_core::job::DELAY_MAX {
                     return Err(anyhow!(
-                        "invalid --delay: must be at most 100 years, got {}",
+                        "invalid --delay: must be at most 36500 days (100 years of 365 days), got {}",
                         humantime::format_duration(d)
                     ));
                 }
