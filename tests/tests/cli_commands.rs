@@ -849,6 +849,62 @@ async fn exec_runs_only_on_a_worker_started_with_allow_exec() {
     assert!(worker.wait_exit(WAIT).await.success());
 }
 
+/// True while process `pid` runs (a killed process waiting to be reaped by its new parent, a
+/// zombie, counts as gone).
+fn running(pid: i32) -> bool {
+    let Some(process) = rustix::process::Pid::from_raw(pid) else {
+        return false;
+    };
+    if rustix::process::test_kill_process(process).is_err() {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // `pid (comm) S ...`: the state follows the last parenthesis.
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => true,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_timeout_bounds_the_whole_run_and_kills_the_process_group() {
+    let Some(db) =
+        TestDb::migrated("exec_timeout_bounds_the_whole_run_and_kills_the_process_group").await
+    else {
+        return;
+    };
+    // The program exits at once, but the child it leaves in the background holds its stdout
+    // open for 30 s: the 1 s timeout still applies, and the child is killed with it.
+    let pid_file = TempFile::new("exec-background.pid", "");
+    let args = json!({
+        "program": "/bin/sh",
+        "args": ["-c", "sleep 30 & echo $! > \"$1\"; echo started", "sh", pid_file.arg()],
+        "timeout_ms": 1000,
+    });
+    let job = db
+        .enqueue("exec", &args.to_string(), &["--max-attempts", "1"])
+        .await;
+    let mut worker = db.spawn(&["worker", "--slots", "1", "--allow-exec", "/bin/sh"]);
+    worker.worker_started().await;
+    db.wait_jobs(&[&job], "failed", None, Duration::from_secs(15))
+        .await;
+    let got = db.json(&["jobs", "get", &job]).await;
+    let message = got["errors"][0]["message"].as_str().unwrap();
+    assert!(message.ends_with("timed out after 1000 ms"), "{got}");
+    let pid: i32 = std::fs::read_to_string(&pid_file.path)
+        .unwrap()
+        .trim()
+        .parse()
+        .expect("the program wrote its background child's PID");
+    wait_until("the background child to be killed", WAIT, || async {
+        (!running(pid)).then_some(())
+    })
+    .await;
+    worker.signal(Signal::TERM);
+    assert!(worker.wait_exit(WAIT).await.success());
+}
+
 /// `GET path` on `addr` over plain HTTP/1.0; returns the whole response.
 async fn http_get(addr: &str, path: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -8,6 +8,10 @@
 //!   (never through a shell), with a timeout (default 60 s, at most 1 hour), and stores the exit
 //!   code and the first KiB of stdout and stderr. Registered only when the worker is started
 //!   with `--allow-exec PROGRAM`, and then only for the listed programs.
+//!   On Unix the program runs in a process group of its own, and the timeout and a
+//!   cancellation bound the whole run, reading the output included: when either fires, when
+//!   the run ends, and when the job's task is dropped (the runner aborts a handler that ignores
+//!   its cancellation), every process still in the group is killed with SIGKILL.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -18,7 +22,8 @@ use drover_core::JobKind;
 use drover_runner::{JobContext, Outcome, Registry};
 use serde::Deserialize;
 use serde_json::json;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio_util::sync::CancellationToken;
 
 /// Longest `sleep`.
 pub const SLEEP_MAX_MS: u64 = 3_600_000;
@@ -58,7 +63,8 @@ pub struct ExecArgs {
     /// Arguments, passed as a list (no shell).
     #[serde(default)]
     pub args: Vec<String>,
-    /// Timeout in milliseconds (default 60,000; at most 3,600,000).
+    /// Timeout in milliseconds (default 60,000; at most 3,600,000). It bounds the whole run:
+    /// the program, what it started in its process group, and reading their output.
     pub timeout_ms: Option<u64>,
 }
 
@@ -121,7 +127,12 @@ fn normalize(p: &Path) -> PathBuf {
     std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
-async fn read_capped(mut reader: impl tokio::io::AsyncRead + Unpin) -> (Vec<u8>, bool) {
+/// Reads `reader` to its end, keeping the first [`EXEC_OUTPUT_KEPT`] bytes; true when more
+/// came.
+async fn read_capped(reader: Option<impl AsyncRead + Unpin>) -> (Vec<u8>, bool) {
+    let Some(mut reader) = reader else {
+        return (Vec::new(), false);
+    };
     let mut kept = Vec::with_capacity(EXEC_OUTPUT_KEPT);
     let mut buf = [0u8; 4096];
     let mut truncated = false;
@@ -140,6 +151,37 @@ async fn read_capped(mut reader: impl tokio::io::AsyncRead + Unpin) -> (Vec<u8>,
     (kept, truncated)
 }
 
+/// The process group of one `exec` run, whose leader is the program (started with
+/// `process_group(0)`). Dropping it sends SIGKILL to every process still in the group: on
+/// every way a run ends, including its future being dropped.
+struct ProcessGroup {
+    #[cfg(unix)]
+    leader: Option<rustix::process::Pid>,
+}
+
+impl ProcessGroup {
+    #[cfg_attr(not(unix), allow(unused_variables))]
+    fn of(child: &tokio::process::Child) -> Self {
+        ProcessGroup {
+            #[cfg(unix)]
+            leader: child
+                .id()
+                .and_then(|id| i32::try_from(id).ok())
+                .and_then(rustix::process::Pid::from_raw),
+        }
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        if let Some(leader) = self.leader {
+            // After a clean end the group is usually empty already (ESRCH): nothing to do.
+            let _ = rustix::process::kill_process_group(leader, rustix::process::Signal::KILL);
+        }
+    }
+}
+
 async fn exec(ctx: JobContext, args: ExecArgs, allowed: &[PathBuf]) -> Outcome {
     let program = normalize(&args.program);
     if !allowed.contains(&program) {
@@ -155,48 +197,61 @@ async fn exec(ctx: JobContext, args: ExecArgs, allowed: &[PathBuf]) -> Outcome {
             "timeout_ms must be between 1 and {EXEC_TIMEOUT_MAX_MS}"
         ));
     }
-    let mut child = match tokio::process::Command::new(&program)
-        .args(&args.args)
+    run_program(
+        &program,
+        &args.args,
+        Duration::from_millis(timeout_ms),
+        &ctx.cancellation(),
+    )
+    .await
+}
+
+/// Runs `program` with `args` until it exits and its stdout and stderr close,
+/// within `timeout` and until `cancel` fires; see the module doc.
+async fn run_program(
+    program: &Path,
+    args: &[String],
+    timeout: Duration,
+    cancel: &CancellationToken,
+) -> Outcome {
+    let shown = program.display();
+    let mut command = tokio::process::Command::new(program);
+    command
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-    {
+        .kill_on_drop(true);
+    #[cfg(unix)]
+    command.process_group(0);
+    let mut child = match command.spawn() {
         Ok(child) => child,
-        Err(e) => return Outcome::retry(format!("cannot start {}: {e}", program.display())),
+        Err(e) => return Outcome::retry(format!("cannot start {shown}: {e}")),
     };
+    // Declared after `child`, so dropped before it: whichever way this function ends, or
+    // when its future is dropped, the whole group is killed (`kill_on_drop` reaches only the
+    // program itself).
+    let _group = ProcessGroup::of(&child);
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
-    let out_task = tokio::spawn(async move {
-        match stdout {
-            Some(s) => read_capped(s).await,
-            None => (Vec::new(), false),
-        }
-    });
-    let err_task = tokio::spawn(async move {
-        match stderr {
-            Some(s) => read_capped(s).await,
-            None => (Vec::new(), false),
-        }
-    });
-    let cancel = ctx.cancellation();
-    let status = tokio::select! {
-        status = child.wait() => status,
-        () = tokio::time::sleep(Duration::from_millis(timeout_ms)) => {
-            let _ = child.kill().await;
-            return Outcome::retry(format!("{} timed out after {timeout_ms} ms", program.display()));
+    // The run ends when the program has exited AND its output has closed: a background
+    // process holding stdout or stderr open keeps it going, under the same timeout.
+    let finished = async {
+        tokio::join!(child.wait(), read_capped(stdout), read_capped(stderr))
+    };
+    let (status, (stdout, out_truncated), (stderr, err_truncated)) = tokio::select! {
+        biased;
+        finished = finished => finished,
+        () = tokio::time::sleep(timeout) => {
+            return Outcome::retry(format!("{shown} timed out after {} ms", timeout.as_millis()));
         }
         () = cancel.cancelled() => {
-            let _ = child.kill().await;
-            return Outcome::cancelled(format!("{} stopped by cancellation", program.display()));
+            return Outcome::cancelled(format!("{shown} stopped by cancellation"));
         }
     };
-    let (stdout, out_truncated) = out_task.await.unwrap_or_default();
-    let (stderr, err_truncated) = err_task.await.unwrap_or_default();
     let status = match status {
         Ok(status) => status,
-        Err(e) => return Outcome::retry(format!("waiting for {} failed: {e}", program.display())),
+        Err(e) => return Outcome::retry(format!("waiting for {shown} failed: {e}")),
     };
     let result = json!({
         "exit_code": status.code(),
@@ -211,11 +266,206 @@ async fn exec(ctx: JobContext, args: ExecArgs, allowed: &[PathBuf]) -> Outcome {
         }
     } else {
         Outcome::retry(format!(
-            "{} exited with {}",
-            program.display(),
+            "{shown} exited with {}",
             status
                 .code()
                 .map_or_else(|| "a signal".to_owned(), |c| format!("code {c}"))
         ))
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use std::future::Future;
+    use std::path::Path;
+
+    use chrono::Utc;
+    use drover_core::{JobId, NewJob};
+    use serde_json::Value;
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+
+    /// Deadline for events these tests wait on (a process starting, dying, being reaped).
+    const WAIT: Duration = Duration::from_secs(10);
+
+    /// One `exec` run with `args` on a registry whose allow-list is `allowed`: the token that
+    /// cancels it, and the run.
+    fn exec_job(
+        allowed: &[&str],
+        args: Value,
+    ) -> (
+        CancellationToken,
+        impl Future<Output = Outcome> + Send + 'static,
+    ) {
+        let mut registry = Registry::new();
+        let allowed: Vec<PathBuf> = allowed.iter().map(PathBuf::from).collect();
+        register(&mut registry, &allowed);
+        let handler = registry
+            .handler(&kind("exec"))
+            .expect("exec is registered")
+            .clone();
+        let job = NewJob::new(kind("exec"), args).into_job(JobId::new_v7(), Utc::now());
+        let ctx = JobContext::detached(job);
+        (ctx.cancellation(), async move { handler.run(ctx).await })
+    }
+
+    /// The PID a script wrote to `path`, once it is there.
+    async fn read_pid(path: &Path) -> i32 {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            if let Some(pid) = std::fs::read_to_string(path)
+                .ok()
+                .filter(|text| text.ends_with('\n'))
+                .and_then(|text| text.trim().parse().ok())
+            {
+                return pid;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no PID in {} within {WAIT:?}",
+                path.display()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// True while `pid` runs (a zombie waiting to be reaped by its new parent counts as gone).
+    fn alive(pid: i32) -> bool {
+        let Some(process) = rustix::process::Pid::from_raw(pid) else {
+            return false;
+        };
+        if rustix::process::test_kill_process(process).is_err() {
+            return false;
+        }
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            // `pid (comm) S ...`: the state follows the last parenthesis.
+            Ok(stat) => !stat
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+            Err(_) => true,
+        }
+    }
+
+    /// Waits until `pid` is gone.
+    async fn assert_gone(pid: i32, what: &str) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while alive(pid) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{what}: process {pid} still runs {WAIT:?} after the run ended"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Kills a background process a failed test left behind.
+    struct Reap(i32);
+
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            if alive(self.0) {
+                if let Some(pid) = rustix::process::Pid::from_raw(self.0) {
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                }
+            }
+        }
+    }
+
+    /// `sh -c SCRIPT sh PID_FILE` as `exec` args, with `timeout_ms` when given.
+    fn sh(script: &str, pid_file: &Path, timeout_ms: Option<u64>) -> Value {
+        let mut args = json!({
+            "program": "/bin/sh",
+            "args": ["-c", script, "sh", pid_file.to_str().expect("UTF-8 temp path")],
+        });
+        if let Some(ms) = timeout_ms {
+            args["timeout_ms"] = json!(ms);
+        }
+        args
+    }
+
+    #[tokio::test]
+    async fn exec_timeout_bounds_output_held_open_by_a_background_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        // The program exits at once; its background child keeps stdout open for 30 s.
+        let (_, run) = exec_job(
+            &["/bin/sh"],
+            sh(
+                "sleep 30 & echo $! > \"$1\"; echo started",
+                &pid_file,
+                Some(300),
+            ),
+        );
+        let run = tokio::spawn(run);
+        let pid = read_pid(&pid_file).await;
+        let _reap = Reap(pid);
+        let outcome = tokio::time::timeout(WAIT, run)
+            .await
+            .expect("the timeout bounds the whole run, reading the output included")
+            .unwrap();
+        assert!(
+            matches!(&outcome, Outcome::Retry { message, .. } if message.ends_with("timed out after 300 ms")),
+            "{outcome:?}"
+        );
+        assert_gone(pid, "the background child of a timed-out program").await;
+    }
+
+    #[tokio::test]
+    async fn exec_timeout_kills_the_whole_process_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        let (_, run) = exec_job(
+            &["/bin/sh"],
+            sh("sleep 30 & echo $! > \"$1\"; wait", &pid_file, Some(300)),
+        );
+        let outcome = tokio::time::timeout(WAIT, run).await.expect("timed out");
+        let pid = read_pid(&pid_file).await;
+        let _reap = Reap(pid);
+        assert!(
+            matches!(&outcome, Outcome::Retry { message, .. } if message.contains("timed out")),
+            "{outcome:?}"
+        );
+        assert_gone(pid, "the grandchild of a timed-out program").await;
+    }
+
+    #[tokio::test]
+    async fn exec_cancellation_kills_the_whole_process_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        let (cancel, run) = exec_job(
+            &["/bin/sh"],
+            sh("sleep 30 & echo $! > \"$1\"; wait", &pid_file, None),
+        );
+        let run = tokio::spawn(run);
+        let pid = read_pid(&pid_file).await;
+        let _reap = Reap(pid);
+        cancel.cancel();
+        let outcome = tokio::time::timeout(WAIT, run)
+            .await
+            .expect("cancellation stops the run")
+            .unwrap();
+        assert!(
+            matches!(&outcome, Outcome::Cancelled { reason } if reason.ends_with("stopped by cancellation")),
+            "{outcome:?}"
+        );
+        assert_gone(pid, "the grandchild of a cancelled program").await;
+    }
+
+    #[tokio::test]
+    async fn dropping_an_exec_run_kills_the_whole_process_group() {
+        // The runner drops a handler's future when it ignores its token past the cancel grace.
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        let (_, run) = exec_job(
+            &["/bin/sh"],
+            sh("sleep 30 & echo $! > \"$1\"; wait", &pid_file, None),
+        );
+        let run = tokio::spawn(run);
+        let pid = read_pid(&pid_file).await;
+        let _reap = Reap(pid);
+        run.abort();
+        assert!(run.await.unwrap_err().is_cancelled());
+        assert_gone(pid, "the grandchild of an aborted run").await;
     }
 }
