@@ -136,8 +136,11 @@ pub struct WorkerArgs {
     #[arg(long, env = "DROVER_MAX_CONCURRENT", value_name = "N")]
     pub max_concurrent: Option<usize>,
 
-    /// Enable the `exec` kind for this program (repeatable; exact path; never a shell).
-    #[arg(long = "allow-exec", value_name = "PROGRAM")]
+    /// Enable the `exec` kind for this program (repeatable): a path, absolute or relative
+    /// like ./scripts/report.sh, never a bare name. A job must give exactly this path (symlinks
+    /// are not followed, so another path to the same file is refused); it runs as given, never
+    /// through a shell.
+    #[arg(long = "allow-exec", value_name = "PROGRAM", value_parser = crate::builtin::parse_allow_exec)]
     pub allow_exec: Vec<PathBuf>,
 
     /// Lease length (e.g. 60s).

@@ -7,13 +7,14 @@
 //! - `exec` `{"program": P, "args": [..], "timeout_ms": N}`: runs an allowed program directly
 //!   (never through a shell), with a timeout (default 60 s, at most 1 hour), and stores the exit
 //!   code and the first KiB of stdout and stderr. Registered only when the worker is started
-//!   with `--allow-exec PROGRAM`, and then only for the listed programs.
+//!   with `--allow-exec PROGRAM`, and then only for the listed programs: `P` must be one of
+//!   those paths exactly (see [`ExecArgs`]).
 //!   On Unix the program runs in a process group of its own, and the timeout and a
 //!   cancellation bound the whole run, reading the output included: when either fires, when
 //!   the run ends, and when the job's task is dropped (the runner aborts a handler that ignores
 //!   its cancellation), every process still in the group is killed with SIGKILL.
 
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,7 +59,12 @@ pub struct FailArgs {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExecArgs {
-    /// Program path; must be one of the `--allow-exec` programs.
+    /// Program path: allowed only when it is one of the `--allow-exec` paths, compared as text
+    /// once `.` segments and repeated `/` are removed (`./scripts/x.sh`, `scripts/./x.sh` and
+    /// `scripts//x.sh` are one path); symlinks are not resolved, so another path to the same
+    /// file is refused. It runs exactly as given (it is the program's `argv[0]`, which
+    /// multi-call programs such as `unxz` read). A bare name without a `/` is never run: the
+    /// system would search it in `PATH`.
     pub program: PathBuf,
     /// Arguments, passed as a list (no shell).
     #[serde(default)]
@@ -69,7 +75,9 @@ pub struct ExecArgs {
 }
 
 /// Registers `noop`, `sleep`, `fail`, and `exec` when `allow_exec` is not empty; a kind the
-/// registry already has (an application's own handler) is left alone.
+/// registry already has (an application's own handler) is left alone. A bare name in
+/// `allow_exec` (no `/`; the command line refuses one, see [`parse_allow_exec`]) allows
+/// nothing.
 pub fn register(registry: &mut Registry, allow_exec: &[PathBuf]) {
     if !registry.contains(&kind("noop")) {
         registry.register_fn(kind("noop"), |_ctx: JobContext| async {
@@ -84,11 +92,27 @@ pub fn register(registry: &mut Registry, allow_exec: &[PathBuf]) {
     }
     if !allow_exec.is_empty() && !registry.contains(&kind("exec")) {
         let allowed: Arc<Vec<PathBuf>> =
-            Arc::new(allow_exec.iter().map(|p| normalize(p)).collect());
+            Arc::new(allow_exec.iter().filter_map(|p| exec_path(p)).collect());
         registry.register_typed(kind("exec"), move |ctx: JobContext, args: ExecArgs| {
             let allowed = allowed.clone();
             async move { exec(ctx, args, &allowed).await }
         });
+    }
+}
+
+/// Checks an `--allow-exec` value: a path, absolute or relative with a `/` in it, never a bare
+/// name.
+///
+/// # Errors
+/// A bare name, with the rule (clap prefixes the flag).
+pub fn parse_allow_exec(value: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(value);
+    match exec_path(&path) {
+        Some(_) => Ok(path),
+        None => Err(
+            "must be a path, absolute or relative like ./scripts/x.sh; a bare name would be searched in PATH"
+                .to_owned(),
+        ),
     }
 }
 
@@ -122,9 +146,23 @@ fn register_fail(registry: &mut Registry) {
     });
 }
 
-/// The canonical form of a path when it exists, else the path as given.
-fn normalize(p: &Path) -> PathBuf {
-    std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
+/// A program path as `exec` compares it, by text alone: `.` segments and repeated `/`
+/// removed, a relative path written with a leading `./`. Symlinks are not resolved. `None`
+/// for a bare name (no `/`), which the system would search in `PATH`.
+fn exec_path(path: &Path) -> Option<PathBuf> {
+    if !path.as_os_str().as_encoded_bytes().contains(&b'/') {
+        return None;
+    }
+    let mut lexical = PathBuf::new();
+    if path.is_relative() {
+        lexical.push(".");
+    }
+    for component in path.components() {
+        if component != Component::CurDir {
+            lexical.push(component);
+        }
+    }
+    Some(lexical)
 }
 
 /// Reads `reader` to its end, keeping the first [`EXEC_OUTPUT_KEPT`] bytes; true when more
@@ -183,12 +221,15 @@ impl Drop for ProcessGroup {
 }
 
 async fn exec(ctx: JobContext, args: ExecArgs, allowed: &[PathBuf]) -> Outcome {
-    let program = normalize(&args.program);
-    if !allowed.contains(&program) {
+    let program = args.program.display();
+    let Some(path) = exec_path(&args.program) else {
         return Outcome::discard(format!(
-            "program {} is not allowed on this worker (start it with --allow-exec {})",
-            args.program.display(),
-            args.program.display()
+            "program {program} is not allowed: a bare name would be searched in PATH; give the path listed with --allow-exec"
+        ));
+    };
+    if !allowed.iter().any(|a| a.as_os_str() == path.as_os_str()) {
+        return Outcome::discard(format!(
+            "program {program} is not allowed on this worker (start it with --allow-exec {program})"
         ));
     }
     let timeout_ms = args.timeout_ms.unwrap_or(EXEC_TIMEOUT_DEFAULT_MS);
@@ -198,7 +239,7 @@ async fn exec(ctx: JobContext, args: ExecArgs, allowed: &[PathBuf]) -> Outcome {
         ));
     }
     run_program(
-        &program,
+        &args.program,
         &args.args,
         Duration::from_millis(timeout_ms),
         &ctx.cancellation(),
@@ -206,7 +247,7 @@ async fn exec(ctx: JobContext, args: ExecArgs, allowed: &[PathBuf]) -> Outcome {
     .await
 }
 
-/// Runs `program` with `args` until it exits and its stdout and stderr close,
+/// Runs `program` (as given) with `args` until it exits and its stdout and stderr close,
 /// within `timeout` and until `cancel` fires; see the module doc.
 async fn run_program(
     program: &Path,
@@ -236,9 +277,7 @@ async fn run_program(
     let stderr = child.stderr.take();
     // The run ends when the program has exited AND its output has closed: a background
     // process holding stdout or stderr open keeps it going, under the same timeout.
-    let finished = async {
-        tokio::join!(child.wait(), read_capped(stdout), read_capped(stderr))
-    };
+    let finished = async { tokio::join!(child.wait(), read_capped(stdout), read_capped(stderr)) };
     let (status, (stdout, out_truncated), (stderr, err_truncated)) = tokio::select! {
         biased;
         finished = finished => finished,
@@ -467,5 +506,93 @@ mod tests {
         run.abort();
         assert!(run.await.unwrap_err().is_cancelled());
         assert_gone(pid, "the grandchild of an aborted run").await;
+    }
+
+    #[tokio::test]
+    async fn exec_runs_a_listed_path_as_given_and_no_other_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("sh-link");
+        std::os::unix::fs::symlink("/bin/sh", &link).unwrap();
+        let link = link.to_str().expect("UTF-8 temp path").to_owned();
+        let dotted = format!("{}/./sh-link", dir.path().display());
+        // `sh -c` without a command name sets $0 to argv[0]: the path the program ran as.
+        let echo_argv0 = |program: &str| json!({"program": program, "args": ["-c", "echo \"$0\""]});
+
+        for program in [&link, &dotted] {
+            let (_, run) = exec_job(&[&link], echo_argv0(program));
+            match run.await {
+                Outcome::Success {
+                    result: Some(result),
+                } => {
+                    assert_eq!(result["stdout"], format!("{program}\n"), "{result}");
+                }
+                other => panic!("{program}: {other:?}"),
+            }
+        }
+        // Messages name the program as the job gave it.
+        let (_, run) = exec_job(&[&link], json!({"program": link, "args": ["-c", "exit 3"]}));
+        assert_eq!(
+            run.await,
+            Outcome::retry(format!("{link} exited with code 3"))
+        );
+        // The symlink's target and another link to it are not listed.
+        let other = dir.path().join("other-link");
+        std::os::unix::fs::symlink("/bin/sh", &other).unwrap();
+        for program in ["/bin/sh", other.to_str().unwrap()] {
+            let (_, run) = exec_job(&[&link], echo_argv0(program));
+            match run.await {
+                Outcome::Discard { message } => assert_eq!(
+                    message,
+                    format!("program {program} is not allowed on this worker (start it with --allow-exec {program})")
+                ),
+                other => panic!("{program}: {other:?}"),
+            }
+        }
+        // A bare name would be searched in PATH: never run, even when an embedding
+        // application lists one (the command line refuses it at start).
+        let (_, run) = exec_job(&["sh"], echo_argv0("sh"));
+        match run.await {
+            Outcome::Discard { message } => assert!(
+                message.contains("not allowed") && message.contains("PATH"),
+                "{message}"
+            ),
+            other => panic!("a bare name ran: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn allow_exec_takes_paths_and_refuses_bare_names() {
+        use clap::Parser;
+        let parse = |value: &str| {
+            crate::args::Cli::try_parse_from(["drover", "worker", "--allow-exec", value])
+        };
+        let err = parse("sh").expect_err("a bare name");
+        // A usage error (exit code 2) naming the flag and the rule.
+        assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation);
+        let text = err.to_string();
+        assert!(
+            text.contains("--allow-exec")
+                && text.contains("must be a path, absolute or relative like ./scripts/x.sh; a bare name would be searched in PATH"),
+            "{text}"
+        );
+        for path in [
+            "/usr/bin/convert",
+            "./scripts/report.sh",
+            "scripts/report.sh",
+        ] {
+            parse(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        }
+        // Compared as text once `.` segments and repeated `/` go; nothing else is resolved.
+        let lexical = |p: &str| exec_path(Path::new(p));
+        assert_eq!(
+            lexical("./scripts/report.sh"),
+            lexical("scripts//./report.sh")
+        );
+        assert_eq!(lexical("/usr/bin/./xz"), lexical("/usr//bin/xz"));
+        assert_ne!(lexical("/usr/bin/unxz"), lexical("/usr/bin/xz"));
+        assert_ne!(lexical("/usr/bin/../bin/xz"), lexical("/usr/bin/xz"));
+        assert_ne!(lexical("./xz"), lexical("/usr/bin/xz"));
+        assert_eq!(lexical("sh"), None);
+        assert_eq!(lexical(""), None);
     }
 }

@@ -225,6 +225,15 @@ fn usage_errors_exit_2() {
     let out = drover(&["worker", "--lease", "soon"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("30s"), "{}", text(&out.stderr));
+    // A bare program name would be searched in PATH: refused before anything starts.
+    let out = drover(&["worker", "--allow-exec", "sh"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--allow-exec")
+            && text(&out.stderr).contains("a bare name would be searched in PATH"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
