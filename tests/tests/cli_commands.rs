@@ -825,7 +825,23 @@ async fn exec_runs_only_on_a_worker_started_with_allow_exec() {
             &["--max-attempts", "3"],
         )
         .await;
-    let mut worker = db.spawn(&["worker", "--slots", "2", "--allow-exec", "/bin/echo"]);
+    // Output with a NUL byte and invalid UTF-8: stored with U+FFFD (jsonb refuses NUL).
+    let nul = db
+        .enqueue(
+            "exec",
+            r#"{"program": "/usr/bin/printf", "args": ["a\\000b\\377"]}"#,
+            &["--max-attempts", "1"],
+        )
+        .await;
+    let mut worker = db.spawn(&[
+        "worker",
+        "--slots",
+        "2",
+        "--allow-exec",
+        "/bin/echo",
+        "--allow-exec",
+        "/usr/bin/printf",
+    ]);
     worker.worker_started().await;
     assert!(
         worker.stderr().contains("kinds exec, fail, noop, sleep"),
@@ -837,6 +853,10 @@ async fn exec_runs_only_on_a_worker_started_with_allow_exec() {
     assert_eq!(job["result"]["exit_code"], 0, "{job}");
     assert_eq!(job["result"]["stdout"], "hello drover\n", "{job}");
     assert_eq!(job["result"]["stderr"], "", "{job}");
+    db.wait_jobs(&[&nul], "succeeded", None, WAIT).await;
+    let job = db.json(&["jobs", "get", &nul]).await;
+    assert_eq!(job["result"]["exit_code"], 0, "{job}");
+    assert_eq!(job["result"]["stdout"], "a\u{FFFD}b\u{FFFD}", "{job}");
     db.wait_jobs(&[&denied], "failed", None, WAIT).await;
     let job = db.json(&["jobs", "get", &denied]).await;
     assert_eq!(job["attempt"], 1, "refused at once: {job}");

@@ -6,9 +6,9 @@
 //! - `fail` `{"fail_times": N}`: fails its first N attempts, then succeeds.
 //! - `exec` `{"program": P, "args": [..], "timeout_ms": N}`: runs an allowed program directly
 //!   (never through a shell), with a timeout (default 60 s, at most 1 hour), and stores the exit
-//!   code and the first KiB of stdout and stderr. Registered only when the worker is started
-//!   with `--allow-exec PROGRAM`, and then only for the listed programs: `P` must be one of
-//!   those paths exactly (see [`ExecArgs`]).
+//!   code and the first KiB of stdout and stderr as text (invalid UTF-8 and NUL bytes become
+//!   U+FFFD). Registered only when the worker is started with `--allow-exec PROGRAM`, and then
+//!   only for the listed programs: `P` must be one of those paths exactly (see [`ExecArgs`]).
 //!   On Unix the program runs in a process group of its own, and the timeout and a
 //!   cancellation bound the whole run, reading the output included: when either fires, when
 //!   the run ends, and when the job's task is dropped (the runner aborts a handler that ignores
@@ -165,6 +165,12 @@ fn exec_path(path: &Path) -> Option<PathBuf> {
     Some(lexical)
 }
 
+/// Captured output as stored text: invalid UTF-8 becomes U+FFFD, and so does NUL, which no
+/// stored JSON may hold (PostgreSQL's `jsonb` refuses it, so every store does).
+fn output_text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).replace('\0', "\u{FFFD}")
+}
+
 /// Reads `reader` to its end, keeping the first [`EXEC_OUTPUT_KEPT`] bytes; true when more
 /// came.
 async fn read_capped(reader: Option<impl AsyncRead + Unpin>) -> (Vec<u8>, bool) {
@@ -294,8 +300,8 @@ async fn run_program(
     };
     let result = json!({
         "exit_code": status.code(),
-        "stdout": String::from_utf8_lossy(&stdout),
-        "stderr": String::from_utf8_lossy(&stderr),
+        "stdout": output_text(&stdout),
+        "stderr": output_text(&stderr),
         "stdout_truncated": out_truncated,
         "stderr_truncated": err_truncated,
     });
@@ -594,5 +600,24 @@ mod tests {
         assert_ne!(lexical("./xz"), lexical("/usr/bin/xz"));
         assert_eq!(lexical("sh"), None);
         assert_eq!(lexical(""), None);
+    }
+
+    #[tokio::test]
+    async fn exec_output_with_nul_or_invalid_utf8_is_stored_with_replacement_characters() {
+        let (_, run) = exec_job(
+            &["/bin/sh"],
+            json!({"program": "/bin/sh", "args": ["-c", "printf 'a\\000b'; printf 'x\\377y' >&2"]}),
+        );
+        let Outcome::Success {
+            result: Some(result),
+        } = run.await
+        else {
+            panic!("exit code 0 is a success");
+        };
+        assert_eq!(result["exit_code"], 0, "{result}");
+        assert_eq!(result["stdout"], "a\u{FFFD}b", "{result}");
+        assert_eq!(result["stderr"], "x\u{FFFD}y", "{result}");
+        drover_core::json::check_value("result", &result, 1 << 20)
+            .expect("a result every store accepts");
     }
 }
