@@ -925,6 +925,48 @@ async fn exec_timeout_bounds_the_whole_run_and_kills_the_process_group() {
     assert!(worker.wait_exit(WAIT).await.success());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_sizes_are_checked_before_connecting_and_a_small_pool_warns_once() {
+    let Some(db) =
+        TestDb::migrated("worker_sizes_are_checked_before_connecting_and_a_small_pool_warns_once")
+            .await
+    else {
+        return;
+    };
+    // Before, the database pool was sized (slots + 4) and allocated first: the process
+    // aborted ("memory allocation of ... bytes failed", exit code 134).
+    for (flag, value) in [
+        ("--slots", "10000000000"),
+        ("--db-connections", "4000000000"),
+        ("--db-connections", "0"),
+    ] {
+        let out = db.run(&["worker", flag, value]).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {stderr}");
+        assert!(
+            stderr.contains(flag) && stderr.contains("1..=10000"),
+            "{flag} {value}: {stderr}"
+        );
+    }
+    // A pool below slots + 2 is used as given, with one warning.
+    let mut worker = db.spawn(&["worker", "--slots", "4", "--db-connections", "1"]);
+    worker.worker_started().await;
+    let jobs = [
+        db.enqueue("noop", "{}", &[]).await,
+        db.enqueue("sleep", r#"{"ms": 20}"#, &[]).await,
+    ];
+    db.wait_jobs(&jobs, "succeeded", None, WAIT).await;
+    let stderr = worker.stderr();
+    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("slots + 2")).collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0].contains("--db-connections 1 is below slots + 2 = 6"),
+        "{stderr}"
+    );
+    worker.signal(Signal::TERM);
+    assert!(worker.wait_exit(WAIT).await.success());
+}
+
 /// `GET path` on `addr` over plain HTTP/1.0; returns the whole response.
 async fn http_get(addr: &str, path: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

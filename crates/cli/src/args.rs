@@ -5,7 +5,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::builder::RangedU64ValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use drover_runner::{PREFETCH_MAX, SLOTS_MAX};
+
+/// Largest `--db-connections`: a bound far above what one PostgreSQL server accepts
+/// (`max_connections` is 100 by default), so that a typo cannot size a pool beyond reason.
+pub const DB_CONNECTIONS_MAX: u32 = 10_000;
 
 /// Drover: durable background jobs on PostgreSQL.
 #[derive(Debug, Parser)]
@@ -115,19 +121,28 @@ pub struct WorkerArgs {
     #[arg(long = "queue", value_name = "QUEUE")]
     pub queues: Vec<String>,
 
-    /// Slots per queue: `--slots 8 --queue a --queue b` runs up to 16 jobs.
-    #[arg(long, default_value_t = 8, value_name = "N")]
+    /// Slots per queue, 1..=10000: `--slots 8 --queue a --queue b` runs up to 16 jobs.
+    #[arg(
+        long,
+        default_value_t = 8,
+        value_name = "N",
+        value_parser = RangedU64ValueParser::<usize>::new().range(1..=SLOTS_MAX as u64)
+    )]
     pub slots: usize,
 
-    /// Claim-ahead per queue: while a queue's jobs are short (under 50 ms), a claim may take
-    /// up to N jobs beyond the free slots; they wait leased for a slot and are released at
-    /// once on shutdown (default: 8 per slot, at most 1,000; 0 turns it off). Applies to every
-    /// pool.
-    #[arg(long, value_name = "N")]
+    /// Claim-ahead per queue, 0..=10000: while a queue's jobs are short (under 50 ms), a claim
+    /// may take up to N jobs beyond the free slots; they wait leased for a slot and are
+    /// released at once on shutdown (default: 8 per slot, at most 1,000; 0 turns it off).
+    /// Applies to every pool.
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = RangedU64ValueParser::<usize>::new().range(0..=PREFETCH_MAX as u64)
+    )]
     pub prefetch: Option<usize>,
 
-    /// An extra pool NAME:QUEUE[,QUEUE...]:SLOTS[:KIND[,KIND...]] (repeatable), e.g.
-    /// `long:reports:1:report.build` reserves one slot for a long-running kind. With --pool
+    /// An extra pool NAME:QUEUE[,QUEUE...]:SLOTS[:KIND[,KIND...]] (repeatable; SLOTS 1..=10000),
+    /// e.g. `long:reports:1:report.build` reserves one slot for a long-running kind. With --pool
     /// and no --queue the worker serves only its pools (--slots applies to --queue).
     #[arg(long = "pool", value_name = "SPEC")]
     pub pools: Vec<String>,
@@ -176,8 +191,13 @@ pub struct WorkerArgs {
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
 
-    /// Connections in the database pool (default: slots + 4).
-    #[arg(long, value_name = "N")]
+    /// Connections in the database pool, 1..=10000 (default: slots + 4, at most 10000). Below
+    /// slots + 2 jobs may wait for a connection, and the worker warns at start.
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = RangedU64ValueParser::<u32>::new().range(1..=u64::from(DB_CONNECTIONS_MAX))
+    )]
     pub db_connections: Option<u32>,
 
     /// Turn off prepared-statement caching and LISTEN, for PgBouncer in transaction mode.
