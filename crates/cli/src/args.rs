@@ -171,7 +171,9 @@ pub struct WorkerArgs {
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub rescue_interval: Option<Duration>,
 
-    /// Shutdown grace period for running jobs (e.g. 30s).
+    /// Shutdown grace period: how long running jobs may take to finish after SIGTERM (e.g. 30s;
+    /// default 30s). Then they are cancelled and released; a handler that ignores its
+    /// cancellation is abandoned 5 s later (the cancel grace), so a stop can take this plus 5 s.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub shutdown_grace: Option<Duration>,
 
