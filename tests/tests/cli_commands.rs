@@ -899,7 +899,23 @@ async fn exec_runs_only_on_a_worker_started_with_allow_exec() {
             &["--max-attempts", "3"],
         )
         .await;
-    let mut worker = db.spawn(&["worker", "--slots", "2", "--allow-exec", "/bin/echo"]);
+    // Output with a NUL byte and invalid UTF-8: stored with U+FFFD (jsonb refuses NUL).
+    let nul = db
+        .enqueue(
+            "exec",
+            r#"{"program": "/usr/bin/printf", "args": ["a\\000b\\377"]}"#,
+            &["--max-attempts", "1"],
+        )
+        .await;
+    let mut worker = db.spawn(&[
+        "worker",
+        "--slots",
+        "2",
+        "--allow-exec",
+        "/bin/echo",
+        "--allow-exec",
+        "/usr/bin/printf",
+    ]);
     worker.worker_started().await;
     assert!(
         worker.stderr().contains("kinds exec, fail, noop, sleep"),
@@ -911,6 +927,10 @@ async fn exec_runs_only_on_a_worker_started_with_allow_exec() {
     assert_eq!(job["result"]["exit_code"], 0, "{job}");
     assert_eq!(job["result"]["stdout"], "hello drover\n", "{job}");
     assert_eq!(job["result"]["stderr"], "", "{job}");
+    db.wait_jobs(&[&nul], "succeeded", None, WAIT).await;
+    let job = db.json(&["jobs", "get", &nul]).await;
+    assert_eq!(job["result"]["exit_code"], 0, "{job}");
+    assert_eq!(job["result"]["stdout"], "a\u{FFFD}b\u{FFFD}", "{job}");
     db.wait_jobs(&[&denied], "failed", None, WAIT).await;
     let job = db.json(&["jobs", "get", &denied]).await;
     assert_eq!(job["attempt"], 1, "refused at once: {job}");
@@ -918,6 +938,104 @@ async fn exec_runs_only_on_a_worker_started_with_allow_exec() {
     assert!(
         message.contains("not allowed") && message.contains("--allow-exec"),
         "{message}"
+    );
+    worker.signal(Signal::TERM);
+    assert!(worker.wait_exit(WAIT).await.success());
+}
+
+/// True while process `pid` runs (a killed process waiting to be reaped by its new parent, a
+/// zombie, counts as gone).
+fn running(pid: i32) -> bool {
+    let Some(process) = rustix::process::Pid::from_raw(pid) else {
+        return false;
+    };
+    if rustix::process::test_kill_process(process).is_err() {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // `pid (comm) S ...`: the state follows the last parenthesis.
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => true,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_timeout_bounds_the_whole_run_and_kills_the_process_group() {
+    let Some(db) =
+        TestDb::migrated("exec_timeout_bounds_the_whole_run_and_kills_the_process_group").await
+    else {
+        return;
+    };
+    // The program exits at once, but the child it leaves in the background holds its stdout
+    // open for 30 s: the 1 s timeout still applies, and the child is killed with it.
+    let pid_file = TempFile::new("exec-background.pid", "");
+    let args = json!({
+        "program": "/bin/sh",
+        "args": ["-c", "sleep 30 & echo $! > \"$1\"; echo started", "sh", pid_file.arg()],
+        "timeout_ms": 1000,
+    });
+    let job = db
+        .enqueue("exec", &args.to_string(), &["--max-attempts", "1"])
+        .await;
+    let mut worker = db.spawn(&["worker", "--slots", "1", "--allow-exec", "/bin/sh"]);
+    worker.worker_started().await;
+    db.wait_jobs(&[&job], "failed", None, Duration::from_secs(15))
+        .await;
+    let got = db.json(&["jobs", "get", &job]).await;
+    let message = got["errors"][0]["message"].as_str().unwrap();
+    assert!(message.ends_with("timed out after 1000 ms"), "{got}");
+    let pid: i32 = std::fs::read_to_string(&pid_file.path)
+        .unwrap()
+        .trim()
+        .parse()
+        .expect("the program wrote its background child's PID");
+    wait_until("the background child to be killed", WAIT, || async {
+        (!running(pid)).then_some(())
+    })
+    .await;
+    worker.signal(Signal::TERM);
+    assert!(worker.wait_exit(WAIT).await.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_sizes_are_checked_before_connecting_and_a_small_pool_warns_once() {
+    let Some(db) =
+        TestDb::migrated("worker_sizes_are_checked_before_connecting_and_a_small_pool_warns_once")
+            .await
+    else {
+        return;
+    };
+    // Before, the database pool was sized (slots + 4) and allocated first: the process
+    // aborted ("memory allocation of ... bytes failed", exit code 134).
+    for (flag, value) in [
+        ("--slots", "10000000000"),
+        ("--db-connections", "4000000000"),
+        ("--db-connections", "0"),
+    ] {
+        let out = db.run(&["worker", flag, value]).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {stderr}");
+        assert!(
+            stderr.contains(flag) && stderr.contains("1..=10000"),
+            "{flag} {value}: {stderr}"
+        );
+    }
+    // A pool below slots + 2 is used as given, with one warning.
+    let mut worker = db.spawn(&["worker", "--slots", "4", "--db-connections", "1"]);
+    worker.worker_started().await;
+    let jobs = [
+        db.enqueue("noop", "{}", &[]).await,
+        db.enqueue("sleep", r#"{"ms": 20}"#, &[]).await,
+    ];
+    db.wait_jobs(&jobs, "succeeded", None, WAIT).await;
+    let stderr = worker.stderr();
+    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("slots + 2")).collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0].contains("--db-connections 1 is below slots + 2 = 6"),
+        "{stderr}"
     );
     worker.signal(Signal::TERM);
     assert!(worker.wait_exit(WAIT).await.success());

@@ -5,7 +5,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::builder::RangedU64ValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use drover_runner::{PREFETCH_MAX, SLOTS_MAX};
+
+/// Largest `--db-connections`: a bound far above what one PostgreSQL server accepts
+/// (`max_connections` is 100 by default), so that a typo cannot size a pool beyond reason.
+pub const DB_CONNECTIONS_MAX: u32 = 10_000;
 
 /// Drover: durable background jobs on PostgreSQL.
 #[derive(Debug, Parser)]
@@ -115,19 +121,28 @@ pub struct WorkerArgs {
     #[arg(long = "queue", value_name = "QUEUE")]
     pub queues: Vec<String>,
 
-    /// Slots per queue: `--slots 8 --queue a --queue b` runs up to 16 jobs.
-    #[arg(long, default_value_t = 8, value_name = "N")]
+    /// Slots per queue, 1..=10000: `--slots 8 --queue a --queue b` runs up to 16 jobs.
+    #[arg(
+        long,
+        default_value_t = 8,
+        value_name = "N",
+        value_parser = RangedU64ValueParser::<usize>::new().range(1..=SLOTS_MAX as u64)
+    )]
     pub slots: usize,
 
-    /// Claim-ahead per queue: while a queue's jobs are short (under 50 ms), a claim may take
-    /// up to N jobs beyond the free slots; they wait leased for a slot and are released at
-    /// once on shutdown (default: 8 per slot, at most 1,000; 0 turns it off). Applies to every
-    /// pool.
-    #[arg(long, value_name = "N")]
+    /// Claim-ahead per queue, 0..=10000: while a queue's jobs are short (under 50 ms), a claim
+    /// may take up to N jobs beyond the free slots; they wait leased for a slot and are
+    /// released at once on shutdown (default: 8 per slot, at most 1,000; 0 turns it off).
+    /// Applies to every pool.
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = RangedU64ValueParser::<usize>::new().range(0..=PREFETCH_MAX as u64)
+    )]
     pub prefetch: Option<usize>,
 
-    /// An extra pool NAME:QUEUE[,QUEUE...]:SLOTS[:KIND[,KIND...]] (repeatable), e.g.
-    /// `long:reports:1:report.build` reserves one slot for a long-running kind. With --pool
+    /// An extra pool NAME:QUEUE[,QUEUE...]:SLOTS[:KIND[,KIND...]] (repeatable; SLOTS 1..=10000),
+    /// e.g. `long:reports:1:report.build` reserves one slot for a long-running kind. With --pool
     /// and no --queue the worker serves only its pools (--slots applies to --queue).
     #[arg(long = "pool", value_name = "SPEC")]
     pub pools: Vec<String>,
@@ -136,8 +151,11 @@ pub struct WorkerArgs {
     #[arg(long, env = "DROVER_MAX_CONCURRENT", value_name = "N")]
     pub max_concurrent: Option<usize>,
 
-    /// Enable the `exec` kind for this program (repeatable; exact path; never a shell).
-    #[arg(long = "allow-exec", value_name = "PROGRAM")]
+    /// Enable the `exec` kind for this program (repeatable): a path, absolute or relative
+    /// like ./scripts/report.sh, never a bare name. A job must give exactly this path (symlinks
+    /// are not followed, so another path to the same file is refused); it runs as given, never
+    /// through a shell.
+    #[arg(long = "allow-exec", value_name = "PROGRAM", value_parser = crate::builtin::parse_allow_exec)]
     pub allow_exec: Vec<PathBuf>,
 
     /// Lease length (e.g. 60s).
@@ -153,7 +171,9 @@ pub struct WorkerArgs {
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub rescue_interval: Option<Duration>,
 
-    /// Shutdown grace period for running jobs (e.g. 30s).
+    /// Shutdown grace period: how long running jobs may take to finish after SIGTERM (e.g. 30s;
+    /// default 30s). Then they are cancelled and released; a handler that ignores its
+    /// cancellation is abandoned 5 s later (the cancel grace), so a stop can take this plus 5 s.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub shutdown_grace: Option<Duration>,
 
@@ -173,8 +193,13 @@ pub struct WorkerArgs {
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
 
-    /// Connections in the database pool (default: slots + 4).
-    #[arg(long, value_name = "N")]
+    /// Connections in the database pool, 1..=10000 (default: slots + 4, at most 10000). Below
+    /// slots + 2 jobs may wait for a connection, and the worker warns at start.
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = RangedU64ValueParser::<u32>::new().range(1..=u64::from(DB_CONNECTIONS_MAX))
+    )]
     pub db_connections: Option<u32>,
 
     /// Turn off prepared-statement caching and LISTEN, for PgBouncer in transaction mode.

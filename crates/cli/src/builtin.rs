@@ -6,10 +6,15 @@
 //! - `fail` `{"fail_times": N}`: fails its first N attempts, then succeeds.
 //! - `exec` `{"program": P, "args": [..], "timeout_ms": N}`: runs an allowed program directly
 //!   (never through a shell), with a timeout (default 60 s, at most 1 hour), and stores the exit
-//!   code and the first KiB of stdout and stderr. Registered only when the worker is started
-//!   with `--allow-exec PROGRAM`, and then only for the listed programs.
+//!   code and the first KiB of stdout and stderr as text (invalid UTF-8 and NUL bytes become
+//!   U+FFFD). Registered only when the worker is started with `--allow-exec PROGRAM`, and then
+//!   only for the listed programs: `P` must be one of those paths exactly (see [`ExecArgs`]).
+//!   On Unix the program runs in a process group of its own, and the timeout and a
+//!   cancellation bound the whole run, reading the output included: when either fires, when
+//!   the run ends, and when the job's task is dropped (the runner aborts a handler that ignores
+//!   its cancellation), every process still in the group is killed with SIGKILL.
 
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +23,8 @@ use drover_core::JobKind;
 use drover_runner::{JobContext, Outcome, Registry};
 use serde::Deserialize;
 use serde_json::json;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio_util::sync::CancellationToken;
 
 /// Longest `sleep`.
 pub const SLEEP_MAX_MS: u64 = 3_600_000;
@@ -53,17 +59,25 @@ pub struct FailArgs {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExecArgs {
-    /// Program path; must be one of the `--allow-exec` programs.
+    /// Program path: allowed only when it is one of the `--allow-exec` paths, compared as text
+    /// once `.` segments and repeated `/` are removed (`./scripts/x.sh`, `scripts/./x.sh` and
+    /// `scripts//x.sh` are one path); symlinks are not resolved, so another path to the same
+    /// file is refused. It runs exactly as given (it is the program's `argv[0]`, which
+    /// multi-call programs such as `unxz` read). A bare name without a `/` is never run: the
+    /// system would search it in `PATH`.
     pub program: PathBuf,
     /// Arguments, passed as a list (no shell).
     #[serde(default)]
     pub args: Vec<String>,
-    /// Timeout in milliseconds (default 60,000; at most 3,600,000).
+    /// Timeout in milliseconds (default 60,000; at most 3,600,000). It bounds the whole run:
+    /// the program, what it started in its process group, and reading their output.
     pub timeout_ms: Option<u64>,
 }
 
 /// Registers `noop`, `sleep`, `fail`, and `exec` when `allow_exec` is not empty; a kind the
-/// registry already has (an application's own handler) is left alone.
+/// registry already has (an application's own handler) is left alone. A bare name in
+/// `allow_exec` (no `/`; the command line refuses one, see [`parse_allow_exec`]) allows
+/// nothing.
 pub fn register(registry: &mut Registry, allow_exec: &[PathBuf]) {
     if !registry.contains(&kind("noop")) {
         registry.register_fn(kind("noop"), |_ctx: JobContext| async {
@@ -78,11 +92,27 @@ pub fn register(registry: &mut Registry, allow_exec: &[PathBuf]) {
     }
     if !allow_exec.is_empty() && !registry.contains(&kind("exec")) {
         let allowed: Arc<Vec<PathBuf>> =
-            Arc::new(allow_exec.iter().map(|p| normalize(p)).collect());
+            Arc::new(allow_exec.iter().filter_map(|p| exec_path(p)).collect());
         registry.register_typed(kind("exec"), move |ctx: JobContext, args: ExecArgs| {
             let allowed = allowed.clone();
             async move { exec(ctx, args, &allowed).await }
         });
+    }
+}
+
+/// Checks an `--allow-exec` value: a path, absolute or relative with a `/` in it, never a bare
+/// name.
+///
+/// # Errors
+/// A bare name, with the rule (clap prefixes the flag).
+pub fn parse_allow_exec(value: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(value);
+    match exec_path(&path) {
+        Some(_) => Ok(path),
+        None => Err(
+            "must be a path, absolute or relative like ./scripts/x.sh; a bare name would be searched in PATH"
+                .to_owned(),
+        ),
     }
 }
 
@@ -116,12 +146,37 @@ fn register_fail(registry: &mut Registry) {
     });
 }
 
-/// The canonical form of a path when it exists, else the path as given.
-fn normalize(p: &Path) -> PathBuf {
-    std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
+/// A program path as `exec` compares it, by text alone: `.` segments and repeated `/`
+/// removed, a relative path written with a leading `./`. Symlinks are not resolved. `None`
+/// for a bare name (no `/`), which the system would search in `PATH`.
+fn exec_path(path: &Path) -> Option<PathBuf> {
+    if !path.as_os_str().as_encoded_bytes().contains(&b'/') {
+        return None;
+    }
+    let mut lexical = PathBuf::new();
+    if path.is_relative() {
+        lexical.push(".");
+    }
+    for component in path.components() {
+        if component != Component::CurDir {
+            lexical.push(component);
+        }
+    }
+    Some(lexical)
 }
 
-async fn read_capped(mut reader: impl tokio::io::AsyncRead + Unpin) -> (Vec<u8>, bool) {
+/// Captured output as stored text: invalid UTF-8 becomes U+FFFD, and so does NUL, which no
+/// stored JSON may hold (PostgreSQL's `jsonb` refuses it, so every store does).
+fn output_text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).replace('\0', "\u{FFFD}")
+}
+
+/// Reads `reader` to its end, keeping the first [`EXEC_OUTPUT_KEPT`] bytes; true when more
+/// came.
+async fn read_capped(reader: Option<impl AsyncRead + Unpin>) -> (Vec<u8>, bool) {
+    let Some(mut reader) = reader else {
+        return (Vec::new(), false);
+    };
     let mut kept = Vec::with_capacity(EXEC_OUTPUT_KEPT);
     let mut buf = [0u8; 4096];
     let mut truncated = false;
@@ -140,13 +195,47 @@ async fn read_capped(mut reader: impl tokio::io::AsyncRead + Unpin) -> (Vec<u8>,
     (kept, truncated)
 }
 
+/// The process group of one `exec` run, whose leader is the program (started with
+/// `process_group(0)`). Dropping it sends SIGKILL to every process still in the group: on
+/// every way a run ends, including its future being dropped.
+struct ProcessGroup {
+    #[cfg(unix)]
+    leader: Option<rustix::process::Pid>,
+}
+
+impl ProcessGroup {
+    #[cfg_attr(not(unix), allow(unused_variables))]
+    fn of(child: &tokio::process::Child) -> Self {
+        ProcessGroup {
+            #[cfg(unix)]
+            leader: child
+                .id()
+                .and_then(|id| i32::try_from(id).ok())
+                .and_then(rustix::process::Pid::from_raw),
+        }
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        if let Some(leader) = self.leader {
+            // After a clean end the group is usually empty already (ESRCH): nothing to do.
+            let _ = rustix::process::kill_process_group(leader, rustix::process::Signal::KILL);
+        }
+    }
+}
+
 async fn exec(ctx: JobContext, args: ExecArgs, allowed: &[PathBuf]) -> Outcome {
-    let program = normalize(&args.program);
-    if !allowed.contains(&program) {
+    let program = args.program.display();
+    let Some(path) = exec_path(&args.program) else {
         return Outcome::discard(format!(
-            "program {} is not allowed on this worker (start it with --allow-exec {})",
-            args.program.display(),
-            args.program.display()
+            "program {program} is not allowed: a bare name would be searched in PATH; give the path listed with --allow-exec"
+        ));
+    };
+    if !allowed.iter().any(|a| a.as_os_str() == path.as_os_str()) {
+        return Outcome::discard(format!(
+            "program {program} is not allowed on this worker (start it with --allow-exec {program})"
         ));
     }
     let timeout_ms = args.timeout_ms.unwrap_or(EXEC_TIMEOUT_DEFAULT_MS);
@@ -155,53 +244,64 @@ async fn exec(ctx: JobContext, args: ExecArgs, allowed: &[PathBuf]) -> Outcome {
             "timeout_ms must be between 1 and {EXEC_TIMEOUT_MAX_MS}"
         ));
     }
-    let mut child = match tokio::process::Command::new(&program)
-        .args(&args.args)
+    run_program(
+        &args.program,
+        &args.args,
+        Duration::from_millis(timeout_ms),
+        &ctx.cancellation(),
+    )
+    .await
+}
+
+/// Runs `program` (as given) with `args` until it exits and its stdout and stderr close,
+/// within `timeout` and until `cancel` fires; see the module doc.
+async fn run_program(
+    program: &Path,
+    args: &[String],
+    timeout: Duration,
+    cancel: &CancellationToken,
+) -> Outcome {
+    let shown = program.display();
+    let mut command = tokio::process::Command::new(program);
+    command
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-    {
+        .kill_on_drop(true);
+    #[cfg(unix)]
+    command.process_group(0);
+    let mut child = match command.spawn() {
         Ok(child) => child,
-        Err(e) => return Outcome::retry(format!("cannot start {}: {e}", program.display())),
+        Err(e) => return Outcome::retry(format!("cannot start {shown}: {e}")),
     };
+    // Declared after `child`, so dropped before it: whichever way this function ends, or
+    // when its future is dropped, the whole group is killed (`kill_on_drop` reaches only the
+    // program itself).
+    let _group = ProcessGroup::of(&child);
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
-    let out_task = tokio::spawn(async move {
-        match stdout {
-            Some(s) => read_capped(s).await,
-            None => (Vec::new(), false),
-        }
-    });
-    let err_task = tokio::spawn(async move {
-        match stderr {
-            Some(s) => read_capped(s).await,
-            None => (Vec::new(), false),
-        }
-    });
-    let cancel = ctx.cancellation();
-    let status = tokio::select! {
-        status = child.wait() => status,
-        () = tokio::time::sleep(Duration::from_millis(timeout_ms)) => {
-            let _ = child.kill().await;
-            return Outcome::retry(format!("{} timed out after {timeout_ms} ms", program.display()));
+    // The run ends when the program has exited AND its output has closed: a background
+    // process holding stdout or stderr open keeps it going, under the same timeout.
+    let finished = async { tokio::join!(child.wait(), read_capped(stdout), read_capped(stderr)) };
+    let (status, (stdout, out_truncated), (stderr, err_truncated)) = tokio::select! {
+        biased;
+        finished = finished => finished,
+        () = tokio::time::sleep(timeout) => {
+            return Outcome::retry(format!("{shown} timed out after {} ms", timeout.as_millis()));
         }
         () = cancel.cancelled() => {
-            let _ = child.kill().await;
-            return Outcome::cancelled(format!("{} stopped by cancellation", program.display()));
+            return Outcome::cancelled(format!("{shown} stopped by cancellation"));
         }
     };
-    let (stdout, out_truncated) = out_task.await.unwrap_or_default();
-    let (stderr, err_truncated) = err_task.await.unwrap_or_default();
     let status = match status {
         Ok(status) => status,
-        Err(e) => return Outcome::retry(format!("waiting for {} failed: {e}", program.display())),
+        Err(e) => return Outcome::retry(format!("waiting for {shown} failed: {e}")),
     };
     let result = json!({
         "exit_code": status.code(),
-        "stdout": String::from_utf8_lossy(&stdout),
-        "stderr": String::from_utf8_lossy(&stderr),
+        "stdout": output_text(&stdout),
+        "stderr": output_text(&stderr),
         "stdout_truncated": out_truncated,
         "stderr_truncated": err_truncated,
     });
@@ -211,11 +311,313 @@ async fn exec(ctx: JobContext, args: ExecArgs, allowed: &[PathBuf]) -> Outcome {
         }
     } else {
         Outcome::retry(format!(
-            "{} exited with {}",
-            program.display(),
+            "{shown} exited with {}",
             status
                 .code()
                 .map_or_else(|| "a signal".to_owned(), |c| format!("code {c}"))
         ))
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use std::future::Future;
+    use std::path::Path;
+
+    use chrono::Utc;
+    use drover_core::{JobId, NewJob};
+    use serde_json::Value;
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+
+    /// Deadline for events these tests wait on (a process starting, dying, being reaped).
+    const WAIT: Duration = Duration::from_secs(10);
+
+    /// One `exec` run with `args` on a registry whose allow-list is `allowed`: the token that
+    /// cancels it, and the run.
+    fn exec_job(
+        allowed: &[&str],
+        args: Value,
+    ) -> (
+        CancellationToken,
+        impl Future<Output = Outcome> + Send + 'static,
+    ) {
+        let mut registry = Registry::new();
+        let allowed: Vec<PathBuf> = allowed.iter().map(PathBuf::from).collect();
+        register(&mut registry, &allowed);
+        let handler = registry
+            .handler(&kind("exec"))
+            .expect("exec is registered")
+            .clone();
+        let job = NewJob::new(kind("exec"), args).into_job(JobId::new_v7(), Utc::now());
+        let ctx = JobContext::detached(job);
+        (ctx.cancellation(), async move { handler.run(ctx).await })
+    }
+
+    /// The PID a script wrote to `path`, once it is there.
+    async fn read_pid(path: &Path) -> i32 {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            if let Some(pid) = std::fs::read_to_string(path)
+                .ok()
+                .filter(|text| text.ends_with('\n'))
+                .and_then(|text| text.trim().parse().ok())
+            {
+                return pid;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no PID in {} within {WAIT:?}",
+                path.display()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// True while `pid` runs (a zombie waiting to be reaped by its new parent counts as gone).
+    fn alive(pid: i32) -> bool {
+        let Some(process) = rustix::process::Pid::from_raw(pid) else {
+            return false;
+        };
+        if rustix::process::test_kill_process(process).is_err() {
+            return false;
+        }
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            // `pid (comm) S ...`: the state follows the last parenthesis.
+            Ok(stat) => !stat
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+            Err(_) => true,
+        }
+    }
+
+    /// Waits until `pid` is gone.
+    async fn assert_gone(pid: i32, what: &str) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while alive(pid) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{what}: process {pid} still runs {WAIT:?} after the run ended"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Kills a background process a failed test left behind.
+    struct Reap(i32);
+
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            if alive(self.0) {
+                if let Some(pid) = rustix::process::Pid::from_raw(self.0) {
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                }
+            }
+        }
+    }
+
+    /// `sh -c SCRIPT sh PID_FILE` as `exec` args, with `timeout_ms` when given.
+    fn sh(script: &str, pid_file: &Path, timeout_ms: Option<u64>) -> Value {
+        let mut args = json!({
+            "program": "/bin/sh",
+            "args": ["-c", script, "sh", pid_file.to_str().expect("UTF-8 temp path")],
+        });
+        if let Some(ms) = timeout_ms {
+            args["timeout_ms"] = json!(ms);
+        }
+        args
+    }
+
+    #[tokio::test]
+    async fn exec_timeout_bounds_output_held_open_by_a_background_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        // The program exits at once; its background child keeps stdout open for 30 s.
+        let (_, run) = exec_job(
+            &["/bin/sh"],
+            sh(
+                "sleep 30 & echo $! > \"$1\"; echo started",
+                &pid_file,
+                Some(300),
+            ),
+        );
+        let run = tokio::spawn(run);
+        let pid = read_pid(&pid_file).await;
+        let _reap = Reap(pid);
+        let outcome = tokio::time::timeout(WAIT, run)
+            .await
+            .expect("the timeout bounds the whole run, reading the output included")
+            .unwrap();
+        assert!(
+            matches!(&outcome, Outcome::Retry { message, .. } if message.ends_with("timed out after 300 ms")),
+            "{outcome:?}"
+        );
+        assert_gone(pid, "the background child of a timed-out program").await;
+    }
+
+    #[tokio::test]
+    async fn exec_timeout_kills_the_whole_process_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        let (_, run) = exec_job(
+            &["/bin/sh"],
+            sh("sleep 30 & echo $! > \"$1\"; wait", &pid_file, Some(300)),
+        );
+        let outcome = tokio::time::timeout(WAIT, run).await.expect("timed out");
+        let pid = read_pid(&pid_file).await;
+        let _reap = Reap(pid);
+        assert!(
+            matches!(&outcome, Outcome::Retry { message, .. } if message.contains("timed out")),
+            "{outcome:?}"
+        );
+        assert_gone(pid, "the grandchild of a timed-out program").await;
+    }
+
+    #[tokio::test]
+    async fn exec_cancellation_kills_the_whole_process_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        let (cancel, run) = exec_job(
+            &["/bin/sh"],
+            sh("sleep 30 & echo $! > \"$1\"; wait", &pid_file, None),
+        );
+        let run = tokio::spawn(run);
+        let pid = read_pid(&pid_file).await;
+        let _reap = Reap(pid);
+        cancel.cancel();
+        let outcome = tokio::time::timeout(WAIT, run)
+            .await
+            .expect("cancellation stops the run")
+            .unwrap();
+        assert!(
+            matches!(&outcome, Outcome::Cancelled { reason } if reason.ends_with("stopped by cancellation")),
+            "{outcome:?}"
+        );
+        assert_gone(pid, "the grandchild of a cancelled program").await;
+    }
+
+    #[tokio::test]
+    async fn dropping_an_exec_run_kills_the_whole_process_group() {
+        // The runner drops a handler's future when it ignores its token past the cancel grace.
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        let (_, run) = exec_job(
+            &["/bin/sh"],
+            sh("sleep 30 & echo $! > \"$1\"; wait", &pid_file, None),
+        );
+        let run = tokio::spawn(run);
+        let pid = read_pid(&pid_file).await;
+        let _reap = Reap(pid);
+        run.abort();
+        assert!(run.await.unwrap_err().is_cancelled());
+        assert_gone(pid, "the grandchild of an aborted run").await;
+    }
+
+    #[tokio::test]
+    async fn exec_runs_a_listed_path_as_given_and_no_other_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("sh-link");
+        std::os::unix::fs::symlink("/bin/sh", &link).unwrap();
+        let link = link.to_str().expect("UTF-8 temp path").to_owned();
+        let dotted = format!("{}/./sh-link", dir.path().display());
+        // `sh -c` without a command name sets $0 to argv[0]: the path the program ran as.
+        let echo_argv0 = |program: &str| json!({"program": program, "args": ["-c", "echo \"$0\""]});
+
+        for program in [&link, &dotted] {
+            let (_, run) = exec_job(&[&link], echo_argv0(program));
+            match run.await {
+                Outcome::Success {
+                    result: Some(result),
+                } => {
+                    assert_eq!(result["stdout"], format!("{program}\n"), "{result}");
+                }
+                other => panic!("{program}: {other:?}"),
+            }
+        }
+        // Messages name the program as the job gave it.
+        let (_, run) = exec_job(&[&link], json!({"program": link, "args": ["-c", "exit 3"]}));
+        assert_eq!(
+            run.await,
+            Outcome::retry(format!("{link} exited with code 3"))
+        );
+        // The symlink's target and another link to it are not listed.
+        let other = dir.path().join("other-link");
+        std::os::unix::fs::symlink("/bin/sh", &other).unwrap();
+        for program in ["/bin/sh", other.to_str().unwrap()] {
+            let (_, run) = exec_job(&[&link], echo_argv0(program));
+            match run.await {
+                Outcome::Discard { message } => assert_eq!(
+                    message,
+                    format!("program {program} is not allowed on this worker (start it with --allow-exec {program})")
+                ),
+                other => panic!("{program}: {other:?}"),
+            }
+        }
+        // A bare name would be searched in PATH: never run, even when an embedding
+        // application lists one (the command line refuses it at start).
+        let (_, run) = exec_job(&["sh"], echo_argv0("sh"));
+        match run.await {
+            Outcome::Discard { message } => assert!(
+                message.contains("not allowed") && message.contains("PATH"),
+                "{message}"
+            ),
+            other => panic!("a bare name ran: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn allow_exec_takes_paths_and_refuses_bare_names() {
+        use clap::Parser;
+        let parse = |value: &str| {
+            crate::args::Cli::try_parse_from(["drover", "worker", "--allow-exec", value])
+        };
+        let err = parse("sh").expect_err("a bare name");
+        // A usage error (exit code 2) naming the flag and the rule.
+        assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation);
+        let text = err.to_string();
+        assert!(
+            text.contains("--allow-exec")
+                && text.contains("must be a path, absolute or relative like ./scripts/x.sh; a bare name would be searched in PATH"),
+            "{text}"
+        );
+        for path in [
+            "/usr/bin/convert",
+            "./scripts/report.sh",
+            "scripts/report.sh",
+        ] {
+            parse(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        }
+        // Compared as text once `.` segments and repeated `/` go; nothing else is resolved.
+        let lexical = |p: &str| exec_path(Path::new(p));
+        assert_eq!(
+            lexical("./scripts/report.sh"),
+            lexical("scripts//./report.sh")
+        );
+        assert_eq!(lexical("/usr/bin/./xz"), lexical("/usr//bin/xz"));
+        assert_ne!(lexical("/usr/bin/unxz"), lexical("/usr/bin/xz"));
+        assert_ne!(lexical("/usr/bin/../bin/xz"), lexical("/usr/bin/xz"));
+        assert_ne!(lexical("./xz"), lexical("/usr/bin/xz"));
+        assert_eq!(lexical("sh"), None);
+        assert_eq!(lexical(""), None);
+    }
+
+    #[tokio::test]
+    async fn exec_output_with_nul_or_invalid_utf8_is_stored_with_replacement_characters() {
+        let (_, run) = exec_job(
+            &["/bin/sh"],
+            json!({"program": "/bin/sh", "args": ["-c", "printf 'a\\000b'; printf 'x\\377y' >&2"]}),
+        );
+        let Outcome::Success {
+            result: Some(result),
+        } = run.await
+        else {
+            panic!("exit code 0 is a success");
+        };
+        assert_eq!(result["exit_code"], 0, "{result}");
+        assert_eq!(result["stdout"], "a\u{FFFD}b", "{result}");
+        assert_eq!(result["stderr"], "x\u{FFFD}y", "{result}");
+        drover_core::json::check_value("result", &result, 1 << 20)
+            .expect("a result every store accepts");
     }
 }

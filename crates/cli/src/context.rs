@@ -53,7 +53,7 @@ impl Ctx {
             config: env::store_config()?,
             ..PgOptions::default()
         };
-        options.max_connections = connections.max(2);
+        options.max_connections = connections;
         options.acquire_timeout = Duration::from_secs(5);
         if pgbouncer {
             options.statement_cache = false;

@@ -239,6 +239,37 @@ fn usage_errors_exit_2() {
     let out = drover(&["worker", "--lease", "soon"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("30s"), "{}", text(&out.stderr));
+    // Sizes out of range are refused before anything is built or connected (a pool sized for
+    // 10^10 slots once aborted the process allocating its database pool).
+    for (flag, value, range) in [
+        ("--slots", "10000000000", "1..=10000"),
+        ("--prefetch", "10001", "0..=10000"),
+        ("--db-connections", "0", "1..=10000"),
+        ("--db-connections", "4000000000", "1..=10000"),
+    ] {
+        let out = drover(&[
+            "--database-url",
+            "postgres://nobody@127.0.0.1:1/x",
+            "worker",
+            flag,
+            value,
+        ]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {stderr}");
+        assert!(
+            stderr.contains(flag) && stderr.contains(range),
+            "{flag} {value}: {stderr}"
+        );
+    }
+    // A bare program name would be searched in PATH: refused before anything starts.
+    let out = drover(&["worker", "--allow-exec", "sh"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--allow-exec")
+            && text(&out.stderr).contains("a bare name would be searched in PATH"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]

@@ -46,7 +46,8 @@ pub const MAINTENANCE_START_DELAY_DEFAULT: Duration = Duration::from_secs(1);
 pub const PRUNE_LIMIT_MAX: u32 = 100_000;
 /// Default age after which another worker's registration counts as stale and is pruned.
 pub const WORKER_STALE_AFTER_DEFAULT: Duration = Duration::from_secs(120);
-/// Default grace period at shutdown: running jobs may finish within it.
+/// Default grace period at shutdown: running jobs may finish within it; after it, a handler
+/// that ignores its cancellation still gets the cancel grace ([`CANCEL_GRACE_DEFAULT`]).
 pub const SHUTDOWN_GRACE_DEFAULT: Duration = Duration::from_secs(30);
 /// Default time a handler gets to stop after its cancellation token fired (shutdown, timeout,
 /// cancel request, lost lease) before its task is aborted.
@@ -187,7 +188,9 @@ pub struct WorkerConfig {
     /// `prune_interval`.
     pub worker_stale_after: Duration,
     /// At shutdown, how long running jobs may take to finish before their tokens fire
-    /// (default 30 s).
+    /// (default 30 s). A handler that then ignores its token gets `cancel_grace` more before
+    /// it is aborted, so running jobs may delay a stop by up to `shutdown_grace +
+    /// cancel_grace` (35 s by default).
     pub shutdown_grace: Duration,
     /// How long a handler may take to stop after its token fired before it is aborted
     /// (default 5 s).

@@ -53,7 +53,15 @@ pub async fn run(ctx: &Ctx, args: ServeArgs, extensions: Extensions) -> Result<(
     if matches!(auth, AuthMode::InsecureNoAuth) {
         eprintln!("drover: WARNING: authentication is OFF (--insecure-no-auth): every caller is an operator of every tenant");
     }
+    // The worker's flags are checked before anything is built or connected.
     let config = worker::worker_config(&args.worker_args, &[])?;
+    let registry = if args.worker {
+        let registry = Arc::new(worker::registry(extensions, &args.worker_args));
+        config.validate(&registry).map_err(|e| anyhow!("{e}"))?;
+        Some(registry)
+    } else {
+        None
+    };
     let (store, pg): (Arc<dyn JobStore>, _) = match &ctx.database_url {
         Some(_) => {
             let connections = args.worker_args.db_connections.unwrap_or_else(|| {
@@ -101,8 +109,7 @@ pub async fn run(ctx: &Ctx, args: ServeArgs, extensions: Extensions) -> Result<(
     let bound = listener.local_addr().unwrap_or(args.listen);
     eprintln!("drover: API on http://{bound}/v1 (OpenAPI at /v1/openapi.json)");
     let server = tokio::spawn(drover_http::serve(listener, router, shutdown.clone()));
-    let worker_result = if args.worker {
-        let registry = Arc::new(worker::registry(extensions, &args.worker_args));
+    let worker_result = if let Some(registry) = registry {
         let w = Worker::new(store.clone(), registry, config)
             .map_err(|e| anyhow!("{e}"))?
             .metrics(Arc::new(metrics));

@@ -8,14 +8,14 @@ use std::sync::Arc;
 use anyhow::{anyhow, Context, Result};
 use drover_core::{JobKind, JobStore, QueueName};
 use drover_http::{ApiConfig, ApiState, ApiTokens, AuthMode, ProcessMetrics};
-use drover_runner::{PoolConfig, Registry, Worker, WorkerConfig};
+use drover_runner::{PoolConfig, Registry, Worker, WorkerConfig, SLOTS_MAX};
 use tokio_util::sync::CancellationToken;
 
-use crate::args::WorkerArgs;
+use crate::args::{WorkerArgs, DB_CONNECTIONS_MAX};
 use crate::context::Ctx;
 use crate::Extensions;
 
-/// Parses `NAME:QUEUE[,QUEUE...]:SLOTS[:KIND[,KIND...]]`.
+/// Parses `NAME:QUEUE[,QUEUE...]:SLOTS[:KIND[,KIND...]]` (SLOTS 1..=10,000).
 ///
 /// # Errors
 /// A message naming the bad part.
@@ -32,7 +32,11 @@ pub fn parse_pool(spec: &str) -> Result<PoolConfig> {
         .collect::<Result<Vec<_>>>()?;
     let slots: usize = parts[2]
         .parse()
-        .map_err(|_| anyhow!("invalid --pool {spec:?}: SLOTS must be a whole number"))?;
+        .ok()
+        .filter(|slots| (1..=SLOTS_MAX).contains(slots))
+        .ok_or_else(|| {
+            anyhow!("invalid --pool {spec:?}: SLOTS must be between 1 and {SLOTS_MAX}")
+        })?;
     let mut pool = PoolConfig::new(parts[0], queues, slots);
     if let Some(kinds) = parts.get(3) {
         let kinds = kinds
@@ -234,25 +238,36 @@ pub async fn serve_metrics(
     }))
 }
 
+/// The database pool of a worker running up to `slots` jobs at once: `--db-connections`, else
+/// slots + 4 up to [`DB_CONNECTIONS_MAX`]; and the warning to print once when the pool is below
+/// slots + 2 (DESIGN.md section 5). The pool opens connections only as they are used (claims,
+/// outcome writes and heartbeats are batched, so far fewer are open in practice), so the
+/// default bound costs nothing.
+pub fn db_connections(args: &WorkerArgs, slots: usize) -> (u32, Option<String>) {
+    let needed = u32::try_from(slots).unwrap_or(u32::MAX).saturating_add(2);
+    let connections = args
+        .db_connections
+        .unwrap_or_else(|| needed.saturating_add(2).min(DB_CONNECTIONS_MAX));
+    let warning = (connections < needed).then(|| match args.db_connections {
+        Some(_) => format!(
+            "--db-connections {connections} is below slots + 2 = {needed}; jobs may wait for a connection"
+        ),
+        None => format!(
+            "the database pool of {connections} connections (the most --db-connections allows) is below slots + 2 = {needed}; jobs may wait for a connection"
+        ),
+    });
+    (connections, warning)
+}
+
 /// Runs `drover worker`.
 pub async fn run(ctx: &Ctx, args: WorkerArgs, extensions: Extensions) -> Result<()> {
+    // Everything the flags describe is checked before anything is built or connected.
     let config = worker_config(&args, &[])?;
     let registry = Arc::new(registry(extensions, &args));
-    let slots = config.max_running();
-    // DESIGN.md section 5: a worker needs at least slots + 2 connections. The pool opens
-    // connections only as they are used (claims, outcome writes and heartbeats are batched, so
-    // far fewer are open in practice), so the default bound costs nothing.
-    let needed = u32::try_from(slots).unwrap_or(u32::MAX).saturating_add(2);
-    let connections = args.db_connections.unwrap_or(needed.saturating_add(2));
-    if connections < needed {
-        tracing::warn!(
-            connections,
-            slots,
-            "the database pool is smaller than slots + 2 connections"
-        );
-        eprintln!(
-            "drover: warning: --db-connections {connections} is below slots + 2 = {needed}; jobs may wait for a connection"
-        );
+    config.validate(&registry).map_err(|e| anyhow!("{e}"))?;
+    let (connections, warning) = db_connections(&args, config.max_running());
+    if let Some(warning) = warning {
+        eprintln!("drover: warning: {warning}");
     }
     let pg = ctx.postgres(connections, args.pgbouncer).await?;
     let store: Arc<dyn JobStore> = Arc::new(pg.clone());
@@ -382,10 +397,79 @@ mod tests {
     }
 
     #[test]
+    fn slots_prefetch_and_db_connections_are_checked_at_parse_time() {
+        let parse = |flag: &str, value: &str| {
+            Cli::try_parse_from(["drover", "worker", flag, value])
+                .map(|_| ())
+                .map_err(|e| (e.kind(), e.to_string()))
+        };
+        for (flag, value, rule) in [
+            ("--slots", "0", "1..=10000"),
+            ("--slots", "10001", "1..=10000"),
+            ("--slots", "10000000000", "1..=10000"),
+            ("--prefetch", "10001", "0..=10000"),
+            ("--db-connections", "0", "1..=10000"),
+            ("--db-connections", "10001", "1..=10000"),
+            ("--db-connections", "4000000000", "1..=10000"),
+        ] {
+            let (kind, message) = parse(flag, value).expect_err(value);
+            // A usage error: exit code 2, like every flag clap refuses.
+            assert_eq!(kind, clap::error::ErrorKind::ValueValidation, "{message}");
+            assert!(
+                message.contains(flag) && message.contains(rule),
+                "{flag} {value}: {message}"
+            );
+        }
+        for (flag, value) in [
+            ("--slots", "1"),
+            ("--slots", "10000"),
+            ("--prefetch", "0"),
+            ("--prefetch", "10000"),
+            ("--db-connections", "1"),
+            ("--db-connections", "10000"),
+        ] {
+            parse(flag, value).unwrap_or_else(|e| panic!("{flag} {value}: {e:?}"));
+        }
+    }
+
+    #[test]
+    fn the_database_pool_fits_the_slots_within_its_bound() {
+        let worker = |args: &[&str]| {
+            let cli =
+                Cli::try_parse_from(["drover", "worker"].into_iter().chain(args.iter().copied()))
+                    .expect("valid flags");
+            let Command::Worker(worker) = cli.command else {
+                panic!("not a worker command");
+            };
+            worker
+        };
+        assert_eq!(db_connections(&worker(&[]), 8), (12, None));
+        let (connections, warning) = db_connections(&worker(&[]), 1_000_000);
+        assert_eq!(connections, crate::args::DB_CONNECTIONS_MAX);
+        assert!(warning.is_some_and(|w| w.contains("1000002")));
+        assert_eq!(
+            db_connections(&worker(&["--db-connections", "10"]), 8),
+            (10, None)
+        );
+        let (connections, warning) = db_connections(&worker(&["--db-connections", "1"]), 8);
+        assert_eq!(connections, 1, "as given, not raised");
+        let warning = warning.expect("a warning");
+        assert!(
+            warning.contains("--db-connections 1") && warning.contains("slots + 2 = 10"),
+            "{warning}"
+        );
+    }
+
+    #[test]
     fn bad_pool_specs_name_the_problem() {
         for (spec, needle) in [
             ("long", "NAME:QUEUE"),
             ("long:reports:x", "SLOTS"),
+            ("long:reports:0", "SLOTS must be between 1 and 10000"),
+            (
+                "long:reports:10000000000",
+                "SLOTS must be between 1 and 10000",
+            ),
             ("long:bad queue:1", "--pool"),
             ("long:reports:1:bad kind", "--pool"),
         ] {
