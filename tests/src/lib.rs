@@ -37,6 +37,7 @@ macro_rules! contract_suite {
             enqueue_idempotency_replay_returns_current_state,
             enqueue_idempotency_other_request_conflicts,
             enqueue_idempotency_legacy_row_conflicts,
+            enqueue_batch_conflict_names_the_item,
             enqueue_idempotency_keys_scoped_per_tenant,
             enqueue_unique_key_returns_live_duplicate,
             enqueue_unique_key_free_once_terminal,

@@ -466,15 +466,9 @@ pub fn prepare_batch(jobs: &[NewJob], sizes: &SizeLimits) -> Result<Vec<Option<S
             format!("at most {max} jobs per batch, got {}", jobs.len()),
         ));
     }
-    let many = jobs.len() > 1;
     for (i, job) in jobs.iter().enumerate() {
-        job.validate(sizes).map_err(|e| {
-            if many {
-                e.in_field(&format!("jobs[{i}]"))
-            } else {
-                e
-            }
-        })?;
+        job.validate(sizes)
+            .map_err(|e| e.in_batch_item(i, jobs.len()))?;
     }
     let hashes: Vec<Option<String>> = jobs
         .iter()

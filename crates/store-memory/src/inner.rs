@@ -198,6 +198,9 @@ impl Inner {
     }
 
     /// Decides, per batch entry, whether it creates a job or is answered with another one.
+    ///
+    /// # Errors
+    /// `Conflict` naming the entry (`jobs[i]`) when the batch holds more than one.
     fn decide(&self, batch: &[Prepared]) -> Result<Vec<Decision>> {
         let mut decisions = Vec::with_capacity(batch.len());
         // Keys first used by an entry of this batch that creates a job.
@@ -209,9 +212,14 @@ impl Inner {
                 let stored = self.idempotency.get(&job.tenant).and_then(|m| m.get(key));
                 if let Some(entry) = stored {
                     match &entry.hash {
-                        None => return Err(legacy_key_conflict(entry.job)),
+                        None => {
+                            return Err(Error::idempotency_unverifiable(entry.job)
+                                .in_batch_item(i, batch.len()))
+                        }
                         Some(h) if Some(h.as_str()) != hash.as_deref() => {
-                            return Err(other_request_conflict(entry.job));
+                            return Err(
+                                Error::idempotency_reused(entry.job).in_batch_item(i, batch.len())
+                            );
                         }
                         Some(_) => {
                             decisions.push(Decision::Existing(EnqueueStatus::Replayed, entry.job));
@@ -221,12 +229,15 @@ impl Inner {
                 }
                 if let Some(&(earlier, earlier_hash)) = batch_idempotency.get(&(&job.tenant, key)) {
                     if earlier_hash != hash.as_deref() {
+                        // Refused before by `prepare_batch` (InvalidInput); kept as a guard.
                         return Err(Error::Conflict {
                             reason: format!(
                                 "idempotency key is used by jobs[{earlier}] of this batch with a different request"
                             ),
                             existing: None,
-                        });
+                            field: Some("idempotency_key".to_owned()),
+                        }
+                        .in_batch_item(i, batch.len()));
                     }
                     decisions.push(Decision::SameAs(EnqueueStatus::Replayed, earlier));
                     continue;
@@ -448,19 +459,5 @@ impl Inner {
             pruned += 1;
         }
         pruned
-    }
-}
-
-fn other_request_conflict(existing: JobId) -> Error {
-    Error::Conflict {
-        reason: "idempotency key was already used with a different request".to_owned(),
-        existing: Some(existing),
-    }
-}
-
-fn legacy_key_conflict(existing: JobId) -> Error {
-    Error::Conflict {
-        reason: "idempotency key was stored without a request hash, so a replay cannot be verified; use a new key".to_owned(),
-        existing: Some(existing),
     }
 }

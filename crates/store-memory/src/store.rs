@@ -350,12 +350,7 @@ impl JobStore for MemoryStore {
             if let Some(key) = &job.unique_key {
                 if let Some(holder) = inner.idx.unique_holder(&job.tenant, key) {
                     if holder != id {
-                        return Err(Error::Conflict {
-                            reason: format!(
-                                "unique key is held by live job {holder}; cancel or finish it first"
-                            ),
-                            existing: Some(holder),
-                        });
+                        return Err(Error::unique_key_held(holder));
                     }
                 }
             }

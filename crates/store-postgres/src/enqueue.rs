@@ -512,15 +512,11 @@ fn resolve<'a>(
                     status: EnqueueStatus::Replayed,
                     job: holder.job.clone(),
                 })),
-                (None, _) => Err(Error::Conflict {
-                    reason: "idempotency key belongs to a job stored without a request hash; use a new key".to_owned(),
-                    existing: Some(holder.job.id),
-                }),
-                _ => Err(Error::Conflict {
-                    reason: "idempotency key was already used with a different request"
-                        .to_owned(),
-                    existing: Some(holder.job.id),
-                }),
+                (None, _) => {
+                    Err(Error::idempotency_unverifiable(holder.job.id)
+                        .in_batch_item(i, batch.len()))
+                }
+                _ => Err(Error::idempotency_reused(holder.job.id).in_batch_item(i, batch.len())),
             };
         }
     }
