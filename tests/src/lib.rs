@@ -157,6 +157,9 @@ macro_rules! contract_suite {
             events_cancel_requested_after_cancel_of_running_job,
             events_jobs_available_after_release,
             events_jobs_available_after_retry,
+            stored_json_numbers_of_args_and_meta,
+            stored_json_numbers_of_heartbeat_and_result,
+            stored_json_numbers_of_schedule_args,
         );
     };
 }

@@ -375,6 +375,15 @@ impl NewJob {
         hex::encode(Sha256::digest(canonical.as_bytes()))
     }
 
+    /// Rewrites the request into the form every store keeps (DESIGN.md section 4): the numbers
+    /// of `args` and `meta` as PostgreSQL's `jsonb` gives them back
+    /// ([`json::normalize_numbers`]). [`prepare_batch`] applies it after taking the request
+    /// hash, which stays that of the request as sent.
+    pub fn normalize(&mut self) {
+        json::normalize_numbers(&mut self.args);
+        json::normalize_numbers(&mut self.meta);
+    }
+
     /// Builds the stored job this request creates: state queued, attempt 0, token 0.
     pub fn into_job(self, id: JobId, now: DateTime<Utc>) -> Job {
         let run_at = self.resolve_run_at(now);
@@ -453,12 +462,17 @@ pub struct Enqueued {
 /// Validates an enqueue batch the same way for every store and returns the request hash of
 /// each job (`None` without an idempotency key), in input order: at most
 /// [`crate::store::ENQUEUE_BATCH_MAX`] jobs, each valid ([`NewJob::validate`]), and no
-/// idempotency key repeated with a different request ([`check_batch_idempotency`]).
+/// idempotency key repeated with a different request ([`check_batch_idempotency`]). Then
+/// rewrites each job into its stored form ([`NewJob::normalize`]); the hashes are those of the
+/// requests as sent, so a key stored before normalization existed still replays.
 ///
 /// # Errors
 /// `InvalidInput`: `jobs` for an oversized batch; the first invalid job's field, prefixed
 /// `jobs[i].` when the batch holds more than one job.
-pub fn prepare_batch(jobs: &[NewJob], sizes: &SizeLimits) -> Result<Vec<Option<String>>, Error> {
+pub fn prepare_batch(
+    jobs: &mut [NewJob],
+    sizes: &SizeLimits,
+) -> Result<Vec<Option<String>>, Error> {
     let max = crate::store::ENQUEUE_BATCH_MAX;
     if jobs.len() > max {
         return Err(Error::invalid(
@@ -475,6 +489,7 @@ pub fn prepare_batch(jobs: &[NewJob], sizes: &SizeLimits) -> Result<Vec<Option<S
         .map(|job| job.idempotency_key.as_ref().map(|_| job.request_hash()))
         .collect();
     check_batch_idempotency(jobs, &hashes)?;
+    jobs.iter_mut().for_each(NewJob::normalize);
     Ok(hashes)
 }
 

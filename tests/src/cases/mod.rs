@@ -21,6 +21,7 @@ mod rescue;
 mod retry;
 mod schedules;
 mod snapshot;
+mod stored;
 mod workers;
 
 pub use cancel::*;
@@ -38,6 +39,7 @@ pub use rescue::*;
 pub use retry::*;
 pub use schedules::*;
 pub use snapshot::*;
+pub use stored::*;
 pub use workers::*;
 
 use std::fmt::Debug;
