@@ -160,6 +160,8 @@ macro_rules! contract_suite {
             stored_json_numbers_of_args_and_meta,
             stored_json_numbers_of_heartbeat_and_result,
             stored_json_numbers_of_schedule_args,
+            stored_run_at_folds_leap_seconds_and_floors_to_microseconds,
+            stored_schedule_tick_folds_leap_seconds_and_floors,
         );
     };
 }

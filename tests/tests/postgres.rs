@@ -1541,3 +1541,69 @@ pg_test!(
         pool.close().await;
     }
 );
+
+pg_test!(
+    /// `stored_instant` agrees with PostgreSQL: a whole leap second in RFC 3339 text
+    /// (`23:59:60`) is read as the next second, and instants the store sends (leap seconds
+    /// folded, floored) come back unchanged, before 2000 too.
+    instants_are_stored_like_postgres_reads_them,
+    |factory| {
+        use drover_core::clock::stored_instant;
+        let pool = factory.admin_pool().await;
+        for text in [
+            "2026-12-01T23:59:60.5Z",
+            "2016-12-31T23:59:60.999999Z",
+            "1972-06-30T23:59:60Z",
+            "2026-12-01T23:59:60.0000005Z",
+        ] {
+            let parsed = chrono::DateTime::parse_from_rfc3339(text)
+                .unwrap()
+                .with_timezone(&chrono::Utc);
+            let read: Result<chrono::DateTime<chrono::Utc>, sqlx::Error> =
+                sqlx::query_scalar("SELECT $1::text::timestamptz")
+                    .bind(text)
+                    .fetch_one(&pool)
+                    .await;
+            match read {
+                // PostgreSQL rounds text to the nearest microsecond where the rule floors:
+                // they agree whenever the text has whole microseconds.
+                Ok(read) if parsed.timestamp_subsec_nanos() % 1_000 == 0 => {
+                    assert_eq!(read, stored_instant(parsed), "{text}")
+                }
+                Ok(_) => {}
+                // As text, PostgreSQL takes a leap second only without a fraction (23:59:60);
+                // the store sends binary instants, which never hold one.
+                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("22008") => {
+                    assert!(text.contains(":60.") && parsed.timestamp_subsec_nanos() != 1_000_000_000, "{text}");
+                }
+                Err(e) => panic!("{text}: {e}"),
+            }
+            let sent = stored_instant(parsed);
+            let back: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT $1::timestamptz")
+                .bind(sent)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            assert_eq!(back, sent, "{text}");
+        }
+        for text in [
+            "1970-01-01T00:00:00.0000001Z",
+            "1999-12-31T23:59:59.9999995Z",
+            "1969-12-31T23:59:59.9999999Z",
+            "2031-01-01T00:00:00.0000009Z",
+        ] {
+            let sent = stored_instant(
+                chrono::DateTime::parse_from_rfc3339(text)
+                    .unwrap()
+                    .with_timezone(&chrono::Utc),
+            );
+            let back: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT $1::timestamptz")
+                .bind(sent)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            assert_eq!(back, sent, "{text}");
+        }
+        pool.close().await;
+    }
+);

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
+use crate::clock;
 use crate::error::Error;
 use crate::json;
 use crate::lease::FencingToken;
@@ -300,7 +301,9 @@ impl NewJob {
             ));
         }
         match self.run_at {
-            Some(RunAt::At(at)) if at < run_at_min() || at > run_at_max() => {
+            Some(RunAt::At(at))
+                if !(run_at_min()..=run_at_max()).contains(&clock::stored_instant(at)) =>
+            {
                 return Err(Error::invalid(
                     "run_at",
                     "must be between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z",
@@ -334,7 +337,7 @@ impl NewJob {
         match self.run_at {
             None => now,
             Some(RunAt::At(at)) => at,
-            Some(RunAt::After(d)) => crate::clock::add(now, d),
+            Some(RunAt::After(d)) => clock::add(now, d),
         }
     }
 
@@ -377,11 +380,16 @@ impl NewJob {
 
     /// Rewrites the request into the form every store keeps (DESIGN.md section 4): the numbers
     /// of `args` and `meta` as PostgreSQL's `jsonb` gives them back
-    /// ([`json::normalize_numbers`]). [`prepare_batch`] applies it after taking the request
-    /// hash, which stays that of the request as sent.
+    /// ([`json::normalize_numbers`]) and an absolute `run_at` as
+    /// [`clock::stored_instant`] gives it (leap second folded, floored to microseconds).
+    /// [`prepare_batch`] applies it after taking the request hash, which stays that of the
+    /// request as sent.
     pub fn normalize(&mut self) {
         json::normalize_numbers(&mut self.args);
         json::normalize_numbers(&mut self.meta);
+        if let Some(RunAt::At(at)) = &mut self.run_at {
+            *at = clock::stored_instant(*at);
+        }
     }
 
     /// Builds the stored job this request creates: state queued, attempt 0, token 0.

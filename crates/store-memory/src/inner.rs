@@ -8,7 +8,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 
-use chrono::{DateTime, SubsecRound, Utc};
+use chrono::{DateTime, Utc};
 use drover_core::limits::LimitState;
 use drover_core::{
     apply, Admission, EnqueueStatus, Enqueued, Error, Event, Job, JobId, LimitKey, LimitPolicy,
@@ -20,9 +20,10 @@ use uuid::Uuid;
 
 use crate::index::{id_of, key_time, FastMap, Indexes, JobTable, Placement, ReadyKey};
 
-/// `at` truncated to whole microseconds, the precision PostgreSQL stores.
+/// `at` as PostgreSQL stores it: a leap second folded into the next second, floored to whole
+/// microseconds ([`drover_core::clock::stored_instant`]).
 pub(crate) fn micros(at: DateTime<Utc>) -> DateTime<Utc> {
-    at.trunc_subsecs(6)
+    drover_core::clock::stored_instant(at)
 }
 
 /// Truncates the timestamps a transition may compute from a caller's duration.

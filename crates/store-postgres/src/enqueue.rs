@@ -54,9 +54,10 @@ pub(crate) struct Batch {
 
 impl Batch {
     /// Validates the batch ([`drover_core::job::prepare_batch`], the rules every store shares),
-    /// rewrites its jobs into their stored form there (JSON numbers as jsonb gives them back,
-    /// so the answers built from the batch show what the table holds), and assigns ids (UUID
-    /// v7) and request hashes (jobs with an idempotency key only).
+    /// rewrites its jobs into their stored form there (`run_at` floored to microseconds before
+    /// sqlx converts it, JSON numbers as jsonb gives them back, so the answers built from the
+    /// batch show what the table holds), and assigns ids (UUID v7) and request hashes (jobs
+    /// with an idempotency key only).
     ///
     /// # Errors
     /// `InvalidInput` as `prepare_batch` returns it.

@@ -1,12 +1,18 @@
 //! The stored form of what clients send, the same in every store: JSON numbers as PostgreSQL's
 //! `jsonb` gives them back (`drover_core::json::normalize_numbers`) in every JSON value a job
-//! or schedule keeps.
+//! or schedule keeps, and client-supplied instants with a leap second folded into the next
+//! second and floored to whole microseconds (`drover_core::clock::stored_instant`).
 
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
 use drover_core::json::normalized;
-use drover_core::{EnqueueStatus, Finish, HeartbeatItem, HeartbeatJobs, NewSchedule, ScheduleName};
+use drover_core::{
+    EnqueueStatus, Finish, HeartbeatItem, HeartbeatJobs, JobStore, NewSchedule, RunAt, ScheduleName,
+};
 use serde_json::{json, Value};
 
-use super::{all_jobs, claim, finish, job, kind, start, unbounded, LEASE};
+use super::{all_jobs, claim, enqueue, finish, job, kind, start, unbounded, LEASE};
 use crate::StoreFactory;
 
 /// Numbers whose `jsonb` round trip is worth pinning: floats with and without exponent, the
@@ -194,4 +200,140 @@ pub async fn stored_json_numbers_of_schedule_args(f: &dyn StoreFactory) {
     assert_stored(&fired.job.args, &sent, "fired job");
     let got = store.job_get(fired.job.id).await.unwrap();
     assert_stored(&got.args, &sent, "fired job read back");
+}
+
+/// The last tick of the store's only schedule.
+async fn last_tick(store: &dyn JobStore) -> DateTime<Utc> {
+    store.schedules_list().await.unwrap()[0]
+        .last_tick_at
+        .expect("a tick")
+}
+
+fn utc(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s)
+        .expect("an RFC 3339 instant")
+        .with_timezone(&Utc)
+}
+
+/// A client's `run_at` is stored with a leap second folded into the next second (23:59:60.5
+/// as 00:00:00.5, as the PostgreSQL driver converts it) and floored to whole microseconds,
+/// before 2000 too (where truncating microseconds since 2000 toward zero would round up).
+pub async fn stored_run_at_folds_leap_seconds_and_floors_to_microseconds(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let cases = [
+        ("2026-12-01T23:59:60.5Z", "2026-12-02T00:00:00.5Z"),
+        (
+            "2026-12-01T23:59:60.9999999Z",
+            "2026-12-02T00:00:00.999999Z",
+        ),
+        ("1970-01-01T00:00:00.0000001Z", "1970-01-01T00:00:00Z"),
+        (
+            "1999-12-31T23:59:59.9999995Z",
+            "1999-12-31T23:59:59.999999Z",
+        ),
+        ("1985-06-30T23:59:60.0000005Z", "1985-07-01T00:00:00Z"),
+        ("2031-01-01T00:00:00.0000009Z", "2031-01-01T00:00:00Z"),
+        (
+            "2031-01-01T00:00:00.1234567Z",
+            "2031-01-01T00:00:00.123456Z",
+        ),
+    ];
+    // Each alone (the one-job statement) and all in one batch (the batch statement).
+    let mut ids = Vec::new();
+    for (sent, stored) in cases {
+        let j = enqueue(
+            &*store,
+            job("at", json!(sent)).with_run_at(RunAt::At(utc(sent))),
+        )
+        .await;
+        assert_eq!(j.run_at, utc(stored), "answer for {sent}");
+        ids.push(j.id);
+    }
+    let batch = cases
+        .iter()
+        .map(|(sent, _)| job("at", json!(sent)).with_run_at(RunAt::At(utc(sent))))
+        .collect();
+    for (answer, (sent, stored)) in store.jobs_enqueue(batch).await.unwrap().iter().zip(cases) {
+        assert_eq!(answer.job.run_at, utc(stored), "batch answer for {sent}");
+        ids.push(answer.job.id);
+    }
+    for id in ids {
+        let got = store.job_get(id).await.unwrap();
+        let sent = got.args.as_str().unwrap().to_owned();
+        let stored = cases.iter().find(|(s, _)| *s == sent).unwrap().1;
+        assert_eq!(got.run_at, utc(stored), "read back for {sent}");
+    }
+    // The idempotency key still replays the request as sent.
+    let keyed = job("at", json!(1))
+        .with_run_at(RunAt::At(utc("2026-12-01T23:59:60.5Z")))
+        .with_idempotency_key("leap");
+    let created = enqueue(&*store, keyed.clone()).await;
+    let replay = store.job_enqueue(keyed).await.unwrap();
+    assert_eq!(
+        (replay.status, replay.job.id, replay.job.run_at),
+        (
+            EnqueueStatus::Replayed,
+            created.id,
+            utc("2026-12-02T00:00:00.5Z")
+        )
+    );
+    // A leap second just before 1970 folds into the first accepted instant.
+    let folded = enqueue(
+        &*store,
+        job("at", json!(2)).with_run_at(RunAt::At(utc("1969-12-31T23:59:60.25Z"))),
+    )
+    .await;
+    assert_eq!(folded.run_at, utc("1970-01-01T00:00:00.25Z"));
+    // Delays keep whole microseconds of the store's clock.
+    let delayed = enqueue(
+        &*store,
+        job("at", json!(3)).with_run_at(RunAt::After(Duration::from_nanos(1_500_999))),
+    )
+    .await;
+    assert_eq!(
+        (delayed.run_at - delayed.created_at).num_microseconds(),
+        Some(1_500)
+    );
+}
+
+/// A schedule tick is stored like `run_at`: a leap second folded, floored to microseconds; a
+/// tick equal to the stored one once floored is already consumed.
+pub async fn stored_schedule_tick_folds_leap_seconds_and_floors(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let name = ScheduleName::parse("ticks").unwrap();
+    let s = store
+        .schedule_upsert(NewSchedule::new(
+            name.clone(),
+            "* * * * *",
+            kind("report"),
+            json!({}),
+        ))
+        .await
+        .unwrap();
+    let fire = |tick: DateTime<Utc>| drover_core::FireSchedule {
+        name: name.clone(),
+        tick,
+        job: s.job_for_tick(tick),
+    };
+    for (sent, stored) in [
+        ("1970-01-01T00:00:00.0000001Z", "1970-01-01T00:00:00Z"),
+        (
+            "1999-12-31T23:59:59.9999995Z",
+            "1999-12-31T23:59:59.999999Z",
+        ),
+        ("2026-12-01T23:59:60.5Z", "2026-12-02T00:00:00.5Z"),
+    ] {
+        let fired = store.schedule_fire(fire(utc(sent))).await.unwrap();
+        assert!(fired.is_some(), "{sent} fires");
+        assert_eq!(last_tick(&*store).await, utc(stored), "tick {sent}");
+    }
+    // The same instant once floored is the tick already consumed.
+    let again = store
+        .schedule_fire(fire(utc("2026-12-02T00:00:00.5000004Z")))
+        .await
+        .unwrap();
+    assert!(again.is_none(), "an equal tick after flooring is consumed");
+    assert_eq!(last_tick(&*store).await, utc("2026-12-02T00:00:00.5Z"));
 }
