@@ -67,6 +67,7 @@ macro_rules! contract_suite {
             lease_heartbeat_stale_token_is_lease_lost_per_item,
             lease_heartbeat_after_expiry_is_lease_lost,
             lease_heartbeat_rejects_bad_input,
+            lease_heartbeat_bounds_meta_and_progress_by_the_meta_bound,
             outcome_complete_stores_result,
             outcome_fail_with_retry_requeues_after_delay,
             outcome_fail_on_last_attempt_fails,
