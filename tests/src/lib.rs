@@ -142,6 +142,7 @@ macro_rules! contract_suite {
             limits_replace_keeps_rate_state,
             limits_new_policy_counts_jobs_already_running,
             limits_set_list_replace_clear,
+            limits_rate_period_is_kept_in_whole_milliseconds,
             limits_clear_unknown_is_not_found,
             limits_set_rejects_policy_without_bound,
             limits_concurrent_claimers_respect_max_running,
