@@ -37,6 +37,7 @@ macro_rules! contract_suite {
             enqueue_idempotency_replay_returns_current_state,
             enqueue_idempotency_other_request_conflicts,
             enqueue_idempotency_legacy_row_conflicts,
+            enqueue_batch_conflict_names_the_item,
             enqueue_idempotency_keys_scoped_per_tenant,
             enqueue_unique_key_returns_live_duplicate,
             enqueue_unique_key_free_once_terminal,
@@ -66,6 +67,7 @@ macro_rules! contract_suite {
             lease_heartbeat_stale_token_is_lease_lost_per_item,
             lease_heartbeat_after_expiry_is_lease_lost,
             lease_heartbeat_rejects_bad_input,
+            lease_heartbeat_bounds_meta_and_progress_by_the_meta_bound,
             outcome_complete_stores_result,
             outcome_fail_with_retry_requeues_after_delay,
             outcome_fail_on_last_attempt_fails,
@@ -140,6 +142,7 @@ macro_rules! contract_suite {
             limits_replace_keeps_rate_state,
             limits_new_policy_counts_jobs_already_running,
             limits_set_list_replace_clear,
+            limits_rate_period_is_kept_in_whole_milliseconds,
             limits_clear_unknown_is_not_found,
             limits_set_rejects_policy_without_bound,
             limits_concurrent_claimers_respect_max_running,
@@ -156,6 +159,11 @@ macro_rules! contract_suite {
             events_cancel_requested_after_cancel_of_running_job,
             events_jobs_available_after_release,
             events_jobs_available_after_retry,
+            stored_json_numbers_of_args_and_meta,
+            stored_json_numbers_of_heartbeat_and_result,
+            stored_json_numbers_of_schedule_args,
+            stored_run_at_folds_leap_seconds_and_floors_to_microseconds,
+            stored_schedule_tick_folds_leap_seconds_and_floors,
         );
     };
 }

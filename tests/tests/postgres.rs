@@ -1468,3 +1468,142 @@ pg_test!(
         assert_eq!(count_in_state(h.store.pool(), "queued").await, 10_000);
     }
 );
+
+/// `count` finite doubles spread over the whole range (a fixed xorshift sequence of bit
+/// patterns, every sign and exponent), plus integral floats around the 64-bit bounds.
+fn spread_of_doubles(count: usize) -> Vec<f64> {
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut values = Vec::with_capacity(count + 200);
+    while values.len() < count {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let x = f64::from_bits(state);
+        if x.is_finite() {
+            values.push(x);
+        }
+    }
+    for e in 0..=25 {
+        for m in [
+            1.0,
+            1.5,
+            1.2345678,
+            9.223372036854776,
+            1.8446744073709552,
+            9.99,
+        ] {
+            values.push(m * 10f64.powi(e));
+            values.push(-m * 10f64.powi(e));
+            values.push(m / 10f64.powi(e));
+        }
+    }
+    values.extend([
+        0.0,
+        -0.0,
+        f64::MAX,
+        f64::MIN,
+        f64::MIN_POSITIVE,
+        5e-324,
+        -5e-324,
+    ]);
+    values
+}
+
+pg_test!(
+    /// `normalize_numbers` is PostgreSQL's jsonb round trip: 20,000 doubles sent through
+    /// `$1::jsonb` come back exactly as the function predicts (same value, same integer or float
+    /// kind), and a normalized value comes back unchanged (so the store may send it).
+    json_numbers_normalize_like_jsonb,
+    |factory| {
+        let pool = factory.admin_pool().await;
+        let values = spread_of_doubles(20_000);
+        for chunk in values.chunks(2_000) {
+            let sent = serde_json::Value::Array(chunk.iter().map(|x| json!(x)).collect());
+            let expected = drover_core::json::normalized(sent.clone());
+            for value in [&sent, &expected] {
+                let back: serde_json::Value = sqlx::query_scalar("SELECT $1::jsonb")
+                    .bind(value)
+                    .fetch_one(&pool)
+                    .await
+                    .expect("jsonb round trip");
+                let (back, expected) = (back.as_array().unwrap(), expected.as_array().unwrap());
+                for (i, (got, want)) in back.iter().zip(expected).enumerate() {
+                    assert_eq!(
+                        got.to_string(),
+                        want.to_string(),
+                        "{:e} (sent as {})",
+                        chunk[i],
+                        value[i]
+                    );
+                }
+            }
+        }
+        pool.close().await;
+    }
+);
+
+pg_test!(
+    /// `stored_instant` agrees with PostgreSQL: a whole leap second in RFC 3339 text
+    /// (`23:59:60`) is read as the next second, and instants the store sends (leap seconds
+    /// folded, floored) come back unchanged, before 2000 too.
+    instants_are_stored_like_postgres_reads_them,
+    |factory| {
+        use drover_core::clock::stored_instant;
+        let pool = factory.admin_pool().await;
+        for text in [
+            "2026-12-01T23:59:60.5Z",
+            "2016-12-31T23:59:60.999999Z",
+            "1972-06-30T23:59:60Z",
+            "2026-12-01T23:59:60.0000005Z",
+        ] {
+            let parsed = chrono::DateTime::parse_from_rfc3339(text)
+                .unwrap()
+                .with_timezone(&chrono::Utc);
+            let read: Result<chrono::DateTime<chrono::Utc>, sqlx::Error> =
+                sqlx::query_scalar("SELECT $1::text::timestamptz")
+                    .bind(text)
+                    .fetch_one(&pool)
+                    .await;
+            match read {
+                // PostgreSQL rounds text to the nearest microsecond where the rule floors:
+                // they agree whenever the text has whole microseconds.
+                Ok(read) if parsed.timestamp_subsec_nanos() % 1_000 == 0 => {
+                    assert_eq!(read, stored_instant(parsed), "{text}")
+                }
+                Ok(_) => {}
+                // As text, PostgreSQL takes a leap second only without a fraction (23:59:60);
+                // the store sends binary instants, which never hold one.
+                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("22008") => {
+                    assert!(text.contains(":60.") && parsed.timestamp_subsec_nanos() != 1_000_000_000, "{text}");
+                }
+                Err(e) => panic!("{text}: {e}"),
+            }
+            let sent = stored_instant(parsed);
+            let back: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT $1::timestamptz")
+                .bind(sent)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            assert_eq!(back, sent, "{text}");
+        }
+        for text in [
+            "1970-01-01T00:00:00.0000001Z",
+            "1999-12-31T23:59:59.9999995Z",
+            "1969-12-31T23:59:59.9999999Z",
+            "2031-01-01T00:00:00.0000009Z",
+        ] {
+            let sent = stored_instant(
+                chrono::DateTime::parse_from_rfc3339(text)
+                    .unwrap()
+                    .with_timezone(&chrono::Utc),
+            );
+            let back: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT $1::timestamptz")
+                .bind(sent)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            assert_eq!(back, sent, "{text}");
+        }
+        pool.close().await;
+    }
+);

@@ -31,13 +31,19 @@ pub enum Error {
 
     /// The request contradicts stored state: an idempotency key reused with a different request,
     /// an idempotency key stored without a request hash (legacy row), or a unique key held by
-    /// another live job when an operator retries.
+    /// another live job when an operator retries. Build them with [`Error::idempotency_reused`],
+    /// [`Error::idempotency_unverifiable`] and [`Error::unique_key_held`], so every store says
+    /// the same.
     #[error("conflict: {reason}")]
     Conflict {
-        /// Why, in words an operator can act on.
+        /// Why, in words an operator can act on. In a batch of more than one job it starts with
+        /// the item (`jobs[3]: ...`), see [`Error::in_field`].
         reason: String,
         /// The job that holds the key, when there is one.
         existing: Option<JobId>,
+        /// The request field whose value conflicts (`idempotency_key`, `unique_key`; in a batch
+        /// of more than one job `jobs[3].idempotency_key`), when the store knows it.
+        field: Option<String>,
     },
 
     /// An enqueue (or operator retry) would push pending jobs (queued, running or reconciling)
@@ -115,6 +121,39 @@ impl Error {
         }
     }
 
+    /// The [`Error::Conflict`] of an idempotency key already stored with another request
+    /// (`existing` is the job it created), on field `idempotency_key`.
+    pub fn idempotency_reused(existing: JobId) -> Self {
+        Error::Conflict {
+            reason: "idempotency key was already used with a different request".to_owned(),
+            existing: Some(existing),
+            field: Some("idempotency_key".to_owned()),
+        }
+    }
+
+    /// The [`Error::Conflict`] of an idempotency key stored without a request hash (a row
+    /// written before hashes were kept), whose replay cannot be verified; on field
+    /// `idempotency_key`.
+    pub fn idempotency_unverifiable(existing: JobId) -> Self {
+        Error::Conflict {
+            reason: "idempotency key was stored without a request hash, so a replay cannot be \
+                     verified; use a new key"
+                .to_owned(),
+            existing: Some(existing),
+            field: Some("idempotency_key".to_owned()),
+        }
+    }
+
+    /// The [`Error::Conflict`] of an operator retry whose job's unique key is held by the live
+    /// job `holder` of the same tenant; on field `unique_key`.
+    pub fn unique_key_held(holder: JobId) -> Self {
+        Error::Conflict {
+            reason: format!("unique key is held by live job {holder}; cancel or finish it first"),
+            existing: Some(holder),
+            field: Some("unique_key".to_owned()),
+        }
+    }
+
     /// Builds an [`Error::NotFound`] for a job.
     pub fn job_not_found(id: JobId) -> Self {
         Error::NotFound {
@@ -144,15 +183,41 @@ impl Error {
         matches!(self, Error::Unavailable { .. })
     }
 
-    /// Prefixes the field of an [`Error::InvalidInput`] (`kind` becomes `jobs[3].kind`); other
-    /// variants are returned unchanged.
+    /// Names the part of a request the error is about: the field of an
+    /// [`Error::InvalidInput`] gets the prefix (`kind` becomes `jobs[3].kind`), and so does the
+    /// field of an [`Error::Conflict`] (`idempotency_key` becomes `jobs[3].idempotency_key`,
+    /// none becomes `jobs[3]`), whose reason then starts with `jobs[3]: `. Other variants are
+    /// returned unchanged.
     pub fn in_field(self, prefix: &str) -> Self {
         match self {
             Error::InvalidInput { field, reason } => Error::InvalidInput {
                 field: format!("{prefix}.{field}"),
                 reason,
             },
+            Error::Conflict {
+                reason,
+                existing,
+                field,
+            } => Error::Conflict {
+                reason: format!("{prefix}: {reason}"),
+                existing,
+                field: Some(match field {
+                    Some(field) => format!("{prefix}.{field}"),
+                    None => prefix.to_owned(),
+                }),
+            },
             other => other,
+        }
+    }
+
+    /// [`Error::in_field`] with `jobs[index]` when the batch holds more than one job
+    /// (`batch_len > 1`); the error unchanged for a batch of one, which is answered like a
+    /// single request.
+    pub fn in_batch_item(self, index: usize, batch_len: usize) -> Self {
+        if batch_len > 1 {
+            self.in_field(&format!("jobs[{index}]"))
+        } else {
+            self
         }
     }
 
@@ -279,6 +344,44 @@ impl fmt::Display for EventName {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn batch_items_are_named_in_invalid_input_and_conflicts() {
+        let id = JobId(uuid::Uuid::nil());
+        match Error::idempotency_reused(id).in_batch_item(3, 5) {
+            Error::Conflict {
+                reason,
+                existing,
+                field,
+            } => {
+                assert_eq!(
+                    reason,
+                    "jobs[3]: idempotency key was already used with a different request"
+                );
+                assert_eq!(existing, Some(id));
+                assert_eq!(field.as_deref(), Some("jobs[3].idempotency_key"));
+            }
+            other => panic!("{other:?}"),
+        }
+        let single = Error::idempotency_reused(id).in_batch_item(0, 1);
+        assert_eq!(
+            single.to_string(),
+            "conflict: idempotency key was already used with a different request"
+        );
+        let bare = Error::Conflict {
+            reason: "taken".to_owned(),
+            existing: None,
+            field: None,
+        };
+        assert!(matches!(
+            bare.in_field("jobs[1]"),
+            Error::Conflict { field: Some(f), reason, .. } if f == "jobs[1]" && reason == "jobs[1]: taken"
+        ));
+        assert!(matches!(
+            Error::invalid("kind", "bad").in_batch_item(2, 3),
+            Error::InvalidInput { field, .. } if field == "jobs[2].kind"
+        ));
+    }
 
     #[test]
     fn quota_message_says_how_much_room_is_left() {

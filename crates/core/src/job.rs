@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
+use crate::clock;
 use crate::error::Error;
 use crate::json;
 use crate::lease::FencingToken;
@@ -300,7 +301,9 @@ impl NewJob {
             ));
         }
         match self.run_at {
-            Some(RunAt::At(at)) if at < run_at_min() || at > run_at_max() => {
+            Some(RunAt::At(at))
+                if !(run_at_min()..=run_at_max()).contains(&clock::stored_instant(at)) =>
+            {
                 return Err(Error::invalid(
                     "run_at",
                     "must be between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z",
@@ -334,7 +337,7 @@ impl NewJob {
         match self.run_at {
             None => now,
             Some(RunAt::At(at)) => at,
-            Some(RunAt::After(d)) => crate::clock::add(now, d),
+            Some(RunAt::After(d)) => clock::add(now, d),
         }
     }
 
@@ -373,6 +376,20 @@ impl NewJob {
         fields.insert("meta".into(), self.meta.clone());
         let canonical = json::canonical(&Value::Object(fields));
         hex::encode(Sha256::digest(canonical.as_bytes()))
+    }
+
+    /// Rewrites the request into the form every store keeps (DESIGN.md section 4): the numbers
+    /// of `args` and `meta` as PostgreSQL's `jsonb` gives them back
+    /// ([`json::normalize_numbers`]) and an absolute `run_at` as
+    /// [`clock::stored_instant`] gives it (leap second folded, floored to microseconds).
+    /// [`prepare_batch`] applies it after taking the request hash, which stays that of the
+    /// request as sent.
+    pub fn normalize(&mut self) {
+        json::normalize_numbers(&mut self.args);
+        json::normalize_numbers(&mut self.meta);
+        if let Some(RunAt::At(at)) = &mut self.run_at {
+            *at = clock::stored_instant(*at);
+        }
     }
 
     /// Builds the stored job this request creates: state queued, attempt 0, token 0.
@@ -453,12 +470,17 @@ pub struct Enqueued {
 /// Validates an enqueue batch the same way for every store and returns the request hash of
 /// each job (`None` without an idempotency key), in input order: at most
 /// [`crate::store::ENQUEUE_BATCH_MAX`] jobs, each valid ([`NewJob::validate`]), and no
-/// idempotency key repeated with a different request ([`check_batch_idempotency`]).
+/// idempotency key repeated with a different request ([`check_batch_idempotency`]). Then
+/// rewrites each job into its stored form ([`NewJob::normalize`]); the hashes are those of the
+/// requests as sent, so a key stored before normalization existed still replays.
 ///
 /// # Errors
 /// `InvalidInput`: `jobs` for an oversized batch; the first invalid job's field, prefixed
 /// `jobs[i].` when the batch holds more than one job.
-pub fn prepare_batch(jobs: &[NewJob], sizes: &SizeLimits) -> Result<Vec<Option<String>>, Error> {
+pub fn prepare_batch(
+    jobs: &mut [NewJob],
+    sizes: &SizeLimits,
+) -> Result<Vec<Option<String>>, Error> {
     let max = crate::store::ENQUEUE_BATCH_MAX;
     if jobs.len() > max {
         return Err(Error::invalid(
@@ -466,21 +488,16 @@ pub fn prepare_batch(jobs: &[NewJob], sizes: &SizeLimits) -> Result<Vec<Option<S
             format!("at most {max} jobs per batch, got {}", jobs.len()),
         ));
     }
-    let many = jobs.len() > 1;
     for (i, job) in jobs.iter().enumerate() {
-        job.validate(sizes).map_err(|e| {
-            if many {
-                e.in_field(&format!("jobs[{i}]"))
-            } else {
-                e
-            }
-        })?;
+        job.validate(sizes)
+            .map_err(|e| e.in_batch_item(i, jobs.len()))?;
     }
     let hashes: Vec<Option<String>> = jobs
         .iter()
         .map(|job| job.idempotency_key.as_ref().map(|_| job.request_hash()))
         .collect();
     check_batch_idempotency(jobs, &hashes)?;
+    jobs.iter_mut().for_each(NewJob::normalize);
     Ok(hashes)
 }
 

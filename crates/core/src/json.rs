@@ -1,9 +1,10 @@
-//! JSON rules shared by every store: size and NUL checks on stored JSON, the canonical form used
-//! for request hashes, and the containment test behind meta filters (PostgreSQL's `jsonb @>`).
+//! JSON rules shared by every store: size and NUL checks on stored JSON, the numbers as
+//! PostgreSQL's `jsonb` gives them back ([`normalize_numbers`]), the canonical form used for
+//! request hashes, and the containment test behind meta filters (PostgreSQL's `jsonb @>`).
 
 use std::io;
 
-use serde_json::Value;
+use serde_json::{Number, Value};
 
 use crate::error::Error;
 
@@ -56,6 +57,114 @@ pub fn has_nul(value: &Value) -> bool {
         Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
         _ => false,
     }
+}
+
+/// Rewrites every number inside `value` as it comes back from a PostgreSQL `jsonb` column, so
+/// that every store gives back the same JSON for the same input (DESIGN.md section 4).
+///
+/// `jsonb` keeps numbers as `numeric`, an exact decimal without exponent and without negative
+/// zero. A float travels to PostgreSQL as serde_json writes it (`1e+16`, `-0.0`, `1.5e-7`),
+/// `numeric` reads it and writes it back as a plain decimal with
+/// `max(0, fraction digits - exponent)` fraction digits (`10000000000000000`, `0.0`,
+/// `0.00000015`), and serde_json reads that text: as an integer when it has no `.` and fits
+/// i64 or u64, else as a float. So a float written with a positive exponent whose decimal is
+/// an integer in the 64-bit range comes back as an integer (`1e16` -> `10000000000000000`,
+/// `1.2345678e17` -> `123456780000000000`), `-0.0` comes back as `0.0`, and every other float
+/// keeps its value and kind. Integers never change. The function applies exactly that round
+/// trip to each float; it is idempotent, and PostgreSQL gives a normalized value back
+/// unchanged, so applying it before sending to PostgreSQL changes nothing there.
+///
+/// Exactness needs serde_json's `float_roundtrip` feature (set in the workspace): without it
+/// serde_json reads long decimals such as `f64::MAX` written out in full (309 digits)
+/// inexactly, or not at all ("number out of range").
+pub fn normalize_numbers(value: &mut Value) {
+    match value {
+        Value::Number(n) => {
+            if n.is_f64() {
+                if let Some(stored) = stored_number(n) {
+                    *n = stored;
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(normalize_numbers),
+        Value::Object(map) => map.values_mut().for_each(normalize_numbers),
+        Value::Null | Value::Bool(_) | Value::String(_) => {}
+    }
+}
+
+/// `value` with [`normalize_numbers`] applied.
+pub fn normalized(mut value: Value) -> Value {
+    normalize_numbers(&mut value);
+    value
+}
+
+/// The number PostgreSQL's `jsonb` gives back for `n` (see [`normalize_numbers`]); `None` when
+/// it is unchanged or its text is not a JSON number literal.
+fn stored_number(n: &Number) -> Option<Number> {
+    let sent = serde_json::to_string(n).ok()?;
+    let back = numeric_text(&sent)?;
+    if back == sent {
+        return None;
+    }
+    serde_json::from_str::<Number>(&back).ok()
+}
+
+/// PostgreSQL's `numeric_in` then `numeric_out` on the JSON number literal `text`: the exact
+/// decimal value without exponent, with `max(0, fraction digits - exponent)` fraction digits
+/// (trailing zeros kept), no leading zeros, and no sign on zero. `None` for text that is not a
+/// number literal or whose exponent is beyond `numeric`'s ±1000 (no f64 comes near it).
+fn numeric_text(text: &str) -> Option<String> {
+    let (negative, unsigned) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (mantissa, exponent) = match unsigned.find(['e', 'E']) {
+        Some(at) => {
+            let exp = &unsigned[at + 1..];
+            let exp = exp.strip_prefix('+').unwrap_or(exp);
+            (&unsigned[..at], exp.parse::<i64>().ok()?)
+        }
+        None => (unsigned, 0),
+    };
+    if !(-1000..=1000).contains(&exponent) {
+        return None;
+    }
+    let (int_part, frac_part) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if int_part.is_empty() || !all_digits(int_part) || !all_digits(frac_part) {
+        return None;
+    }
+    let digits = format!("{int_part}{frac_part}");
+    // The value is digits x 10^-scale.
+    let scale = i64::try_from(frac_part.len()).ok()? - exponent;
+    let (int_digits, frac_digits) = if scale <= 0 {
+        let zeros = usize::try_from(-scale).ok()?;
+        (format!("{digits}{}", "0".repeat(zeros)), String::new())
+    } else {
+        let scale = usize::try_from(scale).ok()?;
+        let padded = if digits.len() <= scale {
+            format!("{}{digits}", "0".repeat(scale + 1 - digits.len()))
+        } else {
+            digits
+        };
+        let (i, f) = padded.split_at(padded.len() - scale);
+        (i.to_owned(), f.to_owned())
+    };
+    let int_digits = match int_digits.trim_start_matches('0') {
+        "" => "0",
+        trimmed => trimmed,
+    };
+    let zero = int_digits == "0" && frac_digits.bytes().all(|b| b == b'0');
+    let mut out = String::with_capacity(int_digits.len() + frac_digits.len() + 2);
+    if negative && !zero {
+        out.push('-');
+    }
+    out.push_str(int_digits);
+    if !frac_digits.is_empty() {
+        out.push('.');
+        out.push_str(&frac_digits);
+    }
+    Some(out)
 }
 
 /// The canonical JSON text of `value`: compact, object keys sorted bytewise at every depth,
@@ -349,6 +458,119 @@ mod tests {
             field("99999999999999999999", "args").as_deref(),
             Some("args")
         );
+    }
+
+    /// The serialized text of `value` after [`normalize_numbers`].
+    fn stored(value: Value) -> String {
+        normalized(value).to_string()
+    }
+
+    #[test]
+    fn numeric_text_follows_numeric_in_and_out() {
+        let cases = [
+            ("1e+16", "10000000000000000"),
+            ("1e16", "10000000000000000"),
+            ("1.5e1", "15"),
+            ("1.50e2", "150"),
+            ("1.0", "1.0"),
+            ("-0.0", "0.0"),
+            ("-0", "0"),
+            ("0.0", "0.0"),
+            ("1e-7", "0.0000001"),
+            ("1.5E-7", "0.00000015"),
+            ("-1.2345678e17", "-123456780000000000"),
+            ("123.456", "123.456"),
+            ("1.25e1", "12.5"),
+            ("12.5e-1", "1.25"),
+            ("5e-324", &format!("0.{}5", "0".repeat(323))),
+            ("1e300", &format!("1{}", "0".repeat(300))),
+        ];
+        for (sent, back) in cases {
+            assert_eq!(numeric_text(sent).as_deref(), Some(back), "{sent}");
+        }
+        assert_eq!(numeric_text("1e1001"), None);
+        assert_eq!(numeric_text("x"), None);
+        assert_eq!(numeric_text(".5"), None);
+    }
+
+    #[test]
+    fn numbers_come_back_as_jsonb_gives_them() {
+        // A float with a positive exponent whose decimal is a 64-bit integer becomes that
+        // integer; beyond 64 bits it stays a float.
+        assert_eq!(stored(json!(1e16)), "10000000000000000");
+        assert_eq!(stored(json!(-1e16)), "-10000000000000000");
+        assert_eq!(stored(json!(1.2345678e17)), "123456780000000000");
+        // The decimal PostgreSQL keeps is the shortest text, not the binary value: 2^63 as a
+        // float is written 9.223372036854776e18 and comes back as that integer.
+        assert_eq!(stored(json!(9.223372036854776e18)), "9223372036854776000");
+        assert!(normalized(json!(9.223372036854776e18)).is_u64());
+        assert!(normalized(json!(-9.223372036854776e18)).is_f64());
+        assert!(normalized(json!(1.8446744073709552e19)).is_f64());
+        assert_eq!(normalized(json!(1e22)), json!(1e22));
+        assert!(normalized(json!(1e22)).is_f64());
+        // No negative zero.
+        assert_eq!(stored(json!(-0.0)), "0.0");
+        assert_eq!(stored(json!([-0.0, {"z": -0.0}])), "[0.0,{\"z\":0.0}]");
+        // Everything else keeps value and kind.
+        for x in [
+            1.0,
+            15.0,
+            1e15,
+            123.456,
+            1e-7,
+            -2.5e-300,
+            5e-324,
+            1e300,
+            f64::MAX,
+            f64::MIN,
+            f64::MIN_POSITIVE,
+        ] {
+            let back = normalized(json!(x));
+            assert!(back.is_f64(), "{x}");
+            assert_eq!(back.as_f64(), Some(x), "{x}");
+        }
+        for n in [json!(0), json!(i64::MIN), json!(i64::MAX), json!(u64::MAX)] {
+            assert_eq!(stored(n.clone()), n.to_string());
+        }
+        // Strings, keys and other values are untouched.
+        let doc = json!({"1e16": "1e16", "a": [true, null, {"b": 1e16}]});
+        assert_eq!(
+            stored(doc),
+            r#"{"1e16":"1e16","a":[true,null,{"b":10000000000000000}]}"#
+        );
+    }
+
+    #[test]
+    fn normalizing_is_idempotent() {
+        // A spread of doubles over the whole range (a fixed xorshift sequence of bit patterns),
+        // plus the integral ones around the 64-bit bounds.
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut values: Vec<f64> = Vec::new();
+        for _ in 0..20_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let x = f64::from_bits(state);
+            if x.is_finite() {
+                values.push(x);
+            }
+        }
+        for e in 0..=20 {
+            for m in [1.0, 1.5, 9.223372036854776, 1.8446744073709552, 9.99] {
+                values.push(m * 10f64.powi(e));
+                values.push(-m * 10f64.powi(e));
+            }
+        }
+        for x in values {
+            let once = normalized(json!(x));
+            let twice = normalized(once.clone());
+            assert_eq!(once.to_string(), twice.to_string(), "{x:e}");
+            if let Some(back) = once.as_f64() {
+                if once.is_f64() {
+                    assert_eq!(back, if x == 0.0 { 0.0 } else { x }, "{x:e}");
+                }
+            }
+        }
     }
 
     #[test]

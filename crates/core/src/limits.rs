@@ -39,11 +39,13 @@ pub struct Rate {
 }
 
 impl Rate {
-    /// Validates a rate.
+    /// Validates a rate, its period in whole milliseconds (a finer period is floored to the
+    /// millisecond, as every store keeps it: PostgreSQL stores `rate_period_ms`).
     ///
     /// # Errors
     /// [`Error::InvalidInput`] with field `rate` when count or period is out of bounds.
     pub fn new(count: u32, period: Duration) -> Result<Self, Error> {
+        let period = Duration::from_millis(u64::try_from(period.as_millis()).unwrap_or(u64::MAX));
         if count == 0 || count > RATE_COUNT_MAX {
             return Err(Error::invalid(
                 "rate",
@@ -181,7 +183,8 @@ pub struct LimitPolicy {
 }
 
 impl LimitPolicy {
-    /// Validates a policy.
+    /// Validates a policy; its rate is rebuilt with [`Rate::new`] (period in whole
+    /// milliseconds), so both stores keep the same policy.
     ///
     /// # Errors
     /// [`Error::InvalidInput`] when neither bound is given (field `limit`) or `max_running` is
@@ -201,9 +204,7 @@ impl LimitPolicy {
                 ));
             }
         }
-        if let Some(r) = rate {
-            Rate::new(r.count, r.period)?;
-        }
+        let rate = rate.map(|r| Rate::new(r.count, r.period)).transpose()?;
         Ok(LimitPolicy {
             key,
             max_running,

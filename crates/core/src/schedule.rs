@@ -357,14 +357,15 @@ pub struct Schedule {
 
 impl Schedule {
     /// Builds the stored form of `new` at `now` (the cron expression normalized as
-    /// [`CronSpec::expr`] gives it).
+    /// [`CronSpec::expr`] gives it, the numbers of `args` as PostgreSQL's `jsonb` gives them
+    /// back: [`json::normalize_numbers`]).
     pub fn from_new(new: NewSchedule, now: DateTime<Utc>) -> Self {
         Schedule {
             name: new.name,
             cron: normalized(&new.cron),
             timezone: new.timezone,
             kind: new.kind,
-            args: new.args,
+            args: json::normalized(new.args),
             queue: new.queue,
             priority: new.priority,
             max_attempts: new.max_attempts,

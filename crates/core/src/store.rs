@@ -410,7 +410,9 @@ pub trait JobStore: Send + Sync + 'static {
     /// Extends leases and saves meta/progress; answers per item in input order.
     ///
     /// # Errors
-    /// `InvalidInput` for a bad lease or a meta that is not an object.
+    /// `InvalidInput` for a bad lease, a meta that is not an object, or a meta or progress
+    /// larger than the meta bound (`SizeLimits::max_meta_bytes`) or holding a NUL character
+    /// (`jobs[i].meta`, `jobs[i].progress` in batches of more than one).
     async fn jobs_heartbeat(&self, heartbeat: HeartbeatJobs) -> Result<Vec<HeartbeatReply>>;
 
     /// Records finished runs; answers per item in input order. An item with a stale token or

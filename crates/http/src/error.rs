@@ -205,7 +205,9 @@ impl ApiError {
                 "not_found",
                 format!("{entity} {id} not found"),
             ),
-            Error::Conflict { reason, existing } => {
+            Error::Conflict {
+                reason, existing, ..
+            } => {
                 let mut e = Self::new(StatusCode::CONFLICT, "conflict", reason);
                 e.body.error.details =
                     existing.map(|id| serde_json::json!({"existing_job_id": id.to_string()}));

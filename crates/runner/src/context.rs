@@ -50,18 +50,12 @@ impl JobContext {
     /// The job's args deserialized into `A`.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] with field `args` saying why they do not fit `A` (the message
-    /// names the expected type and the serde error, never the args themselves).
+    /// [`Error::InvalidInput`] with field `args` saying where and why they do not fit `A`
+    /// (`do not match SleepArgs: at ms: invalid type: string, expected u64`): the path, the
+    /// kind of problem and what the type expects, never a value from the args (DESIGN.md
+    /// section 9). Field names are shown; see `args::decode` in this crate for the rules.
     pub fn args<A: DeserializeOwned>(&self) -> Result<A, Error> {
-        A::deserialize(&self.shared.job.args).map_err(|error| {
-            Error::invalid(
-                "args",
-                format!(
-                    "do not match {}: {error}",
-                    short_type_name(std::any::type_name::<A>())
-                ),
-            )
-        })
+        crate::args::decode(&self.shared.job.args)
     }
 
     /// The fencing token of this run; every write the runner makes for the job presents it.
@@ -120,16 +114,6 @@ impl JobContext {
     }
 }
 
-/// `alloc::string::String` -> `String`, `my_app::EmailArgs` -> `EmailArgs` (generic parameters
-/// are kept as they are).
-fn short_type_name(full: &str) -> &str {
-    let head = full.split('<').next().unwrap_or(full);
-    match head.rfind("::") {
-        Some(at) => &full[at + 2..],
-        None => full,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,6 +145,13 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("Email"), "{text}");
         assert!(text.contains("missing field `to`"), "{text}");
+        assert!(!text.contains("secret@example.com"), "{text}");
+        let wrong = JobContext::detached(job(json!({"to": ["secret@example.com"]})));
+        let text = wrong.args::<Email>().unwrap_err().to_string();
+        assert!(
+            text.ends_with("do not match Email: at to: invalid type: sequence, expected a string"),
+            "{text}"
+        );
         assert!(!text.contains("secret@example.com"), "{text}");
     }
 

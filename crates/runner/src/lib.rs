@@ -32,6 +32,7 @@
 //! }
 //! ```
 
+mod args;
 mod client;
 mod completer;
 mod config;

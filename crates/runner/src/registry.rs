@@ -113,7 +113,9 @@ impl Registry {
     /// Registers a closure taking the job's args deserialized into `A`:
     /// `|ctx, args: EmailArgs| async move { ... }`. Args that do not deserialize fail the job
     /// at once without retry ([`Outcome::Discard`]) with a message such as
-    /// `invalid args: do not match EmailArgs: missing field `to``.
+    /// `invalid args: do not match EmailArgs: missing field `to`` or
+    /// `invalid args: do not match EmailArgs: at to: invalid type: integer, expected a string`,
+    /// which never quotes a value of the args ([`JobContext::args`]).
     pub fn register_typed<A, F, Fut, O>(&mut self, kind: JobKind, f: F) -> &mut Self
     where
         A: DeserializeOwned + Send + 'static,

@@ -8,7 +8,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 
-use chrono::{DateTime, SubsecRound, Utc};
+use chrono::{DateTime, Utc};
 use drover_core::limits::LimitState;
 use drover_core::{
     apply, Admission, EnqueueStatus, Enqueued, Error, Event, Job, JobId, LimitKey, LimitPolicy,
@@ -20,9 +20,10 @@ use uuid::Uuid;
 
 use crate::index::{id_of, key_time, FastMap, Indexes, JobTable, Placement, ReadyKey};
 
-/// `at` truncated to whole microseconds, the precision PostgreSQL stores.
+/// `at` as PostgreSQL stores it: a leap second folded into the next second, floored to whole
+/// microseconds ([`drover_core::clock::stored_instant`]).
 pub(crate) fn micros(at: DateTime<Utc>) -> DateTime<Utc> {
-    at.trunc_subsecs(6)
+    drover_core::clock::stored_instant(at)
 }
 
 /// Truncates the timestamps a transition may compute from a caller's duration.
@@ -198,6 +199,9 @@ impl Inner {
     }
 
     /// Decides, per batch entry, whether it creates a job or is answered with another one.
+    ///
+    /// # Errors
+    /// `Conflict` naming the entry (`jobs[i]`) when the batch holds more than one.
     fn decide(&self, batch: &[Prepared]) -> Result<Vec<Decision>> {
         let mut decisions = Vec::with_capacity(batch.len());
         // Keys first used by an entry of this batch that creates a job.
@@ -209,9 +213,14 @@ impl Inner {
                 let stored = self.idempotency.get(&job.tenant).and_then(|m| m.get(key));
                 if let Some(entry) = stored {
                     match &entry.hash {
-                        None => return Err(legacy_key_conflict(entry.job)),
+                        None => {
+                            return Err(Error::idempotency_unverifiable(entry.job)
+                                .in_batch_item(i, batch.len()))
+                        }
                         Some(h) if Some(h.as_str()) != hash.as_deref() => {
-                            return Err(other_request_conflict(entry.job));
+                            return Err(
+                                Error::idempotency_reused(entry.job).in_batch_item(i, batch.len())
+                            );
                         }
                         Some(_) => {
                             decisions.push(Decision::Existing(EnqueueStatus::Replayed, entry.job));
@@ -221,12 +230,15 @@ impl Inner {
                 }
                 if let Some(&(earlier, earlier_hash)) = batch_idempotency.get(&(&job.tenant, key)) {
                     if earlier_hash != hash.as_deref() {
+                        // Refused before by `prepare_batch` (InvalidInput); kept as a guard.
                         return Err(Error::Conflict {
                             reason: format!(
                                 "idempotency key is used by jobs[{earlier}] of this batch with a different request"
                             ),
                             existing: None,
-                        });
+                            field: Some("idempotency_key".to_owned()),
+                        }
+                        .in_batch_item(i, batch.len()));
                     }
                     decisions.push(Decision::SameAs(EnqueueStatus::Replayed, earlier));
                     continue;
@@ -448,19 +460,5 @@ impl Inner {
             pruned += 1;
         }
         pruned
-    }
-}
-
-fn other_request_conflict(existing: JobId) -> Error {
-    Error::Conflict {
-        reason: "idempotency key was already used with a different request".to_owned(),
-        existing: Some(existing),
-    }
-}
-
-fn legacy_key_conflict(existing: JobId) -> Error {
-    Error::Conflict {
-        reason: "idempotency key was stored without a request hash, so a replay cannot be verified; use a new key".to_owned(),
-        existing: Some(existing),
     }
 }

@@ -105,8 +105,8 @@ impl MemoryStore {
 }
 
 /// Validates a batch and computes request hashes, outside the lock.
-fn prepare(jobs: Vec<NewJob>, config: &StoreConfig) -> Result<Vec<Prepared>> {
-    let hashes = drover_core::job::prepare_batch(&jobs, &config.sizes)?;
+fn prepare(mut jobs: Vec<NewJob>, config: &StoreConfig) -> Result<Vec<Prepared>> {
+    let hashes = drover_core::job::prepare_batch(&mut jobs, &config.sizes)?;
     Ok(jobs
         .into_iter()
         .zip(hashes)
@@ -245,8 +245,8 @@ impl JobStore for MemoryStore {
                 let event = Event::Heartbeat {
                     token: item.token,
                     lease: heartbeat.lease,
-                    meta: item.meta,
-                    progress: item.progress,
+                    meta: item.meta.map(json::normalized),
+                    progress: item.progress.map(json::normalized),
                 };
                 match inner.transition(id, event, now) {
                     Ok((_, job)) => HeartbeatReply::Extended {
@@ -282,7 +282,10 @@ impl JobStore for MemoryStore {
                     let id = item.id;
                     let token = item.token;
                     let event = match item.finish {
-                        Finish::Succeeded { result } => Event::Complete { token, result },
+                        Finish::Succeeded { result } => Event::Complete {
+                            token,
+                            result: result.map(json::normalized),
+                        },
                         Finish::Failed { message, retry } => Event::Fail {
                             token,
                             message,
@@ -350,12 +353,7 @@ impl JobStore for MemoryStore {
             if let Some(key) = &job.unique_key {
                 if let Some(holder) = inner.idx.unique_holder(&job.tenant, key) {
                     if holder != id {
-                        return Err(Error::Conflict {
-                            reason: format!(
-                                "unique key is held by live job {holder}; cancel or finish it first"
-                            ),
-                            existing: Some(holder),
-                        });
+                        return Err(Error::unique_key_held(holder));
                     }
                 }
             }

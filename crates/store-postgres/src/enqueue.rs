@@ -53,13 +53,16 @@ pub(crate) struct Batch {
 }
 
 impl Batch {
-    /// Validates the batch ([`drover_core::job::prepare_batch`], the rules every store shares)
-    /// and assigns ids (UUID v7) and request hashes (jobs with an idempotency key only).
+    /// Validates the batch ([`drover_core::job::prepare_batch`], the rules every store shares),
+    /// rewrites its jobs into their stored form there (`run_at` floored to microseconds before
+    /// sqlx converts it, JSON numbers as jsonb gives them back, so the answers built from the
+    /// batch show what the table holds), and assigns ids (UUID v7) and request hashes (jobs
+    /// with an idempotency key only).
     ///
     /// # Errors
     /// `InvalidInput` as `prepare_batch` returns it.
-    pub(crate) fn prepare(jobs: Vec<NewJob>, config: &StoreConfig) -> Result<Batch, Error> {
-        let hashes = drover_core::job::prepare_batch(&jobs, &config.sizes)?;
+    pub(crate) fn prepare(mut jobs: Vec<NewJob>, config: &StoreConfig) -> Result<Batch, Error> {
+        let hashes = drover_core::job::prepare_batch(&mut jobs, &config.sizes)?;
         let ids = jobs.iter().map(|_| JobId::new_v7().as_uuid()).collect();
         Ok(Batch { jobs, ids, hashes })
     }
@@ -512,15 +515,11 @@ fn resolve<'a>(
                     status: EnqueueStatus::Replayed,
                     job: holder.job.clone(),
                 })),
-                (None, _) => Err(Error::Conflict {
-                    reason: "idempotency key belongs to a job stored without a request hash; use a new key".to_owned(),
-                    existing: Some(holder.job.id),
-                }),
-                _ => Err(Error::Conflict {
-                    reason: "idempotency key was already used with a different request"
-                        .to_owned(),
-                    existing: Some(holder.job.id),
-                }),
+                (None, _) => {
+                    Err(Error::idempotency_unverifiable(holder.job.id)
+                        .in_batch_item(i, batch.len()))
+                }
+                _ => Err(Error::idempotency_reused(holder.job.id).in_batch_item(i, batch.len())),
             };
         }
     }

@@ -111,6 +111,7 @@ fn map_database_error(code: &str, constraint: Option<String>, source: BoxError) 
                 None => "another row already holds this key".to_owned(),
             },
             existing: None,
+            field: None,
         },
         _ if code.starts_with("22") => Error::invalid(
             "input",

@@ -199,10 +199,7 @@ async fn retry_in(conn: &mut PgConnection, config: &StoreConfig, id: JobId) -> R
         }
     }
     if let Some(holder) = holder {
-        return Err(Error::Conflict {
-            reason: "another live job of the tenant holds this job's unique key".to_owned(),
-            existing: Some(JobId(holder)),
-        });
+        return Err(Error::unique_key_held(JobId(holder)));
     }
     write_job(conn, &job, false).await
 }

@@ -23,9 +23,6 @@ use crate::error::SqlxResultExt;
 use crate::records::{micros, parse_state};
 use crate::sql;
 
-/// Largest progress value a heartbeat may store, in bytes of JSON.
-const PROGRESS_BYTES_MAX: usize = drover_core::job::JSON_BYTES_DEFAULT;
-
 /// Names a field of item `i` when the batch has more than one item.
 fn field(prefix: &str, i: usize, many: bool, name: &str) -> String {
     if many {
@@ -55,7 +52,7 @@ pub(crate) async fn heartbeat(
             check_value(
                 &field("jobs", i, many, "progress"),
                 progress,
-                PROGRESS_BYTES_MAX,
+                config.sizes.max_meta_bytes,
             )?;
         }
     }

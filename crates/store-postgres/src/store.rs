@@ -485,7 +485,7 @@ async fn fire_in(
 ) -> Result<Option<(Enqueued, Vec<String>)>, Error> {
     let (exists, fired): (bool, bool) = sqlx::query_as(sql::SCHEDULE_FIRE)
         .bind(name.as_str())
-        .bind(tick)
+        .bind(drover_core::clock::stored_instant(tick))
         .fetch_one(&mut *conn)
         .await
         .store_err()?;

@@ -12,8 +12,9 @@ use drover_core::{
 use serde_json::json;
 
 use super::{
-    all_jobs, claim, complete, enqueue, expect_invalid, expect_quota_exceeded, job, kind,
-    limit_key, queue, start, tenant, unbounded, with_quotas, LEASE,
+    all_jobs, claim, complete, enqueue, expect_conflict, expect_invalid, expect_quota_exceeded,
+    job, kind, limit_key, queue, start, tenant, unbounded, with_quotas, IDEMPOTENCY_REUSED,
+    IDEMPOTENCY_UNVERIFIABLE, LEASE,
 };
 use crate::StoreFactory;
 
@@ -472,10 +473,12 @@ pub async fn enqueue_idempotency_other_request_conflicts(f: &dyn StoreFactory) {
             .with_priority(3),
         job("refund", json!({"amount": 10})).with_idempotency_key("k"),
     ] {
-        match store.job_enqueue(other).await {
-            Err(Error::Conflict { existing, .. }) => assert_eq!(existing, Some(created.id)),
-            other => panic!("expected Conflict, got {other:?}"),
-        }
+        expect_conflict(
+            store.job_enqueue(other).await,
+            IDEMPOTENCY_REUSED,
+            Some("idempotency_key"),
+            Some(created.id),
+        );
     }
     assert_eq!(all_jobs(&*store).await.len(), 1);
 }
@@ -487,11 +490,84 @@ pub async fn enqueue_idempotency_legacy_row_conflicts(f: &dyn StoreFactory) {
     let request = job("pay", json!({"amount": 10})).with_idempotency_key("legacy");
     let created = enqueue(&*store, request.clone()).await;
     h.forget_request_hash(created.id).await;
-    match store.job_enqueue(request).await {
-        Err(Error::Conflict { existing, .. }) => assert_eq!(existing, Some(created.id)),
-        other => panic!("expected Conflict, got {other:?}"),
-    }
+    expect_conflict(
+        store.job_enqueue(request).await,
+        IDEMPOTENCY_UNVERIFIABLE,
+        Some("idempotency_key"),
+        Some(created.id),
+    );
     assert_eq!(all_jobs(&*store).await.len(), 1);
+}
+
+/// A `Conflict` in a batch of more than one job names the item, in its field
+/// (`jobs[2].idempotency_key`) and its reason (`jobs[2]: ...`), like every other batch error;
+/// nothing of the batch is stored. A batch of one is answered like a single request.
+pub async fn enqueue_batch_conflict_names_the_item(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let paid = enqueue(
+        &*store,
+        job("pay", json!({"amount": 10})).with_idempotency_key("k"),
+    )
+    .await;
+    let legacy = enqueue(
+        &*store,
+        job("pay", json!({"amount": 20})).with_idempotency_key("legacy"),
+    )
+    .await;
+    h.forget_request_hash(legacy.id).await;
+    let other = || job("pay", json!({"amount": 11})).with_idempotency_key("k");
+    let fresh = |n: i32| job("pay", json!({"n": n}));
+
+    expect_conflict(
+        store
+            .jobs_enqueue(vec![fresh(1), fresh(2), other(), fresh(3)])
+            .await,
+        &format!("jobs[2]: {IDEMPOTENCY_REUSED}"),
+        Some("jobs[2].idempotency_key"),
+        Some(paid.id),
+    );
+    // The first conflicting item is named, after items that replay.
+    let replay = job("pay", json!({"amount": 10})).with_idempotency_key("k");
+    let unverifiable = job("pay", json!({"amount": 20})).with_idempotency_key("legacy");
+    expect_conflict(
+        store
+            .jobs_enqueue(vec![replay, fresh(4), unverifiable, fresh(6)])
+            .await,
+        &format!("jobs[2]: {IDEMPOTENCY_UNVERIFIABLE}"),
+        Some("jobs[2].idempotency_key"),
+        Some(legacy.id),
+    );
+    // The first item too; a batch of one is a single request.
+    expect_conflict(
+        store.jobs_enqueue(vec![other(), fresh(5)]).await,
+        &format!("jobs[0]: {IDEMPOTENCY_REUSED}"),
+        Some("jobs[0].idempotency_key"),
+        Some(paid.id),
+    );
+    expect_conflict(
+        store.jobs_enqueue(vec![other()]).await,
+        IDEMPOTENCY_REUSED,
+        Some("idempotency_key"),
+        Some(paid.id),
+    );
+    assert_eq!(all_jobs(&*store).await.len(), 2, "nothing else was stored");
+
+    // With quotas (PostgreSQL: the locked, counting path) the item is named all the same.
+    let h = f.open(with_quotas(Some(100), Some(100))).await;
+    let store = h.store();
+    let paid = enqueue(
+        &*store,
+        job("pay", json!({"amount": 10})).with_idempotency_key("k"),
+    )
+    .await;
+    expect_conflict(
+        store.jobs_enqueue(vec![fresh(1), other()]).await,
+        &format!("jobs[1]: {IDEMPOTENCY_REUSED}"),
+        Some("jobs[1].idempotency_key"),
+        Some(paid.id),
+    );
+    assert_eq!(all_jobs(&*store).await.len(), 1, "nothing else was stored");
 }
 
 /// Idempotency keys are scoped to the tenant: two tenants may use the same key.

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use drover_core::{HeartbeatItem, HeartbeatJobs, HeartbeatReply, Job, JobState, JobStore};
+use drover_core::{
+    HeartbeatItem, HeartbeatJobs, HeartbeatReply, Job, JobState, JobStore, SizeLimits, StoreConfig,
+};
 use serde_json::{json, Value};
 
 use super::{complete, expect_invalid, job, stale, start, unbounded, LEASE};
@@ -173,4 +175,46 @@ pub async fn lease_heartbeat_rejects_bad_input(f: &dyn StoreFactory) {
     };
     expect_invalid(store.jobs_heartbeat(one).await, "meta");
     assert_eq!(store.job_get(running.id).await.unwrap(), running);
+}
+
+/// Meta and progress saved by a heartbeat are bounded by the store's meta bound
+/// (`SizeLimits::max_meta_bytes`), on every store.
+pub async fn lease_heartbeat_bounds_meta_and_progress_by_the_meta_bound(f: &dyn StoreFactory) {
+    let config = StoreConfig {
+        sizes: SizeLimits {
+            max_meta_bytes: 64,
+            ..SizeLimits::default()
+        },
+        ..unbounded()
+    };
+    let h = f.open(config).await;
+    let store = h.store();
+    let running = start(&*store, job("k", json!(1))).await;
+    let big = json!({"detail": "x".repeat(100)});
+    let mut item = beat(&running);
+    item.progress = Some(big.clone());
+    let one = HeartbeatJobs {
+        lease: LEASE,
+        jobs: vec![item.clone()],
+    };
+    expect_invalid(store.jobs_heartbeat(one).await, "progress");
+    let two = HeartbeatJobs {
+        lease: LEASE,
+        jobs: vec![beat(&running), item],
+    };
+    expect_invalid(store.jobs_heartbeat(two).await, "jobs[1].progress");
+    let mut item = beat(&running);
+    item.meta = Some(big);
+    let one = HeartbeatJobs {
+        lease: LEASE,
+        jobs: vec![item],
+    };
+    expect_invalid(store.jobs_heartbeat(one).await, "meta");
+    let mut small = beat(&running);
+    small.progress = Some(json!({"step": "s"}));
+    heartbeat(&*store, vec![small]).await;
+    assert_eq!(
+        store.job_get(running.id).await.unwrap().progress,
+        Some(json!({"step": "s"}))
+    );
 }

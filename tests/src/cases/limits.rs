@@ -319,3 +319,24 @@ pub async fn limits_concurrent_claimers_respect_max_running(f: &dyn StoreFactory
     let usage = stores[0].limits_list().await.unwrap().remove(0);
     assert_eq!(usage.running, 0, "nothing left running");
 }
+
+/// A rate's period is kept in whole milliseconds (floored) by every store: the policy set, the
+/// answer and the list agree.
+pub async fn limits_rate_period_is_kept_in_whole_milliseconds(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let fine = LimitPolicy {
+        key: limit_key("fine"),
+        max_running: None,
+        rate: Some(Rate {
+            count: 2,
+            period: Duration::from_micros(1_500),
+        }),
+    };
+    let kept = Rate::new(2, Duration::from_millis(1)).unwrap();
+    assert_eq!(kept.period, Duration::from_millis(1));
+    let answer = store.limit_set(fine).await.unwrap();
+    assert_eq!(answer.rate, Some(kept));
+    let listed = store.limits_list().await.unwrap().remove(0);
+    assert_eq!(listed.policy.rate, Some(kept));
+}

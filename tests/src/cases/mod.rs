@@ -21,6 +21,7 @@ mod rescue;
 mod retry;
 mod schedules;
 mod snapshot;
+mod stored;
 mod workers;
 
 pub use cancel::*;
@@ -38,6 +39,7 @@ pub use rescue::*;
 pub use retry::*;
 pub use schedules::*;
 pub use snapshot::*;
+pub use stored::*;
 pub use workers::*;
 
 use std::fmt::Debug;
@@ -224,6 +226,36 @@ pub fn expect_invalid<T: Debug>(result: Result<T>, field: &str) {
         other => panic!("expected InvalidInput for {field}, got {other:?}"),
     }
 }
+
+/// Expects `Conflict` with exactly `reason` and `field`, naming the job `existing`: the same
+/// words from every store.
+#[track_caller]
+pub fn expect_conflict<T: Debug>(
+    result: Result<T>,
+    reason: &str,
+    field: Option<&str>,
+    existing: Option<drover_core::JobId>,
+) {
+    match result {
+        Err(Error::Conflict {
+            reason: got_reason,
+            existing: got_existing,
+            field: got_field,
+        }) => {
+            assert_eq!(got_reason, reason, "the conflict's reason");
+            assert_eq!(got_field.as_deref(), field, "the conflict's field");
+            assert_eq!(got_existing, existing, "the conflict's existing job");
+        }
+        other => panic!("expected Conflict ({reason}), got {other:?}"),
+    }
+}
+
+/// The reason of a `Conflict` over an idempotency key reused with another request.
+pub const IDEMPOTENCY_REUSED: &str = "idempotency key was already used with a different request";
+
+/// The reason of a `Conflict` over an idempotency key stored without a request hash.
+pub const IDEMPOTENCY_UNVERIFIABLE: &str =
+    "idempotency key was stored without a request hash, so a replay cannot be verified; use a new key";
 
 /// Expects `NotFound`.
 #[track_caller]

@@ -7,8 +7,9 @@ use drover_core::{EnqueueStatus, Error, JobId, JobState, Quota, RescueExpired};
 use serde_json::json;
 
 use super::{
-    all_jobs, claim, complete, enqueue, expect_invalid_transition, expect_not_found,
-    expect_quota_exceeded, failed_job, job, kind, start, tenant, unbounded, with_quotas, LEASE,
+    all_jobs, claim, complete, enqueue, expect_conflict, expect_invalid_transition,
+    expect_not_found, expect_quota_exceeded, failed_job, job, kind, start, tenant, unbounded,
+    with_quotas, LEASE,
 };
 use crate::StoreFactory;
 
@@ -117,21 +118,28 @@ pub async fn retry_quota_counts_running_jobs(f: &dyn StoreFactory) {
 }
 
 /// A retry is refused with `Conflict` when another live job of the tenant now holds its
-/// unique key.
+/// unique key; every store names the holder and says what to do, in the same words.
 pub async fn retry_conflicts_with_live_unique_holder(f: &dyn StoreFactory) {
-    let h = f.open(unbounded()).await;
-    let store = h.store();
-    let old = start(&*store, job("k", json!(1)).with_unique_key("u")).await;
-    complete(&*store, &old).await;
-    let holder = enqueue(&*store, job("k", json!(2)).with_unique_key("u")).await;
-    match store.job_retry(old.id).await {
-        Err(Error::Conflict { existing, .. }) => assert_eq!(existing, Some(holder.id)),
-        other => panic!("expected Conflict, got {other:?}"),
+    for quotas in [unbounded(), with_quotas(Some(100), Some(100))] {
+        let h = f.open(quotas).await;
+        let store = h.store();
+        let old = start(&*store, job("k", json!(1)).with_unique_key("u")).await;
+        complete(&*store, &old).await;
+        let holder = enqueue(&*store, job("k", json!(2)).with_unique_key("u")).await;
+        expect_conflict(
+            store.job_retry(old.id).await,
+            &format!(
+                "unique key is held by live job {}; cancel or finish it first",
+                holder.id
+            ),
+            Some("unique_key"),
+            Some(holder.id),
+        );
+        assert_eq!(
+            store.job_get(old.id).await.unwrap().state,
+            JobState::Succeeded
+        );
     }
-    assert_eq!(
-        store.job_get(old.id).await.unwrap().state,
-        JobState::Succeeded
-    );
 }
 
 /// A retried job keeps its unique key and never conflicts with itself.

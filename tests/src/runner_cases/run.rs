@@ -97,6 +97,16 @@ pub async fn runner_typed_args_run_and_bad_args_fail_without_retry(f: &dyn Store
             json!({"recipient": "secret@example.com"}),
         ))
         .await;
+    // Wrong types: serde's own messages would quote the values.
+    let wrong = rig
+        .enqueue(NewJob::new(
+            kind("email.send"),
+            json!({"to": "a@example.com", "cc": ["b@example.com", 987654321]}),
+        ))
+        .await;
+    let wrong_top = rig
+        .enqueue(NewJob::new(kind("email.send"), json!("ARGSECRET_VALUE")))
+        .await;
     let job = rig.wait_state(good, JobState::Succeeded).await;
     assert_eq!(
         job.result,
@@ -110,6 +120,20 @@ pub async fn runner_typed_args_run_and_bad_args_fail_without_retry(f: &dyn Store
     assert!(message.contains("Email"), "{message}");
     assert!(message.contains("missing field `to`"), "{message}");
     assert!(!message.contains("secret@example.com"), "{message}");
+    let job = rig.wait_state(wrong, JobState::Failed).await;
+    let message = &job.errors[0].message;
+    assert!(!message.contains("987654321"), "{message}");
+    assert_eq!(
+        message,
+        "invalid args: do not match Email: at cc[1]: invalid type: integer, expected a string"
+    );
+    let job = rig.wait_state(wrong_top, JobState::Failed).await;
+    let message = &job.errors[0].message;
+    assert!(!message.contains("ARGSECRET_VALUE"), "{message}");
+    assert_eq!(
+        message,
+        "invalid args: do not match Email: invalid type: string, expected struct Email"
+    );
     running.stop().await;
 }
 
