@@ -12,10 +12,12 @@
 //! `Retry-After`); 503 store unavailable, not ready, or schema missing (`fatal`). Every error body
 //! has the shape of [`error::ErrorBody`].
 //!
-//! Authentication ([`auth`]): bearer tokens mapping to a tenant and a role; `/v1/ready`,
-//! `/metrics` and `/v1/openapi.json` need none. Tokens are kept as digests, compared in constant
-//! time, and never logged: request tracing records method, path, status and latency only, and
-//! the `Authorization` header is marked sensitive.
+//! Authentication ([`auth`]): bearer tokens mapping to a tenant and a role; `/v1/ready` and
+//! `/v1/openapi.json` need none; `/metrics`, whose labels and counts span every tenant, needs a
+//! token of tenant `*` (open only under [`AuthMode::InsecureNoAuth`], and on the worker's
+//! [`metrics_router`]). Tokens are kept as digests, compared in constant time, and never
+//! logged: request tracing records method, path, status and latency only, and the
+//! `Authorization` header is marked sensitive.
 
 pub mod auth;
 pub mod dto;
@@ -211,6 +213,12 @@ pub(crate) fn openapi_cached() -> &'static utoipa::openapi::OpenApi {
 /// when it starts and an info event with status and latency when it ends.
 pub fn router(state: ApiState) -> Router {
     let (router, _) = api_router().split_for_parts();
+    finish(router, state)
+}
+
+/// Adds what every router of this crate has: the error shape for unknown routes and methods,
+/// the sensitive headers and request tracing (see [`router`]).
+fn finish(router: Router<ApiState>, state: ApiState) -> Router {
     router
         .fallback(|| async { ApiError::no_route() })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
@@ -237,6 +245,25 @@ pub fn router(state: ApiState) -> Router {
             ]),
         )
         .with_state(state)
+}
+
+/// A router of `/metrics` and `/v1/ready` only, both without a token, for a worker's
+/// `--metrics-listen` address (which has no token list): it serves no route that reads or
+/// changes jobs, but its metrics name every tenant's queues and kinds, so bind it to an address
+/// only the scraper reaches. Other paths answer 404 in the error shape.
+pub fn metrics_router(store: Arc<dyn JobStore>, process_metrics: Option<ProcessMetrics>) -> Router {
+    // Every caller is an operator of every tenant here, which is safe only because this
+    // router serves nothing but metrics and readiness.
+    let state = ApiState::new(
+        store,
+        AuthMode::InsecureNoAuth,
+        ApiConfig::default(),
+        process_metrics,
+    );
+    let router = Router::new()
+        .route("/metrics", axum::routing::get(routes::system::metrics))
+        .route("/v1/ready", axum::routing::get(routes::system::ready));
+    finish(router, state)
 }
 
 /// Serves `router` on `listener` until `shutdown` fires; then stops accepting connections

@@ -29,7 +29,7 @@ pub async fn list_queues(
     State(state): State<ApiState>,
     principal: Principal,
 ) -> Result<Json<QueueListResponse>, ApiError> {
-    require_all_tenants(&principal, "the queue list counts the jobs of every tenant")?;
+    principal.require_all_tenants("the queue list counts the jobs of every tenant")?;
     let store = state.store();
     let infos = store.queues_list().await.map_err(|e| state.error(e))?;
     let snapshot = store.queue_snapshot().await.map_err(|e| state.error(e))?;
@@ -59,17 +59,6 @@ fn queue_name(state: &ApiState, name: &str) -> Result<QueueName, ApiError> {
 
 /// Queues are shared by every tenant, so pausing or resuming one needs an operator of every
 /// tenant (tenant `*`): a tenant-scoped operator could otherwise stop other tenants' work.
-/// Refuses a token scoped to one tenant: what it asks for spans every tenant (DESIGN.md
-/// section 7: a tenant never sees another tenant's jobs, nor counts of them).
-fn require_all_tenants(principal: &Principal, what: &str) -> Result<(), ApiError> {
-    if principal.scope != TenantScope::All {
-        return Err(ApiError::forbidden(format!(
-            "{what}: it needs a token of tenant *"
-        )));
-    }
-    Ok(())
-}
-
 fn require_cluster_operator(principal: &Principal, action: &str) -> Result<(), ApiError> {
     if principal.role != Role::Operator {
         return Err(ApiError::forbidden(format!(
@@ -159,7 +148,7 @@ pub async fn list_workers(
     State(state): State<ApiState>,
     principal: Principal,
 ) -> Result<Json<WorkerListResponse>, ApiError> {
-    require_all_tenants(&principal, "the worker list shows workers of every tenant")?;
+    principal.require_all_tenants("the worker list shows workers of every tenant")?;
     let workers = state
         .store()
         .workers_list()
