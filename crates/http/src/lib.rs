@@ -38,7 +38,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub use auth::{ApiTokens, AuthMode, Principal, Role, TenantScope};
-pub use error::ApiError;
+pub use error::{ApiError, QuotaRequest};
 pub use metrics::ProcessMetrics;
 
 /// Default request body limit: 1 MiB.
@@ -139,6 +139,28 @@ impl ApiState {
             tracing::debug!(code = e.code(), "request refused");
         }
         ApiError::from_store(e, self.inner.config.retry_after_secs)
+    }
+
+    /// [`ApiState::error`] for `principal`'s `request`: a quota refusal worded for it, and
+    /// without the cluster-wide counts for a caller of one tenant
+    /// ([`ApiError::from_store_for`]). Every route that can meet a quota (enqueue, batch,
+    /// retry) answers with this.
+    pub fn error_for(
+        &self,
+        principal: &Principal,
+        request: error::QuotaRequest,
+        e: drover_core::Error,
+    ) -> ApiError {
+        if !matches!(e, drover_core::Error::QuotaExceeded { .. }) {
+            return self.error(e);
+        }
+        tracing::debug!(code = e.code(), "request refused");
+        ApiError::from_store_for(
+            e,
+            self.inner.config.retry_after_secs,
+            &principal.scope,
+            request,
+        )
     }
 
     /// Counts an enqueued job in the process metrics, if any.

@@ -11,7 +11,7 @@ use crate::dto::{
     BatchEnqueueRequest, BatchEnqueueResponse, CancelResponse, EnqueueRequest, EnqueueResponse,
     JobListResponse, JobResponse, BATCH_MAX,
 };
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody, QuotaRequest};
 use crate::extract::{JsonBody, PathParam, QueryParams};
 use crate::ApiState;
 
@@ -82,7 +82,7 @@ pub async fn enqueue_job(
         .store()
         .job_enqueue(job)
         .await
-        .map_err(|e| state.error(e))?;
+        .map_err(|e| state.error_for(&principal, QuotaRequest::Enqueue, e))?;
     let status = match answer.status {
         EnqueueStatus::Created => {
             state.count_enqueued(answer.job.kind.as_str());
@@ -147,7 +147,7 @@ pub async fn enqueue_batch(
         .store()
         .jobs_enqueue(jobs)
         .await
-        .map_err(|e| state.error(e))?;
+        .map_err(|e| state.error_for(&principal, QuotaRequest::Enqueue, e))?;
     let mut created = false;
     for a in &answers {
         if a.status == EnqueueStatus::Created {
@@ -350,6 +350,6 @@ pub async fn retry_job(
         .store()
         .job_retry(job.id)
         .await
-        .map_err(|e| state.error(e))?;
+        .map_err(|e| state.error_for(&principal, QuotaRequest::Retry, e))?;
     Ok(Json(JobResponse { job: job.into() }))
 }
