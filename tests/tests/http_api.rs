@@ -113,6 +113,7 @@ http_cases!(
         producer_is_forbidden_operator_actions,
         tenants_are_isolated,
         invalid_input_answers_400_naming_the_field,
+        integer_fields_name_their_rule,
         body_over_the_limit_answers_413,
         unknown_routes_and_methods_answer_in_the_error_shape,
         openapi_document_matches_the_routes,

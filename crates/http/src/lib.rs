@@ -23,6 +23,7 @@ pub mod auth;
 pub mod dto;
 pub mod error;
 pub mod extract;
+pub mod integer;
 pub mod metrics;
 pub mod routes;
 

@@ -423,3 +423,137 @@ pub(crate) async fn openapi_document_matches_the_routes(env: &Env) {
         }
     }
 }
+
+// ------------------------------------------------------------------------------------------
+// Integer fields, query strings, charsets
+
+/// Integer fields (`priority`, `delay_ms`, `max_attempts` in bodies and batch items, `limit` in
+/// the query) take any JSON number whose value is a whole number in range (`-0` is 0, `1e3` is
+/// 1000); anything else is refused with the field's rule and the value as sent, never a Rust
+/// type or a parser's reading of the number.
+pub(crate) async fn integer_fields_name_their_rule(env: &Env) {
+    let api = env.api(unbounded()).await;
+    let post = |body: String| {
+        let api = &api;
+        async move {
+            api.send(reqwest::Method::POST, "/v1/jobs", Some(OPERATOR_ALL), |r| {
+                r.header("Content-Type", "application/json").body(body)
+            })
+            .await
+        }
+    };
+    for (field, literal, stored) in [
+        ("priority", "-0", 0),
+        ("priority", "0", 0),
+        ("priority", "-0.0", 0),
+        ("priority", "1e3", 1000),
+        ("priority", "-32768", -32768),
+        ("priority", "32767.0", 32767),
+        ("max_attempts", "1E3", 1000),
+        ("max_attempts", "5.0", 5),
+        ("max_attempts", "1", 1),
+        ("delay_ms", "-0", 0),
+        ("delay_ms", "6e4", 60_000),
+    ] {
+        let answer = post(format!(r#"{{"kind": "a", "{field}": {literal}}}"#)).await;
+        assert_eq!(answer.status, 202, "{field}: {literal}: {}", answer.text);
+        if field != "delay_ms" {
+            assert_eq!(answer.job()[field], stored, "{field}: {literal}");
+        }
+    }
+    let rules = [
+        ("priority", -32768i64, 32767i64),
+        ("delay_ms", 0, 3_153_600_000_000),
+        ("max_attempts", 1, 1000),
+    ];
+    for (field, min, max) in rules {
+        let below = (min - 1).to_string();
+        let above = (max + 1).to_string();
+        for (literal, got) in [
+            ("2.5", "2.5"),
+            ("1e-400", "1e-400"),
+            ("1e40", "1e40"),
+            ("18446744073709551616", "18446744073709551616"),
+            ("-9223372036854775809", "-9223372036854775809"),
+            ("99999999999999999999", "99999999999999999999"),
+            (below.as_str(), below.as_str()),
+            (above.as_str(), above.as_str()),
+            ("\"3\"", "a string"),
+            ("true", "true"),
+            ("[1]", "an array"),
+            ("{}", "an object"),
+        ] {
+            let expected =
+                format!("invalid {field}: must be an integer between {min} and {max}, got {got}");
+            let answer = post(format!(r#"{{"kind": "a", "{field}": {literal}}}"#)).await;
+            answer.assert_error(400, "invalid_input", Some(field));
+            assert_eq!(answer.message(), expected, "{literal}");
+
+            let batch =
+                format!(r#"{{"jobs": [{{"kind": "a"}}, {{"kind": "a", "{field}": {literal}}}]}}"#);
+            let answer = api
+                .send(
+                    reqwest::Method::POST,
+                    "/v1/jobs/batch",
+                    Some(OPERATOR_ALL),
+                    |r| r.header("Content-Type", "application/json").body(batch),
+                )
+                .await;
+            let batch_field = format!("jobs[1].{field}");
+            answer.assert_error(400, "invalid_input", Some(&batch_field));
+            assert_eq!(
+                answer.message(),
+                format!(
+                    "invalid {batch_field}: must be an integer between {min} and {max}, got {got}"
+                )
+            );
+        }
+    }
+    // A number longer than 40 characters is described, not quoted back.
+    let long = "9".repeat(2000);
+    let answer = post(format!(r#"{{"kind": "a", "max_attempts": {long}}}"#)).await;
+    answer.assert_error(400, "invalid_input", Some("max_attempts"));
+    assert_eq!(
+        answer.message(),
+        "invalid max_attempts: must be an integer between 1 and 1000, got a number of 2000 characters"
+    );
+
+    for (limit, ok) in [
+        ("1", true),
+        ("1e1", true),
+        ("1000", true),
+        ("-0", false),
+        ("0", false),
+        ("2.5", false),
+        ("1001", false),
+        ("18446744073709551616", false),
+        ("ten", false),
+        ("", false),
+    ] {
+        let answer = api
+            .send(reqwest::Method::GET, "/v1/jobs", Some(OPERATOR_ALL), |r| {
+                r.query(&[("limit", limit)])
+            })
+            .await;
+        if ok {
+            assert_eq!(answer.status, 200, "limit={limit}: {}", answer.text);
+        } else {
+            answer.assert_error(400, "invalid_input", Some("limit"));
+            let got = if limit.is_empty() {
+                "an empty value"
+            } else {
+                limit
+            };
+            assert_eq!(
+                answer.message(),
+                format!("invalid limit: must be an integer between 1 and 1000, got {got}")
+            );
+        }
+    }
+    // No answer above named a Rust type or a parser's reading of the number.
+    assert_eq!(
+        api.all_jobs().await.len(),
+        11,
+        "refused requests stored nothing"
+    );
+}

@@ -246,12 +246,10 @@ pub async fn list_jobs(
         query.meta = Some(value);
     }
     if let Some(l) = params.get("limit") {
-        let limit: u32 = l
-            .parse()
-            .ok()
-            .filter(|l| (1..=drover_core::store::LIST_LIMIT_MAX).contains(l))
-            .ok_or_else(|| ApiError::invalid("limit", "must be a whole number from 1 to 1000"))?;
-        query.limit = limit;
+        let max = i64::from(drover_core::store::LIST_LIMIT_MAX);
+        let limit =
+            crate::integer::within(l, 1, max).map_err(|rule| ApiError::invalid("limit", rule))?;
+        query.limit = u32::try_from(limit).unwrap_or(drover_core::store::LIST_LIMIT_MAX);
     }
     if let Some(c) = params.get("cursor") {
         query.before = Some(c.parse::<JobId>().map_err(|_| {
