@@ -114,6 +114,7 @@ http_cases!(
         tenants_are_isolated,
         invalid_input_answers_400_naming_the_field,
         integer_fields_name_their_rule,
+        query_parameters_are_refused_where_none_are_taken,
         body_over_the_limit_answers_413,
         unknown_routes_and_methods_answer_in_the_error_shape,
         openapi_document_matches_the_routes,

@@ -230,7 +230,9 @@ pub(crate) fn openapi_cached() -> &'static utoipa::openapi::OpenApi {
 }
 
 /// The API's router: every route of [`openapi`] and nothing else; JSON answers in the shape of
-/// [`error::ErrorBody`] for unknown routes (404) and methods (405); the `Authorization` header
+/// [`error::ErrorBody`] for unknown routes (404) and methods (405); 400 naming the parameter
+/// for a query parameter on a route whose operation documents none (every route but
+/// `GET /v1/jobs`, which refuses parameters it does not know); the `Authorization` header
 /// marked sensitive, so nothing that prints headers can show a token; and request tracing: a
 /// span per request with method and path (never the query, headers or body), a debug event
 /// when it starts and an info event with status and latency when it ends.
@@ -239,10 +241,12 @@ pub fn router(state: ApiState) -> Router {
     finish(router, state)
 }
 
-/// Adds what every router of this crate has: the error shape for unknown routes and methods,
-/// the sensitive headers and request tracing (see [`router`]).
+/// Adds what every router of this crate has: the refusal of query parameters on routes that
+/// take none, the error shape for unknown routes and methods, the sensitive headers and
+/// request tracing (see [`router`]).
 fn finish(router: Router<ApiState>, state: ApiState) -> Router {
     router
+        .route_layer(axum::middleware::from_fn(extract::refuse_query_parameters))
         .fallback(|| async { ApiError::no_route() })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(

@@ -557,3 +557,93 @@ pub(crate) async fn integer_fields_name_their_rule(env: &Env) {
         "refused requests stored nothing"
     );
 }
+
+/// A query parameter on a route that takes none is refused with 400 naming it and the rule,
+/// on every such route of the OpenAPI document (every route but `GET /v1/jobs`), and the
+/// request does nothing: `POST /v1/jobs?tenant=...` does not enqueue for the token's tenant.
+pub(crate) async fn query_parameters_are_refused_where_none_are_taken(env: &Env) {
+    let api = env.api(unbounded()).await;
+    let doc = serde_json::to_value(drover_http::openapi()).unwrap();
+    let job = api.enqueue_ok(PRODUCER_A, &json!({"kind": "k"})).await;
+    let mut checked = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let takes_query = operation["parameters"]
+                .as_array()
+                .is_some_and(|ps| ps.iter().any(|p| p["in"] == "query"));
+            if takes_query {
+                assert_eq!((method.as_str(), path.as_str()), ("get", "/v1/jobs"));
+                continue;
+            }
+            let concrete = path.replace("{id}", &job).replace("{name}", "default");
+            let body = match path.as_str() {
+                "/v1/jobs" => Some(json!({"kind": "k"})),
+                "/v1/jobs/batch" => Some(json!({"jobs": [{"kind": "k"}]})),
+                _ => None,
+            };
+            let http_method =
+                reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            for (query, field) in [
+                ("tenant=tenant-b", "tenant"),
+                ("&%74enant=tenant-b&x=1", "tenant"),
+                ("probe", "probe"),
+                ("=1", "query"),
+                ("%ff=1", "query"),
+            ] {
+                let answer = api
+                    .send(
+                        http_method.clone(),
+                        &format!("{concrete}?{query}"),
+                        Some(OPERATOR_ALL),
+                        |r| match &body {
+                            Some(b) => r.json(b),
+                            None => r,
+                        },
+                    )
+                    .await;
+                answer.assert_error(400, "invalid_input", Some(field));
+                let rule = format!("{} {path} takes no query parameters", method.to_uppercase());
+                assert!(
+                    answer.message().contains(&rule),
+                    "{method} {path}?{query}: {}",
+                    answer.text
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 12, "every route but GET /v1/jobs");
+    let refused = api
+        .post(
+            Some(PRODUCER_A),
+            "/v1/jobs?tenant=tenant-b",
+            &json!({"kind": "k"}),
+        )
+        .await;
+    refused.assert_error(400, "invalid_input", Some("tenant"));
+    assert_eq!(
+        refused.message(),
+        "invalid tenant: is a query parameter, and POST /v1/jobs takes no query parameters; give the request's fields in its JSON body"
+    );
+    assert_eq!(api.all_jobs().await.len(), 1, "no refused request enqueued");
+    assert_eq!(api.stored(&job).await.state, drover_core::JobState::Queued);
+    let queues = api.get(Some(OPERATOR_ALL), "/v1/queues").await;
+    assert!(
+        queues.json["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|q| q["paused"] == false),
+        "no refused pause paused: {}",
+        queues.text
+    );
+    // An empty query holds no parameter.
+    for path in ["/v1/jobs?", "/v1/jobs?&"] {
+        let answer = api
+            .post(Some(PRODUCER_A), path, &json!({"kind": "k"}))
+            .await;
+        assert_eq!(answer.status, 202, "{path}: {}", answer.text);
+    }
+    let got = api.get(Some(PRODUCER_A), &format!("/v1/jobs/{job}?")).await;
+    assert_eq!(got.status, 200, "{}", got.text);
+}
