@@ -115,6 +115,7 @@ http_cases!(
         invalid_input_answers_400_naming_the_field,
         integer_fields_name_their_rule,
         query_parameters_are_refused_where_none_are_taken,
+        bodies_in_another_charset_answer_415,
         body_over_the_limit_answers_413,
         unknown_routes_and_methods_answer_in_the_error_shape,
         openapi_document_matches_the_routes,

@@ -145,6 +145,23 @@ impl ApiError {
         )
     }
 
+    /// 415: the body is declared in a charset other than UTF-8 (`charset`, as sent, is quoted
+    /// back when short).
+    pub fn not_utf8(charset: &str) -> Self {
+        let got = if charset.len() <= 40 {
+            format!("charset={charset}")
+        } else {
+            "another charset".to_owned()
+        };
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!(
+                "the body must be UTF-8 JSON: send Content-Type: application/json without a charset or with charset=utf-8, not {got}"
+            ),
+        )
+    }
+
     /// 405.
     pub fn method_not_allowed() -> Self {
         Self::new(

@@ -51,18 +51,11 @@ impl<T: DeserializeOwned + Send> FromRequest<ApiState> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &ApiState) -> Result<Self, ApiError> {
-        let is_json = req
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(';').next())
-            .is_some_and(|v| {
-                let v = v.trim().to_ascii_lowercase();
-                v == "application/json" || (v.starts_with("application/") && v.ends_with("+json"))
-            });
-        if !is_json {
-            return Err(ApiError::not_json());
-        }
+        check_content_type(
+            req.headers()
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok()),
+        )?;
         let limit = state.max_body_bytes();
         // A declared length over the limit is refused before reading anything; a body without
         // one (chunked) is cut off once it passes the limit.
@@ -79,6 +72,37 @@ impl<T: DeserializeOwned + Send> FromRequest<ApiState> for JsonBody<T> {
             .map_err(|_| ApiError::too_large(limit))?;
         parse_json(&bytes).map(JsonBody)
     }
+}
+
+/// Checks a body's `Content-Type`: `application/json` or `application/*+json`, and a
+/// `charset` parameter, if any, of `utf-8` (any case, quoted or not): the body is read as
+/// UTF-8, so a body declared in another charset would be misread.
+///
+/// # Errors
+/// 415 for another media type, a missing one, or another charset.
+pub fn check_content_type(value: Option<&str>) -> Result<(), ApiError> {
+    let mut parts = value.unwrap_or_default().split(';');
+    let media = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
+    if !(media == "application/json"
+        || (media.starts_with("application/") && media.ends_with("+json")))
+    {
+        return Err(ApiError::not_json());
+    }
+    for parameter in parts {
+        let (name, charset) = parameter.split_once('=').unwrap_or((parameter, ""));
+        if !name.trim().eq_ignore_ascii_case("charset") {
+            continue;
+        }
+        let charset = charset.trim();
+        let unquoted = charset
+            .strip_prefix('"')
+            .and_then(|c| c.strip_suffix('"'))
+            .unwrap_or(charset);
+        if !unquoted.eq_ignore_ascii_case("utf-8") {
+            return Err(ApiError::not_utf8(charset));
+        }
+    }
+    Ok(())
 }
 
 /// The one path parameter of a route (`{id}`, `{name}`), percent-decoded.

@@ -647,3 +647,61 @@ pub(crate) async fn query_parameters_are_refused_where_none_are_taken(env: &Env)
     let got = api.get(Some(PRODUCER_A), &format!("/v1/jobs/{job}?")).await;
     assert_eq!(got.status, 200, "{}", got.text);
 }
+
+/// A JSON body declared in a charset other than UTF-8 answers 415 naming the rule; `utf-8` in
+/// any case, quoted or not, is accepted.
+pub(crate) async fn bodies_in_another_charset_answer_415(env: &Env) {
+    let api = env.api(unbounded()).await;
+    for path in ["/v1/jobs", "/v1/jobs/batch"] {
+        let body = if path == "/v1/jobs" {
+            r#"{"kind": "a"}"#
+        } else {
+            r#"{"jobs": [{"kind": "a"}]}"#
+        };
+        for content_type in [
+            "application/json; charset=utf-16",
+            "application/json;charset=UTF-16LE",
+            "application/json; charset=latin1",
+            "application/json; charset=\"iso-8859-1\"",
+            "APPLICATION/JSON; CHARSET=US-ASCII",
+            "application/json; charset=",
+            "application/json; charset=utf-8; charset=utf-16",
+        ] {
+            let answer = api
+                .send(reqwest::Method::POST, path, Some(OPERATOR_ALL), |r| {
+                    r.header("Content-Type", content_type).body(body)
+                })
+                .await;
+            answer.assert_error(415, "unsupported_media_type", None);
+            assert!(
+                answer.message().contains("must be UTF-8 JSON")
+                    && answer.message().contains("charset=utf-8"),
+                "{content_type}: {}",
+                answer.text
+            );
+        }
+        // A body really written in UTF-16 and declared so: the same 415.
+        let utf16: Vec<u8> = body.encode_utf16().flat_map(u16::to_le_bytes).collect();
+        api.send(reqwest::Method::POST, path, Some(OPERATOR_ALL), |r| {
+            r.header("Content-Type", "application/json; charset=utf-16le")
+                .body(utf16)
+        })
+        .await
+        .assert_error(415, "unsupported_media_type", None);
+        assert!(api.all_jobs().await.is_empty(), "nothing stored");
+    }
+    for content_type in [
+        "application/json; charset=utf-8",
+        "application/json;charset=UTF-8",
+        "application/json; Charset=\"Utf-8\"",
+        "application/vnd.drover+json; charset=utf-8",
+    ] {
+        let answer = api
+            .send(reqwest::Method::POST, "/v1/jobs", Some(OPERATOR_ALL), |r| {
+                r.header("Content-Type", content_type)
+                    .body(r#"{"kind": "a"}"#)
+            })
+            .await;
+        assert_eq!(answer.status, 202, "{content_type}: {}", answer.text);
+    }
+}
