@@ -116,6 +116,7 @@ http_cases!(
         integer_fields_name_their_rule,
         query_parameters_are_refused_where_none_are_taken,
         bodies_in_another_charset_answer_415,
+        job_ids_in_any_uuid_form_answer_with_the_canonical_form,
         body_over_the_limit_answers_413,
         unknown_routes_and_methods_answer_in_the_error_shape,
         openapi_document_matches_the_routes,

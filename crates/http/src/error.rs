@@ -113,8 +113,9 @@ impl ApiError {
         e
     }
 
-    /// 404 for a job the caller may not see (same answer as a missing one).
-    pub fn job_not_found(id: &str) -> Self {
+    /// 404 for a job the caller may not see (same answer as a missing one), naming the id in
+    /// its canonical form (hyphenated lowercase), whatever form the request used.
+    pub fn job_not_found(id: drover_core::JobId) -> Self {
         Self::new(
             StatusCode::NOT_FOUND,
             "not_found",

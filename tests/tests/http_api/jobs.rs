@@ -448,3 +448,82 @@ pub(crate) async fn metrics_need_a_token_of_every_tenant(env: &Env) {
     }
     worker_side.1.cancel();
 }
+
+/// A job id is a UUID in any form RFC 9562 and common tools write (hyphenated or not, any
+/// case, `urn:uuid:...`, `{...}`): every form names the same job on get, cancel, retry and
+/// as a list cursor, and every answer, a 404 included, shows the canonical form (hyphenated
+/// lowercase), never the form typed.
+pub(crate) async fn job_ids_in_any_uuid_form_answer_with_the_canonical_form(env: &Env) {
+    let api = env.api(unbounded()).await;
+    let id = api.enqueue_ok(OPERATOR_ALL, &json!({"kind": "k"})).await;
+    let forms = |id: &str| {
+        let upper = id.to_uppercase();
+        vec![
+            id.to_owned(),
+            upper.clone(),
+            id.replace('-', ""),
+            upper.replace('-', ""),
+            format!("urn:uuid:{id}"),
+            format!("URN:UUID:{upper}"),
+            format!("%7B{id}%7D"),
+            format!("%7b{upper}%7d"),
+        ]
+    };
+    for form in forms(&id) {
+        let got = api
+            .get(Some(OPERATOR_ALL), &format!("/v1/jobs/{form}"))
+            .await;
+        assert_eq!(got.status, 200, "{form}: {}", got.text);
+        assert_eq!(got.job_id(), id, "{form}");
+    }
+    let cancelled = api
+        .post_empty(
+            Some(OPERATOR_ALL),
+            &format!("/v1/jobs/urn:uuid:{id}/cancel"),
+        )
+        .await;
+    assert_eq!(cancelled.status, 200, "{}", cancelled.text);
+    assert_eq!(cancelled.job_id(), id);
+    let retried = api
+        .post_empty(
+            Some(OPERATOR_ALL),
+            &format!("/v1/jobs/{}/retry", id.to_uppercase()),
+        )
+        .await;
+    assert_eq!(retried.status, 200, "{}", retried.text);
+    assert_eq!(retried.job_id(), id);
+    let newer = api.enqueue_ok(OPERATOR_ALL, &json!({"kind": "k"})).await;
+    let page = api
+        .send(reqwest::Method::GET, "/v1/jobs", Some(OPERATOR_ALL), |r| {
+            r.query(&[("cursor", format!("urn:uuid:{}", newer.to_uppercase()))])
+        })
+        .await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    assert_eq!(page.json["jobs"][0]["id"], id.as_str());
+
+    let unknown = "ffffffff-ffff-7fff-bfff-ffffffffffff";
+    for form in forms(unknown) {
+        for (method, path) in [
+            (reqwest::Method::GET, format!("/v1/jobs/{form}")),
+            (reqwest::Method::POST, format!("/v1/jobs/{form}/cancel")),
+            (reqwest::Method::POST, format!("/v1/jobs/{form}/retry")),
+        ] {
+            let answer = api.send(method, &path, Some(OPERATOR_ALL), |r| r).await;
+            answer.assert_error(404, "not_found", None);
+            assert_eq!(
+                answer.message(),
+                format!("job {unknown} not found"),
+                "{path}"
+            );
+        }
+    }
+    // Another tenant's job answers the same 404, in the canonical form too.
+    let answer = api
+        .get(
+            Some(PRODUCER_B),
+            &format!("/v1/jobs/urn:uuid:{}", id.to_uppercase()),
+        )
+        .await;
+    answer.assert_error(404, "not_found", None);
+    assert_eq!(answer.message(), format!("job {id} not found"));
+}

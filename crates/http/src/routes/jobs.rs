@@ -35,15 +35,18 @@ fn idempotency_header(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 }
 
 /// Fetches a job the caller may see; another tenant's job answers 404 like a missing one.
+/// `id` is a UUID in any form RFC 9562 and common tools write (hyphenated or not, any case,
+/// `urn:uuid:` or `{...}`): every form names the same job, and answers show the canonical
+/// one (hyphenated lowercase).
 async fn visible_job(state: &ApiState, principal: &Principal, id: &str) -> Result<Job, ApiError> {
     let job_id: JobId = id.parse().map_err(|e| state.error(e))?;
     let job = match state.store().job_get(job_id).await {
         Ok(job) => job,
-        Err(drover_core::Error::NotFound { .. }) => return Err(ApiError::job_not_found(id)),
+        Err(drover_core::Error::NotFound { .. }) => return Err(ApiError::job_not_found(job_id)),
         Err(e) => return Err(state.error(e)),
     };
     if !principal.scope.allows(&job.tenant) {
-        return Err(ApiError::job_not_found(id));
+        return Err(ApiError::job_not_found(job_id));
     }
     Ok(job)
 }
@@ -268,7 +271,7 @@ pub async fn list_jobs(
     get,
     path = "/v1/jobs/{id}",
     tag = "jobs",
-    params(("id" = String, Path, description = "Job id (UUID)")),
+    params(("id" = String, Path, description = "Job id: a UUID, hyphenated or not, any case, or as urn:uuid:... or {...}; answers show it hyphenated lowercase")),
     responses(
         (status = 200, description = "The job", body = JobResponse),
         (status = 400, description = "Malformed id", body = ErrorBody),
@@ -293,7 +296,7 @@ pub async fn get_job(
     post,
     path = "/v1/jobs/{id}/cancel",
     tag = "jobs",
-    params(("id" = String, Path, description = "Job id (UUID)")),
+    params(("id" = String, Path, description = "Job id: a UUID, hyphenated or not, any case, or as urn:uuid:... or {...}; answers show it hyphenated lowercase")),
     responses(
         (status = 200, description = "Cancelled or cancel requested", body = CancelResponse),
         (status = 400, description = "Malformed id", body = ErrorBody),
@@ -323,7 +326,7 @@ pub async fn cancel_job(
     post,
     path = "/v1/jobs/{id}/retry",
     tag = "jobs",
-    params(("id" = String, Path, description = "Job id (UUID)")),
+    params(("id" = String, Path, description = "Job id: a UUID, hyphenated or not, any case, or as urn:uuid:... or {...}; answers show it hyphenated lowercase")),
     responses(
         (status = 200, description = "Queued again", body = JobResponse),
         (status = 400, description = "Malformed id", body = ErrorBody),
