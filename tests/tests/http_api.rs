@@ -120,6 +120,7 @@ http_cases!(
         body_over_the_limit_answers_413,
         unknown_routes_and_methods_answer_in_the_error_shape,
         openapi_document_matches_the_routes,
+        documented_statuses_are_the_answered_ones,
         shutdown_finishes_the_request_in_flight,
         server_and_worker_shut_down_together,
     ],

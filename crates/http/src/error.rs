@@ -32,9 +32,12 @@ pub struct ErrorBody {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ErrorDetail {
     /// Stable code: `invalid_input` (400), `unauthorized` (401), `forbidden` (403),
-    /// `not_found` (404), `method_not_allowed` (405), `conflict` and `invalid_transition`
-    /// (409), `payload_too_large` (413), `unsupported_media_type` (415), `quota_exceeded`
-    /// (429), `fatal` (500; 503 from `/v1/ready`), `unavailable` (503), `lease_lost`.
+    /// `not_found` (404), `method_not_allowed` (405), `conflict`, `invalid_transition` and
+    /// `lease_lost` (409), `payload_too_large` (413), `unsupported_media_type` (415),
+    /// `quota_exceeded` (429), `unavailable` (503: the store did not answer; retry after
+    /// `Retry-After`), `fatal` (503: the store cannot serve until an operator acts, e.g. its
+    /// schema is missing; the message says what to do), `internal` (500: a store error this
+    /// version does not know).
     pub code: String,
     /// Human-readable, safe to show (never args, tokens or passwords).
     pub message: String,

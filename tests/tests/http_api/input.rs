@@ -3,8 +3,9 @@
 
 use std::collections::BTreeSet;
 
+use drover_core::{Quotas, StoreConfig};
 use drover_http::ApiConfig;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::harness::*;
 
@@ -704,4 +705,328 @@ pub(crate) async fn bodies_in_another_charset_answer_415(env: &Env) {
             .await;
         assert_eq!(answer.status, 202, "{content_type}: {}", answer.text);
     }
+}
+
+// ------------------------------------------------------------------------------------------
+// OpenAPI statuses against answers
+
+/// The statuses each operation answered, by (lowercase method, path template).
+#[derive(Default)]
+struct Observed(std::collections::BTreeMap<(String, String), BTreeSet<u16>>);
+
+impl Observed {
+    fn note(&mut self, method: &str, path: &str, answer: &Answer) {
+        assert_error_shape_unless_ok(answer);
+        self.0
+            .entry((method.to_owned(), path.to_owned()))
+            .or_default()
+            .insert(answer.status);
+    }
+}
+
+/// Error answers have the one shape; 2xx answers are not errors.
+fn assert_error_shape_unless_ok(answer: &Answer) {
+    if !(200..300).contains(&answer.status) {
+        assert_error_shape(&answer.json, &answer.text);
+    }
+}
+
+/// Every operation of `/v1/openapi.json` answers exactly the statuses it lists: each route is
+/// driven to every outcome the code has (success, replay, bad input, a query parameter, no
+/// token, a token of one tenant or role, missing job, refused transition, body too large or
+/// not UTF-8 JSON, quota, and, on PostgreSQL, a database without the schema) and every answer
+/// must be listed; every listed status must have been answered (on the memory store, 503
+/// cannot be provoked and is only required to be listed by the routes that read the store).
+pub(crate) async fn documented_statuses_are_the_answered_ones(env: &Env) {
+    let store = env.store(unbounded()).await;
+    let api = env.serve(store.clone(), ApiConfig::default()).await;
+    let small = env
+        .serve(
+            store,
+            ApiConfig {
+                max_body_bytes: 64,
+                ..ApiConfig::default()
+            },
+        )
+        .await;
+    let mut seen = Observed::default();
+    let doc = serde_json::to_value(drover_http::openapi()).unwrap();
+    let mut operations: Vec<(String, String)> = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            operations.push((method.clone(), path.clone()));
+        }
+    }
+
+    // Generic probes of every operation: as an operator of every tenant, without a token, as a
+    // producer of one tenant, and with a query parameter.
+    let job = api
+        .enqueue_ok(OPERATOR_ALL, &json!({"kind": "doc.probe"}))
+        .await;
+    let body_of = |path: &str| match path {
+        "/v1/jobs" => Some(json!({"kind": "doc.probe"})),
+        "/v1/jobs/batch" => Some(json!({"jobs": [{"kind": "doc.probe"}]})),
+        _ => None,
+    };
+    for (method, path) in &operations {
+        let concrete = path.replace("{id}", &job).replace("{name}", "default");
+        let http_method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+        for (token, query) in [
+            (Some(OPERATOR_ALL), ""),
+            (None, ""),
+            (Some(PRODUCER_A), ""),
+            (Some(OPERATOR_ALL), "?probe=1"),
+        ] {
+            let answer = api
+                .send(
+                    http_method.clone(),
+                    &format!("{concrete}{query}"),
+                    token,
+                    |r| match body_of(path) {
+                        Some(b) => r.json(&b),
+                        None => r,
+                    },
+                )
+                .await;
+            seen.note(method, path, &answer);
+        }
+    }
+
+    // Specific outcomes.
+    let post = "post";
+    for (path, body, bad, exec, keyed) in [
+        (
+            "/v1/jobs",
+            json!({"kind": "a"}),
+            json!({"kind": ""}),
+            json!({"kind": "exec", "args": {"program": "/bin/true"}}),
+            true,
+        ),
+        (
+            "/v1/jobs/batch",
+            json!({"jobs": [{"kind": "a", "idempotency_key": "doc-batch"}]}),
+            json!({"jobs": []}),
+            json!({"jobs": [{"kind": "exec", "args": {"program": "/bin/true"}}]}),
+            false,
+        ),
+    ] {
+        let send_keyed = |body: Value| {
+            let api = &api;
+            async move {
+                if keyed {
+                    api.enqueue_with_key(OPERATOR_ALL, "doc-key", &body).await
+                } else {
+                    api.post(Some(OPERATOR_ALL), path, &body).await
+                }
+            }
+        };
+        seen.note(post, path, &send_keyed(body.clone()).await); // 202
+        seen.note(post, path, &send_keyed(body.clone()).await); // 200 replay
+        let other = if keyed {
+            json!({"kind": "b"})
+        } else {
+            json!({"jobs": [{"kind": "b", "idempotency_key": "doc-batch"}]})
+        };
+        seen.note(post, path, &send_keyed(other).await); // 409
+        seen.note(post, path, &api.post(Some(OPERATOR_ALL), path, &bad).await); // 400
+        seen.note(post, path, &api.post(Some(PRODUCER_A), path, &exec).await); // 403
+        seen.note(
+            post,
+            path,
+            &small
+                .post(Some(OPERATOR_ALL), path, &json!({"kind": "x".repeat(100)}))
+                .await,
+        ); // 413
+        let text = api
+            .send(reqwest::Method::POST, path, Some(OPERATOR_ALL), |r| {
+                r.header("Content-Type", "text/plain").body("{}")
+            })
+            .await;
+        seen.note(post, path, &text); // 415
+    }
+    let get = "get";
+    seen.note(
+        get,
+        "/v1/jobs",
+        &api.get(Some(OPERATOR_ALL), "/v1/jobs?state=bogus").await,
+    );
+    seen.note(
+        get,
+        "/v1/jobs",
+        &api.get(Some(PRODUCER_A), &format!("/v1/jobs?tenant={TENANT_B}"))
+            .await,
+    );
+    let unknown = "0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79";
+    for (method, path, suffix) in [
+        (get, "/v1/jobs/{id}", ""),
+        (post, "/v1/jobs/{id}/cancel", "/cancel"),
+        (post, "/v1/jobs/{id}/retry", "/retry"),
+    ] {
+        let http_method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+        for id in ["not-a-uuid", unknown] {
+            let answer = api
+                .send(
+                    http_method.clone(),
+                    &format!("/v1/jobs/{id}{suffix}"),
+                    Some(OPERATOR_ALL),
+                    |r| r,
+                )
+                .await;
+            seen.note(method, path, &answer); // 400, 404
+        }
+    }
+    // The probe job: a retry while queued (409), a cancel, then a second cancel (409).
+    let retry = format!("/v1/jobs/{job}/retry");
+    let cancel = format!("/v1/jobs/{job}/cancel");
+    seen.note(
+        post,
+        "/v1/jobs/{id}/retry",
+        &api.post_empty(Some(OPERATOR_ALL), &retry).await,
+    );
+    let first = api.post_empty(Some(OPERATOR_ALL), &cancel).await;
+    assert!(matches!(first.status, 200 | 409), "{}", first.text);
+    seen.note(
+        post,
+        "/v1/jobs/{id}/cancel",
+        &api.post_empty(Some(OPERATOR_ALL), &cancel).await,
+    );
+    for path in ["/v1/queues/{name}/pause", "/v1/queues/{name}/resume"] {
+        let concrete = path.replace("{name}", "no%20spaces");
+        seen.note(
+            post,
+            path,
+            &api.post_empty(Some(OPERATOR_ALL), &concrete).await,
+        ); // 400
+    }
+
+    // Quotas: a server whose tenants may have one pending job each (tenant B only here).
+    let quota = env
+        .api(StoreConfig {
+            quotas: Quotas {
+                max_pending: None,
+                max_tenant_pending: Some(1),
+            },
+            ..StoreConfig::default()
+        })
+        .await;
+    let b_first = quota.enqueue_ok(PRODUCER_B, &json!({"kind": "q"})).await;
+    let cancelled = quota
+        .post_empty(Some(PRODUCER_B), &format!("/v1/jobs/{b_first}/cancel"))
+        .await;
+    assert_eq!(cancelled.status, 200, "{}", cancelled.text);
+    quota.enqueue_ok(PRODUCER_B, &json!({"kind": "q"})).await;
+    seen.note(
+        post,
+        "/v1/jobs",
+        &quota
+            .post(Some(PRODUCER_B), "/v1/jobs", &json!({"kind": "q"}))
+            .await,
+    );
+    seen.note(
+        post,
+        "/v1/jobs/batch",
+        &quota
+            .post(
+                Some(PRODUCER_B),
+                "/v1/jobs/batch",
+                &json!({"jobs": [{"kind": "q"}]}),
+            )
+            .await,
+    );
+    seen.note(
+        post,
+        "/v1/jobs/{id}/retry",
+        &quota
+            .post_empty(Some(OPERATOR_B), &format!("/v1/jobs/{b_first}/retry"))
+            .await,
+    );
+
+    // PostgreSQL: a database without the schema answers 503 `fatal` on every route that reads
+    // the store.
+    let mut fatal_seen = false;
+    if let Some(db) = env.database() {
+        let fresh = TestDatabase::create(db.admin(), false).await;
+        let result = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+            let store = drover_store_postgres::PgStore::connect_with(
+                fresh.connect.clone(),
+                drover_store_postgres::PgOptions::default(),
+            )
+            .await
+            .expect("connect");
+            let bare = env
+                .serve(std::sync::Arc::new(store.clone()), ApiConfig::default())
+                .await;
+            let mut seen_here = Vec::new();
+            for (method, path) in &operations {
+                let concrete = path.replace("{id}", unknown).replace("{name}", "default");
+                let http_method =
+                    reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+                let answer = bare
+                    .send(
+                        http_method,
+                        &concrete,
+                        Some(OPERATOR_ALL),
+                        |r| match body_of(path) {
+                            Some(b) => r.json(&b),
+                            None => r,
+                        },
+                    )
+                    .await;
+                if path != "/v1/openapi.json" {
+                    answer.assert_error(503, "fatal", None);
+                    assert!(
+                        answer.message().contains("drover migrate"),
+                        "{}",
+                        answer.text
+                    );
+                }
+                seen_here.push((method.clone(), path.clone(), answer));
+            }
+            bare.stop().await;
+            store.close().await;
+            seen_here
+        }))
+        .await;
+        fresh.drop_database().await;
+        match result {
+            Ok(answers) => {
+                for (method, path, answer) in answers {
+                    seen.note(&method, &path, &answer);
+                }
+                fatal_seen = true;
+            }
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+
+    let mut problems = Vec::new();
+    for (method, path) in &operations {
+        let listed: BTreeSet<u16> = doc["paths"][path][method]["responses"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|k| k.parse().unwrap())
+            .collect();
+        let answered = seen
+            .0
+            .get(&(method.clone(), path.clone()))
+            .cloned()
+            .unwrap_or_default();
+        let unlisted: Vec<u16> = answered.difference(&listed).copied().collect();
+        let mut unanswered: Vec<u16> = listed.difference(&answered).copied().collect();
+        if !fatal_seen && path != "/v1/openapi.json" {
+            if !listed.contains(&503) {
+                problems.push(format!(
+                    "{method} {path} reads the store: 503 must be listed"
+                ));
+            }
+            unanswered.retain(|s| *s != 503);
+        }
+        if !unlisted.is_empty() || !unanswered.is_empty() {
+            problems.push(format!(
+                "{method} {path}: answered but not listed {unlisted:?}; listed but never answered {unanswered:?}"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

@@ -63,12 +63,14 @@ async fn visible_job(state: &ApiState, principal: &Principal, id: &str) -> Resul
     responses(
         (status = 202, description = "Enqueued and committed", body = EnqueueResponse),
         (status = 200, description = "Replay of an earlier request, or duplicate unique key", body = EnqueueResponse),
-        (status = 400, description = "Invalid input", body = ErrorBody),
+        (status = 400, description = "Invalid input (the field is named), or a query parameter (this route takes none)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
-        (status = 403, description = "Not allowed for this token", body = ErrorBody),
+        (status = 403, description = "Not allowed for this token (field tenant or kind)", body = ErrorBody),
         (status = 409, description = "Idempotency key used with a different request", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 429, description = "Quota exceeded", body = ErrorBody),
+        (status = 415, description = "Body not declared as UTF-8 JSON (Content-Type: application/json, charset utf-8 if any)", body = ErrorBody),
+        (status = 429, description = "Quota exceeded (with Retry-After)", body = ErrorBody),
+        (status = 503, description = "Store unavailable (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -106,12 +108,14 @@ pub async fn enqueue_job(
     responses(
         (status = 202, description = "Enqueued and committed", body = BatchEnqueueResponse),
         (status = 200, description = "Every job was a replay or duplicate", body = BatchEnqueueResponse),
-        (status = 400, description = "Invalid input (field jobs[i].name), or an Idempotency-Key header", body = ErrorBody),
+        (status = 400, description = "Invalid input (field jobs[i].name), an Idempotency-Key header, or a query parameter (this route takes none)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 403, description = "Not allowed for this token (field jobs[i].tenant or jobs[i].kind)", body = ErrorBody),
         (status = 409, description = "An idempotency key was used with a different request", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 429, description = "Quota exceeded", body = ErrorBody),
+        (status = 415, description = "Body not declared as UTF-8 JSON (Content-Type: application/json, charset utf-8 if any)", body = ErrorBody),
+        (status = 429, description = "Quota exceeded (with Retry-After)", body = ErrorBody),
+        (status = 503, description = "Store unavailable (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -186,14 +190,15 @@ const LIST_PARAMS: [&str; 7] = [
         ("kind" = Option<String>, Query, description = "Only this kind"),
         ("tenant" = Option<String>, Query, description = "Only this tenant (all-tenant operators)"),
         ("meta" = Option<String>, Query, description = "JSON object the job's meta must contain"),
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Page size 1..=1000 (default 50)"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Page size, an integer 1..=1000 (default 50)"),
         ("cursor" = Option<String>, Query, description = "next_cursor of the previous page"),
     ),
     responses(
         (status = 200, description = "A page of jobs", body = JobListResponse),
-        (status = 400, description = "Invalid filter", body = ErrorBody),
+        (status = 400, description = "Invalid or unknown filter (the parameter is named)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 403, description = "Another tenant", body = ErrorBody),
+        (status = 503, description = "Store unavailable (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -274,9 +279,10 @@ pub async fn list_jobs(
     params(("id" = String, Path, description = "Job id: a UUID, hyphenated or not, any case, or as urn:uuid:... or {...}; answers show it hyphenated lowercase")),
     responses(
         (status = 200, description = "The job", body = JobResponse),
-        (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 400, description = "Malformed id, or a query parameter (this route takes none)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 404, description = "No such job for this tenant", body = ErrorBody),
+        (status = 503, description = "Store unavailable (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -299,10 +305,11 @@ pub async fn get_job(
     params(("id" = String, Path, description = "Job id: a UUID, hyphenated or not, any case, or as urn:uuid:... or {...}; answers show it hyphenated lowercase")),
     responses(
         (status = 200, description = "Cancelled or cancel requested", body = CancelResponse),
-        (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 400, description = "Malformed id, or a query parameter (this route takes none)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 404, description = "No such job for this tenant", body = ErrorBody),
         (status = 409, description = "The job already finished", body = ErrorBody),
+        (status = 503, description = "Store unavailable (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -329,12 +336,13 @@ pub async fn cancel_job(
     params(("id" = String, Path, description = "Job id: a UUID, hyphenated or not, any case, or as urn:uuid:... or {...}; answers show it hyphenated lowercase")),
     responses(
         (status = 200, description = "Queued again", body = JobResponse),
-        (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 400, description = "Malformed id, or a query parameter (this route takes none)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 403, description = "Operator role required", body = ErrorBody),
         (status = 404, description = "No such job for this tenant", body = ErrorBody),
         (status = 409, description = "The job is not finished, or its unique key is taken", body = ErrorBody),
-        (status = 429, description = "Quota exceeded", body = ErrorBody),
+        (status = 429, description = "Quota exceeded (with Retry-After)", body = ErrorBody),
+        (status = 503, description = "Store unavailable (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]

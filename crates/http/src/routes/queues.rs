@@ -20,8 +20,10 @@ use crate::ApiState;
     tag = "queues",
     responses(
         (status = 200, description = "Queues by name", body = QueueListResponse),
+        (status = 400, description = "A query parameter (this route takes none)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 403, description = "A token of one tenant (the counts span every tenant)", body = ErrorBody),
+        (status = 503, description = "Store unavailable (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -81,9 +83,10 @@ fn require_cluster_operator(principal: &Principal, action: &str) -> Result<(), A
     params(("name" = String, Path, description = "Queue name")),
     responses(
         (status = 200, description = "Paused", body = QueueStateResponse),
-        (status = 400, description = "Bad queue name", body = ErrorBody),
+        (status = 400, description = "Bad queue name, or a query parameter (this route takes none)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 403, description = "Operator of every tenant required", body = ErrorBody),
+        (status = 503, description = "Store unavailable (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -110,9 +113,10 @@ pub async fn pause_queue(
     params(("name" = String, Path, description = "Queue name")),
     responses(
         (status = 200, description = "Resumed", body = QueueStateResponse),
-        (status = 400, description = "Bad queue name", body = ErrorBody),
+        (status = 400, description = "Bad queue name, or a query parameter (this route takes none)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 403, description = "Operator of every tenant required", body = ErrorBody),
+        (status = 503, description = "Store unavailable (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -139,8 +143,10 @@ pub async fn resume_queue(
     tag = "workers",
     responses(
         (status = 200, description = "Workers by id", body = WorkerListResponse),
+        (status = 400, description = "A query parameter (this route takes none)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 403, description = "A token of one tenant (workers serve every tenant)", body = ErrorBody),
+        (status = 503, description = "Store unavailable (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]

@@ -21,7 +21,8 @@ use crate::ApiState;
     tag = "system",
     responses(
         (status = 200, description = "Ready", body = ReadyResponse),
-        (status = 503, description = "Not ready, with the reason", body = ErrorBody),
+        (status = 400, description = "A query parameter (this route takes none)", body = ErrorBody),
+        (status = 503, description = "Not ready, with the reason: store unavailable or too slow (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
     )
 )]
 pub async fn ready(State(state): State<ApiState>) -> Result<Json<ReadyResponse>, ApiError> {
@@ -59,9 +60,10 @@ pub async fn ready(State(state): State<ApiState>) -> Result<Json<ReadyResponse>,
     tag = "system",
     responses(
         (status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text", body = String),
+        (status = 400, description = "A query parameter (this route takes none)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 403, description = "A token of one tenant (the metrics span every tenant)", body = ErrorBody),
-        (status = 503, description = "The store did not answer", body = ErrorBody),
+        (status = 503, description = "Store unavailable (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -86,6 +88,7 @@ pub async fn metrics(
     tag = "system",
     responses(
         (status = 200, description = "OpenAPI 3.1 document (JSON)", content_type = "application/json", body = Object),
+        (status = 400, description = "A query parameter (this route takes none)", body = ErrorBody),
     )
 )]
 pub async fn openapi_json() -> Json<&'static utoipa::openapi::OpenApi> {
