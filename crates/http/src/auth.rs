@@ -12,6 +12,8 @@ use drover_core::{Error, TenantId};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use crate::error::ApiError;
+
 /// Shortest accepted token, in bytes.
 pub const TOKEN_MIN_LEN: usize = 16;
 
@@ -69,6 +71,21 @@ impl Principal {
             scope: TenantScope::All,
             role: Role::Operator,
         }
+    }
+
+    /// Refuses a token scoped to one tenant: `what` (a clause such as "the queue list counts
+    /// the jobs of every tenant") spans every tenant (DESIGN.md section 7: a tenant never sees
+    /// another tenant's jobs, nor counts of them).
+    ///
+    /// # Errors
+    /// 403 `forbidden`: "{what}: it needs a token of tenant *".
+    pub fn require_all_tenants(&self, what: &str) -> Result<(), ApiError> {
+        if self.scope != TenantScope::All {
+            return Err(ApiError::forbidden(format!(
+                "{what}: it needs a token of tenant *"
+            )));
+        }
+        Ok(())
     }
 }
 

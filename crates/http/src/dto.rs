@@ -20,7 +20,19 @@ use crate::error::ApiError;
 /// The kind that runs programs; only operators may enqueue it over HTTP (DESIGN.md section 9).
 pub const EXEC_KIND: &str = "exec";
 
-/// A job to enqueue. Only `kind` is required.
+/// Smallest `priority`.
+pub const PRIORITY_MIN: i64 = i16::MIN as i64;
+/// Largest `priority`.
+pub const PRIORITY_MAX: i64 = i16::MAX as i64;
+/// Largest `delay_ms`: [`drover_core::job::DELAY_MAX`] (100 years).
+pub const DELAY_MS_MAX: i64 = drover_core::job::DELAY_MAX.as_millis() as i64;
+/// Smallest `max_attempts`.
+pub const MAX_ATTEMPTS_MIN: i64 = drover_core::job::MAX_ATTEMPTS_MIN as i64;
+/// Largest `max_attempts`.
+pub const MAX_ATTEMPTS_MAX: i64 = drover_core::job::MAX_ATTEMPTS_MAX as i64;
+
+/// A job to enqueue. Only `kind` is required. Integer fields take any JSON number whose value
+/// is a whole number in the field's range (`-0`, `1e3`; see [`crate::integer`]).
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EnqueueRequest {
@@ -34,13 +46,29 @@ pub struct EnqueueRequest {
     pub queue: Option<String>,
     /// Tenant; defaults to the caller's. A tenant-scoped token may only name its own.
     pub tenant: Option<String>,
-    /// Smaller runs first, -32768..=32767 (default 0).
+    /// Smaller runs first, an integer -32768..=32767 (default 0).
+    #[serde(
+        default,
+        deserialize_with = "crate::integer::optional::<_, PRIORITY_MIN, PRIORITY_MAX>"
+    )]
+    #[schema(minimum = -32768, maximum = 32767)]
     pub priority: Option<i64>,
     /// Absolute ready time, RFC 3339 (e.g. `2026-12-01T10:00:00Z`). Exclusive with `delay_ms`.
     pub run_at: Option<String>,
-    /// Ready this many milliseconds after the store's clock at enqueue. Exclusive with `run_at`.
+    /// Ready this many milliseconds after the store's clock at enqueue, an integer
+    /// 0..=3153600000000 (100 years of 365 days). Exclusive with `run_at`.
+    #[serde(
+        default,
+        deserialize_with = "crate::integer::optional::<_, 0, DELAY_MS_MAX>"
+    )]
+    #[schema(minimum = 0, maximum = 3153600000000i64)]
     pub delay_ms: Option<i64>,
-    /// Attempt budget, 1..=1000 (default 3).
+    /// Attempt budget, an integer 1..=1000 (default 3).
+    #[serde(
+        default,
+        deserialize_with = "crate::integer::optional::<_, MAX_ATTEMPTS_MIN, MAX_ATTEMPTS_MAX>"
+    )]
+    #[schema(minimum = 1, maximum = 1000)]
     pub max_attempts: Option<i64>,
     /// Deduplication key among the tenant's live jobs.
     pub unique_key: Option<String>,
@@ -71,10 +99,11 @@ fn int_in<T: TryFrom<i64>>(field: &str, v: i64, lo: i64, hi: i64) -> Result<T, A
     if v < lo || v > hi {
         return Err(ApiError::invalid(
             field,
-            format!("must be between {lo} and {hi}, got {v}"),
+            crate::integer::rule(lo, hi, &v.to_string()),
         ));
     }
-    T::try_from(v).map_err(|_| ApiError::invalid(field, "out of range"))
+    T::try_from(v)
+        .map_err(|_| ApiError::invalid(field, crate::integer::rule(lo, hi, &v.to_string())))
 }
 
 fn store_err(e: drover_core::Error) -> ApiError {
@@ -113,7 +142,7 @@ impl EnqueueRequest {
         }
         job.tenant = resolve_tenant(principal, self.tenant)?;
         if let Some(p) = self.priority {
-            job.priority = int_in("priority", p, i64::from(i16::MIN), i64::from(i16::MAX))?;
+            job.priority = int_in("priority", p, PRIORITY_MIN, PRIORITY_MAX)?;
         }
         match (self.run_at, self.delay_ms) {
             (Some(_), Some(_)) => {
@@ -132,20 +161,13 @@ impl EnqueueRequest {
                 job.run_at = Some(RunAt::At(at.with_timezone(&Utc)));
             }
             (None, Some(ms)) => {
-                let max =
-                    i64::try_from(drover_core::job::DELAY_MAX.as_millis()).unwrap_or(i64::MAX);
-                let ms: u64 = int_in("delay_ms", ms, 0, max)?;
+                let ms: u64 = int_in("delay_ms", ms, 0, DELAY_MS_MAX)?;
                 job.run_at = Some(RunAt::After(Duration::from_millis(ms)));
             }
             (None, None) => {}
         }
         if let Some(m) = self.max_attempts {
-            job.max_attempts = int_in(
-                "max_attempts",
-                m,
-                i64::from(drover_core::job::MAX_ATTEMPTS_MIN),
-                i64::from(drover_core::job::MAX_ATTEMPTS_MAX),
-            )?;
+            job.max_attempts = int_in("max_attempts", m, MAX_ATTEMPTS_MIN, MAX_ATTEMPTS_MAX)?;
         }
         job.unique_key = self.unique_key;
         if let Some(keys) = self.limit_keys {
@@ -519,4 +541,33 @@ pub struct WorkerListResponse {
 pub struct ReadyResponse {
     /// `ready`.
     pub status: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bounds the OpenAPI document gives the integer fields are the ones parsing enforces.
+    #[test]
+    fn documented_integer_bounds_are_the_enforced_ones() {
+        let doc = serde_json::to_value(crate::openapi()).unwrap();
+        let properties = &doc["components"]["schemas"]["EnqueueRequest"]["properties"];
+        for (field, min, max) in [
+            ("priority", PRIORITY_MIN, PRIORITY_MAX),
+            ("delay_ms", 0, DELAY_MS_MAX),
+            ("max_attempts", MAX_ATTEMPTS_MIN, MAX_ATTEMPTS_MAX),
+        ] {
+            let schema = &properties[field];
+            assert_eq!(
+                (schema["minimum"].as_i64(), schema["maximum"].as_i64()),
+                (Some(min), Some(max)),
+                "{field}: {schema}"
+            );
+            let at = |v: i64| format!(r#"{{"kind": "a", "{field}": {v}}}"#);
+            assert!(crate::extract::parse_json::<EnqueueRequest>(at(min).as_bytes()).is_ok());
+            assert!(crate::extract::parse_json::<EnqueueRequest>(at(max).as_bytes()).is_ok());
+            assert!(crate::extract::parse_json::<EnqueueRequest>(at(min - 1).as_bytes()).is_err());
+            assert!(crate::extract::parse_json::<EnqueueRequest>(at(max + 1).as_bytes()).is_err());
+        }
+    }
 }

@@ -5,10 +5,21 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use drover_core::Error;
+use drover_core::{Error, Quota};
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
+
+use crate::auth::TenantScope;
+
+/// What a request refused by a quota asked for, so the answer says what would pass it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuotaRequest {
+    /// An enqueue (one job or a batch): new jobs.
+    Enqueue,
+    /// An operator retry: no new job, the same job queued again.
+    Retry,
+}
 
 /// The body of every error answer.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -21,9 +32,12 @@ pub struct ErrorBody {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ErrorDetail {
     /// Stable code: `invalid_input` (400), `unauthorized` (401), `forbidden` (403),
-    /// `not_found` (404), `method_not_allowed` (405), `conflict` and `invalid_transition`
-    /// (409), `payload_too_large` (413), `unsupported_media_type` (415), `quota_exceeded`
-    /// (429), `fatal` (500; 503 from `/v1/ready`), `unavailable` (503), `lease_lost`.
+    /// `not_found` (404), `method_not_allowed` (405), `conflict`, `invalid_transition` and
+    /// `lease_lost` (409), `payload_too_large` (413), `unsupported_media_type` (415),
+    /// `quota_exceeded` (429), `unavailable` (503: the store did not answer; retry after
+    /// `Retry-After`), `fatal` (503: the store cannot serve until an operator acts, e.g. its
+    /// schema is missing; the message says what to do), `internal` (500: a store error this
+    /// version does not know).
     pub code: String,
     /// Human-readable, safe to show (never args, tokens or passwords).
     pub message: String,
@@ -31,7 +45,8 @@ pub struct ErrorDetail {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
     /// Extra facts: a quota's `limit` (`max_pending` or `max_tenant_pending`), `setting`
-    /// (`DROVER_MAX_PENDING` or `DROVER_MAX_TENANT_PENDING`), `current`, `max` and `tenant`;
+    /// (`DROVER_MAX_PENDING` or `DROVER_MAX_TENANT_PENDING`), `current`, `max` and `tenant`
+    /// (`current` and `max` of the cluster-wide quota only for tokens of tenant `*`);
     /// a conflict's `existing_job_id`.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
@@ -101,8 +116,9 @@ impl ApiError {
         e
     }
 
-    /// 404 for a job the caller may not see (same answer as a missing one).
-    pub fn job_not_found(id: &str) -> Self {
+    /// 404 for a job the caller may not see (same answer as a missing one), naming the id in
+    /// its canonical form (hyphenated lowercase), whatever form the request used.
+    pub fn job_not_found(id: drover_core::JobId) -> Self {
         Self::new(
             StatusCode::NOT_FOUND,
             "not_found",
@@ -130,6 +146,23 @@ impl ApiError {
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
             "send the body as JSON with Content-Type: application/json",
+        )
+    }
+
+    /// 415: the body is declared in a charset other than UTF-8 (`charset`, as sent, is quoted
+    /// back when short).
+    pub fn not_utf8(charset: &str) -> Self {
+        let got = if charset.len() <= 40 {
+            format!("charset={charset}")
+        } else {
+            "another charset".to_owned()
+        };
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!(
+                "the body must be UTF-8 JSON: send Content-Type: application/json without a charset or with charset=utf-8, not {got}"
+            ),
         )
     }
 
@@ -196,7 +229,82 @@ impl ApiError {
         self.status
     }
 
-    /// Maps a store error to its answer (DESIGN.md section 4 errors; issue #6 statuses).
+    /// [`ApiError::from_store`] for a caller of `scope` whose request was `request`: a quota
+    /// refusal is worded for that request and, for a caller of one tenant refused by the
+    /// cluster-wide quota, shows no counts (see [`ApiError::quota_exceeded`]).
+    pub fn from_store_for(
+        error: Error,
+        retry_after_secs: u64,
+        scope: &TenantScope,
+        request: QuotaRequest,
+    ) -> Self {
+        match error {
+            Error::QuotaExceeded {
+                quota,
+                current,
+                max,
+            } => Self::quota_exceeded(&quota, current, max, scope, request, retry_after_secs),
+            other => Self::from_store(other, retry_after_secs),
+        }
+    }
+
+    /// 429 `quota_exceeded` with `Retry-After`: `quota` allows `max` pending jobs, `current`
+    /// are pending, and `request` would pass it. Details: the quota's `limit`
+    /// (`max_pending` or `max_tenant_pending`) and `setting` (`DROVER_MAX_PENDING` or
+    /// `DROVER_MAX_TENANT_PENDING`), a tenant quota's `tenant`, and `current` and `max`;
+    /// except that a caller of one tenant refused by the cluster-wide quota learns only that
+    /// it has no room: the counts of every tenant's jobs are not its to see (DESIGN.md
+    /// section 7). A tenant quota's counts are the caller's own tenant's.
+    pub fn quota_exceeded(
+        quota: &Quota,
+        current: u64,
+        max: u64,
+        scope: &TenantScope,
+        request: QuotaRequest,
+        retry_after_secs: u64,
+    ) -> Self {
+        let setting = match quota {
+            Quota::Global => "DROVER_MAX_PENDING",
+            Quota::Tenant(_) => "DROVER_MAX_TENANT_PENDING",
+        };
+        let redacted = matches!(quota, Quota::Global) && *scope != TenantScope::All;
+        let message = match (redacted, request) {
+            (true, QuotaRequest::Enqueue) => "quota exceeded: the cluster-wide limit on pending \
+                jobs (max_pending) has no room for this request's jobs; try again later"
+                .to_owned(),
+            (true, QuotaRequest::Retry) => "quota exceeded: the cluster-wide limit on pending \
+                jobs (max_pending) has no room to queue this job again; try again later"
+                .to_owned(),
+            (false, QuotaRequest::Enqueue) => Error::QuotaExceeded {
+                quota: quota.clone(),
+                current,
+                max,
+            }
+            .to_string(),
+            (false, QuotaRequest::Retry) => format!(
+                "quota exceeded: {quota} allows {max} pending jobs and {current} are pending, \
+                 so queuing this job again would pass it; retry it once fewer are pending"
+            ),
+        };
+        let mut details = serde_json::json!({
+            "limit": quota.setting(),
+            "setting": setting,
+        });
+        if !redacted {
+            details["current"] = Value::from(current);
+            details["max"] = Value::from(max);
+        }
+        if let Quota::Tenant(t) = quota {
+            details["tenant"] = Value::from(t.as_str());
+        }
+        let mut answer = Self::new(StatusCode::TOO_MANY_REQUESTS, "quota_exceeded", message);
+        answer.body.error.details = Some(details);
+        answer.with_retry_after(retry_after_secs)
+    }
+
+    /// Maps a store error to its answer (DESIGN.md section 4 errors; issue #6 statuses), with
+    /// every fact of a quota refusal (for callers of every tenant; see
+    /// [`ApiError::from_store_for`]).
     pub fn from_store(error: Error, retry_after_secs: u64) -> Self {
         match error {
             Error::InvalidInput { field, reason } => Self::invalid(field, reason),
@@ -213,33 +321,18 @@ impl ApiError {
                     existing.map(|id| serde_json::json!({"existing_job_id": id.to_string()}));
                 e
             }
-            e @ Error::QuotaExceeded { .. } => {
-                let message = e.to_string();
-                let Error::QuotaExceeded {
-                    quota,
-                    current,
-                    max,
-                } = e
-                else {
-                    unreachable!("matched above")
-                };
-                let mut answer =
-                    Self::new(StatusCode::TOO_MANY_REQUESTS, "quota_exceeded", message);
-                let mut details = serde_json::json!({
-                    "limit": quota.setting(),
-                    "setting": match quota {
-                        drover_core::Quota::Global => "DROVER_MAX_PENDING",
-                        drover_core::Quota::Tenant(_) => "DROVER_MAX_TENANT_PENDING",
-                    },
-                    "current": current,
-                    "max": max,
-                });
-                if let drover_core::Quota::Tenant(t) = &quota {
-                    details["tenant"] = Value::from(t.as_str());
-                }
-                answer.body.error.details = Some(details);
-                answer.with_retry_after(retry_after_secs)
-            }
+            Error::QuotaExceeded {
+                quota,
+                current,
+                max,
+            } => Self::quota_exceeded(
+                &quota,
+                current,
+                max,
+                &TenantScope::All,
+                QuotaRequest::Enqueue,
+                retry_after_secs,
+            ),
             e @ Error::InvalidTransition { .. } => {
                 Self::new(StatusCode::CONFLICT, "invalid_transition", e.to_string())
             }

@@ -51,18 +51,11 @@ impl<T: DeserializeOwned + Send> FromRequest<ApiState> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &ApiState) -> Result<Self, ApiError> {
-        let is_json = req
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(';').next())
-            .is_some_and(|v| {
-                let v = v.trim().to_ascii_lowercase();
-                v == "application/json" || (v.starts_with("application/") && v.ends_with("+json"))
-            });
-        if !is_json {
-            return Err(ApiError::not_json());
-        }
+        check_content_type(
+            req.headers()
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok()),
+        )?;
         let limit = state.max_body_bytes();
         // A declared length over the limit is refused before reading anything; a body without
         // one (chunked) is cut off once it passes the limit.
@@ -79,6 +72,37 @@ impl<T: DeserializeOwned + Send> FromRequest<ApiState> for JsonBody<T> {
             .map_err(|_| ApiError::too_large(limit))?;
         parse_json(&bytes).map(JsonBody)
     }
+}
+
+/// Checks a body's `Content-Type`: `application/json` or `application/*+json`, and a
+/// `charset` parameter, if any, of `utf-8` (any case, quoted or not): the body is read as
+/// UTF-8, so a body declared in another charset would be misread.
+///
+/// # Errors
+/// 415 for another media type, a missing one, or another charset.
+pub fn check_content_type(value: Option<&str>) -> Result<(), ApiError> {
+    let mut parts = value.unwrap_or_default().split(';');
+    let media = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
+    if !(media == "application/json"
+        || (media.starts_with("application/") && media.ends_with("+json")))
+    {
+        return Err(ApiError::not_json());
+    }
+    for parameter in parts {
+        let (name, charset) = parameter.split_once('=').unwrap_or((parameter, ""));
+        if !name.trim().eq_ignore_ascii_case("charset") {
+            continue;
+        }
+        let charset = charset.trim();
+        let unquoted = charset
+            .strip_prefix('"')
+            .and_then(|c| c.strip_suffix('"'))
+            .unwrap_or(charset);
+        if !unquoted.eq_ignore_ascii_case("utf-8") {
+            return Err(ApiError::not_utf8(charset));
+        }
+    }
+    Ok(())
 }
 
 /// The one path parameter of a route (`{id}`, `{name}`), percent-decoded.
@@ -132,6 +156,97 @@ impl<S: Send + Sync> FromRequestParts<S> for QueryParams {
         }
         Ok(QueryParams(params))
     }
+}
+
+/// How a documented operation treats the query string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum QueryUse {
+    /// It documents query parameters (its handler refuses unknown ones).
+    Parameters,
+    /// It takes none; `body` when its input is a JSON body.
+    Nothing { body: bool },
+}
+
+/// Every operation of the OpenAPI document by (lowercase method, path template), with how it
+/// treats the query string: read from the document, so what the routes accept and what the
+/// document says are one list.
+fn query_use() -> &'static HashMap<(String, String), QueryUse> {
+    static TABLE: std::sync::OnceLock<HashMap<(String, String), QueryUse>> =
+        std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        let doc = serde_json::to_value(crate::openapi_cached()).unwrap_or_default();
+        let mut table = HashMap::new();
+        for (path, item) in doc["paths"].as_object().into_iter().flatten() {
+            for (method, operation) in item.as_object().into_iter().flatten() {
+                let queried = operation["parameters"]
+                    .as_array()
+                    .is_some_and(|ps| ps.iter().any(|p| p["in"] == "query"));
+                let body = !operation["requestBody"].is_null();
+                let usage = if queried {
+                    QueryUse::Parameters
+                } else {
+                    QueryUse::Nothing { body }
+                };
+                table.insert((method.clone(), path.clone()), usage);
+            }
+        }
+        table
+    })
+}
+
+/// Middleware (a route layer, so it sees the matched route): refuses any query parameter on
+/// a route whose operation documents none, with 400 naming the first parameter (or `query`
+/// when its name is not UTF-8 or empty) and the rule. Such a parameter would otherwise be
+/// ignored without a word: `POST /v1/jobs?tenant=b` would enqueue for the token's tenant.
+/// An empty query (`?`, `?&`) holds no parameter.
+pub async fn refuse_query_parameters(
+    request: Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+
+    let Some(query) = request.uri().query() else {
+        return next.run(request).await;
+    };
+    let Some(raw_name) = query
+        .split('&')
+        .find(|pair| !pair.is_empty())
+        .map(|pair| pair.split('=').next().unwrap_or_default())
+    else {
+        return next.run(request).await;
+    };
+    let method = request.method().as_str().to_ascii_lowercase();
+    let path = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(
+            || request.uri().path().to_owned(),
+            |p| p.as_str().to_owned(),
+        );
+    let body = match query_use().get(&(method, path.clone())) {
+        Some(QueryUse::Parameters) => return next.run(request).await,
+        Some(QueryUse::Nothing { body }) => *body,
+        None => false,
+    };
+    let spaced = raw_name.replace('+', " ");
+    let name = percent_encoding::percent_decode_str(&spaced).decode_utf8();
+    let rule = format!(
+        "{} {path} takes no query parameters{}",
+        request.method(),
+        if body {
+            "; give the request's fields in its JSON body"
+        } else {
+            ""
+        }
+    );
+    let error = match name {
+        Ok(name) if !name.is_empty() => ApiError::invalid(
+            name.into_owned(),
+            format!("is a query parameter, and {rule}"),
+        ),
+        _ => ApiError::invalid("query", rule),
+    };
+    error.into_response()
 }
 
 /// A `T` that must be written as a JSON object.

@@ -6,21 +6,27 @@
 //! from the route handlers themselves ([`openapi`]) and served at `/v1/openapi.json`.
 //!
 //! Status codes: 202 enqueue committed; 200 replay/duplicate and reads; 400 invalid input
-//! naming the field; 401 missing/wrong token; 403 role or tenant not allowed; 404 unknown (or
-//! another tenant's) job, unknown route; 405 method not allowed; 409 idempotency conflict or
-//! invalid transition; 413 body too large; 415 not JSON; 429 quota exceeded (with
-//! `Retry-After`); 503 store unavailable, not ready, or schema missing (`fatal`). Every error body
-//! has the shape of [`error::ErrorBody`].
+//! naming the field, or a query parameter on a route that takes none; 401 missing/wrong
+//! token; 403 role or tenant not allowed; 404 unknown (or another tenant's) job, unknown
+//! route; 405 method not allowed; 409 idempotency conflict or invalid transition; 413 body too
+//! large; 415 not JSON, or declared in a charset other than UTF-8; 429 quota exceeded (with
+//! `Retry-After`); 503 store unavailable (`unavailable`), not ready, or schema missing
+//! (`fatal`), on every route that reads the store. Every error body has the shape of
+//! [`error::ErrorBody`], and each operation of the OpenAPI document lists exactly the statuses
+//! it answers (checked by the HTTP tests).
 //!
-//! Authentication ([`auth`]): bearer tokens mapping to a tenant and a role; `/v1/ready`,
-//! `/metrics` and `/v1/openapi.json` need none. Tokens are kept as digests, compared in constant
-//! time, and never logged: request tracing records method, path, status and latency only, and
-//! the `Authorization` header is marked sensitive.
+//! Authentication ([`auth`]): bearer tokens mapping to a tenant and a role; `/v1/ready` and
+//! `/v1/openapi.json` need none; `/metrics`, whose labels and counts span every tenant, needs a
+//! token of tenant `*` (open only under [`AuthMode::InsecureNoAuth`], and on the worker's
+//! [`metrics_router`]). Tokens are kept as digests, compared in constant time, and never
+//! logged: request tracing records method, path, status and latency only, and the
+//! `Authorization` header is marked sensitive.
 
 pub mod auth;
 pub mod dto;
 pub mod error;
 pub mod extract;
+pub mod integer;
 pub mod metrics;
 pub mod routes;
 
@@ -36,7 +42,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub use auth::{ApiTokens, AuthMode, Principal, Role, TenantScope};
-pub use error::ApiError;
+pub use error::{ApiError, QuotaRequest};
 pub use metrics::ProcessMetrics;
 
 /// Default request body limit: 1 MiB.
@@ -139,6 +145,28 @@ impl ApiState {
         ApiError::from_store(e, self.inner.config.retry_after_secs)
     }
 
+    /// [`ApiState::error`] for `principal`'s `request`: a quota refusal worded for it, and
+    /// without the cluster-wide counts for a caller of one tenant
+    /// ([`ApiError::from_store_for`]). Every route that can meet a quota (enqueue, batch,
+    /// retry) answers with this.
+    pub fn error_for(
+        &self,
+        principal: &Principal,
+        request: error::QuotaRequest,
+        e: drover_core::Error,
+    ) -> ApiError {
+        if !matches!(e, drover_core::Error::QuotaExceeded { .. }) {
+            return self.error(e);
+        }
+        tracing::debug!(code = e.code(), "request refused");
+        ApiError::from_store_for(
+            e,
+            self.inner.config.retry_after_secs,
+            &principal.scope,
+            request,
+        )
+    }
+
     /// Counts an enqueued job in the process metrics, if any.
     pub fn count_enqueued(&self, kind: &str) {
         if let Some(m) = &self.inner.process_metrics {
@@ -205,13 +233,23 @@ pub(crate) fn openapi_cached() -> &'static utoipa::openapi::OpenApi {
 }
 
 /// The API's router: every route of [`openapi`] and nothing else; JSON answers in the shape of
-/// [`error::ErrorBody`] for unknown routes (404) and methods (405); the `Authorization` header
+/// [`error::ErrorBody`] for unknown routes (404) and methods (405); 400 naming the parameter
+/// for a query parameter on a route whose operation documents none (every route but
+/// `GET /v1/jobs`, which refuses parameters it does not know); the `Authorization` header
 /// marked sensitive, so nothing that prints headers can show a token; and request tracing: a
 /// span per request with method and path (never the query, headers or body), a debug event
 /// when it starts and an info event with status and latency when it ends.
 pub fn router(state: ApiState) -> Router {
     let (router, _) = api_router().split_for_parts();
+    finish(router, state)
+}
+
+/// Adds what every router of this crate has: the refusal of query parameters on routes that
+/// take none, the error shape for unknown routes and methods, the sensitive headers and
+/// request tracing (see [`router`]).
+fn finish(router: Router<ApiState>, state: ApiState) -> Router {
     router
+        .route_layer(axum::middleware::from_fn(extract::refuse_query_parameters))
         .fallback(|| async { ApiError::no_route() })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(
@@ -237,6 +275,25 @@ pub fn router(state: ApiState) -> Router {
             ]),
         )
         .with_state(state)
+}
+
+/// A router of `/metrics` and `/v1/ready` only, both without a token, for a worker's
+/// `--metrics-listen` address (which has no token list): it serves no route that reads or
+/// changes jobs, but its metrics name every tenant's queues and kinds, so bind it to an address
+/// only the scraper reaches. Other paths answer 404 in the error shape.
+pub fn metrics_router(store: Arc<dyn JobStore>, process_metrics: Option<ProcessMetrics>) -> Router {
+    // Every caller is an operator of every tenant here, which is safe only because this
+    // router serves nothing but metrics and readiness.
+    let state = ApiState::new(
+        store,
+        AuthMode::InsecureNoAuth,
+        ApiConfig::default(),
+        process_metrics,
+    );
+    let router = Router::new()
+        .route("/metrics", axum::routing::get(routes::system::metrics))
+        .route("/v1/ready", axum::routing::get(routes::system::ready));
+    finish(router, state)
 }
 
 /// Serves `router` on `listener` until `shutdown` fires; then stops accepting connections

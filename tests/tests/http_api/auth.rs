@@ -218,9 +218,73 @@ fn serve_refuses_to_start_without_tokens() {
         }
         other => panic!("token file not used: {other:?}"),
     }
+    // Tokens and --insecure-no-auth contradict each other: refused, whichever way the tokens
+    // come, rather than one of them winning without a word.
+    let both = auth_mode(Some(&file), true).unwrap_err().to_string();
+    assert!(
+        both.contains("--tokens") && both.contains("--insecure-no-auth"),
+        "{both}"
+    );
     std::fs::write(&file, "# nothing here\n").unwrap();
     assert!(auth_mode(Some(&file), false).is_err());
     std::fs::write(&file, "short-secret:acme:producer\n").unwrap();
     let malformed = auth_mode(Some(&file), false).unwrap_err().to_string();
     assert!(!malformed.contains("short-secret"), "{malformed}");
+}
+
+/// `drover serve --insecure-no-auth` refuses to start when tokens are given as well, by
+/// `--tokens FILE` or by `DROVER_API_TOKENS`, saying which; nothing listens.
+#[test]
+fn serve_refuses_tokens_with_insecure_no_auth() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tokens");
+    std::fs::write(&file, token_spec().replace(',', "\n")).unwrap();
+    let run = |args: &[&str], env_tokens: Option<&str>| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_drover-test-worker"));
+        command
+            .arg("serve")
+            .args(args)
+            .args(["--insecure-no-auth", "--listen", "127.0.0.1:0"])
+            .env_remove("DROVER_DATABASE_URL")
+            .env_remove("DROVER_API_TOKENS");
+        if let Some(spec) = env_tokens {
+            command.env("DROVER_API_TOKENS", spec);
+        }
+        // A server that starts anyway is killed after 30 s, so the test fails instead of hanging.
+        let mut child = command
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run drover serve");
+        let deadline = std::time::Instant::now() + WAIT;
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait for drover serve") {
+                break Some(status);
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+        // Refused: exited on its own, with a failure.
+        (status.is_some_and(|s| !s.success()), stderr)
+    };
+    let (refused, stderr) = run(&["--tokens", file.to_str().unwrap()], None);
+    assert!(refused, "{stderr}");
+    assert!(
+        stderr.contains("--tokens and --insecure-no-auth contradict each other"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("API on http://"), "{stderr}");
+    let (refused, stderr) = run(&[], Some(&token_spec()));
+    assert!(refused, "{stderr}");
+    assert!(
+        stderr.contains("DROVER_API_TOKENS is set but --insecure-no-auth"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(PRODUCER_A), "no token echoed: {stderr}");
 }

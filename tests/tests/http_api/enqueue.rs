@@ -302,7 +302,9 @@ pub(crate) async fn batch_enqueue(env: &Env) {
 // Quotas (issue #6 item 3)
 
 /// Over `DROVER_MAX_PENDING`: 429 with `Retry-After` and a body naming the limit; nothing
-/// stored.
+/// stored. The cluster-wide counts span every tenant: a token of one tenant learns only that
+/// the quota has no room (no counts in the message or details), on every route that meets the
+/// quota (enqueue, batch, retry); a token of tenant `*` gets them.
 pub(crate) async fn global_quota_answers_429(env: &Env) {
     let api = env
         .api(StoreConfig {
@@ -313,25 +315,40 @@ pub(crate) async fn global_quota_answers_429(env: &Env) {
             ..StoreConfig::default()
         })
         .await;
-    api.enqueue_ok(PRODUCER_A, &json!({"kind": "k"})).await;
+    let first = api.enqueue_ok(PRODUCER_A, &json!({"kind": "k"})).await;
     api.enqueue_ok(PRODUCER_B, &json!({"kind": "k"})).await;
-    let refused = api
-        .post(Some(PRODUCER_A), "/v1/jobs", &json!({"kind": "k"}))
-        .await;
-    refused.assert_error(429, "quota_exceeded", None);
-    assert_eq!(refused.headers["retry-after"], "5");
-    let details = &refused.json["error"]["details"];
-    assert_eq!(details["limit"], "max_pending");
-    assert_eq!(details["setting"], "DROVER_MAX_PENDING");
-    assert_eq!(
-        (details["current"].as_u64(), details["max"].as_u64()),
-        (Some(2), Some(2))
-    );
-    assert!(
-        refused.message().contains("max_pending"),
-        "{}",
-        refused.text
-    );
+    let redacted = |answer: &Answer, what: &str| {
+        answer.assert_error(429, "quota_exceeded", None);
+        assert_eq!(answer.headers["retry-after"], "5");
+        let details = &answer.json["error"]["details"];
+        assert_eq!(
+            details,
+            &json!({"limit": "max_pending", "setting": "DROVER_MAX_PENDING"}),
+            "{what}: {}",
+            answer.text
+        );
+        assert!(
+            answer.message().contains("cluster-wide") && answer.message().contains("max_pending"),
+            "{what}: {}",
+            answer.text
+        );
+        assert!(
+            !answer.message().chars().any(|c| c.is_ascii_digit()),
+            "{what}: no counts in {}",
+            answer.text
+        );
+    };
+    for token in [PRODUCER_A, OPERATOR_A] {
+        let refused = api
+            .post(Some(token), "/v1/jobs", &json!({"kind": "k"}))
+            .await;
+        redacted(&refused, "enqueue");
+        assert!(
+            refused.message().contains("this request's jobs"),
+            "{}",
+            refused.text
+        );
+    }
     let batch = api
         .post(
             Some(PRODUCER_B),
@@ -339,13 +356,72 @@ pub(crate) async fn global_quota_answers_429(env: &Env) {
             &json!({"jobs": [{"kind": "k"}]}),
         )
         .await;
+    redacted(&batch, "batch");
+
+    // A token of every tenant sees the counts.
+    let full = api
+        .post(Some(OPERATOR_ALL), "/v1/jobs", &json!({"kind": "k"}))
+        .await;
+    full.assert_error(429, "quota_exceeded", None);
+    assert_eq!(full.headers["retry-after"], "5");
+    let details = &full.json["error"]["details"];
+    assert_eq!(details["limit"], "max_pending");
+    assert_eq!(details["setting"], "DROVER_MAX_PENDING");
+    assert_eq!(
+        (details["current"].as_u64(), details["max"].as_u64()),
+        (Some(2), Some(2))
+    );
+    assert!(
+        full.message()
+            .contains("max_pending allows 2 pending jobs and 2 are pending"),
+        "{}",
+        full.text
+    );
+    let batch = api
+        .post(
+            Some(OPERATOR_ALL),
+            "/v1/jobs/batch",
+            &json!({"jobs": [{"kind": "k"}]}),
+        )
+        .await;
     batch.assert_error(429, "quota_exceeded", None);
-    assert!(batch.headers.contains_key("retry-after"));
+    assert_eq!(batch.json["error"]["details"]["current"], 2);
     assert_eq!(
         api.all_jobs().await.len(),
         2,
         "nothing stored over the quota"
     );
+
+    // Retry: the same rule, worded for a job queued again (a retry creates no job).
+    let cancel = api
+        .post_empty(Some(PRODUCER_A), &format!("/v1/jobs/{first}/cancel"))
+        .await;
+    assert_eq!(cancel.status, 200, "{}", cancel.text);
+    api.enqueue_ok(PRODUCER_A, &json!({"kind": "k"})).await;
+    let retry = api
+        .post_empty(Some(OPERATOR_A), &format!("/v1/jobs/{first}/retry"))
+        .await;
+    redacted(&retry, "retry");
+    assert!(
+        retry.message().contains("queue this job again"),
+        "{}",
+        retry.text
+    );
+    let retry = api
+        .post_empty(Some(OPERATOR_ALL), &format!("/v1/jobs/{first}/retry"))
+        .await;
+    retry.assert_error(429, "quota_exceeded", None);
+    assert_eq!(retry.json["error"]["details"]["current"], 2);
+    assert_eq!(retry.json["error"]["details"]["max"], 2);
+    assert!(
+        retry
+            .message()
+            .contains("queuing this job again would pass it"),
+        "{}",
+        retry.text
+    );
+    assert!(!retry.message().contains("new jobs"), "{}", retry.text);
+    assert_eq!(api.stored(&first).await.state, JobState::Cancelled);
 }
 
 /// Over `DROVER_MAX_TENANT_PENDING`: 429 naming the limit and tenant; other tenants go on.
@@ -365,10 +441,22 @@ pub(crate) async fn tenant_quota_answers_429(env: &Env) {
         .await;
     refused.assert_error(429, "quota_exceeded", None);
     assert!(refused.headers.contains_key("retry-after"));
+    // The counts of a tenant quota are the caller's own tenant's: shown.
     let details = &refused.json["error"]["details"];
     assert_eq!(details["limit"], "max_tenant_pending");
     assert_eq!(details["setting"], "DROVER_MAX_TENANT_PENDING");
     assert_eq!(details["tenant"], TENANT_A);
+    assert_eq!(
+        (details["current"].as_u64(), details["max"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert!(
+        refused
+            .message()
+            .contains("allows 1 pending jobs and 1 are pending"),
+        "{}",
+        refused.text
+    );
     api.enqueue_ok(PRODUCER_B, &json!({"kind": "k"})).await;
     assert_eq!(api.all_jobs().await.len(), 2);
 }
@@ -395,5 +483,16 @@ pub(crate) async fn retry_rechecks_quotas(env: &Env) {
         .await;
     refused.assert_error(429, "quota_exceeded", None);
     assert!(refused.headers.contains_key("retry-after"));
+    // A retry makes no new job: the answer says the job cannot be queued again.
+    assert!(
+        refused
+            .message()
+            .contains("so queuing this job again would pass it"),
+        "{}",
+        refused.text
+    );
+    assert!(!refused.message().contains("new jobs"), "{}", refused.text);
+    assert_eq!(refused.json["error"]["details"]["tenant"], TENANT_A);
+    assert_eq!(refused.json["error"]["details"]["current"], 1);
     assert_eq!(api.stored(&first).await.state, JobState::Cancelled);
 }

@@ -727,3 +727,25 @@ pub async fn within<F: Future>(what: &str, future: F) -> F::Output {
         .await
         .unwrap_or_else(|_| panic!("{what} did not happen within {WAIT:?}"))
 }
+
+/// Binds 127.0.0.1 on a free port and spawns `serve` (e.g. `drover_http::serve` of a router)
+/// on it; cancel the returned token to stop it.
+pub async fn serve_on_free_port<F, Fut>(serve: F) -> (SocketAddr, CancellationToken)
+where
+    F: FnOnce(TcpListener, CancellationToken) -> Fut,
+    Fut: Future<Output = std::io::Result<()>> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("local addr");
+    let shutdown = CancellationToken::new();
+    tokio::spawn(serve(listener, shutdown.clone()));
+    (addr, shutdown)
+}
+
+/// `GET path` over raw HTTP/1.1, with `token` as bearer if given.
+pub async fn raw_get(addr: SocketAddr, path: &str, token: Option<&str>) -> RawAnswer {
+    let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\n{auth}Connection: close\r\n\r\n");
+    let mut stream = raw_send(addr, request.as_bytes()).await;
+    read_response(&mut stream).await
+}

@@ -3,8 +3,9 @@
 
 use std::collections::BTreeSet;
 
+use drover_core::{Quotas, StoreConfig};
 use drover_http::ApiConfig;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::harness::*;
 
@@ -422,4 +423,610 @@ pub(crate) async fn openapi_document_matches_the_routes(env: &Env) {
             .assert_error(405, "method_not_allowed", None);
         }
     }
+}
+
+// ------------------------------------------------------------------------------------------
+// Integer fields, query strings, charsets
+
+/// Integer fields (`priority`, `delay_ms`, `max_attempts` in bodies and batch items, `limit` in
+/// the query) take any JSON number whose value is a whole number in range (`-0` is 0, `1e3` is
+/// 1000); anything else is refused with the field's rule and the value as sent, never a Rust
+/// type or a parser's reading of the number.
+pub(crate) async fn integer_fields_name_their_rule(env: &Env) {
+    let api = env.api(unbounded()).await;
+    let post = |body: String| {
+        let api = &api;
+        async move {
+            api.send(reqwest::Method::POST, "/v1/jobs", Some(OPERATOR_ALL), |r| {
+                r.header("Content-Type", "application/json").body(body)
+            })
+            .await
+        }
+    };
+    for (field, literal, stored) in [
+        ("priority", "-0", 0),
+        ("priority", "0", 0),
+        ("priority", "-0.0", 0),
+        ("priority", "1e3", 1000),
+        ("priority", "-32768", -32768),
+        ("priority", "32767.0", 32767),
+        ("max_attempts", "1E3", 1000),
+        ("max_attempts", "5.0", 5),
+        ("max_attempts", "1", 1),
+        ("delay_ms", "-0", 0),
+        ("delay_ms", "6e4", 60_000),
+    ] {
+        let answer = post(format!(r#"{{"kind": "a", "{field}": {literal}}}"#)).await;
+        assert_eq!(answer.status, 202, "{field}: {literal}: {}", answer.text);
+        if field != "delay_ms" {
+            assert_eq!(answer.job()[field], stored, "{field}: {literal}");
+        }
+    }
+    let rules = [
+        ("priority", -32768i64, 32767i64),
+        ("delay_ms", 0, 3_153_600_000_000),
+        ("max_attempts", 1, 1000),
+    ];
+    for (field, min, max) in rules {
+        let below = (min - 1).to_string();
+        let above = (max + 1).to_string();
+        for (literal, got) in [
+            ("2.5", "2.5"),
+            ("1e-400", "1e-400"),
+            ("1e40", "1e40"),
+            ("18446744073709551616", "18446744073709551616"),
+            ("-9223372036854775809", "-9223372036854775809"),
+            ("99999999999999999999", "99999999999999999999"),
+            (below.as_str(), below.as_str()),
+            (above.as_str(), above.as_str()),
+            ("\"3\"", "a string"),
+            ("true", "true"),
+            ("[1]", "an array"),
+            ("{}", "an object"),
+        ] {
+            let expected =
+                format!("invalid {field}: must be an integer between {min} and {max}, got {got}");
+            let answer = post(format!(r#"{{"kind": "a", "{field}": {literal}}}"#)).await;
+            answer.assert_error(400, "invalid_input", Some(field));
+            assert_eq!(answer.message(), expected, "{literal}");
+
+            let batch =
+                format!(r#"{{"jobs": [{{"kind": "a"}}, {{"kind": "a", "{field}": {literal}}}]}}"#);
+            let answer = api
+                .send(
+                    reqwest::Method::POST,
+                    "/v1/jobs/batch",
+                    Some(OPERATOR_ALL),
+                    |r| r.header("Content-Type", "application/json").body(batch),
+                )
+                .await;
+            let batch_field = format!("jobs[1].{field}");
+            answer.assert_error(400, "invalid_input", Some(&batch_field));
+            assert_eq!(
+                answer.message(),
+                format!(
+                    "invalid {batch_field}: must be an integer between {min} and {max}, got {got}"
+                )
+            );
+        }
+    }
+    // A number longer than 40 characters is described, not quoted back.
+    let long = "9".repeat(2000);
+    let answer = post(format!(r#"{{"kind": "a", "max_attempts": {long}}}"#)).await;
+    answer.assert_error(400, "invalid_input", Some("max_attempts"));
+    assert_eq!(
+        answer.message(),
+        "invalid max_attempts: must be an integer between 1 and 1000, got a number of 2000 characters"
+    );
+
+    for (limit, ok) in [
+        ("1", true),
+        ("1e1", true),
+        ("1000", true),
+        ("-0", false),
+        ("0", false),
+        ("2.5", false),
+        ("1001", false),
+        ("18446744073709551616", false),
+        ("ten", false),
+        ("", false),
+    ] {
+        let answer = api
+            .send(reqwest::Method::GET, "/v1/jobs", Some(OPERATOR_ALL), |r| {
+                r.query(&[("limit", limit)])
+            })
+            .await;
+        if ok {
+            assert_eq!(answer.status, 200, "limit={limit}: {}", answer.text);
+        } else {
+            answer.assert_error(400, "invalid_input", Some("limit"));
+            let got = if limit.is_empty() {
+                "an empty value"
+            } else {
+                limit
+            };
+            assert_eq!(
+                answer.message(),
+                format!("invalid limit: must be an integer between 1 and 1000, got {got}")
+            );
+        }
+    }
+    // No answer above named a Rust type or a parser's reading of the number.
+    assert_eq!(
+        api.all_jobs().await.len(),
+        11,
+        "refused requests stored nothing"
+    );
+}
+
+/// A query parameter on a route that takes none is refused with 400 naming it and the rule,
+/// on every such route of the OpenAPI document (every route but `GET /v1/jobs`), and the
+/// request does nothing: `POST /v1/jobs?tenant=...` does not enqueue for the token's tenant.
+pub(crate) async fn query_parameters_are_refused_where_none_are_taken(env: &Env) {
+    let api = env.api(unbounded()).await;
+    let doc = serde_json::to_value(drover_http::openapi()).unwrap();
+    let job = api.enqueue_ok(PRODUCER_A, &json!({"kind": "k"})).await;
+    let mut checked = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let takes_query = operation["parameters"]
+                .as_array()
+                .is_some_and(|ps| ps.iter().any(|p| p["in"] == "query"));
+            if takes_query {
+                assert_eq!((method.as_str(), path.as_str()), ("get", "/v1/jobs"));
+                continue;
+            }
+            let concrete = path.replace("{id}", &job).replace("{name}", "default");
+            let body = match path.as_str() {
+                "/v1/jobs" => Some(json!({"kind": "k"})),
+                "/v1/jobs/batch" => Some(json!({"jobs": [{"kind": "k"}]})),
+                _ => None,
+            };
+            let http_method =
+                reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            for (query, field) in [
+                ("tenant=tenant-b", "tenant"),
+                ("&%74enant=tenant-b&x=1", "tenant"),
+                ("probe", "probe"),
+                ("=1", "query"),
+                ("%ff=1", "query"),
+            ] {
+                let answer = api
+                    .send(
+                        http_method.clone(),
+                        &format!("{concrete}?{query}"),
+                        Some(OPERATOR_ALL),
+                        |r| match &body {
+                            Some(b) => r.json(b),
+                            None => r,
+                        },
+                    )
+                    .await;
+                answer.assert_error(400, "invalid_input", Some(field));
+                let rule = format!("{} {path} takes no query parameters", method.to_uppercase());
+                assert!(
+                    answer.message().contains(&rule),
+                    "{method} {path}?{query}: {}",
+                    answer.text
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 12, "every route but GET /v1/jobs");
+    let refused = api
+        .post(
+            Some(PRODUCER_A),
+            "/v1/jobs?tenant=tenant-b",
+            &json!({"kind": "k"}),
+        )
+        .await;
+    refused.assert_error(400, "invalid_input", Some("tenant"));
+    assert_eq!(
+        refused.message(),
+        "invalid tenant: is a query parameter, and POST /v1/jobs takes no query parameters; give the request's fields in its JSON body"
+    );
+    assert_eq!(api.all_jobs().await.len(), 1, "no refused request enqueued");
+    assert_eq!(api.stored(&job).await.state, drover_core::JobState::Queued);
+    let queues = api.get(Some(OPERATOR_ALL), "/v1/queues").await;
+    assert!(
+        queues.json["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|q| q["paused"] == false),
+        "no refused pause paused: {}",
+        queues.text
+    );
+    // An empty query holds no parameter.
+    for path in ["/v1/jobs?", "/v1/jobs?&"] {
+        let answer = api
+            .post(Some(PRODUCER_A), path, &json!({"kind": "k"}))
+            .await;
+        assert_eq!(answer.status, 202, "{path}: {}", answer.text);
+    }
+    let got = api.get(Some(PRODUCER_A), &format!("/v1/jobs/{job}?")).await;
+    assert_eq!(got.status, 200, "{}", got.text);
+}
+
+/// A JSON body declared in a charset other than UTF-8 answers 415 naming the rule; `utf-8` in
+/// any case, quoted or not, is accepted.
+pub(crate) async fn bodies_in_another_charset_answer_415(env: &Env) {
+    let api = env.api(unbounded()).await;
+    for path in ["/v1/jobs", "/v1/jobs/batch"] {
+        let body = if path == "/v1/jobs" {
+            r#"{"kind": "a"}"#
+        } else {
+            r#"{"jobs": [{"kind": "a"}]}"#
+        };
+        for content_type in [
+            "application/json; charset=utf-16",
+            "application/json;charset=UTF-16LE",
+            "application/json; charset=latin1",
+            "application/json; charset=\"iso-8859-1\"",
+            "APPLICATION/JSON; CHARSET=US-ASCII",
+            "application/json; charset=",
+            "application/json; charset=utf-8; charset=utf-16",
+        ] {
+            let answer = api
+                .send(reqwest::Method::POST, path, Some(OPERATOR_ALL), |r| {
+                    r.header("Content-Type", content_type).body(body)
+                })
+                .await;
+            answer.assert_error(415, "unsupported_media_type", None);
+            assert!(
+                answer.message().contains("must be UTF-8 JSON")
+                    && answer.message().contains("charset=utf-8"),
+                "{content_type}: {}",
+                answer.text
+            );
+        }
+        // A body really written in UTF-16 and declared so: the same 415.
+        let utf16: Vec<u8> = body.encode_utf16().flat_map(u16::to_le_bytes).collect();
+        api.send(reqwest::Method::POST, path, Some(OPERATOR_ALL), |r| {
+            r.header("Content-Type", "application/json; charset=utf-16le")
+                .body(utf16)
+        })
+        .await
+        .assert_error(415, "unsupported_media_type", None);
+        assert!(api.all_jobs().await.is_empty(), "nothing stored");
+    }
+    for content_type in [
+        "application/json; charset=utf-8",
+        "application/json;charset=UTF-8",
+        "application/json; Charset=\"Utf-8\"",
+        "application/vnd.drover+json; charset=utf-8",
+    ] {
+        let answer = api
+            .send(reqwest::Method::POST, "/v1/jobs", Some(OPERATOR_ALL), |r| {
+                r.header("Content-Type", content_type)
+                    .body(r#"{"kind": "a"}"#)
+            })
+            .await;
+        assert_eq!(answer.status, 202, "{content_type}: {}", answer.text);
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// OpenAPI statuses against answers
+
+/// The statuses each operation answered, by (lowercase method, path template).
+#[derive(Default)]
+struct Observed(std::collections::BTreeMap<(String, String), BTreeSet<u16>>);
+
+impl Observed {
+    fn note(&mut self, method: &str, path: &str, answer: &Answer) {
+        assert_error_shape_unless_ok(answer);
+        self.0
+            .entry((method.to_owned(), path.to_owned()))
+            .or_default()
+            .insert(answer.status);
+    }
+}
+
+/// Error answers have the one shape; 2xx answers are not errors.
+fn assert_error_shape_unless_ok(answer: &Answer) {
+    if !(200..300).contains(&answer.status) {
+        assert_error_shape(&answer.json, &answer.text);
+    }
+}
+
+/// Every operation of `/v1/openapi.json` answers exactly the statuses it lists: each route is
+/// driven to every outcome the code has (success, replay, bad input, a query parameter, no
+/// token, a token of one tenant or role, missing job, refused transition, body too large or
+/// not UTF-8 JSON, quota, and, on PostgreSQL, a database without the schema) and every answer
+/// must be listed; every listed status must have been answered (on the memory store, 503
+/// cannot be provoked and is only required to be listed by the routes that read the store).
+pub(crate) async fn documented_statuses_are_the_answered_ones(env: &Env) {
+    let store = env.store(unbounded()).await;
+    let api = env.serve(store.clone(), ApiConfig::default()).await;
+    let small = env
+        .serve(
+            store,
+            ApiConfig {
+                max_body_bytes: 64,
+                ..ApiConfig::default()
+            },
+        )
+        .await;
+    let mut seen = Observed::default();
+    let doc = serde_json::to_value(drover_http::openapi()).unwrap();
+    let mut operations: Vec<(String, String)> = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            operations.push((method.clone(), path.clone()));
+        }
+    }
+
+    // Generic probes of every operation: as an operator of every tenant, without a token, as a
+    // producer of one tenant, and with a query parameter.
+    let job = api
+        .enqueue_ok(OPERATOR_ALL, &json!({"kind": "doc.probe"}))
+        .await;
+    let body_of = |path: &str| match path {
+        "/v1/jobs" => Some(json!({"kind": "doc.probe"})),
+        "/v1/jobs/batch" => Some(json!({"jobs": [{"kind": "doc.probe"}]})),
+        _ => None,
+    };
+    for (method, path) in &operations {
+        let concrete = path.replace("{id}", &job).replace("{name}", "default");
+        let http_method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+        for (token, query) in [
+            (Some(OPERATOR_ALL), ""),
+            (None, ""),
+            (Some(PRODUCER_A), ""),
+            (Some(OPERATOR_ALL), "?probe=1"),
+        ] {
+            let answer = api
+                .send(
+                    http_method.clone(),
+                    &format!("{concrete}{query}"),
+                    token,
+                    |r| match body_of(path) {
+                        Some(b) => r.json(&b),
+                        None => r,
+                    },
+                )
+                .await;
+            seen.note(method, path, &answer);
+        }
+    }
+
+    // Specific outcomes.
+    let post = "post";
+    for (path, body, bad, exec, keyed) in [
+        (
+            "/v1/jobs",
+            json!({"kind": "a"}),
+            json!({"kind": ""}),
+            json!({"kind": "exec", "args": {"program": "/bin/true"}}),
+            true,
+        ),
+        (
+            "/v1/jobs/batch",
+            json!({"jobs": [{"kind": "a", "idempotency_key": "doc-batch"}]}),
+            json!({"jobs": []}),
+            json!({"jobs": [{"kind": "exec", "args": {"program": "/bin/true"}}]}),
+            false,
+        ),
+    ] {
+        let send_keyed = |body: Value| {
+            let api = &api;
+            async move {
+                if keyed {
+                    api.enqueue_with_key(OPERATOR_ALL, "doc-key", &body).await
+                } else {
+                    api.post(Some(OPERATOR_ALL), path, &body).await
+                }
+            }
+        };
+        seen.note(post, path, &send_keyed(body.clone()).await); // 202
+        seen.note(post, path, &send_keyed(body.clone()).await); // 200 replay
+        let other = if keyed {
+            json!({"kind": "b"})
+        } else {
+            json!({"jobs": [{"kind": "b", "idempotency_key": "doc-batch"}]})
+        };
+        seen.note(post, path, &send_keyed(other).await); // 409
+        seen.note(post, path, &api.post(Some(OPERATOR_ALL), path, &bad).await); // 400
+        seen.note(post, path, &api.post(Some(PRODUCER_A), path, &exec).await); // 403
+        seen.note(
+            post,
+            path,
+            &small
+                .post(Some(OPERATOR_ALL), path, &json!({"kind": "x".repeat(100)}))
+                .await,
+        ); // 413
+        let text = api
+            .send(reqwest::Method::POST, path, Some(OPERATOR_ALL), |r| {
+                r.header("Content-Type", "text/plain").body("{}")
+            })
+            .await;
+        seen.note(post, path, &text); // 415
+    }
+    let get = "get";
+    seen.note(
+        get,
+        "/v1/jobs",
+        &api.get(Some(OPERATOR_ALL), "/v1/jobs?state=bogus").await,
+    );
+    seen.note(
+        get,
+        "/v1/jobs",
+        &api.get(Some(PRODUCER_A), &format!("/v1/jobs?tenant={TENANT_B}"))
+            .await,
+    );
+    let unknown = "0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79";
+    for (method, path, suffix) in [
+        (get, "/v1/jobs/{id}", ""),
+        (post, "/v1/jobs/{id}/cancel", "/cancel"),
+        (post, "/v1/jobs/{id}/retry", "/retry"),
+    ] {
+        let http_method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+        for id in ["not-a-uuid", unknown] {
+            let answer = api
+                .send(
+                    http_method.clone(),
+                    &format!("/v1/jobs/{id}{suffix}"),
+                    Some(OPERATOR_ALL),
+                    |r| r,
+                )
+                .await;
+            seen.note(method, path, &answer); // 400, 404
+        }
+    }
+    // The probe job: a retry while queued (409), a cancel, then a second cancel (409).
+    let retry = format!("/v1/jobs/{job}/retry");
+    let cancel = format!("/v1/jobs/{job}/cancel");
+    seen.note(
+        post,
+        "/v1/jobs/{id}/retry",
+        &api.post_empty(Some(OPERATOR_ALL), &retry).await,
+    );
+    let first = api.post_empty(Some(OPERATOR_ALL), &cancel).await;
+    assert!(matches!(first.status, 200 | 409), "{}", first.text);
+    seen.note(
+        post,
+        "/v1/jobs/{id}/cancel",
+        &api.post_empty(Some(OPERATOR_ALL), &cancel).await,
+    );
+    for path in ["/v1/queues/{name}/pause", "/v1/queues/{name}/resume"] {
+        let concrete = path.replace("{name}", "no%20spaces");
+        seen.note(
+            post,
+            path,
+            &api.post_empty(Some(OPERATOR_ALL), &concrete).await,
+        ); // 400
+    }
+
+    // Quotas: a server whose tenants may have one pending job each (tenant B only here).
+    let quota = env
+        .api(StoreConfig {
+            quotas: Quotas {
+                max_pending: None,
+                max_tenant_pending: Some(1),
+            },
+            ..StoreConfig::default()
+        })
+        .await;
+    let b_first = quota.enqueue_ok(PRODUCER_B, &json!({"kind": "q"})).await;
+    let cancelled = quota
+        .post_empty(Some(PRODUCER_B), &format!("/v1/jobs/{b_first}/cancel"))
+        .await;
+    assert_eq!(cancelled.status, 200, "{}", cancelled.text);
+    quota.enqueue_ok(PRODUCER_B, &json!({"kind": "q"})).await;
+    seen.note(
+        post,
+        "/v1/jobs",
+        &quota
+            .post(Some(PRODUCER_B), "/v1/jobs", &json!({"kind": "q"}))
+            .await,
+    );
+    seen.note(
+        post,
+        "/v1/jobs/batch",
+        &quota
+            .post(
+                Some(PRODUCER_B),
+                "/v1/jobs/batch",
+                &json!({"jobs": [{"kind": "q"}]}),
+            )
+            .await,
+    );
+    seen.note(
+        post,
+        "/v1/jobs/{id}/retry",
+        &quota
+            .post_empty(Some(OPERATOR_B), &format!("/v1/jobs/{b_first}/retry"))
+            .await,
+    );
+
+    // PostgreSQL: a database without the schema answers 503 `fatal` on every route that reads
+    // the store.
+    let mut fatal_seen = false;
+    if let Some(db) = env.database() {
+        let fresh = TestDatabase::create(db.admin(), false).await;
+        let result = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+            let store = drover_store_postgres::PgStore::connect_with(
+                fresh.connect.clone(),
+                drover_store_postgres::PgOptions::default(),
+            )
+            .await
+            .expect("connect");
+            let bare = env
+                .serve(std::sync::Arc::new(store.clone()), ApiConfig::default())
+                .await;
+            let mut seen_here = Vec::new();
+            for (method, path) in &operations {
+                let concrete = path.replace("{id}", unknown).replace("{name}", "default");
+                let http_method =
+                    reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+                let answer = bare
+                    .send(
+                        http_method,
+                        &concrete,
+                        Some(OPERATOR_ALL),
+                        |r| match body_of(path) {
+                            Some(b) => r.json(&b),
+                            None => r,
+                        },
+                    )
+                    .await;
+                if path != "/v1/openapi.json" {
+                    answer.assert_error(503, "fatal", None);
+                    assert!(
+                        answer.message().contains("drover migrate"),
+                        "{}",
+                        answer.text
+                    );
+                }
+                seen_here.push((method.clone(), path.clone(), answer));
+            }
+            bare.stop().await;
+            store.close().await;
+            seen_here
+        }))
+        .await;
+        fresh.drop_database().await;
+        match result {
+            Ok(answers) => {
+                for (method, path, answer) in answers {
+                    seen.note(&method, &path, &answer);
+                }
+                fatal_seen = true;
+            }
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+
+    let mut problems = Vec::new();
+    for (method, path) in &operations {
+        let listed: BTreeSet<u16> = doc["paths"][path][method]["responses"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|k| k.parse().unwrap())
+            .collect();
+        let answered = seen
+            .0
+            .get(&(method.clone(), path.clone()))
+            .cloned()
+            .unwrap_or_default();
+        let unlisted: Vec<u16> = answered.difference(&listed).copied().collect();
+        let mut unanswered: Vec<u16> = listed.difference(&answered).copied().collect();
+        if !fatal_seen && path != "/v1/openapi.json" {
+            if !listed.contains(&503) {
+                problems.push(format!(
+                    "{method} {path} reads the store: 503 must be listed"
+                ));
+            }
+            unanswered.retain(|s| *s != 503);
+        }
+        if !unlisted.is_empty() || !unanswered.is_empty() {
+            problems.push(format!(
+                "{method} {path}: answered but not listed {unlisted:?}; listed but never answered {unanswered:?}"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

@@ -319,9 +319,8 @@ pub(crate) async fn workers_are_listed(env: &Env) {
     assert_eq!(list[0]["queues"], json!(["default", "mail"]));
 }
 
-/// `/v1/ready`, `/metrics` and `/v1/openapi.json` answer without a token; metrics are
-/// Prometheus text with the DESIGN.md names and no tenant or args in them.
-pub(crate) async fn ready_metrics_and_openapi_need_no_token(env: &Env) {
+/// `/v1/ready` and `/v1/openapi.json` answer without a token (a stray one does not matter).
+pub(crate) async fn ready_and_openapi_need_no_token(env: &Env) {
     let api = env.api(unbounded()).await;
     let ready = api.get(None, "/v1/ready").await;
     assert_eq!(ready.status, 200, "{}", ready.text);
@@ -329,19 +328,55 @@ pub(crate) async fn ready_metrics_and_openapi_need_no_token(env: &Env) {
     let ready = api.get(Some("not-a-configured-token"), "/v1/ready").await;
     assert_eq!(ready.status, 200, "a stray token does not matter");
 
+    let doc = api.get(None, "/v1/openapi.json").await;
+    assert_eq!(doc.status, 200);
+    assert!(doc.json["openapi"].as_str().unwrap().starts_with("3."));
+}
+
+/// `/metrics` names every tenant's queues and kinds and counts every tenant's jobs, so with
+/// tokens configured it needs a token of tenant `*` (401 without one, 403 for a token of one
+/// tenant, answers that show none of the data), like `/v1/queues`; it is Prometheus text with
+/// the DESIGN.md names and no tenant or args. Open under `--insecure-no-auth`, and on the
+/// worker's metrics-only router, which serves nothing else.
+pub(crate) async fn metrics_need_a_token_of_every_tenant(env: &Env) {
+    let api = env.api(unbounded()).await;
     api.enqueue_ok(
         PRODUCER_A,
         &json!({"kind": "send", "queue": "mail", "args": {"secret": "args-marker-1"}}),
     )
     .await;
+    api.enqueue_ok(
+        PRODUCER_B,
+        &json!({"kind": "bob.secret-kind", "queue": "bob-private-queue"}),
+    )
+    .await;
     api.post_empty(Some(OPERATOR_ALL), "/v1/queues/other/pause")
         .await;
-    let metrics = api.get(None, "/metrics").await;
+
+    let anonymous = api.get(None, "/metrics").await;
+    anonymous.assert_error(401, "unauthorized", None);
+    assert_eq!(anonymous.headers["www-authenticate"], "Bearer");
+    api.get(Some("wrong-token-0000000000"), "/metrics")
+        .await
+        .assert_error(401, "unauthorized", None);
+    for token in [PRODUCER_A, OPERATOR_A, PRODUCER_B, OPERATOR_B] {
+        let refused = api.get(Some(token), "/metrics").await;
+        refused.assert_error(403, "forbidden", None);
+        assert_eq!(
+            refused.message(),
+            "the metrics count the jobs of every tenant: it needs a token of tenant *"
+        );
+        let queues = api.get(Some(token), "/v1/queues").await;
+        queues.assert_error(403, "forbidden", None);
+    }
+
+    let metrics = api.get(Some(OPERATOR_ALL), "/metrics").await;
     assert_eq!(metrics.status, 200, "{}", metrics.text);
     let content_type = metrics.headers["content-type"].to_str().unwrap();
     assert!(content_type.contains("text"), "{content_type}");
     for line in [
         r#"drover_jobs{queue="mail",state="queued"} 1"#,
+        r#"drover_jobs{queue="bob-private-queue",state="queued"} 1"#,
         r#"drover_jobs_running{queue="mail"} 0"#,
         r#"drover_queue_paused{queue="other"} 1"#,
         r#"drover_queue_paused{queue="mail"} 0"#,
@@ -352,7 +387,143 @@ pub(crate) async fn ready_metrics_and_openapi_need_no_token(env: &Env) {
     assert!(!metrics.text.contains(TENANT_A));
     assert!(!metrics.text.contains("args-marker-1"));
 
-    let doc = api.get(None, "/v1/openapi.json").await;
-    assert_eq!(doc.status, 200);
-    assert!(doc.json["openapi"].as_str().unwrap().starts_with("3."));
+    // With the process's counters (a server beside a worker): the kinds are in them.
+    let process = drover_http::ProcessMetrics::default();
+    process.record_enqueued("bob.secret-kind");
+    let state = drover_http::ApiState::new(
+        api.store.clone(),
+        drover_http::AuthMode::Tokens(drover_http::ApiTokens::parse(&token_spec()).unwrap()),
+        drover_http::ApiConfig::default(),
+        Some(process.clone()),
+    );
+    let with_counters = serve_on_free_port(|listener, stop| {
+        drover_http::serve(listener, drover_http::router(state), stop)
+    })
+    .await;
+    for token in [None, Some(PRODUCER_B), Some(OPERATOR_B)] {
+        let answer = raw_get(with_counters.0, "/metrics", token).await;
+        assert!(
+            answer.status == 401 || answer.status == 403,
+            "{token:?}: {}",
+            answer.status
+        );
+        let body = String::from_utf8_lossy(&answer.body);
+        assert!(!body.contains("bob"), "{body}");
+    }
+    let answer = raw_get(with_counters.0, "/metrics", Some(OPERATOR_ALL)).await;
+    assert_eq!(answer.status, 200);
+    assert!(String::from_utf8_lossy(&answer.body)
+        .contains(r#"drover_jobs_enqueued_total{kind="bob.secret-kind"} 1"#));
+    with_counters.1.cancel();
+
+    // `--insecure-no-auth`: open to anyone.
+    let insecure = TestApi::start(
+        api.store.clone(),
+        drover_http::AuthMode::InsecureNoAuth,
+        drover_http::ApiConfig::default(),
+    )
+    .await;
+    let open = insecure.get(None, "/metrics").await;
+    assert_eq!(open.status, 200, "{}", open.text);
+    assert!(open.text.contains(r#"queue="bob-private-queue""#));
+
+    // A worker's metrics address: metrics and readiness without a token, nothing else.
+    let store = api.store.clone();
+    let worker_side = serve_on_free_port(|listener, stop| {
+        drover_http::serve(
+            listener,
+            drover_http::metrics_router(store, Some(process)),
+            stop,
+        )
+    })
+    .await;
+    let open = raw_get(worker_side.0, "/metrics", None).await;
+    assert_eq!(open.status, 200);
+    assert!(String::from_utf8_lossy(&open.body).contains(r#"kind="bob.secret-kind""#));
+    assert_eq!(raw_get(worker_side.0, "/v1/ready", None).await.status, 200);
+    for path in ["/v1/jobs", "/v1/queues", "/v1/workers", "/v1/openapi.json"] {
+        let answer = raw_get(worker_side.0, path, Some(OPERATOR_ALL)).await;
+        assert_eq!(answer.status, 404, "{path}");
+        assert_error_shape(&answer.json(), &String::from_utf8_lossy(&answer.body));
+    }
+    worker_side.1.cancel();
+}
+
+/// A job id is a UUID in any form RFC 9562 and common tools write (hyphenated or not, any
+/// case, `urn:uuid:...`, `{...}`): every form names the same job on get, cancel, retry and
+/// as a list cursor, and every answer, a 404 included, shows the canonical form (hyphenated
+/// lowercase), never the form typed.
+pub(crate) async fn job_ids_in_any_uuid_form_answer_with_the_canonical_form(env: &Env) {
+    let api = env.api(unbounded()).await;
+    let id = api.enqueue_ok(OPERATOR_ALL, &json!({"kind": "k"})).await;
+    let forms = |id: &str| {
+        let upper = id.to_uppercase();
+        vec![
+            id.to_owned(),
+            upper.clone(),
+            id.replace('-', ""),
+            upper.replace('-', ""),
+            format!("urn:uuid:{id}"),
+            format!("URN:UUID:{upper}"),
+            format!("%7B{id}%7D"),
+            format!("%7b{upper}%7d"),
+        ]
+    };
+    for form in forms(&id) {
+        let got = api
+            .get(Some(OPERATOR_ALL), &format!("/v1/jobs/{form}"))
+            .await;
+        assert_eq!(got.status, 200, "{form}: {}", got.text);
+        assert_eq!(got.job_id(), id, "{form}");
+    }
+    let cancelled = api
+        .post_empty(
+            Some(OPERATOR_ALL),
+            &format!("/v1/jobs/urn:uuid:{id}/cancel"),
+        )
+        .await;
+    assert_eq!(cancelled.status, 200, "{}", cancelled.text);
+    assert_eq!(cancelled.job_id(), id);
+    let retried = api
+        .post_empty(
+            Some(OPERATOR_ALL),
+            &format!("/v1/jobs/{}/retry", id.to_uppercase()),
+        )
+        .await;
+    assert_eq!(retried.status, 200, "{}", retried.text);
+    assert_eq!(retried.job_id(), id);
+    let newer = api.enqueue_ok(OPERATOR_ALL, &json!({"kind": "k"})).await;
+    let page = api
+        .send(reqwest::Method::GET, "/v1/jobs", Some(OPERATOR_ALL), |r| {
+            r.query(&[("cursor", format!("urn:uuid:{}", newer.to_uppercase()))])
+        })
+        .await;
+    assert_eq!(page.status, 200, "{}", page.text);
+    assert_eq!(page.json["jobs"][0]["id"], id.as_str());
+
+    let unknown = "ffffffff-ffff-7fff-bfff-ffffffffffff";
+    for form in forms(unknown) {
+        for (method, path) in [
+            (reqwest::Method::GET, format!("/v1/jobs/{form}")),
+            (reqwest::Method::POST, format!("/v1/jobs/{form}/cancel")),
+            (reqwest::Method::POST, format!("/v1/jobs/{form}/retry")),
+        ] {
+            let answer = api.send(method, &path, Some(OPERATOR_ALL), |r| r).await;
+            answer.assert_error(404, "not_found", None);
+            assert_eq!(
+                answer.message(),
+                format!("job {unknown} not found"),
+                "{path}"
+            );
+        }
+    }
+    // Another tenant's job answers the same 404, in the canonical form too.
+    let answer = api
+        .get(
+            Some(PRODUCER_B),
+            &format!("/v1/jobs/urn:uuid:{}", id.to_uppercase()),
+        )
+        .await;
+    answer.assert_error(404, "not_found", None);
+    assert_eq!(answer.message(), format!("job {id} not found"));
 }

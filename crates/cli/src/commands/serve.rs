@@ -17,11 +17,25 @@ use crate::context::Ctx;
 use crate::{env, Extensions};
 
 /// The API's authentication from `--tokens FILE`, else `DROVER_API_TOKENS`; without either,
-/// refuses to start unless `insecure` (`--insecure-no-auth`).
+/// refuses to start unless `insecure` (`--insecure-no-auth`). Tokens and `--insecure-no-auth`
+/// together are refused: one asks for authentication, the other turns it off, and neither
+/// should silently win.
 ///
 /// # Errors
-/// No tokens and not insecure; an unreadable or malformed token file.
+/// No tokens and not insecure; tokens and insecure; an unreadable or malformed token file.
 pub fn auth_mode(tokens_file: Option<&std::path::Path>, insecure: bool) -> Result<AuthMode> {
+    if insecure {
+        if tokens_file.is_some() {
+            return Err(anyhow!(
+                "--tokens and --insecure-no-auth contradict each other: give --tokens FILE to require tokens, or --insecure-no-auth (development only) to turn authentication off, not both"
+            ));
+        }
+        if env::api_tokens().is_some() {
+            return Err(anyhow!(
+                "DROVER_API_TOKENS is set but --insecure-no-auth turns authentication off: unset DROVER_API_TOKENS, or drop --insecure-no-auth to require its tokens"
+            ));
+        }
+    }
     let spec = match tokens_file {
         Some(path) => Some(
             std::fs::read_to_string(path)
@@ -33,9 +47,6 @@ pub fn auth_mode(tokens_file: Option<&std::path::Path>, insecure: bool) -> Resul
         Some(spec) => {
             let tokens = ApiTokens::parse(&spec).map_err(|e| anyhow!("{e}"))?;
             if tokens.is_empty() {
-                if insecure {
-                    return Ok(AuthMode::InsecureNoAuth);
-                }
                 return Err(anyhow!("the API token list is empty: give at least one token:tenant:role, or --insecure-no-auth for development"));
             }
             Ok(AuthMode::Tokens(tokens))

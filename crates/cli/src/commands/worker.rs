@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, Context, Result};
 use drover_core::{JobKind, JobStore, QueueName};
-use drover_http::{ApiConfig, ApiState, ApiTokens, AuthMode, ProcessMetrics};
+use drover_http::ProcessMetrics;
 use drover_runner::{PoolConfig, Registry, Worker, WorkerConfig, SLOTS_MAX};
 use tokio_util::sync::CancellationToken;
 
@@ -207,7 +207,9 @@ impl Signals {
     }
 }
 
-/// Serves `/metrics` and `/v1/ready` (and nothing else) on `addr` until `shutdown` fires.
+/// Serves `/metrics` and `/v1/ready` (and nothing else) on `addr` until `shutdown` fires, both
+/// without a token: the worker has no token list, so `addr` should be one only the scraper
+/// reaches (the metrics name every tenant's queues and kinds).
 ///
 /// # Errors
 /// The address cannot be bound.
@@ -220,14 +222,7 @@ pub async fn serve_metrics(
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
-    let no_tokens = ApiTokens::parse("").map_err(|e| anyhow!("{e}"))?;
-    let state = ApiState::new(
-        store,
-        AuthMode::Tokens(no_tokens),
-        ApiConfig::default(),
-        Some(metrics),
-    );
-    let router = drover_http::router(state);
+    let router = drover_http::metrics_router(store, Some(metrics));
     // The bound address: with port 0 the system picked one.
     let bound = listener.local_addr().unwrap_or(addr);
     eprintln!("drover: metrics on http://{bound}/metrics");

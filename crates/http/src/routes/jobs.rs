@@ -11,7 +11,7 @@ use crate::dto::{
     BatchEnqueueRequest, BatchEnqueueResponse, CancelResponse, EnqueueRequest, EnqueueResponse,
     JobListResponse, JobResponse, BATCH_MAX,
 };
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody, QuotaRequest};
 use crate::extract::{JsonBody, PathParam, QueryParams};
 use crate::ApiState;
 
@@ -35,15 +35,18 @@ fn idempotency_header(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 }
 
 /// Fetches a job the caller may see; another tenant's job answers 404 like a missing one.
+/// `id` is a UUID in any form RFC 9562 and common tools write (hyphenated or not, any case,
+/// `urn:uuid:` or `{...}`): every form names the same job, and answers show the canonical
+/// one (hyphenated lowercase).
 async fn visible_job(state: &ApiState, principal: &Principal, id: &str) -> Result<Job, ApiError> {
     let job_id: JobId = id.parse().map_err(|e| state.error(e))?;
     let job = match state.store().job_get(job_id).await {
         Ok(job) => job,
-        Err(drover_core::Error::NotFound { .. }) => return Err(ApiError::job_not_found(id)),
+        Err(drover_core::Error::NotFound { .. }) => return Err(ApiError::job_not_found(job_id)),
         Err(e) => return Err(state.error(e)),
     };
     if !principal.scope.allows(&job.tenant) {
-        return Err(ApiError::job_not_found(id));
+        return Err(ApiError::job_not_found(job_id));
     }
     Ok(job)
 }
@@ -60,12 +63,14 @@ async fn visible_job(state: &ApiState, principal: &Principal, id: &str) -> Resul
     responses(
         (status = 202, description = "Enqueued and committed", body = EnqueueResponse),
         (status = 200, description = "Replay of an earlier request, or duplicate unique key", body = EnqueueResponse),
-        (status = 400, description = "Invalid input", body = ErrorBody),
+        (status = 400, description = "Invalid input (the field is named), or a query parameter (this route takes none)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
-        (status = 403, description = "Not allowed for this token", body = ErrorBody),
+        (status = 403, description = "Not allowed for this token (field tenant or kind)", body = ErrorBody),
         (status = 409, description = "Idempotency key used with a different request", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 429, description = "Quota exceeded", body = ErrorBody),
+        (status = 415, description = "Body not declared as UTF-8 JSON (Content-Type: application/json, charset utf-8 if any)", body = ErrorBody),
+        (status = 429, description = "Quota exceeded (with Retry-After)", body = ErrorBody),
+        (status = 503, description = "Store unavailable (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -82,7 +87,7 @@ pub async fn enqueue_job(
         .store()
         .job_enqueue(job)
         .await
-        .map_err(|e| state.error(e))?;
+        .map_err(|e| state.error_for(&principal, QuotaRequest::Enqueue, e))?;
     let status = match answer.status {
         EnqueueStatus::Created => {
             state.count_enqueued(answer.job.kind.as_str());
@@ -103,12 +108,14 @@ pub async fn enqueue_job(
     responses(
         (status = 202, description = "Enqueued and committed", body = BatchEnqueueResponse),
         (status = 200, description = "Every job was a replay or duplicate", body = BatchEnqueueResponse),
-        (status = 400, description = "Invalid input (field jobs[i].name), or an Idempotency-Key header", body = ErrorBody),
+        (status = 400, description = "Invalid input (field jobs[i].name), an Idempotency-Key header, or a query parameter (this route takes none)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 403, description = "Not allowed for this token (field jobs[i].tenant or jobs[i].kind)", body = ErrorBody),
         (status = 409, description = "An idempotency key was used with a different request", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 429, description = "Quota exceeded", body = ErrorBody),
+        (status = 415, description = "Body not declared as UTF-8 JSON (Content-Type: application/json, charset utf-8 if any)", body = ErrorBody),
+        (status = 429, description = "Quota exceeded (with Retry-After)", body = ErrorBody),
+        (status = 503, description = "Store unavailable (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -147,7 +154,7 @@ pub async fn enqueue_batch(
         .store()
         .jobs_enqueue(jobs)
         .await
-        .map_err(|e| state.error(e))?;
+        .map_err(|e| state.error_for(&principal, QuotaRequest::Enqueue, e))?;
     let mut created = false;
     for a in &answers {
         if a.status == EnqueueStatus::Created {
@@ -183,14 +190,15 @@ const LIST_PARAMS: [&str; 7] = [
         ("kind" = Option<String>, Query, description = "Only this kind"),
         ("tenant" = Option<String>, Query, description = "Only this tenant (all-tenant operators)"),
         ("meta" = Option<String>, Query, description = "JSON object the job's meta must contain"),
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Page size 1..=1000 (default 50)"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Page size, an integer 1..=1000 (default 50)"),
         ("cursor" = Option<String>, Query, description = "next_cursor of the previous page"),
     ),
     responses(
         (status = 200, description = "A page of jobs", body = JobListResponse),
-        (status = 400, description = "Invalid filter", body = ErrorBody),
+        (status = 400, description = "Invalid or unknown filter (the parameter is named)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 403, description = "Another tenant", body = ErrorBody),
+        (status = 503, description = "Store unavailable (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -246,12 +254,10 @@ pub async fn list_jobs(
         query.meta = Some(value);
     }
     if let Some(l) = params.get("limit") {
-        let limit: u32 = l
-            .parse()
-            .ok()
-            .filter(|l| (1..=drover_core::store::LIST_LIMIT_MAX).contains(l))
-            .ok_or_else(|| ApiError::invalid("limit", "must be a whole number from 1 to 1000"))?;
-        query.limit = limit;
+        let max = i64::from(drover_core::store::LIST_LIMIT_MAX);
+        let limit =
+            crate::integer::within(l, 1, max).map_err(|rule| ApiError::invalid("limit", rule))?;
+        query.limit = u32::try_from(limit).unwrap_or(drover_core::store::LIST_LIMIT_MAX);
     }
     if let Some(c) = params.get("cursor") {
         query.before = Some(c.parse::<JobId>().map_err(|_| {
@@ -270,12 +276,13 @@ pub async fn list_jobs(
     get,
     path = "/v1/jobs/{id}",
     tag = "jobs",
-    params(("id" = String, Path, description = "Job id (UUID)")),
+    params(("id" = String, Path, description = "Job id: a UUID, hyphenated or not, any case, or as urn:uuid:... or {...}; answers show it hyphenated lowercase")),
     responses(
         (status = 200, description = "The job", body = JobResponse),
-        (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 400, description = "Malformed id, or a query parameter (this route takes none)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 404, description = "No such job for this tenant", body = ErrorBody),
+        (status = 503, description = "Store unavailable (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -295,13 +302,14 @@ pub async fn get_job(
     post,
     path = "/v1/jobs/{id}/cancel",
     tag = "jobs",
-    params(("id" = String, Path, description = "Job id (UUID)")),
+    params(("id" = String, Path, description = "Job id: a UUID, hyphenated or not, any case, or as urn:uuid:... or {...}; answers show it hyphenated lowercase")),
     responses(
         (status = 200, description = "Cancelled or cancel requested", body = CancelResponse),
-        (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 400, description = "Malformed id, or a query parameter (this route takes none)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 404, description = "No such job for this tenant", body = ErrorBody),
         (status = 409, description = "The job already finished", body = ErrorBody),
+        (status = 503, description = "Store unavailable (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -325,15 +333,16 @@ pub async fn cancel_job(
     post,
     path = "/v1/jobs/{id}/retry",
     tag = "jobs",
-    params(("id" = String, Path, description = "Job id (UUID)")),
+    params(("id" = String, Path, description = "Job id: a UUID, hyphenated or not, any case, or as urn:uuid:... or {...}; answers show it hyphenated lowercase")),
     responses(
         (status = 200, description = "Queued again", body = JobResponse),
-        (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 400, description = "Malformed id, or a query parameter (this route takes none)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 403, description = "Operator role required", body = ErrorBody),
         (status = 404, description = "No such job for this tenant", body = ErrorBody),
         (status = 409, description = "The job is not finished, or its unique key is taken", body = ErrorBody),
-        (status = 429, description = "Quota exceeded", body = ErrorBody),
+        (status = 429, description = "Quota exceeded (with Retry-After)", body = ErrorBody),
+        (status = 503, description = "Store unavailable (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -350,6 +359,6 @@ pub async fn retry_job(
         .store()
         .job_retry(job.id)
         .await
-        .map_err(|e| state.error(e))?;
+        .map_err(|e| state.error_for(&principal, QuotaRequest::Retry, e))?;
     Ok(Json(JobResponse { job: job.into() }))
 }

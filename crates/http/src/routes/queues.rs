@@ -20,8 +20,10 @@ use crate::ApiState;
     tag = "queues",
     responses(
         (status = 200, description = "Queues by name", body = QueueListResponse),
+        (status = 400, description = "A query parameter (this route takes none)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 403, description = "A token of one tenant (the counts span every tenant)", body = ErrorBody),
+        (status = 503, description = "Store unavailable (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -29,7 +31,7 @@ pub async fn list_queues(
     State(state): State<ApiState>,
     principal: Principal,
 ) -> Result<Json<QueueListResponse>, ApiError> {
-    require_all_tenants(&principal, "the queue list counts the jobs of every tenant")?;
+    principal.require_all_tenants("the queue list counts the jobs of every tenant")?;
     let store = state.store();
     let infos = store.queues_list().await.map_err(|e| state.error(e))?;
     let snapshot = store.queue_snapshot().await.map_err(|e| state.error(e))?;
@@ -59,17 +61,6 @@ fn queue_name(state: &ApiState, name: &str) -> Result<QueueName, ApiError> {
 
 /// Queues are shared by every tenant, so pausing or resuming one needs an operator of every
 /// tenant (tenant `*`): a tenant-scoped operator could otherwise stop other tenants' work.
-/// Refuses a token scoped to one tenant: what it asks for spans every tenant (DESIGN.md
-/// section 7: a tenant never sees another tenant's jobs, nor counts of them).
-fn require_all_tenants(principal: &Principal, what: &str) -> Result<(), ApiError> {
-    if principal.scope != TenantScope::All {
-        return Err(ApiError::forbidden(format!(
-            "{what}: it needs a token of tenant *"
-        )));
-    }
-    Ok(())
-}
-
 fn require_cluster_operator(principal: &Principal, action: &str) -> Result<(), ApiError> {
     if principal.role != Role::Operator {
         return Err(ApiError::forbidden(format!(
@@ -92,9 +83,10 @@ fn require_cluster_operator(principal: &Principal, action: &str) -> Result<(), A
     params(("name" = String, Path, description = "Queue name")),
     responses(
         (status = 200, description = "Paused", body = QueueStateResponse),
-        (status = 400, description = "Bad queue name", body = ErrorBody),
+        (status = 400, description = "Bad queue name, or a query parameter (this route takes none)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 403, description = "Operator of every tenant required", body = ErrorBody),
+        (status = 503, description = "Store unavailable (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -121,9 +113,10 @@ pub async fn pause_queue(
     params(("name" = String, Path, description = "Queue name")),
     responses(
         (status = 200, description = "Resumed", body = QueueStateResponse),
-        (status = 400, description = "Bad queue name", body = ErrorBody),
+        (status = 400, description = "Bad queue name, or a query parameter (this route takes none)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 403, description = "Operator of every tenant required", body = ErrorBody),
+        (status = 503, description = "Store unavailable (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -150,8 +143,10 @@ pub async fn resume_queue(
     tag = "workers",
     responses(
         (status = 200, description = "Workers by id", body = WorkerListResponse),
+        (status = 400, description = "A query parameter (this route takes none)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 403, description = "A token of one tenant (workers serve every tenant)", body = ErrorBody),
+        (status = 503, description = "Store unavailable (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -159,7 +154,7 @@ pub async fn list_workers(
     State(state): State<ApiState>,
     principal: Principal,
 ) -> Result<Json<WorkerListResponse>, ApiError> {
-    require_all_tenants(&principal, "the worker list shows workers of every tenant")?;
+    principal.require_all_tenants("the worker list shows workers of every tenant")?;
     let workers = state
         .store()
         .workers_list()

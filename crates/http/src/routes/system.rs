@@ -1,10 +1,13 @@
-//! Unauthenticated routes that reveal no job contents: readiness, metrics, the OpenAPI document.
+//! Routes for probes, scrapers and tools: readiness and the OpenAPI document (no token; they
+//! reveal nothing about jobs), and metrics (a token of tenant `*` when tokens are configured:
+//! their labels and counts span every tenant).
 
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
+use crate::auth::Principal;
 use crate::dto::ReadyResponse;
 use crate::error::{ApiError, ErrorBody};
 use crate::ApiState;
@@ -18,7 +21,8 @@ use crate::ApiState;
     tag = "system",
     responses(
         (status = 200, description = "Ready", body = ReadyResponse),
-        (status = 503, description = "Not ready, with the reason", body = ErrorBody),
+        (status = 400, description = "A query parameter (this route takes none)", body = ErrorBody),
+        (status = 503, description = "Not ready, with the reason: store unavailable or too slow (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
     )
 )]
 pub async fn ready(State(state): State<ApiState>) -> Result<Json<ReadyResponse>, ApiError> {
@@ -46,17 +50,28 @@ pub async fn ready(State(state): State<ApiState>) -> Result<Json<ReadyResponse>,
 }
 
 /// Prometheus metrics (OpenMetrics text): queue gauges from the store, plus this process's job
-/// counters when it runs jobs.
+/// counters when it runs jobs. Their labels name every tenant's queues and kinds and their
+/// values count every tenant's jobs, so they need a token of tenant `*` (Prometheus sends it
+/// with `authorization` or `bearer_token_file`); a server started with `--insecure-no-auth`
+/// serves them to anyone.
 #[utoipa::path(
     get,
     path = "/metrics",
     tag = "system",
     responses(
         (status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text", body = String),
-        (status = 503, description = "The store did not answer", body = ErrorBody),
-    )
+        (status = 400, description = "A query parameter (this route takes none)", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "A token of one tenant (the metrics span every tenant)", body = ErrorBody),
+        (status = 503, description = "Store unavailable (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
+    ),
+    security(("bearer" = []))
 )]
-pub async fn metrics(State(state): State<ApiState>) -> Result<Response, ApiError> {
+pub async fn metrics(
+    State(state): State<ApiState>,
+    principal: Principal,
+) -> Result<Response, ApiError> {
+    principal.require_all_tenants("the metrics count the jobs of every tenant")?;
     let snapshot = state
         .store()
         .queue_snapshot()
@@ -73,6 +88,7 @@ pub async fn metrics(State(state): State<ApiState>) -> Result<Response, ApiError
     tag = "system",
     responses(
         (status = 200, description = "OpenAPI 3.1 document (JSON)", content_type = "application/json", body = Object),
+        (status = 400, description = "A query parameter (this route takes none)", body = ErrorBody),
     )
 )]
 pub async fn openapi_json() -> Json<&'static utoipa::openapi::OpenApi> {
