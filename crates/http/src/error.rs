@@ -41,7 +41,8 @@ pub struct ErrorDetail {
     pub code: String,
     /// Human-readable, safe to show (never args, tokens or passwords).
     pub message: String,
-    /// The offending request field, for `invalid_input` and `forbidden`.
+    /// The offending request field, for `invalid_input`, `forbidden` and `conflict`
+    /// (`idempotency_key`, `unique_key`; `jobs[i].idempotency_key` in a batch).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
     /// Extra facts: a quota's `limit` (`max_pending` or `max_tenant_pending`), `setting`
@@ -314,9 +315,12 @@ impl ApiError {
                 format!("{entity} {id} not found"),
             ),
             Error::Conflict {
-                reason, existing, ..
+                reason,
+                existing,
+                field,
             } => {
                 let mut e = Self::new(StatusCode::CONFLICT, "conflict", reason);
+                e.body.error.field = field;
                 e.body.error.details =
                     existing.map(|id| serde_json::json!({"existing_job_id": id.to_string()}));
                 e

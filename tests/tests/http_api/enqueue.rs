@@ -104,7 +104,7 @@ pub(crate) async fn idempotency_key_replays_and_conflicts(env: &Env) {
 
     let other = json!({"kind": "invoice.render", "args": {"invoice": 8}});
     let conflict = api.enqueue_with_key(PRODUCER_A, "invoice-7", &other).await;
-    conflict.assert_error(409, "conflict", None);
+    conflict.assert_error(409, "conflict", Some("idempotency_key"));
     assert!(
         conflict.message().contains("different request"),
         "{}",
@@ -126,7 +126,7 @@ pub(crate) async fn idempotency_key_replays_and_conflicts(env: &Env) {
     let conflict = api
         .enqueue_with_key(PRODUCER_A, "legacy-1", &json!({"kind": "legacy"}))
         .await;
-    conflict.assert_error(409, "conflict", None);
+    conflict.assert_error(409, "conflict", Some("idempotency_key"));
     assert!(
         conflict.message().contains("without a request hash"),
         "{}",
@@ -256,6 +256,26 @@ pub(crate) async fn batch_enqueue(env: &Env) {
         answer.json["results"][0]["job"]["id"],
         results[0]["job"]["id"]
     );
+
+    // A stored key reused with another request refuses the whole batch, naming the item;
+    // the good item before it is not stored.
+    let conflict = json!({"jobs": [
+        {"kind": "fresh-before-conflict"},
+        {"kind": "a", "idempotency_key": "batch-1", "args": {"other": true}},
+    ]});
+    let answer = api
+        .post(Some(PRODUCER_A), "/v1/jobs/batch", &conflict)
+        .await;
+    answer.assert_error(409, "conflict", Some("jobs[1].idempotency_key"));
+    assert!(answer.message().starts_with("jobs[1]: "), "{}", answer.text);
+    assert_eq!(
+        answer.json["error"]["details"]["existing_job_id"],
+        results[0]["job"]["id"]
+    );
+    let listed = api
+        .get(Some(PRODUCER_A), "/v1/jobs?kind=fresh-before-conflict")
+        .await;
+    assert_eq!(listed.json["jobs"], json!([]), "{}", listed.text);
 
     // One bad item refuses the whole batch, naming it.
     let bad = json!({"jobs": [{"kind": "ok"}, {"kind": "ok", "queue": "no spaces"}]});
