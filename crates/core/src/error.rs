@@ -50,7 +50,8 @@ pub enum Error {
     /// past a quota. Nothing was stored.
     #[error(
         "quota exceeded: {quota} allows {max} pending jobs and {current} are pending, so the \
-         request's new jobs would pass it (room for {} more)",
+         jobs this request would queue (new ones, or one queued again by a retry) would pass it \
+         (room for {} more)",
         .max.saturating_sub(*.current)
     )]
     QuotaExceeded {
