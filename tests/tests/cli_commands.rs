@@ -656,8 +656,13 @@ async fn bulk_enqueue_stopped_by_the_database_says_what_is_loaded_and_where_to_r
     .execute(db.pool())
     .await
     .unwrap();
+    // Line 250 is malformed: found by parsing before the load, but never reached by it, so
+    // it is not counted (it is reported when the rest is loaded).
     let lines: Vec<String> = (1..=300)
-        .map(|n| format!(r#"{{"kind": "noop", "meta": {{"line": {n}}}}}"#))
+        .map(|n| match n {
+            250 => "not JSON".to_owned(),
+            n => format!(r#"{{"kind": "noop", "meta": {{"line": {n}}}}}"#),
+        })
         .collect();
     let file = TempFile::new("stopped.jsonl", &(lines.join("\n") + "\n"));
     let out = db
@@ -687,6 +692,26 @@ async fn bulk_enqueue_stopped_by_the_database_says_what_is_loaded_and_where_to_r
         .await
         .unwrap();
     assert_eq!(last, 100);
+    // Scripts get the same facts as JSON.
+    let out = db
+        .run(&[
+            "--json",
+            "enqueue",
+            "--file",
+            file.arg(),
+            "--batch-size",
+            "100",
+        ])
+        .await;
+    assert_eq!(out.status.code(), Some(1));
+    let answer: Value = serde_json::from_slice(&out.stdout).expect("JSON summary");
+    assert_eq!(answer["created"], 100, "{answer}");
+    assert_eq!(answer["rejected"], json!([]), "{answer}");
+    assert_eq!(
+        answer["stopped"],
+        json!({"in_flight_first_line": 101, "in_flight_last_line": 200, "resume_from_line": 201}),
+        "{answer}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -738,6 +763,51 @@ async fn prune_deletes_old_finished_jobs_in_batches() {
     );
     let bad = db.fails(&["prune", "--batch", "0"]).await;
     assert!(bad.contains("--batch"), "{bad}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_a_worker_whose_stderr_reader_is_gone() {
+    let Some(db) = TestDb::migrated("sigterm_stops_a_worker_whose_stderr_reader_is_gone").await
+    else {
+        return;
+    };
+    // stderr goes to a reader that takes the start line and goes away (`drover worker 2>&1 |
+    // head -1`): the shutdown message then fails to write.
+    let mut command = db.command(&["worker", "--queue", "pipeq", "--heartbeat", "300ms"]);
+    command
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = command.spawn().expect("spawn drover worker");
+    let pid = child.id().expect("a running child");
+    {
+        use tokio::io::AsyncBufReadExt;
+        let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let first = tokio::time::timeout(WAIT, lines.next_line())
+            .await
+            .expect("a start line")
+            .expect("read stderr");
+        assert!(first.is_some(), "the worker wrote nothing");
+    }
+    wait_until("the worker to register", WAIT, || async {
+        let list = db.json(&["workers", "list"]).await;
+        list.as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w["pid"] == pid)
+            .then_some(())
+    })
+    .await;
+    let raw = rustix::process::Pid::from_raw(pid as i32).expect("a positive pid");
+    rustix::process::kill_process(raw, Signal::TERM).expect("send SIGTERM");
+    let status = tokio::time::timeout(WAIT, child.wait())
+        .await
+        .expect("the worker exits after SIGTERM although its stderr is closed")
+        .expect("wait for drover");
+    assert!(status.code().is_some(), "exited, not killed: {status:?}");
+    // It deregistered on the way out: a graceful stop, not a crash.
+    assert_eq!(db.json(&["workers", "list"]).await, json!([]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

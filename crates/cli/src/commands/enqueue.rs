@@ -40,8 +40,8 @@ pub fn job_from_flags(args: &EnqueueArgs) -> Result<NewJob> {
             .map(|d| {
                 if d > drover_core::job::DELAY_MAX {
                     return Err(anyhow!(
-                        "invalid --delay: must be at most 36500 days (100 years of 365 days), got {}",
-                        humantime::format_duration(d)
+                        "invalid --delay: must be at most 36500 days (100 years of 365 days), got {:.2} days",
+                        d.as_secs_f64() / 86_400.0
                     ));
                 }
                 Ok(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
@@ -216,6 +216,20 @@ async fn enqueue_one(
     }
 }
 
+/// `text` as one POSIX shell word: unchanged when it holds only characters no shell treats
+/// specially, else in single quotes (a single quote inside written as `'\''`).
+fn shell_quote(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+:,@%=".contains(c));
+    if plain {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
+}
+
 /// Runs `drover enqueue`.
 pub async fn run(ctx: &Ctx, args: EnqueueArgs) -> Result<()> {
     if let Some(path) = args.file.clone() {
@@ -272,17 +286,30 @@ async fn from_file(ctx: &Ctx, path: &std::path::Path, batch_size: usize) -> Resu
     )
     .await;
     rejected.extend(loaded.rejected);
+    if let Some(stopped) = &loaded.stopped {
+        // Lines from the batch in flight on were never settled (bad lines among them were
+        // found by parsing, ahead of the load): they are reported when the rest is loaded.
+        rejected.retain(|r| r.line < stopped.first_line);
+    }
     let (created, replayed, duplicate) = (loaded.created.len(), loaded.replayed, loaded.duplicate);
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
     rejected.sort_by_key(|r| r.line);
     if ctx.json {
+        let stopped = loaded.stopped.as_ref().map(|s| {
+            json!({
+                "in_flight_first_line": s.first_line,
+                "in_flight_last_line": s.last_line,
+                "resume_from_line": s.last_line + 1,
+            })
+        });
         print_json(&json!({
             "created": created,
             "replayed": replayed,
             "duplicate": duplicate,
             "rejected": rejected,
+            "stopped": stopped,
         }))?;
     } else {
         outln!(
@@ -306,8 +333,9 @@ async fn from_file(ctx: &Ctx, path: &std::path::Path, batch_size: usize) -> Resu
             "stopped at {in_flight} of {file}: {error}. Every line before {first} is settled \
              (counted above); {in_flight} may or may not be stored (the write was cut off: \
              check with `drover jobs list` before sending {them} again); no line after {last} \
-             was sent (resume with `tail -n +{next} {file}`)",
+             was sent (resume with `tail -n +{next} {quoted}`)",
             file = path.display(),
+            quoted = shell_quote(&path.display().to_string()),
             first = stopped.first_line,
             last = stopped.last_line,
             them = if stopped.first_line == stopped.last_line {
@@ -327,5 +355,19 @@ async fn from_file(ctx: &Ctx, path: &std::path::Path, batch_size: usize) -> Resu
             rejected.len(),
             path.display()
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shell_quote;
+
+    #[test]
+    fn paths_are_quoted_for_the_shell_only_when_needed() {
+        assert_eq!(shell_quote("jobs/load-1.jsonl"), "jobs/load-1.jsonl");
+        assert_eq!(shell_quote("my jobs.jsonl"), "'my jobs.jsonl'");
+        assert_eq!(shell_quote("it's.jsonl"), "'it'\\''s.jsonl'");
+        assert_eq!(shell_quote("$HOME/x"), "'$HOME/x'");
+        assert_eq!(shell_quote(""), "''");
     }
 }

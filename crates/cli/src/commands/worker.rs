@@ -145,13 +145,25 @@ pub fn shutdown_on_signals(token: CancellationToken, finishing: Finishing) {
     };
     tokio::spawn(async move {
         signals.next().await;
-        tracing::info!("shutdown requested: {claims}finishing {what}");
-        eprintln!("drover: shutting down: finishing {what} (signal again to exit at once)");
+        // Stop first, then say so: the message must never stand between a signal and the
+        // shutdown (`eprintln!` panics when stderr's reader is gone, which ended this task and
+        // left the process claiming jobs until SIGKILL).
         token.cancel();
+        tracing::info!("shutdown requested: {claims}finishing {what}");
+        say(&format!(
+            "drover: shutting down: finishing {what} (signal again to exit at once)"
+        ));
         signals.next().await;
-        eprintln!("drover: second signal: exiting now{left_behind}");
+        say(&format!("drover: second signal: exiting now{left_behind}"));
         std::process::exit(130);
     });
+}
+
+/// Writes a line to stderr, ignoring a failure (a closed pipe, a full disk): used where a
+/// message must not stop the work it reports.
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// The process's shutdown signals (SIGTERM and SIGINT on Unix, Ctrl-C elsewhere), each
