@@ -161,7 +161,7 @@ pub fn shutdown_on_signals(token: CancellationToken, finishing: Finishing) {
 
 /// Writes a line to stderr, ignoring a failure (a closed pipe, a full disk): used where a
 /// message must not stop the work it reports.
-fn say(line: &str) {
+pub(crate) fn say(line: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "{line}");
 }
@@ -306,7 +306,7 @@ pub async fn run(ctx: &Ctx, args: WorkerArgs, extensions: Extensions) -> Result<
     }
     pg.close().await;
     let report = report.map_err(|e| ctx.explain(e))?;
-    eprintln!("drover: worker stopped: {report}");
+    say(&format!("drover: worker stopped: {report}"));
     Ok(())
 }
 
