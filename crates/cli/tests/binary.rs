@@ -366,6 +366,37 @@ fn dev_waits_for_room_when_a_file_holds_more_jobs_than_the_quotas_allow() {
 }
 
 #[test]
+fn dev_accounts_for_lines_answered_by_an_existing_job() {
+    // Every line is accounted for: a repeated idempotency key is replayed, a repeated unique
+    // key in the same batch is a duplicate; neither is a new job nor a rejected line.
+    let dir = std::env::temp_dir().join(format!("drover-dev-keys-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("keys.jsonl");
+    std::fs::write(
+        &file,
+        concat!(
+            "{\"kind\": \"noop\", \"idempotency_key\": \"k\"}\n",
+            "{\"kind\": \"noop\", \"idempotency_key\": \"k\"}\n",
+            "{\"kind\": \"sleep\", \"args\": {\"ms\": 1}, \"unique_key\": \"u\"}\n",
+            "{\"kind\": \"sleep\", \"args\": {\"ms\": 1}, \"unique_key\": \"u\"}\n",
+        ),
+    )
+    .unwrap();
+    let summary = dev(&["--jobs", file.to_str().unwrap()]);
+    assert_eq!(summary["total"], 2, "{summary}");
+    assert_eq!(summary["replayed"], 1, "{summary}");
+    assert_eq!(summary["duplicate"], 1, "{summary}");
+    assert_eq!(summary["rejected"], serde_json::json!([]), "{summary}");
+    let out = drover(&["dev", "--jobs", file.to_str().unwrap()]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("2 line(s) answered by an existing job (1 replayed, 1 duplicate)"),
+        "{stdout}"
+    );
+}
+
+#[test]
 fn dev_reports_bad_lines_and_unknown_kinds_and_runs_the_rest() {
     let summary = dev_exiting(&["--jobs", &example("jobs-with-errors.jsonl")], 1);
     let lines: Vec<u64> = summary["rejected"]

@@ -57,6 +57,12 @@ pub struct DevSummary {
     pub wall_seconds: f64,
     /// `finished / wall_seconds`.
     pub jobs_per_second: f64,
+    /// Input lines answered with an existing job by their idempotency key (nothing new ran).
+    pub replayed: u64,
+    /// Input lines answered with the live job holding their unique key (nothing new ran; a
+    /// line whose key holder had already finished makes a new job instead, so this count
+    /// depends on timing).
+    pub duplicate: u64,
     /// Input lines that were not enqueued, with their numbers.
     pub rejected: Vec<RejectedLine>,
 }
@@ -340,6 +346,8 @@ pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()>
         } else {
             0.0
         },
+        replayed: loaded.replayed,
+        duplicate: loaded.duplicate,
         rejected,
     };
     print_summary(ctx, &summary)?;
@@ -406,12 +414,22 @@ fn print_summary(ctx: &Ctx, s: &DevSummary) -> Result<()> {
     ]);
     outln!("{t}")?;
     outln!(
-        "{} jobs finished in {} ({:.0} jobs/s){}{}",
+        "{} jobs finished in {} ({:.0} jobs/s){}{}{}",
         s.finished,
         output::duration(Duration::from_secs_f64(s.wall_seconds)),
         s.jobs_per_second,
         if s.unfinished > 0 {
             format!(", {} unfinished", s.unfinished)
+        } else {
+            String::new()
+        },
+        if s.replayed + s.duplicate > 0 {
+            format!(
+                ", {} line(s) answered by an existing job ({} replayed, {} duplicate)",
+                s.replayed + s.duplicate,
+                s.replayed,
+                s.duplicate
+            )
         } else {
             String::new()
         },
