@@ -64,6 +64,13 @@ macro_rules! outln {
 }
 pub(crate) use outln;
 
+/// Writes a line to stderr, ignoring a failure (a closed pipe, a full disk): for messages
+/// that must not stop the work they report (a shutdown, its last line).
+pub fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 /// Prints `value` as pretty JSON on stdout.
 ///
 /// # Errors

@@ -146,6 +146,6 @@ pub async fn run(ctx: &Ctx, args: ServeArgs, extensions: Extensions) -> Result<(
     if let Some(result) = worker_result {
         result.map_err(|e| ctx.explain(e))?;
     }
-    super::worker::say("drover: stopped");
+    crate::output::say("drover: stopped");
     Ok(())
 }

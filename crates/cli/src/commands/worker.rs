@@ -150,20 +150,13 @@ pub fn shutdown_on_signals(token: CancellationToken, finishing: Finishing) {
         // left the process claiming jobs until SIGKILL).
         token.cancel();
         tracing::info!("shutdown requested: {claims}finishing {what}");
-        say(&format!(
+        crate::output::say(&format!(
             "drover: shutting down: finishing {what} (signal again to exit at once)"
         ));
         signals.next().await;
-        say(&format!("drover: second signal: exiting now{left_behind}"));
+        crate::output::say(&format!("drover: second signal: exiting now{left_behind}"));
         std::process::exit(130);
     });
-}
-
-/// Writes a line to stderr, ignoring a failure (a closed pipe, a full disk): used where a
-/// message must not stop the work it reports.
-pub(crate) fn say(line: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// The process's shutdown signals (SIGTERM and SIGINT on Unix, Ctrl-C elsewhere), each
@@ -306,7 +299,7 @@ pub async fn run(ctx: &Ctx, args: WorkerArgs, extensions: Extensions) -> Result<
     }
     pg.close().await;
     let report = report.map_err(|e| ctx.explain(e))?;
-    say(&format!("drover: worker stopped: {report}"));
+    crate::output::say(&format!("drover: worker stopped: {report}"));
     Ok(())
 }
 
