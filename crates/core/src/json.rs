@@ -8,7 +8,8 @@ use serde_json::{Number, Value};
 
 use crate::error::Error;
 
-/// Checks that `value` serializes to at most `max_bytes` of JSON text and holds no NUL
+/// Checks that `value` serializes to at most `max_bytes` of JSON text, both as sent and in its
+/// stored form ([`normalize_numbers`]: the longer of the two counts), and holds no NUL
 /// character (`\u0000`) in any string or object key: PostgreSQL's `jsonb` cannot store one,
 /// so every store refuses it the same way (DESIGN.md section 9).
 ///
@@ -21,6 +22,22 @@ pub fn check_value(field: &str, value: &Value, max_bytes: usize) -> Result<(), E
             field,
             format!("is {size} bytes of JSON; the limit is {max_bytes} bytes"),
         ));
+    }
+    // The bound holds for the stored form too: a float written with an exponent can come back
+    // longer (`1e19` is stored as `10000000000000000000`), so a value under the bound as sent
+    // could otherwise be kept, and served, several times over it.
+    if has_float(value) {
+        let stored = json_len(&normalized(value.clone()));
+        if stored > max_bytes {
+            return Err(Error::invalid(
+                field,
+                format!(
+                    "is {stored} bytes of JSON as stored (numbers written out as PostgreSQL's \
+                     jsonb keeps them: 1e19 as 10000000000000000000; {size} bytes as sent); \
+                     the limit is {max_bytes} bytes"
+                ),
+            ));
+        }
     }
     if has_nul(value) {
         return Err(Error::invalid(
@@ -47,6 +64,17 @@ pub fn json_len(value: &Value) -> usize {
     // Writing a `Value` to an in-memory sink cannot fail.
     let _ = serde_json::to_writer(&mut counter, value);
     counter.0
+}
+
+/// True when any number inside `value` is held as a float (the only numbers
+/// [`normalize_numbers`] can rewrite).
+fn has_float(value: &Value) -> bool {
+    match value {
+        Value::Number(n) => n.is_f64(),
+        Value::Array(items) => items.iter().any(has_float),
+        Value::Object(map) => map.values().any(has_float),
+        Value::Null | Value::Bool(_) | Value::String(_) => false,
+    }
 }
 
 /// True when any string or object key inside `value` contains U+0000.
@@ -463,6 +491,29 @@ mod tests {
     /// The serialized text of `value` after [`normalize_numbers`].
     fn stored(value: Value) -> String {
         normalized(value).to_string()
+    }
+
+    #[test]
+    fn size_bound_holds_for_the_stored_form() {
+        // 16 x `1e19` is 97 bytes as serde_json writes it (`1e+19`, 5 bytes each) and 337 as
+        // stored (each the 20-digit integer 10000000000000000000).
+        let sent = serde_json::json!(vec![1e19; 16]);
+        assert_eq!(
+            sent.to_string(),
+            format!("[{}]", vec!["1e+19"; 16].join(","))
+        );
+        assert_eq!(json_len(&sent), 97);
+        match check_value("result", &sent, 100) {
+            Err(Error::InvalidInput { field, reason }) => {
+                assert_eq!(field, "result");
+                assert!(reason.contains("337 bytes of JSON as stored"), "{reason}");
+                assert!(reason.contains("97 bytes as sent"), "{reason}");
+            }
+            other => panic!("expected InvalidInput, got {other:?}"),
+        }
+        assert!(check_value("result", &sent, 337).is_ok());
+        // Floats that keep their form cost nothing extra.
+        assert!(check_value("result", &serde_json::json!([1.5, 1e300]), 12).is_ok());
     }
 
     #[test]

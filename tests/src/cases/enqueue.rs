@@ -283,7 +283,29 @@ pub async fn enqueue_rejects_oversized_args_and_meta(f: &dyn StoreFactory) {
             .await,
         "meta",
     );
-    assert_eq!(all_jobs(&*store).await.len(), 1);
+    // The bound holds for the stored form: `1e19` (`1e+19` as serde_json writes it) is kept as
+    // the integer 10000000000000000000 (20 bytes), so 16 of them are 97 bytes sent and 337
+    // stored.
+    let exponents = json!(vec![1e19; 16]);
+    assert!(exponents.to_string().len() <= 100);
+    let refused = store.job_enqueue(job("a", exponents)).await;
+    if let Err(error) = &refused {
+        assert!(error.to_string().contains("as stored"), "{error}");
+    }
+    expect_invalid(refused, "args");
+    expect_invalid(
+        store
+            .job_enqueue(job("a", json!(1)).with_meta(json!({"n": vec![1e19; 5]})))
+            .await,
+        "meta",
+    );
+    // Under the bound in both forms: accepted, and given back in the stored form.
+    let fits = enqueue(&*store, job("a", json!(vec![1e19; 4]))).await;
+    assert_eq!(
+        store.job_get(fits.id).await.unwrap().args,
+        json!(vec![10_000_000_000_000_000_000_u64; 4])
+    );
+    assert_eq!(all_jobs(&*store).await.len(), 2);
 }
 
 /// A batch mixing jobs that run at once, after a delay, at a past and at a future time (and
