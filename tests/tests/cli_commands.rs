@@ -295,6 +295,17 @@ async fn queues_pause_resume_and_list() {
     let paused = db.json(&["queues", "pause", "mail"]).await;
     assert_eq!(paused["name"], "mail", "{paused}");
     assert_eq!(paused["paused"], true, "{paused}");
+    assert_eq!(paused["changed"], true, "{paused}");
+    // Pausing a paused queue changes nothing and says so, as resuming one that is not paused
+    // does (and as the HTTP API answers: `changed` false).
+    let again = db.json(&["queues", "pause", "mail"]).await;
+    assert_eq!(again["changed"], false, "{again}");
+    assert_eq!(again["paused_at"], paused["paused_at"], "{again}");
+    let line = db.ok(&["queues", "pause", "mail"]).await;
+    assert!(
+        line.contains("queue mail was already paused; nothing changed"),
+        "{line}"
+    );
 
     let list = db.json(&["queues", "list"]).await;
     let mail = list
@@ -311,6 +322,7 @@ async fn queues_pause_resume_and_list() {
 
     let resumed = db.json(&["queues", "resume", "mail"]).await;
     assert_eq!(resumed["paused"], false, "{resumed}");
+    assert_eq!(resumed["changed"], true, "{resumed}");
     db.ok(&["queues", "pause", "mail"]).await;
     let line = db.ok(&["queues", "resume", "mail"]).await;
     assert!(line.contains("queue mail resumed"), "{line}");

@@ -8,12 +8,13 @@
 //! Status codes: 202 enqueue committed; 200 replay/duplicate and reads; 400 invalid input
 //! naming the field, or a query parameter on a route that takes none; 401 missing/wrong
 //! token; 403 role or tenant not allowed; 404 unknown (or another tenant's) job, unknown
-//! route; 405 method not allowed; 409 idempotency conflict or invalid transition; 413 body too
-//! large; 415 not JSON, or declared in a charset other than UTF-8; 429 quota exceeded (with
-//! `Retry-After`); 503 store unavailable (`unavailable`), not ready, or schema missing
-//! (`fatal`), on every route that reads the store. Every error body has the shape of
-//! [`error::ErrorBody`], and each operation of the OpenAPI document lists exactly the statuses
-//! it answers (checked by the HTTP tests).
+//! queue to resume (no jobs, not paused), unknown route; 405 method not allowed; 409
+//! idempotency conflict or invalid transition; 413 body too large; 415 not JSON, or declared
+//! in a charset other than UTF-8; 429 quota exceeded (with `Retry-After`); 503 store
+//! unavailable (`unavailable`), not ready, or schema missing (`fatal`), on every route that
+//! reads the store. Every error body has the shape of [`error::ErrorBody`], and each
+//! operation of the OpenAPI document lists exactly the statuses it answers (checked by the
+//! HTTP tests).
 //!
 //! Authentication ([`auth`]): bearer tokens mapping to a tenant and a role; `/v1/ready` and
 //! `/v1/openapi.json` need none; `/metrics`, whose labels and counts span every tenant, needs a

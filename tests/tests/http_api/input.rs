@@ -898,6 +898,12 @@ pub(crate) async fn documented_statuses_are_the_answered_ones(env: &Env) {
             &api.post_empty(Some(OPERATOR_ALL), &concrete).await,
         ); // 400
     }
+    seen.note(
+        post,
+        "/v1/queues/{name}/resume",
+        &api.post_empty(Some(OPERATOR_ALL), "/v1/queues/never-used/resume")
+            .await,
+    ); // 404
 
     // Quotas: a server whose tenants may have one pending job each (tenant B only here).
     let quota = env
