@@ -7,40 +7,76 @@
 use std::collections::HashMap;
 
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
-use axum::http::header;
 use axum::http::request::Parts;
+use axum::http::{header, HeaderMap};
 use serde::de::DeserializeOwned;
 
 use crate::auth::{AuthMode, Principal};
 use crate::error::ApiError;
 use crate::ApiState;
 
+/// The caller of a request with `headers` under `state`'s authentication.
+///
+/// # Errors
+/// 401 for a missing, malformed, unknown or repeated bearer token.
+fn authenticate(headers: &HeaderMap, state: &ApiState) -> Result<Principal, ApiError> {
+    match state.auth() {
+        AuthMode::InsecureNoAuth => Ok(Principal::insecure()),
+        AuthMode::Tokens(tokens) => {
+            // Two credentials are ambiguous: which tenant would the request act for?
+            if headers.get_all(header::AUTHORIZATION).iter().count() > 1 {
+                return Err(ApiError::unauthorized());
+            }
+            let value = headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .ok_or_else(ApiError::unauthorized)?;
+            let (scheme, token) = value.split_once(' ').ok_or_else(ApiError::unauthorized)?;
+            if !scheme.eq_ignore_ascii_case("bearer") {
+                return Err(ApiError::unauthorized());
+            }
+            tokens
+                .authenticate(token.trim())
+                .ok_or_else(ApiError::unauthorized)
+        }
+    }
+}
+
+/// The caller, as [`require_token`] authenticated it before anything else looked at the
+/// request (or, on a router without that layer, authenticated here).
 impl FromRequestParts<ApiState> for Principal {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, ApiError> {
-        match state.auth() {
-            AuthMode::InsecureNoAuth => Ok(Principal::insecure()),
-            AuthMode::Tokens(tokens) => {
-                // Two credentials are ambiguous: which tenant would the request act for?
-                if parts.headers.get_all(header::AUTHORIZATION).iter().count() > 1 {
-                    return Err(ApiError::unauthorized());
-                }
-                let value = parts
-                    .headers
-                    .get(header::AUTHORIZATION)
-                    .and_then(|v| v.to_str().ok())
-                    .ok_or_else(ApiError::unauthorized)?;
-                let (scheme, token) = value.split_once(' ').ok_or_else(ApiError::unauthorized)?;
-                if !scheme.eq_ignore_ascii_case("bearer") {
-                    return Err(ApiError::unauthorized());
-                }
-                tokens
-                    .authenticate(token.trim())
-                    .ok_or_else(ApiError::unauthorized)
+        if let Some(principal) = parts.extensions.get::<Principal>() {
+            return Ok(principal.clone());
+        }
+        authenticate(&parts.headers, state)
+    }
+}
+
+/// Middleware (the outermost route layer, so it runs before the query check and every
+/// extractor): authenticates the caller of every operation the OpenAPI document marks with
+/// the bearer scheme, and of any route it does not know, and answers 401 before anything
+/// else about the request is looked at. An unauthenticated caller learns nothing from the
+/// order of the checks: a bad query, body, content type or path answers 401 like a good one.
+/// The principal is kept in the request's extensions for the handler's [`Principal`].
+pub async fn require_token(
+    axum::extract::State(state): axum::extract::State<ApiState>,
+    mut request: Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+
+    if operation_of(&request).is_none_or(|op| op.secured) {
+        match authenticate(request.headers(), &state) {
+            Ok(principal) => {
+                request.extensions_mut().insert(principal);
             }
+            Err(e) => return e.into_response(),
         }
     }
+    next.run(request).await
 }
 
 /// A JSON body parsed into `T`.
@@ -167,11 +203,19 @@ enum QueryUse {
     Nothing { body: bool },
 }
 
-/// Every operation of the OpenAPI document by (lowercase method, path template), with how it
-/// treats the query string: read from the document, so what the routes accept and what the
-/// document says are one list.
-fn query_use() -> &'static HashMap<(String, String), QueryUse> {
-    static TABLE: std::sync::OnceLock<HashMap<(String, String), QueryUse>> =
+/// What the OpenAPI document says about one operation that the request layers enforce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Operation {
+    /// How it treats the query string.
+    query: QueryUse,
+    /// It lists a security requirement (a bearer token).
+    secured: bool,
+}
+
+/// Every operation of the OpenAPI document by (lowercase method, path template): read from
+/// the document, so what the routes accept and what the document says are one list.
+fn operations() -> &'static HashMap<(String, String), Operation> {
+    static TABLE: std::sync::OnceLock<HashMap<(String, String), Operation>> =
         std::sync::OnceLock::new();
     TABLE.get_or_init(|| {
         let doc = serde_json::to_value(crate::openapi_cached()).unwrap_or_default();
@@ -182,23 +226,48 @@ fn query_use() -> &'static HashMap<(String, String), QueryUse> {
                     .as_array()
                     .is_some_and(|ps| ps.iter().any(|p| p["in"] == "query"));
                 let body = !operation["requestBody"].is_null();
-                let usage = if queried {
+                let query = if queried {
                     QueryUse::Parameters
                 } else {
                     QueryUse::Nothing { body }
                 };
-                table.insert((method.clone(), path.clone()), usage);
+                let secured = operation["security"]
+                    .as_array()
+                    .is_some_and(|s| !s.is_empty());
+                table.insert((method.clone(), path.clone()), Operation { query, secured });
             }
         }
         table
     })
 }
 
-/// Middleware (a route layer, so it sees the matched route): refuses any query parameter on
-/// a route whose operation documents none, with 400 naming the first parameter (or `query`
-/// when its name is not UTF-8 or empty) and the rule. Such a parameter would otherwise be
-/// ignored without a word: `POST /v1/jobs?tenant=b` would enqueue for the token's tenant.
-/// An empty query (`?`, `?&`) holds no parameter.
+/// The matched route's path template (a route layer sees it), or the request's path.
+fn route_path(request: &Request) -> String {
+    request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(
+            || request.uri().path().to_owned(),
+            |p| p.as_str().to_owned(),
+        )
+}
+
+/// The documented operation a request is routed to; `HEAD` is served by the `GET` route, so
+/// it is that operation.
+fn operation_of(request: &Request) -> Option<&'static Operation> {
+    let method = if request.method() == axum::http::Method::HEAD {
+        "get".to_owned()
+    } else {
+        request.method().as_str().to_ascii_lowercase()
+    };
+    operations().get(&(method, route_path(request)))
+}
+
+/// Middleware (a route layer, so it sees the matched route; it runs after [`require_token`]):
+/// refuses any query parameter on a route whose operation documents none, with 400 naming the
+/// first parameter (or `query` when its name is not UTF-8 or empty) and the rule. Such a
+/// parameter would otherwise be ignored without a word: `POST /v1/jobs?tenant=b` would enqueue
+/// for the token's tenant. An empty query (`?`, `?&`) holds no parameter.
 pub async fn refuse_query_parameters(
     request: Request,
     next: axum::middleware::Next,
@@ -215,17 +284,10 @@ pub async fn refuse_query_parameters(
     else {
         return next.run(request).await;
     };
-    let method = request.method().as_str().to_ascii_lowercase();
-    let path = request
-        .extensions()
-        .get::<axum::extract::MatchedPath>()
-        .map_or_else(
-            || request.uri().path().to_owned(),
-            |p| p.as_str().to_owned(),
-        );
-    let body = match query_use().get(&(method, path.clone())) {
+    let path = route_path(&request);
+    let body = match operation_of(&request).map(|op| op.query) {
         Some(QueryUse::Parameters) => return next.run(request).await,
-        Some(QueryUse::Nothing { body }) => *body,
+        Some(QueryUse::Nothing { body }) => body,
         None => false,
     };
     let spaced = raw_name.replace('+', " ");

@@ -19,9 +19,10 @@
 //! Authentication ([`auth`]): bearer tokens mapping to a tenant and a role; `/v1/ready` and
 //! `/v1/openapi.json` need none; `/metrics`, whose labels and counts span every tenant, needs a
 //! token of tenant `*` (open only under [`AuthMode::InsecureNoAuth`], and on the worker's
-//! [`metrics_router`]). Tokens are kept as digests, compared in constant time, and never
-//! logged: request tracing records method, path, status and latency only, and the
-//! `Authorization` header is marked sensitive.
+//! [`metrics_router`]). The token is checked before anything else about a request, so a
+//! caller without one gets 401 whatever else is wrong with the request. Tokens are kept as
+//! digests, compared in constant time, and never logged: request tracing records method,
+//! path, status and latency only, and the `Authorization` header is marked sensitive.
 
 pub mod auth;
 pub mod dto;
@@ -233,24 +234,31 @@ pub(crate) fn openapi_cached() -> &'static utoipa::openapi::OpenApi {
     DOC.get_or_init(openapi)
 }
 
-/// The API's router: every route of [`openapi`] and nothing else; JSON answers in the shape of
-/// [`error::ErrorBody`] for unknown routes (404) and methods (405); 400 naming the parameter
-/// for a query parameter on a route whose operation documents none (every route but
-/// `GET /v1/jobs`, which refuses parameters it does not know); the `Authorization` header
-/// marked sensitive, so nothing that prints headers can show a token; and request tracing: a
-/// span per request with method and path (never the query, headers or body), a debug event
-/// when it starts and an info event with status and latency when it ends.
+/// The API's router: every route of [`openapi`] and nothing else; the bearer token of every
+/// operation that lists the bearer scheme checked before anything else about the request (an
+/// unauthenticated request answers 401 whatever its query, path, body or content type); JSON
+/// answers in the shape of [`error::ErrorBody`] for unknown routes (404) and methods (405); 400
+/// naming the parameter for a query parameter on a route whose operation documents none (every
+/// route but `GET /v1/jobs`, which refuses parameters it does not know); the `Authorization`
+/// header marked sensitive, so nothing that prints headers can show a token; and request
+/// tracing: a span per request with method and path (never the query, headers or body), a
+/// debug event when it starts and an info event with status and latency when it ends.
 pub fn router(state: ApiState) -> Router {
     let (router, _) = api_router().split_for_parts();
     finish(router, state)
 }
 
-/// Adds what every router of this crate has: the refusal of query parameters on routes that
-/// take none, the error shape for unknown routes and methods, the sensitive headers and
-/// request tracing (see [`router`]).
+/// Adds what every router of this crate has: authentication first, the refusal of query
+/// parameters on routes that take none, the error shape for unknown routes and methods, the
+/// sensitive headers and request tracing (see [`router`]).
 fn finish(router: Router<ApiState>, state: ApiState) -> Router {
     router
         .route_layer(axum::middleware::from_fn(extract::refuse_query_parameters))
+        // Added last, so it runs first: no check of the request comes before the token's.
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            extract::require_token,
+        ))
         .fallback(|| async { ApiError::no_route() })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(
