@@ -192,6 +192,14 @@ async fn enqueue_flags_round_trip_through_jobs_get() {
     assert!(bad.contains("max_attempts"), "{bad}");
     let bad = db.fails(&["enqueue", "noop", "--args", "{not json"]).await;
     assert!(bad.contains("--args"), "{bad}");
+    // A lone surrogate escape is named with its position and rule, as over HTTP.
+    let bad = db
+        .fails(&["enqueue", "noop", "--meta", r#"{"a": "\ud800"}"#])
+        .await;
+    assert!(
+        bad.contains(r"invalid --meta: must be Unicode text, but \ud800 (line 1, column 8) is a lone UTF-16 surrogate"),
+        "{bad}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -374,11 +374,24 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let Object(value) = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
+        let at_root = path == "." || path == "?" || path.is_empty();
+        // A fault inside a string (a lone surrogate, a bad escape, a raw control character)
+        // is a syntax error to serde_json, but it lies in one field's value: name that field.
+        let text = std::str::from_utf8(bytes).unwrap_or_default();
+        if let Some(fault) = string_fault(&inner, text) {
+            // A fault in an object's key leaves the key unknown (`args.?`): name the object.
+            let field = match path.strip_suffix(".?") {
+                _ if at_root => "body",
+                Some(object) => object,
+                None => path.as_str(),
+            };
+            return ApiError::invalid(field, fault);
+        }
         let syntax = matches!(
             inner.classify(),
             serde_json::error::Category::Syntax | serde_json::error::Category::Eof
         );
-        let at_root = syntax || path == "." || path == "?" || path.is_empty();
+        let at_root = syntax || at_root;
         let message = describe(&inner);
         // serde_path_to_error's path already ends with an unknown field's own name; a missing
         // field is reported at its parent, so its name is added here.
@@ -404,6 +417,128 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         return Err(ApiError::invalid(field, reason));
     }
     Ok(value)
+}
+
+/// What is wrong inside a JSON string, found by [`first_string_fault`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum StringFault {
+    /// A `\uXXXX` escape of a UTF-16 surrogate that is not half of a pair (the escape, as
+    /// written).
+    LoneSurrogate(String),
+    /// A backslash not followed by one of JSON's escapes (the escape, as written).
+    BadEscape(String),
+    /// A character below U+0020 written as itself.
+    ControlCharacter(char),
+}
+
+/// The first fault inside a string of the JSON text `text`, with its line and column (1-based,
+/// in characters, at the backslash or the character), for text that is valid JSON up to there.
+fn first_string_fault(text: &str) -> Option<(StringFault, usize, usize)> {
+    let hex4 = |s: &str| -> Option<u32> {
+        let digits = s.get(..4)?;
+        if digits.chars().all(|c| c.is_ascii_hexdigit()) {
+            u32::from_str_radix(digits, 16).ok()
+        } else {
+            None
+        }
+    };
+    let (mut line, mut column) = (1, 0);
+    let mut in_string = false;
+    let mut chars = text.char_indices();
+    while let Some((i, c)) = chars.next() {
+        column += 1;
+        if !in_string {
+            in_string = c == '"';
+        } else if c == '"' {
+            in_string = false;
+        } else if c < ' ' {
+            return Some((StringFault::ControlCharacter(c), line, column));
+        } else if c == '\\' {
+            // `escape` is the text from the backslash on; every escape JSON knows is ASCII.
+            let escape = &text[i..];
+            // What follows the backslash: a fault, or how many characters the escape holds
+            // after it (a \u escape's digits are ASCII that needs no check, except that a
+            // pair's second escape must not be read as a lone trailing surrogate).
+            let checked = match escape[1..].chars().next() {
+                Some('"' | '\\' | '/' | 'b' | 'f' | 'n' | 'r' | 't') => Ok(1),
+                Some('u') => match hex4(&escape[2..]) {
+                    None => Err(StringFault::BadEscape(escape.chars().take(6).collect())),
+                    Some(0xDC00..=0xDFFF) => {
+                        Err(StringFault::LoneSurrogate(escape[..6].to_owned()))
+                    }
+                    Some(0xD800..=0xDBFF) => {
+                        let paired = escape[6..]
+                            .strip_prefix("\\u")
+                            .and_then(hex4)
+                            .is_some_and(|low| (0xDC00..=0xDFFF).contains(&low));
+                        if paired {
+                            Ok(11)
+                        } else {
+                            Err(StringFault::LoneSurrogate(escape[..6].to_owned()))
+                        }
+                    }
+                    Some(_) => Ok(1),
+                },
+                _ => Err(StringFault::BadEscape(escape.chars().take(2).collect())),
+            };
+            match checked {
+                Err(fault) => return Some((fault, line, column)),
+                Ok(after) => {
+                    for _ in 0..after {
+                        chars.next();
+                    }
+                    column += after;
+                }
+            }
+        }
+        if c == '\n' {
+            line += 1;
+            column = 0;
+        }
+    }
+    None
+}
+
+/// The rule a string of the JSON text `text` broke, when `e` is serde_json's refusal of it of
+/// something inside a string (serde_json's own wording names no rule, and misnames some:
+/// `lone leading surrogate in hex escape` for a lone trailing surrogate, `unexpected end of hex
+/// escape` for a leading one followed by no escape): what is wrong, where (line and column, in
+/// characters), and what JSON allows instead. `None` for any other error. Used for request
+/// bodies, the `meta` filter, and the CLI's `--args` and `--meta`.
+pub fn string_fault(e: &serde_json::Error, text: &str) -> Option<String> {
+    if e.classify() != serde_json::error::Category::Syntax {
+        return None;
+    }
+    let reason = serde_reason(e);
+    if ![
+        "surrogate",
+        "hex escape",
+        "invalid escape",
+        "control character",
+    ]
+    .iter()
+    .any(|word| reason.contains(word))
+    {
+        return None;
+    }
+    let (fault, line, column) = first_string_fault(text)?;
+    Some(match fault {
+        StringFault::LoneSurrogate(escape) => format!(
+            "must be Unicode text, but {escape} (line {line}, column {column}) is a lone UTF-16 \
+             surrogate; surrogate escapes come only in pairs, one of \\ud800-\\udbff followed at \
+             once by one of \\udc00-\\udfff (or write the character itself)"
+        ),
+        StringFault::BadEscape(escape) => format!(
+            "is not valid JSON: {escape} (line {line}, column {column}) is not an escape JSON \
+             knows; use \\\" \\\\ \\/ \\b \\f \\n \\r \\t or \\u followed by 4 hex digits"
+        ),
+        StringFault::ControlCharacter(c) => format!(
+            "is not valid JSON: the control character U+{:04X} (line {line}, column {column}) \
+             must be escaped inside a string (\\u{:04x}, or \\n, \\t, \\r for those)",
+            u32::from(c),
+            u32::from(c)
+        ),
+    })
 }
 
 /// A serde_json error without its position suffix noise, lowercase.
@@ -469,6 +604,134 @@ mod tests {
                 .unwrap();
             serde_json::from_slice(&bytes).unwrap()
         })
+    }
+
+    /// The field and message of refusing `body` as an `EnqueueRequest`.
+    fn refusal(body: &str) -> (String, String) {
+        let e = parse_json::<EnqueueRequest>(body.as_bytes()).unwrap_err();
+        assert_eq!(e.status().as_u16(), 400, "{body}");
+        assert_eq!(e.code(), "invalid_input", "{body}");
+        (
+            e.field().unwrap_or_default().to_owned(),
+            e.message().to_owned(),
+        )
+    }
+
+    #[test]
+    fn lone_surrogates_name_their_field_position_and_rule() {
+        let rule = "is a lone UTF-16 surrogate; surrogate escapes come only in pairs, one of \
+                    \\ud800-\\udbff followed at once by one of \\udc00-\\udfff (or write the \
+                    character itself)";
+        for (body, field, escape, column) in [
+            (r#"{"kind": "a\ud800"}"#, "kind", r"\ud800", 12),
+            (r#"{"kind": "\ud800\u0041"}"#, "kind", r"\ud800", 11),
+            (r#"{"kind": "\uDBFF\uD800"}"#, "kind", r"\uDBFF", 11),
+            (
+                r#"{"kind": "a", "args": {"text": "x\ud800y"}}"#,
+                "args.text",
+                r"\ud800",
+                34,
+            ),
+            (
+                r#"{"kind": "a", "args": {"list": [1, "\udc00"]}}"#,
+                "args.list[1]",
+                r"\udc00",
+                37,
+            ),
+            (
+                r#"{"kind": "a", "args": {"k\ud800": 1}}"#,
+                "args",
+                r"\ud800",
+                26,
+            ),
+            (r#"{"k\ud800ind": "a"}"#, "body", r"\ud800", 4),
+            (
+                r#"{"kind": "a", "meta": {"a": "\ud800\n"}}"#,
+                "meta.a",
+                r"\ud800",
+                30,
+            ),
+            (
+                r#"{"kind": "a", "limit_keys": ["x", "\ud800"]}"#,
+                "limit_keys[1]",
+                r"\ud800",
+                36,
+            ),
+            (
+                r#"{"kind": "a", "queue": "\udfff"}"#,
+                "queue",
+                r"\udfff",
+                25,
+            ),
+            // A pair before the lone one is fine; the position is the lone one's.
+            (
+                r#"{"kind": "a", "args": {"ok": "\ud83d\ude00", "bad": "\udc00"}}"#,
+                "args.bad",
+                r"\udc00",
+                54,
+            ),
+            (
+                "{\"kind\": \"a\",\n \"args\": \"\u{e9}\\ud800\"}",
+                "args",
+                r"\ud800",
+                12,
+            ),
+        ] {
+            let (got_field, message) = refusal(body);
+            assert_eq!(got_field, field, "{body}: {message}");
+            assert_eq!(
+                message,
+                format!(
+                    "invalid {field}: must be Unicode text, but {escape} (line {}, column \
+                     {column}) {rule}",
+                    if body.contains('\n') { 2 } else { 1 }
+                ),
+                "{body}"
+            );
+        }
+        let e = parse_json::<BatchEnqueueRequest>(
+            br#"{"jobs": [{"kind": "a"}, {"kind": "b", "args": ["\ud800"]}]}"#,
+        )
+        .unwrap_err();
+        assert_eq!(e.field(), Some("jobs[1].args[0]"), "{}", e.message());
+        assert!(
+            e.message().contains("lone UTF-16 surrogate"),
+            "{}",
+            e.message()
+        );
+        // Pairs, in any case, are characters.
+        let request: EnqueueRequest =
+            parse_json(br#"{"kind": "a", "args": {"s": "\ud83d\ude00\uD83D\uDE00"}}"#).unwrap();
+        assert_eq!(request.args.unwrap()["s"], "\u{1f600}\u{1f600}");
+    }
+
+    #[test]
+    fn other_faults_inside_strings_name_their_field_and_rule() {
+        let (field, message) = refusal(r#"{"kind": "\x"}"#);
+        assert_eq!(field, "kind");
+        assert_eq!(
+            message,
+            r#"invalid kind: is not valid JSON: \x (line 1, column 11) is not an escape JSON knows; use \" \\ \/ \b \f \n \r \t or \u followed by 4 hex digits"#
+        );
+        let (field, message) = refusal(r#"{"kind": "a", "args": {"s": "\u12G4"}}"#);
+        assert_eq!(field, "args.s");
+        assert!(
+            message.contains(r"\u12G4 (line 1, column 30) is not an escape"),
+            "{message}"
+        );
+        let (field, message) = refusal("{\"kind\": \"a\", \"args\": [\"a\tb\"]}");
+        assert_eq!(field, "args[0]");
+        assert_eq!(
+            message,
+            r"invalid args[0]: is not valid JSON: the control character U+0009 (line 1, column 26) must be escaped inside a string (\u0009, or \n, \t, \r for those)"
+        );
+        // Faults outside strings keep serde_json's reason, at the body.
+        let (field, message) = refusal(r#"{"kind": "a",}"#);
+        assert_eq!(field, "body");
+        assert!(
+            message.starts_with("invalid body: is not valid JSON: "),
+            "{message}"
+        );
     }
 
     #[test]

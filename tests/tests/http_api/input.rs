@@ -85,6 +85,13 @@ pub(crate) async fn invalid_input_answers_400_naming_the_field(env: &Env) {
             "limit_keys[1]",
         ),
         (big_args, "args"),
+        // A lone UTF-16 surrogate escape is not Unicode text: refused by path, with the rule.
+        (r#"{"kind": "a", "args": {"s": "\ud800"}}"#.into(), "args.s"),
+        (r#"{"kind": "a\udc00"}"#.into(), "kind"),
+        (
+            r#"{"kind": "a", "meta": {"m": ["\ud800x"]}}"#.into(),
+            "meta.m[0]",
+        ),
     ];
     for (body, field) in cases {
         let answer = api
@@ -121,6 +128,30 @@ pub(crate) async fn invalid_input_answers_400_naming_the_field(env: &Env) {
     })
     .await
     .assert_error(400, "invalid_input", Some("meta.n"));
+    let surrogate = api
+        .send(reqwest::Method::POST, "/v1/jobs", Some(OPERATOR_ALL), |r| {
+            r.header("Content-Type", "application/json")
+                .body(r#"{"kind": "a", "args": {"text": "x\ud800y"}}"#)
+        })
+        .await;
+    surrogate.assert_error(400, "invalid_input", Some("args.text"));
+    assert_eq!(
+        surrogate.message(),
+        r"invalid args.text: must be Unicode text, but \ud800 (line 1, column 34) is a lone UTF-16 surrogate; surrogate escapes come only in pairs, one of \ud800-\udbff followed at once by one of \udc00-\udfff (or write the character itself)"
+    );
+    let filter = api
+        .send(reqwest::Method::GET, "/v1/jobs", Some(OPERATOR_ALL), |r| {
+            r.query(&[("meta", r#"{"a": "\ud800"}"#)])
+        })
+        .await;
+    filter.assert_error(400, "invalid_input", Some("meta"));
+    assert!(
+        filter
+            .message()
+            .contains(r"\ud800 (line 1, column 8) is a lone UTF-16 surrogate"),
+        "{}",
+        filter.text
+    );
     for (name, first, second) in [("limit", "1", "2"), ("state", "queued", "failed")] {
         api.send(reqwest::Method::GET, "/v1/jobs", Some(OPERATOR_ALL), |r| {
             r.query(&[(name, first), (name, second)])

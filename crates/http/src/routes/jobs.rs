@@ -242,6 +242,9 @@ pub async fn list_jobs(
     };
     if let Some(m) = params.get("meta") {
         let value: serde_json::Value = serde_json::from_str(m).map_err(|e| {
+            if let Some(fault) = crate::extract::string_fault(&e, m) {
+                return ApiError::invalid("meta", fault);
+            }
             ApiError::invalid(
                 "meta",
                 format!(
