@@ -14,7 +14,11 @@
 //! unavailable (`unavailable`), not ready, or schema missing (`fatal`), on every route that
 //! reads the store. Every error body has the shape of [`error::ErrorBody`], and each
 //! operation of the OpenAPI document lists exactly the statuses it answers (checked by the
-//! HTTP tests).
+//! HTTP tests). The exception: a request hyper refuses while reading its head, before any
+//! route sees it (a malformed request line or header: 400; more than 100 headers, or a head
+//! over hyper's buffer of about 400 KiB: 431; a URI over 65,534 bytes: 414), gets hyper's own
+//! answer, with no body. hyper writes those answers itself and offers no hook to give them
+//! one (and `axum::serve` exposes none of its settings).
 //!
 //! Authentication ([`auth`]): bearer tokens mapping to a tenant and a role; `/v1/ready` and
 //! `/v1/openapi.json` need none; `/metrics`, whose labels and counts span every tenant, needs a
