@@ -156,11 +156,28 @@ impl<S: Send + Sync> FromRequestParts<S> for PathParam {
     }
 }
 
-/// The query string as name/value pairs. A name given twice (`?state=queued&state=failed`)
-/// is refused with 400 naming it: no filter here takes a list, and silently keeping one of
-/// the values would answer a different question than the one asked.
+/// The query string as name/value pairs, in the order the request gives them (so an answer
+/// about "the first" parameter is the same every time). A name given twice
+/// (`?state=queued&state=failed`) is refused with 400 naming it: no filter here takes a list,
+/// and silently keeping one of the values would answer a different question than the one
+/// asked.
 #[derive(Debug)]
-pub struct QueryParams(pub HashMap<String, String>);
+pub struct QueryParams(pub Vec<(String, String)>);
+
+impl QueryParams {
+    /// The value of parameter `name`, if given.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, value)| value.as_str())
+    }
+
+    /// The parameter names, in request order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|(name, _)| name.as_str())
+    }
+}
 
 impl<S: Send + Sync> FromRequestParts<S> for QueryParams {
     type Rejection = ApiError;
@@ -180,17 +197,14 @@ impl<S: Send + Sync> FromRequestParts<S> for QueryParams {
         let Query(pairs) = Query::<Vec<(String, String)>>::from_request_parts(parts, state)
             .await
             .map_err(|_| ApiError::invalid("query", "must be a URL-encoded query string"))?;
-        let mut params = HashMap::with_capacity(pairs.len());
-        for (name, value) in pairs {
-            if params.contains_key(&name) {
-                return Err(ApiError::invalid(
-                    name,
-                    "is given more than once; give each query parameter once",
-                ));
-            }
-            params.insert(name, value);
+        let mut seen = std::collections::HashSet::with_capacity(pairs.len());
+        if let Some((name, _)) = pairs.iter().find(|(name, _)| !seen.insert(name.as_str())) {
+            return Err(ApiError::invalid(
+                name.clone(),
+                "is given more than once; give each query parameter once",
+            ));
         }
-        Ok(QueryParams(params))
+        Ok(QueryParams(pairs))
     }
 }
 
