@@ -192,6 +192,14 @@ async fn enqueue_flags_round_trip_through_jobs_get() {
     assert!(bad.contains("max_attempts"), "{bad}");
     let bad = db.fails(&["enqueue", "noop", "--args", "{not json"]).await;
     assert!(bad.contains("--args"), "{bad}");
+    // A lone surrogate escape is named with its position and rule, as over HTTP.
+    let bad = db
+        .fails(&["enqueue", "noop", "--meta", r#"{"a": "\ud800"}"#])
+        .await;
+    assert!(
+        bad.contains(r"invalid --meta: must be Unicode text, but \ud800 (line 1, column 8) is a lone UTF-16 surrogate"),
+        "{bad}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -295,6 +303,17 @@ async fn queues_pause_resume_and_list() {
     let paused = db.json(&["queues", "pause", "mail"]).await;
     assert_eq!(paused["name"], "mail", "{paused}");
     assert_eq!(paused["paused"], true, "{paused}");
+    assert_eq!(paused["changed"], true, "{paused}");
+    // Pausing a paused queue changes nothing and says so, as resuming one that is not paused
+    // does (and as the HTTP API answers: `changed` false).
+    let again = db.json(&["queues", "pause", "mail"]).await;
+    assert_eq!(again["changed"], false, "{again}");
+    assert_eq!(again["paused_at"], paused["paused_at"], "{again}");
+    let line = db.ok(&["queues", "pause", "mail"]).await;
+    assert!(
+        line.contains("queue mail was already paused; nothing changed"),
+        "{line}"
+    );
 
     let list = db.json(&["queues", "list"]).await;
     let mail = list
@@ -311,6 +330,7 @@ async fn queues_pause_resume_and_list() {
 
     let resumed = db.json(&["queues", "resume", "mail"]).await;
     assert_eq!(resumed["paused"], false, "{resumed}");
+    assert_eq!(resumed["changed"], true, "{resumed}");
     db.ok(&["queues", "pause", "mail"]).await;
     let line = db.ok(&["queues", "resume", "mail"]).await;
     assert!(line.contains("queue mail resumed"), "{line}");

@@ -110,6 +110,7 @@ http_cases!(
         tenant_quota_answers_429,
         retry_rechecks_quotas,
         missing_or_wrong_token_answers_401,
+        authentication_comes_before_request_validation,
         producer_is_forbidden_operator_actions,
         tenants_are_isolated,
         invalid_input_answers_400_naming_the_field,

@@ -14,6 +14,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use drover_runner::QueueChange;
+
 use crate::auth::{Principal, Role, TenantScope};
 use crate::error::ApiError;
 
@@ -478,23 +480,28 @@ pub struct QueueListResponse {
     pub queues: Vec<QueueView>,
 }
 
-/// A queue's pause state.
+/// A queue's pause state after a pause or resume, and whether the request changed it.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct QueueStateResponse {
     /// Name.
     pub name: String,
     /// Paused.
     pub paused: bool,
-    /// When paused.
+    /// When paused (the first pause of a paused queue; a second pause keeps it).
     pub paused_at: Option<DateTime<Utc>>,
+    /// False when the queue already was as asked (pausing a paused queue, resuming one that is
+    /// not paused): nothing changed.
+    pub changed: bool,
 }
 
-impl From<QueueInfo> for QueueStateResponse {
-    fn from(q: QueueInfo) -> Self {
+impl From<QueueChange> for QueueStateResponse {
+    fn from(change: QueueChange) -> Self {
+        let QueueChange { queue, changed } = change;
         QueueStateResponse {
-            name: q.name.into(),
-            paused: q.paused,
-            paused_at: q.paused_at,
+            name: queue.name.into(),
+            paused: queue.paused,
+            paused_at: queue.paused_at,
+            changed,
         }
     }
 }

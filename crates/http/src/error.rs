@@ -127,6 +127,19 @@ impl ApiError {
         )
     }
 
+    /// 404 for a queue that has no jobs and is not paused, so a resume has nothing to act on
+    /// (`drover queues resume` refuses it alike): a typo must not look like a resume that left
+    /// the real queue paused.
+    pub fn queue_not_found(queue: &drover_core::QueueName) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!(
+                "no queue named {queue}: it has no jobs and is not paused, so nothing was resumed; check the name with GET /v1/queues"
+            ),
+        )
+    }
+
     /// 404 for an unknown route.
     pub fn no_route() -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", "no such route")

@@ -7,40 +7,76 @@
 use std::collections::HashMap;
 
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
-use axum::http::header;
 use axum::http::request::Parts;
+use axum::http::{header, HeaderMap};
 use serde::de::DeserializeOwned;
 
 use crate::auth::{AuthMode, Principal};
 use crate::error::ApiError;
 use crate::ApiState;
 
+/// The caller of a request with `headers` under `state`'s authentication.
+///
+/// # Errors
+/// 401 for a missing, malformed, unknown or repeated bearer token.
+fn authenticate(headers: &HeaderMap, state: &ApiState) -> Result<Principal, ApiError> {
+    match state.auth() {
+        AuthMode::InsecureNoAuth => Ok(Principal::insecure()),
+        AuthMode::Tokens(tokens) => {
+            // Two credentials are ambiguous: which tenant would the request act for?
+            if headers.get_all(header::AUTHORIZATION).iter().count() > 1 {
+                return Err(ApiError::unauthorized());
+            }
+            let value = headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .ok_or_else(ApiError::unauthorized)?;
+            let (scheme, token) = value.split_once(' ').ok_or_else(ApiError::unauthorized)?;
+            if !scheme.eq_ignore_ascii_case("bearer") {
+                return Err(ApiError::unauthorized());
+            }
+            tokens
+                .authenticate(token.trim())
+                .ok_or_else(ApiError::unauthorized)
+        }
+    }
+}
+
+/// The caller, as [`require_token`] authenticated it before anything else looked at the
+/// request (or, on a router without that layer, authenticated here).
 impl FromRequestParts<ApiState> for Principal {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, ApiError> {
-        match state.auth() {
-            AuthMode::InsecureNoAuth => Ok(Principal::insecure()),
-            AuthMode::Tokens(tokens) => {
-                // Two credentials are ambiguous: which tenant would the request act for?
-                if parts.headers.get_all(header::AUTHORIZATION).iter().count() > 1 {
-                    return Err(ApiError::unauthorized());
-                }
-                let value = parts
-                    .headers
-                    .get(header::AUTHORIZATION)
-                    .and_then(|v| v.to_str().ok())
-                    .ok_or_else(ApiError::unauthorized)?;
-                let (scheme, token) = value.split_once(' ').ok_or_else(ApiError::unauthorized)?;
-                if !scheme.eq_ignore_ascii_case("bearer") {
-                    return Err(ApiError::unauthorized());
-                }
-                tokens
-                    .authenticate(token.trim())
-                    .ok_or_else(ApiError::unauthorized)
+        if let Some(principal) = parts.extensions.get::<Principal>() {
+            return Ok(principal.clone());
+        }
+        authenticate(&parts.headers, state)
+    }
+}
+
+/// Middleware (the outermost route layer, so it runs before the query check and every
+/// extractor): authenticates the caller of every operation the OpenAPI document marks with
+/// the bearer scheme, and of any route it does not know, and answers 401 before anything
+/// else about the request is looked at. An unauthenticated caller learns nothing from the
+/// order of the checks: a bad query, body, content type or path answers 401 like a good one.
+/// The principal is kept in the request's extensions for the handler's [`Principal`].
+pub async fn require_token(
+    axum::extract::State(state): axum::extract::State<ApiState>,
+    mut request: Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+
+    if operation_of(&request).is_none_or(|op| op.secured) {
+        match authenticate(request.headers(), &state) {
+            Ok(principal) => {
+                request.extensions_mut().insert(principal);
             }
+            Err(e) => return e.into_response(),
         }
     }
+    next.run(request).await
 }
 
 /// A JSON body parsed into `T`.
@@ -120,11 +156,28 @@ impl<S: Send + Sync> FromRequestParts<S> for PathParam {
     }
 }
 
-/// The query string as name/value pairs. A name given twice (`?state=queued&state=failed`)
-/// is refused with 400 naming it: no filter here takes a list, and silently keeping one of
-/// the values would answer a different question than the one asked.
+/// The query string as name/value pairs, in the order the request gives them (so an answer
+/// about "the first" parameter is the same every time). A name given twice
+/// (`?state=queued&state=failed`) is refused with 400 naming it: no filter here takes a list,
+/// and silently keeping one of the values would answer a different question than the one
+/// asked.
 #[derive(Debug)]
-pub struct QueryParams(pub HashMap<String, String>);
+pub struct QueryParams(pub Vec<(String, String)>);
+
+impl QueryParams {
+    /// The value of parameter `name`, if given.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, value)| value.as_str())
+    }
+
+    /// The parameter names, in request order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|(name, _)| name.as_str())
+    }
+}
 
 impl<S: Send + Sync> FromRequestParts<S> for QueryParams {
     type Rejection = ApiError;
@@ -144,17 +197,14 @@ impl<S: Send + Sync> FromRequestParts<S> for QueryParams {
         let Query(pairs) = Query::<Vec<(String, String)>>::from_request_parts(parts, state)
             .await
             .map_err(|_| ApiError::invalid("query", "must be a URL-encoded query string"))?;
-        let mut params = HashMap::with_capacity(pairs.len());
-        for (name, value) in pairs {
-            if params.contains_key(&name) {
-                return Err(ApiError::invalid(
-                    name,
-                    "is given more than once; give each query parameter once",
-                ));
-            }
-            params.insert(name, value);
+        let mut seen = std::collections::HashSet::with_capacity(pairs.len());
+        if let Some((name, _)) = pairs.iter().find(|(name, _)| !seen.insert(name.as_str())) {
+            return Err(ApiError::invalid(
+                name.clone(),
+                "is given more than once; give each query parameter once",
+            ));
         }
-        Ok(QueryParams(params))
+        Ok(QueryParams(pairs))
     }
 }
 
@@ -167,11 +217,19 @@ enum QueryUse {
     Nothing { body: bool },
 }
 
-/// Every operation of the OpenAPI document by (lowercase method, path template), with how it
-/// treats the query string: read from the document, so what the routes accept and what the
-/// document says are one list.
-fn query_use() -> &'static HashMap<(String, String), QueryUse> {
-    static TABLE: std::sync::OnceLock<HashMap<(String, String), QueryUse>> =
+/// What the OpenAPI document says about one operation that the request layers enforce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Operation {
+    /// How it treats the query string.
+    query: QueryUse,
+    /// It lists a security requirement (a bearer token).
+    secured: bool,
+}
+
+/// Every operation of the OpenAPI document by (lowercase method, path template): read from
+/// the document, so what the routes accept and what the document says are one list.
+fn operations() -> &'static HashMap<(String, String), Operation> {
+    static TABLE: std::sync::OnceLock<HashMap<(String, String), Operation>> =
         std::sync::OnceLock::new();
     TABLE.get_or_init(|| {
         let doc = serde_json::to_value(crate::openapi_cached()).unwrap_or_default();
@@ -182,23 +240,48 @@ fn query_use() -> &'static HashMap<(String, String), QueryUse> {
                     .as_array()
                     .is_some_and(|ps| ps.iter().any(|p| p["in"] == "query"));
                 let body = !operation["requestBody"].is_null();
-                let usage = if queried {
+                let query = if queried {
                     QueryUse::Parameters
                 } else {
                     QueryUse::Nothing { body }
                 };
-                table.insert((method.clone(), path.clone()), usage);
+                let secured = operation["security"]
+                    .as_array()
+                    .is_some_and(|s| !s.is_empty());
+                table.insert((method.clone(), path.clone()), Operation { query, secured });
             }
         }
         table
     })
 }
 
-/// Middleware (a route layer, so it sees the matched route): refuses any query parameter on
-/// a route whose operation documents none, with 400 naming the first parameter (or `query`
-/// when its name is not UTF-8 or empty) and the rule. Such a parameter would otherwise be
-/// ignored without a word: `POST /v1/jobs?tenant=b` would enqueue for the token's tenant.
-/// An empty query (`?`, `?&`) holds no parameter.
+/// The matched route's path template (a route layer sees it), or the request's path.
+fn route_path(request: &Request) -> String {
+    request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(
+            || request.uri().path().to_owned(),
+            |p| p.as_str().to_owned(),
+        )
+}
+
+/// The documented operation a request is routed to; `HEAD` is served by the `GET` route, so
+/// it is that operation.
+fn operation_of(request: &Request) -> Option<&'static Operation> {
+    let method = if request.method() == axum::http::Method::HEAD {
+        "get".to_owned()
+    } else {
+        request.method().as_str().to_ascii_lowercase()
+    };
+    operations().get(&(method, route_path(request)))
+}
+
+/// Middleware (a route layer, so it sees the matched route; it runs after [`require_token`]):
+/// refuses any query parameter on a route whose operation documents none, with 400 naming the
+/// first parameter (or `query` when its name is not UTF-8 or empty) and the rule. Such a
+/// parameter would otherwise be ignored without a word: `POST /v1/jobs?tenant=b` would enqueue
+/// for the token's tenant. An empty query (`?`, `?&`) holds no parameter.
 pub async fn refuse_query_parameters(
     request: Request,
     next: axum::middleware::Next,
@@ -215,17 +298,10 @@ pub async fn refuse_query_parameters(
     else {
         return next.run(request).await;
     };
-    let method = request.method().as_str().to_ascii_lowercase();
-    let path = request
-        .extensions()
-        .get::<axum::extract::MatchedPath>()
-        .map_or_else(
-            || request.uri().path().to_owned(),
-            |p| p.as_str().to_owned(),
-        );
-    let body = match query_use().get(&(method, path.clone())) {
+    let path = route_path(&request);
+    let body = match operation_of(&request).map(|op| op.query) {
         Some(QueryUse::Parameters) => return next.run(request).await,
-        Some(QueryUse::Nothing { body }) => *body,
+        Some(QueryUse::Nothing { body }) => body,
         None => false,
     };
     let spaced = raw_name.replace('+', " ");
@@ -312,11 +388,24 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let Object(value) = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
+        let at_root = path == "." || path == "?" || path.is_empty();
+        // A fault inside a string (a lone surrogate, a bad escape, a raw control character)
+        // is a syntax error to serde_json, but it lies in one field's value: name that field.
+        let text = std::str::from_utf8(bytes).unwrap_or_default();
+        if let Some(fault) = string_fault(&inner, text) {
+            // A fault in an object's key leaves the key unknown (`args.?`): name the object.
+            let field = match path.strip_suffix(".?") {
+                _ if at_root => "body",
+                Some(object) => object,
+                None => path.as_str(),
+            };
+            return ApiError::invalid(field, fault);
+        }
         let syntax = matches!(
             inner.classify(),
             serde_json::error::Category::Syntax | serde_json::error::Category::Eof
         );
-        let at_root = syntax || path == "." || path == "?" || path.is_empty();
+        let at_root = syntax || at_root;
         let message = describe(&inner);
         // serde_path_to_error's path already ends with an unknown field's own name; a missing
         // field is reported at its parent, so its name is added here.
@@ -342,6 +431,128 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         return Err(ApiError::invalid(field, reason));
     }
     Ok(value)
+}
+
+/// What is wrong inside a JSON string, found by [`first_string_fault`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum StringFault {
+    /// A `\uXXXX` escape of a UTF-16 surrogate that is not half of a pair (the escape, as
+    /// written).
+    LoneSurrogate(String),
+    /// A backslash not followed by one of JSON's escapes (the escape, as written).
+    BadEscape(String),
+    /// A character below U+0020 written as itself.
+    ControlCharacter(char),
+}
+
+/// The first fault inside a string of the JSON text `text`, with its line and column (1-based,
+/// in characters, at the backslash or the character), for text that is valid JSON up to there.
+fn first_string_fault(text: &str) -> Option<(StringFault, usize, usize)> {
+    let hex4 = |s: &str| -> Option<u32> {
+        let digits = s.get(..4)?;
+        if digits.chars().all(|c| c.is_ascii_hexdigit()) {
+            u32::from_str_radix(digits, 16).ok()
+        } else {
+            None
+        }
+    };
+    let (mut line, mut column) = (1, 0);
+    let mut in_string = false;
+    let mut chars = text.char_indices();
+    while let Some((i, c)) = chars.next() {
+        column += 1;
+        if !in_string {
+            in_string = c == '"';
+        } else if c == '"' {
+            in_string = false;
+        } else if c < ' ' {
+            return Some((StringFault::ControlCharacter(c), line, column));
+        } else if c == '\\' {
+            // `escape` is the text from the backslash on; every escape JSON knows is ASCII.
+            let escape = &text[i..];
+            // What follows the backslash: a fault, or how many characters the escape holds
+            // after it (a \u escape's digits are ASCII that needs no check, except that a
+            // pair's second escape must not be read as a lone trailing surrogate).
+            let checked = match escape[1..].chars().next() {
+                Some('"' | '\\' | '/' | 'b' | 'f' | 'n' | 'r' | 't') => Ok(1),
+                Some('u') => match hex4(&escape[2..]) {
+                    None => Err(StringFault::BadEscape(escape.chars().take(6).collect())),
+                    Some(0xDC00..=0xDFFF) => {
+                        Err(StringFault::LoneSurrogate(escape[..6].to_owned()))
+                    }
+                    Some(0xD800..=0xDBFF) => {
+                        let paired = escape[6..]
+                            .strip_prefix("\\u")
+                            .and_then(hex4)
+                            .is_some_and(|low| (0xDC00..=0xDFFF).contains(&low));
+                        if paired {
+                            Ok(11)
+                        } else {
+                            Err(StringFault::LoneSurrogate(escape[..6].to_owned()))
+                        }
+                    }
+                    Some(_) => Ok(1),
+                },
+                _ => Err(StringFault::BadEscape(escape.chars().take(2).collect())),
+            };
+            match checked {
+                Err(fault) => return Some((fault, line, column)),
+                Ok(after) => {
+                    for _ in 0..after {
+                        chars.next();
+                    }
+                    column += after;
+                }
+            }
+        }
+        if c == '\n' {
+            line += 1;
+            column = 0;
+        }
+    }
+    None
+}
+
+/// The rule a string of the JSON text `text` broke, when `e` is serde_json's refusal of it of
+/// something inside a string (serde_json's own wording names no rule, and misnames some:
+/// `lone leading surrogate in hex escape` for a lone trailing surrogate, `unexpected end of hex
+/// escape` for a leading one followed by no escape): what is wrong, where (line and column, in
+/// characters), and what JSON allows instead. `None` for any other error. Used for request
+/// bodies, the `meta` filter, and the CLI's `--args` and `--meta`.
+pub fn string_fault(e: &serde_json::Error, text: &str) -> Option<String> {
+    if e.classify() != serde_json::error::Category::Syntax {
+        return None;
+    }
+    let reason = serde_reason(e);
+    if ![
+        "surrogate",
+        "hex escape",
+        "invalid escape",
+        "control character",
+    ]
+    .iter()
+    .any(|word| reason.contains(word))
+    {
+        return None;
+    }
+    let (fault, line, column) = first_string_fault(text)?;
+    Some(match fault {
+        StringFault::LoneSurrogate(escape) => format!(
+            "must be Unicode text, but {escape} (line {line}, column {column}) is a lone UTF-16 \
+             surrogate; surrogate escapes come only in pairs, one of \\ud800-\\udbff followed at \
+             once by one of \\udc00-\\udfff (or write the character itself)"
+        ),
+        StringFault::BadEscape(escape) => format!(
+            "is not valid JSON: {escape} (line {line}, column {column}) is not an escape JSON \
+             knows; use \\\" \\\\ \\/ \\b \\f \\n \\r \\t or \\u followed by 4 hex digits"
+        ),
+        StringFault::ControlCharacter(c) => format!(
+            "is not valid JSON: the control character U+{:04X} (line {line}, column {column}) \
+             must be escaped inside a string (\\u{:04x}, or \\n, \\t, \\r for those)",
+            u32::from(c),
+            u32::from(c)
+        ),
+    })
 }
 
 /// A serde_json error without its position suffix noise, lowercase.
@@ -407,6 +618,134 @@ mod tests {
                 .unwrap();
             serde_json::from_slice(&bytes).unwrap()
         })
+    }
+
+    /// The field and message of refusing `body` as an `EnqueueRequest`.
+    fn refusal(body: &str) -> (String, String) {
+        let e = parse_json::<EnqueueRequest>(body.as_bytes()).unwrap_err();
+        assert_eq!(e.status().as_u16(), 400, "{body}");
+        assert_eq!(e.code(), "invalid_input", "{body}");
+        (
+            e.field().unwrap_or_default().to_owned(),
+            e.message().to_owned(),
+        )
+    }
+
+    #[test]
+    fn lone_surrogates_name_their_field_position_and_rule() {
+        let rule = "is a lone UTF-16 surrogate; surrogate escapes come only in pairs, one of \
+                    \\ud800-\\udbff followed at once by one of \\udc00-\\udfff (or write the \
+                    character itself)";
+        for (body, field, escape, column) in [
+            (r#"{"kind": "a\ud800"}"#, "kind", r"\ud800", 12),
+            (r#"{"kind": "\ud800\u0041"}"#, "kind", r"\ud800", 11),
+            (r#"{"kind": "\uDBFF\uD800"}"#, "kind", r"\uDBFF", 11),
+            (
+                r#"{"kind": "a", "args": {"text": "x\ud800y"}}"#,
+                "args.text",
+                r"\ud800",
+                34,
+            ),
+            (
+                r#"{"kind": "a", "args": {"list": [1, "\udc00"]}}"#,
+                "args.list[1]",
+                r"\udc00",
+                37,
+            ),
+            (
+                r#"{"kind": "a", "args": {"k\ud800": 1}}"#,
+                "args",
+                r"\ud800",
+                26,
+            ),
+            (r#"{"k\ud800ind": "a"}"#, "body", r"\ud800", 4),
+            (
+                r#"{"kind": "a", "meta": {"a": "\ud800\n"}}"#,
+                "meta.a",
+                r"\ud800",
+                30,
+            ),
+            (
+                r#"{"kind": "a", "limit_keys": ["x", "\ud800"]}"#,
+                "limit_keys[1]",
+                r"\ud800",
+                36,
+            ),
+            (
+                r#"{"kind": "a", "queue": "\udfff"}"#,
+                "queue",
+                r"\udfff",
+                25,
+            ),
+            // A pair before the lone one is fine; the position is the lone one's.
+            (
+                r#"{"kind": "a", "args": {"ok": "\ud83d\ude00", "bad": "\udc00"}}"#,
+                "args.bad",
+                r"\udc00",
+                54,
+            ),
+            (
+                "{\"kind\": \"a\",\n \"args\": \"\u{e9}\\ud800\"}",
+                "args",
+                r"\ud800",
+                12,
+            ),
+        ] {
+            let (got_field, message) = refusal(body);
+            assert_eq!(got_field, field, "{body}: {message}");
+            assert_eq!(
+                message,
+                format!(
+                    "invalid {field}: must be Unicode text, but {escape} (line {}, column \
+                     {column}) {rule}",
+                    if body.contains('\n') { 2 } else { 1 }
+                ),
+                "{body}"
+            );
+        }
+        let e = parse_json::<BatchEnqueueRequest>(
+            br#"{"jobs": [{"kind": "a"}, {"kind": "b", "args": ["\ud800"]}]}"#,
+        )
+        .unwrap_err();
+        assert_eq!(e.field(), Some("jobs[1].args[0]"), "{}", e.message());
+        assert!(
+            e.message().contains("lone UTF-16 surrogate"),
+            "{}",
+            e.message()
+        );
+        // Pairs, in any case, are characters.
+        let request: EnqueueRequest =
+            parse_json(br#"{"kind": "a", "args": {"s": "\ud83d\ude00\uD83D\uDE00"}}"#).unwrap();
+        assert_eq!(request.args.unwrap()["s"], "\u{1f600}\u{1f600}");
+    }
+
+    #[test]
+    fn other_faults_inside_strings_name_their_field_and_rule() {
+        let (field, message) = refusal(r#"{"kind": "\x"}"#);
+        assert_eq!(field, "kind");
+        assert_eq!(
+            message,
+            r#"invalid kind: is not valid JSON: \x (line 1, column 11) is not an escape JSON knows; use \" \\ \/ \b \f \n \r \t or \u followed by 4 hex digits"#
+        );
+        let (field, message) = refusal(r#"{"kind": "a", "args": {"s": "\u12G4"}}"#);
+        assert_eq!(field, "args.s");
+        assert!(
+            message.contains(r"\u12G4 (line 1, column 30) is not an escape"),
+            "{message}"
+        );
+        let (field, message) = refusal("{\"kind\": \"a\", \"args\": [\"a\tb\"]}");
+        assert_eq!(field, "args[0]");
+        assert_eq!(
+            message,
+            r"invalid args[0]: is not valid JSON: the control character U+0009 (line 1, column 26) must be escaped inside a string (\u0009, or \n, \t, \r for those)"
+        );
+        // Faults outside strings keep serde_json's reason, at the body.
+        let (field, message) = refusal(r#"{"kind": "a",}"#);
+        assert_eq!(field, "body");
+        assert!(
+            message.starts_with("invalid body: is not valid JSON: "),
+            "{message}"
+        );
     }
 
     #[test]

@@ -8,19 +8,25 @@
 //! Status codes: 202 enqueue committed; 200 replay/duplicate and reads; 400 invalid input
 //! naming the field, or a query parameter on a route that takes none; 401 missing/wrong
 //! token; 403 role or tenant not allowed; 404 unknown (or another tenant's) job, unknown
-//! route; 405 method not allowed; 409 idempotency conflict or invalid transition; 413 body too
-//! large; 415 not JSON, or declared in a charset other than UTF-8; 429 quota exceeded (with
-//! `Retry-After`); 503 store unavailable (`unavailable`), not ready, or schema missing
-//! (`fatal`), on every route that reads the store. Every error body has the shape of
-//! [`error::ErrorBody`], and each operation of the OpenAPI document lists exactly the statuses
-//! it answers (checked by the HTTP tests).
+//! queue to resume (no jobs, not paused), unknown route; 405 method not allowed; 409
+//! idempotency conflict or invalid transition; 413 body too large; 415 not JSON, or declared
+//! in a charset other than UTF-8; 429 quota exceeded (with `Retry-After`); 503 store
+//! unavailable (`unavailable`), not ready, or schema missing (`fatal`), on every route that
+//! reads the store. Every error body has the shape of [`error::ErrorBody`], and each
+//! operation of the OpenAPI document lists exactly the statuses it answers (checked by the
+//! HTTP tests). The exception: a request hyper refuses while reading its head, before any
+//! route sees it (a malformed request line or header: 400; more than 100 headers, or a head
+//! over hyper's buffer of about 400 KiB: 431; a URI over 65,534 bytes: 414), gets hyper's own
+//! answer, with no body. hyper writes those answers itself and offers no hook to give them
+//! one (and `axum::serve` exposes none of its settings).
 //!
 //! Authentication ([`auth`]): bearer tokens mapping to a tenant and a role; `/v1/ready` and
 //! `/v1/openapi.json` need none; `/metrics`, whose labels and counts span every tenant, needs a
 //! token of tenant `*` (open only under [`AuthMode::InsecureNoAuth`], and on the worker's
-//! [`metrics_router`]). Tokens are kept as digests, compared in constant time, and never
-//! logged: request tracing records method, path, status and latency only, and the
-//! `Authorization` header is marked sensitive.
+//! [`metrics_router`]). The token is checked before anything else about a request, so a
+//! caller without one gets 401 whatever else is wrong with the request. Tokens are kept as
+//! digests, compared in constant time, and never logged: request tracing records method,
+//! path, status and latency only, and the `Authorization` header is marked sensitive.
 
 pub mod auth;
 pub mod dto;
@@ -232,24 +238,31 @@ pub(crate) fn openapi_cached() -> &'static utoipa::openapi::OpenApi {
     DOC.get_or_init(openapi)
 }
 
-/// The API's router: every route of [`openapi`] and nothing else; JSON answers in the shape of
-/// [`error::ErrorBody`] for unknown routes (404) and methods (405); 400 naming the parameter
-/// for a query parameter on a route whose operation documents none (every route but
-/// `GET /v1/jobs`, which refuses parameters it does not know); the `Authorization` header
-/// marked sensitive, so nothing that prints headers can show a token; and request tracing: a
-/// span per request with method and path (never the query, headers or body), a debug event
-/// when it starts and an info event with status and latency when it ends.
+/// The API's router: every route of [`openapi`] and nothing else; the bearer token of every
+/// operation that lists the bearer scheme checked before anything else about the request (an
+/// unauthenticated request answers 401 whatever its query, path, body or content type); JSON
+/// answers in the shape of [`error::ErrorBody`] for unknown routes (404) and methods (405); 400
+/// naming the parameter for a query parameter on a route whose operation documents none (every
+/// route but `GET /v1/jobs`, which refuses parameters it does not know); the `Authorization`
+/// header marked sensitive, so nothing that prints headers can show a token; and request
+/// tracing: a span per request with method and path (never the query, headers or body), a
+/// debug event when it starts and an info event with status and latency when it ends.
 pub fn router(state: ApiState) -> Router {
     let (router, _) = api_router().split_for_parts();
     finish(router, state)
 }
 
-/// Adds what every router of this crate has: the refusal of query parameters on routes that
-/// take none, the error shape for unknown routes and methods, the sensitive headers and
-/// request tracing (see [`router`]).
+/// Adds what every router of this crate has: authentication first, the refusal of query
+/// parameters on routes that take none, the error shape for unknown routes and methods, the
+/// sensitive headers and request tracing (see [`router`]).
 fn finish(router: Router<ApiState>, state: ApiState) -> Router {
     router
         .route_layer(axum::middleware::from_fn(extract::refuse_query_parameters))
+        // Added last, so it runs first: no check of the request comes before the token's.
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            extract::require_token,
+        ))
         .fallback(|| async { ApiError::no_route() })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(

@@ -2,39 +2,116 @@
 //! snapshot at scrape time, plus this process's counters when it runs jobs.
 //!
 //! Labels are queue names, states, kinds and outcomes only: never args, results or tenants.
+//!
+//! The text is deterministic: the same state renders the same bytes. Metric families come in
+//! a fixed order, each series' labels in a fixed order (the fields of its label struct), and
+//! the series of a family sorted by their label values (`SortedFamily`; prometheus-client's
+//! own `Family` keeps them in a `HashMap`, whose order changes from one process to the next).
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use drover_core::{JobState, Snapshot};
 use prometheus_client::encoding::text::encode;
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
 /// The content type of [`render`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// A family of series keyed by label set, like prometheus-client's `Family`, but encoded in
+/// the order of its label sets (their fields compared in declaration order), so a render
+/// never depends on a hash map's order. Cheap to clone (shared).
+#[derive(Debug)]
+struct SortedFamily<S, M> {
+    series: Arc<RwLock<BTreeMap<S, M>>>,
+    new_metric: fn() -> M,
+}
+
+impl<S, M> Clone for SortedFamily<S, M> {
+    fn clone(&self) -> Self {
+        SortedFamily {
+            series: Arc::clone(&self.series),
+            new_metric: self.new_metric,
+        }
+    }
+}
+
+impl<S: Ord + Clone, M: Default> Default for SortedFamily<S, M> {
+    fn default() -> Self {
+        Self::new(M::default)
+    }
+}
+
+impl<S: Ord + Clone, M> SortedFamily<S, M> {
+    fn new(new_metric: fn() -> M) -> Self {
+        SortedFamily {
+            series: Arc::new(RwLock::new(BTreeMap::new())),
+            new_metric,
+        }
+    }
+
+    /// Runs `f` on the series of `labels`, created first if needed. A panic elsewhere while the
+    /// lock was held leaves the counts usable (they are atomics), so a poisoned lock is entered.
+    fn with<R>(&self, labels: &S, f: impl FnOnce(&M) -> R) -> R {
+        {
+            let series = self.series.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some(metric) = series.get(labels) {
+                return f(metric);
+            }
+        }
+        let mut series = self.series.write().unwrap_or_else(PoisonError::into_inner);
+        let metric = series
+            .entry(labels.clone())
+            .or_insert_with(|| (self.new_metric)());
+        f(metric)
+    }
+}
+
+impl<S, M: TypedMetric> TypedMetric for SortedFamily<S, M> {
+    const TYPE: MetricType = M::TYPE;
+}
+
+impl<S, M> EncodeMetric for SortedFamily<S, M>
+where
+    S: EncodeLabelSet,
+    M: EncodeMetric + TypedMetric,
+{
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let series = self.series.read().unwrap_or_else(PoisonError::into_inner);
+        for (labels, metric) in series.iter() {
+            metric.encode(encoder.encode_family(labels)?)?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        M::TYPE
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 struct QueueStateLabels {
     queue: String,
     state: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 struct QueueLabels {
     queue: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 struct KindOutcomeLabels {
     kind: String,
     outcome: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 struct KindLabels {
     kind: String,
 }
@@ -52,22 +129,22 @@ pub struct ProcessMetrics {
 }
 
 struct ProcessInner {
-    outcomes: Family<KindOutcomeLabels, Counter>,
-    enqueued: Family<KindLabels, Counter>,
-    started: Family<KindLabels, Counter>,
-    rescued: Family<KindLabels, Counter>,
-    durations: Family<KindLabels, Histogram, fn() -> Histogram>,
+    outcomes: SortedFamily<KindOutcomeLabels, Counter>,
+    enqueued: SortedFamily<KindLabels, Counter>,
+    started: SortedFamily<KindLabels, Counter>,
+    rescued: SortedFamily<KindLabels, Counter>,
+    durations: SortedFamily<KindLabels, Histogram>,
 }
 
 impl Default for ProcessMetrics {
     fn default() -> Self {
         ProcessMetrics {
             inner: Arc::new(ProcessInner {
-                outcomes: Family::default(),
-                enqueued: Family::default(),
-                started: Family::default(),
-                rescued: Family::default(),
-                durations: Family::new_with_constructor(duration_histogram),
+                outcomes: SortedFamily::default(),
+                enqueued: SortedFamily::default(),
+                started: SortedFamily::default(),
+                rescued: SortedFamily::default(),
+                durations: SortedFamily::new(duration_histogram),
             }),
         }
     }
@@ -83,49 +160,49 @@ impl ProcessMetrics {
     /// Counts a job of `kind` ending a run with `outcome` (`succeeded`, `retried`, `failed`,
     /// `cancelled`, `snoozed`, `released`, `lease_lost`) after `seconds` of handler time.
     pub fn record_outcome(&self, kind: &str, outcome: &str, seconds: f64) {
-        self.inner
-            .outcomes
-            .get_or_create(&KindOutcomeLabels {
+        self.inner.outcomes.with(
+            &KindOutcomeLabels {
                 kind: kind.to_owned(),
                 outcome: outcome.to_owned(),
-            })
-            .inc();
-        self.inner
-            .durations
-            .get_or_create(&KindLabels {
+            },
+            |c| c.inc(),
+        );
+        self.inner.durations.with(
+            &KindLabels {
                 kind: kind.to_owned(),
-            })
-            .observe(seconds);
+            },
+            |h| h.observe(seconds),
+        );
     }
 
     /// Counts an enqueued job.
     pub fn record_enqueued(&self, kind: &str) {
-        self.inner
-            .enqueued
-            .get_or_create(&KindLabels {
+        self.inner.enqueued.with(
+            &KindLabels {
                 kind: kind.to_owned(),
-            })
-            .inc();
+            },
+            |c| c.inc(),
+        );
     }
 
     /// Counts a started run.
     pub fn record_started(&self, kind: &str) {
-        self.inner
-            .started
-            .get_or_create(&KindLabels {
+        self.inner.started.with(
+            &KindLabels {
                 kind: kind.to_owned(),
-            })
-            .inc();
+            },
+            |c| c.inc(),
+        );
     }
 
     /// Counts a rescued lease.
     pub fn record_rescued(&self, kind: &str) {
-        self.inner
-            .rescued
-            .get_or_create(&KindLabels {
+        self.inner.rescued.with(
+            &KindLabels {
                 kind: kind.to_owned(),
-            })
-            .inc();
+            },
+            |c| c.inc(),
+        );
     }
 
     fn register(&self, registry: &mut Registry) {
@@ -192,30 +269,33 @@ impl drover_runner::Metrics for ProcessMetrics {
 /// counters, as OpenMetrics text.
 pub fn render(snapshot: &Snapshot, process: Option<&ProcessMetrics>) -> String {
     let mut registry = Registry::default();
-    let jobs = Family::<QueueStateLabels, Gauge>::default();
-    let lag = Family::<QueueLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
-    let running = Family::<QueueLabels, Gauge>::default();
-    let ready = Family::<QueueLabels, Gauge>::default();
-    let paused = Family::<QueueLabels, Gauge>::default();
+    let jobs = SortedFamily::<QueueStateLabels, Gauge>::default();
+    let lag = SortedFamily::<QueueLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+    let running = SortedFamily::<QueueLabels, Gauge>::default();
+    let ready = SortedFamily::<QueueLabels, Gauge>::default();
+    let paused = SortedFamily::<QueueLabels, Gauge>::default();
     for q in &snapshot.queues {
         let queue = q.queue.to_string();
         for state in JobState::ALL {
-            jobs.get_or_create(&QueueStateLabels {
+            let labels = QueueStateLabels {
                 queue: queue.clone(),
                 state: state.as_str().to_owned(),
-            })
-            .set(i64::try_from(q.count(state)).unwrap_or(i64::MAX));
+            };
+            jobs.with(&labels, |g| {
+                g.set(i64::try_from(q.count(state)).unwrap_or(i64::MAX))
+            });
         }
         let labels = QueueLabels { queue };
-        lag.get_or_create(&labels)
-            .set(q.oldest_ready_age_ms.map_or(0.0, |ms| ms as f64 / 1000.0));
-        running
-            .get_or_create(&labels)
-            .set(i64::try_from(q.running).unwrap_or(i64::MAX));
-        ready
-            .get_or_create(&labels)
-            .set(i64::try_from(q.ready).unwrap_or(i64::MAX));
-        paused.get_or_create(&labels).set(i64::from(q.paused));
+        lag.with(&labels, |g| {
+            g.set(q.oldest_ready_age_ms.map_or(0.0, |ms| ms as f64 / 1000.0))
+        });
+        running.with(&labels, |g| {
+            g.set(i64::try_from(q.running).unwrap_or(i64::MAX))
+        });
+        ready.with(&labels, |g| {
+            g.set(i64::try_from(q.ready).unwrap_or(i64::MAX))
+        });
+        paused.with(&labels, |g| g.set(i64::from(q.paused)));
     }
     registry.register("drover_jobs", "Jobs per queue and state", jobs);
     registry.register(
@@ -244,6 +324,114 @@ mod tests {
     use super::*;
     use drover_core::{QueueName, QueueSnapshot};
     use std::collections::BTreeMap;
+
+    fn queue_snapshot(name: &str, queued: u64) -> QueueSnapshot {
+        QueueSnapshot {
+            queue: QueueName::parse(name).unwrap(),
+            paused: false,
+            counts: BTreeMap::from([(JobState::Queued, queued)]),
+            ready: queued,
+            running: 0,
+            oldest_ready_age_ms: None,
+        }
+    }
+
+    /// The label values of the samples of `metric` (lines `metric{...} value`), in text order.
+    fn series_of(text: &str, metric: &str) -> Vec<String> {
+        text.lines()
+            .filter_map(|line| line.strip_prefix(metric)?.strip_prefix('{'))
+            .map(|rest| rest.split('}').next().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn the_same_state_renders_the_same_sorted_text() {
+        // Queues and kinds arrive in no particular order; many series, so a hash map's order
+        // would show.
+        let names = [
+            "mail", "billing", "zeta", "alpha", "reports", "images", "default", "queue-10",
+            "queue-2", "Upper",
+        ];
+        let snapshot = Snapshot {
+            taken_at: chrono::Utc::now(),
+            queues: names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| queue_snapshot(n, i as u64))
+                .collect(),
+        };
+        let process = ProcessMetrics::default();
+        for kind in ["email.send", "a.kind", "report.build", "exec", "b", "noop"] {
+            for outcome in ["succeeded", "retried", "failed", "cancelled"] {
+                process.record_outcome(kind, outcome, 0.01);
+            }
+            process.record_enqueued(kind);
+            process.record_started(kind);
+            process.record_rescued(kind);
+        }
+        let first = render(&snapshot, Some(&process));
+        for _ in 0..20 {
+            assert_eq!(render(&snapshot, Some(&process)), first);
+        }
+        // Another process (new maps, new hash seeds) with the same counts renders the same.
+        let other = ProcessMetrics::default();
+        for kind in ["noop", "b", "exec", "report.build", "a.kind", "email.send"] {
+            for outcome in ["cancelled", "failed", "retried", "succeeded"] {
+                other.record_outcome(kind, outcome, 0.01);
+            }
+            other.record_enqueued(kind);
+            other.record_started(kind);
+            other.record_rescued(kind);
+        }
+        let mut reversed = snapshot.clone();
+        reversed.queues.reverse();
+        assert_eq!(render(&reversed, Some(&other)), first);
+
+        // Series sorted by their labels, labels in a fixed order (queue before state, kind
+        // before outcome).
+        let mut sorted_queues: Vec<&str> = names.to_vec();
+        sorted_queues.sort_unstable();
+        let queue_series: Vec<String> = sorted_queues
+            .iter()
+            .map(|q| format!("queue=\"{q}\""))
+            .collect();
+        for metric in [
+            "drover_queue_lag_seconds",
+            "drover_jobs_running",
+            "drover_jobs_ready",
+            "drover_queue_paused",
+        ] {
+            assert_eq!(series_of(&first, metric), queue_series, "{metric}: {first}");
+        }
+        let jobs = series_of(&first, "drover_jobs");
+        let mut expected: Vec<(String, String)> = Vec::new();
+        for q in &sorted_queues {
+            for state in JobState::ALL {
+                expected.push(((*q).to_owned(), state.as_str().to_owned()));
+            }
+        }
+        expected.sort();
+        let expected: Vec<String> = expected
+            .iter()
+            .map(|(q, s)| format!("queue=\"{q}\",state=\"{s}\""))
+            .collect();
+        assert_eq!(jobs, expected, "{first}");
+        let outcomes = series_of(&first, "drover_job_outcomes_total");
+        let mut sorted = outcomes.clone();
+        sorted.sort();
+        assert_eq!(outcomes, sorted);
+        assert_eq!(outcomes.len(), 24);
+        assert!(
+            outcomes[0].starts_with("kind=\"a.kind\",outcome="),
+            "{outcomes:?}"
+        );
+        // A histogram's lines stay together, buckets in increasing order.
+        let buckets = series_of(&first, "drover_job_duration_seconds_bucket");
+        assert_eq!(buckets.len(), 6 * 18, "{first}");
+        assert_eq!(buckets[0], "le=\"0.001\",kind=\"a.kind\"", "{buckets:?}");
+        assert_eq!(buckets[17], "le=\"+Inf\",kind=\"a.kind\"", "{buckets:?}");
+        assert_eq!(buckets[18], "le=\"0.001\",kind=\"b\"", "{buckets:?}");
+    }
 
     #[test]
     fn renders_design_names() {

@@ -1,15 +1,30 @@
 //! [`Client`]: the application's handle for enqueueing jobs and looking at them, wrapping the
-//! store and reporting [`Metrics::job_enqueued`] for every new job.
+//! store and reporting [`Metrics::job_enqueued`] for every new job; and for pausing and
+//! resuming queues with an answer that says what changed ([`QueueChange`]), which the CLI and
+//! the HTTP API both give.
 
 use std::fmt;
 use std::sync::Arc;
 
 use drover_core::{
-    CancelOutcome, EnqueueStatus, Enqueued, Error, Job, JobId, JobKind, JobStore, NewJob,
+    CancelOutcome, EnqueueStatus, Enqueued, Entity, Error, Job, JobId, JobKind, JobStore, NewJob,
+    QueueInfo, QueueName,
 };
 use serde::Serialize;
 
 use crate::metrics::{Metrics, NoopMetrics};
+
+/// What [`Client::queue_pause`] or [`Client::queue_resume`] did to a queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QueueChange {
+    /// The queue as it is now.
+    #[serde(flatten)]
+    pub queue: QueueInfo,
+    /// False when the queue already was as asked (paused, or not paused), so nothing changed.
+    /// Read just before the change: two operators changing one queue at the same instant may
+    /// both see `true`.
+    pub changed: bool,
+}
 
 /// Enqueues and inspects jobs. Cheap to clone.
 #[derive(Clone)]
@@ -97,6 +112,62 @@ impl Client {
     /// `NotFound`; `InvalidTransition` for a finished job.
     pub async fn cancel(&self, id: JobId) -> Result<CancelOutcome, Error> {
         self.store.job_cancel(id).await
+    }
+
+    /// Pauses `queue` cluster-wide (no worker claims from it; running jobs finish), creating
+    /// its record if needed, so a queue may be paused before its first job. Pausing a paused
+    /// queue changes nothing (it keeps the time it was first paused) and says so.
+    ///
+    /// # Errors
+    /// `Unavailable`, `Fatal`.
+    pub async fn queue_pause(&self, queue: QueueName) -> Result<QueueChange, Error> {
+        let was_paused = self
+            .store
+            .queues_list()
+            .await?
+            .iter()
+            .any(|q| q.name == queue && q.paused);
+        let info = self.store.queue_pause(queue).await?;
+        Ok(QueueChange {
+            queue: info,
+            changed: !was_paused,
+        })
+    }
+
+    /// Resumes `queue`. Resuming is idempotent at the store, so a typo would "succeed" and leave
+    /// the real queue paused: a queue that is not paused changes nothing and says so, and a
+    /// queue nobody has heard of (no jobs, no stored pause) is refused.
+    ///
+    /// # Errors
+    /// `NotFound` (entity queue) for a queue with no jobs that is not paused; `Unavailable`,
+    /// `Fatal`.
+    pub async fn queue_resume(&self, queue: QueueName) -> Result<QueueChange, Error> {
+        let known = self
+            .store
+            .queues_list()
+            .await?
+            .into_iter()
+            .find(|q| q.name == queue);
+        if known.is_none()
+            && !self
+                .store
+                .queue_snapshot()
+                .await?
+                .queues
+                .iter()
+                .any(|q| q.queue == queue)
+        {
+            return Err(Error::NotFound {
+                entity: Entity::Queue,
+                id: queue.to_string(),
+            });
+        }
+        let was_paused = known.is_some_and(|q| q.paused);
+        let info = self.store.queue_resume(queue).await?;
+        Ok(QueueChange {
+            queue: info,
+            changed: was_paused,
+        })
     }
 
     fn report(&self, enqueued: &[Enqueued]) {

@@ -50,7 +50,7 @@ mod running;
 mod runtime;
 mod worker;
 
-pub use client::Client;
+pub use client::{Client, QueueChange};
 pub use config::{
     default_worker_id, PoolConfig, WorkerConfig, CANCEL_GRACE_DEFAULT, COMPLETER_BATCH_DEFAULT,
     COMPLETER_BATCH_MAX, FLUSH_TIMEOUT_DEFAULT, MAINTENANCE_START_DELAY_DEFAULT,

@@ -58,6 +58,195 @@ pub(crate) async fn missing_or_wrong_token_answers_401(env: &Env) {
     );
 }
 
+/// One thing wrong with a request: what, the path and query, extra headers, the body.
+struct Fault {
+    what: &'static str,
+    target: String,
+    headers: Vec<(&'static str, &'static str)>,
+    body: Option<String>,
+}
+
+/// The token is checked before anything else about a request: on every operation that needs
+/// one, a request without a token (or with a wrong one) answers 401, whatever else is wrong
+/// with it (a query parameter, a body that is not JSON, a wrong content type, a body over the
+/// limit, a malformed id or queue name, a repeated `Idempotency-Key`), and changes nothing.
+/// Routes that need no token still refuse a query parameter with 400.
+pub(crate) async fn authentication_comes_before_request_validation(env: &Env) {
+    let store = env.store(unbounded()).await;
+    let api = env
+        .serve(
+            store,
+            drover_http::ApiConfig {
+                max_body_bytes: 64,
+                ..drover_http::ApiConfig::default()
+            },
+        )
+        .await;
+    let job = api.enqueue_ok(PRODUCER_A, &json!({"kind": "k"})).await;
+    let doc = serde_json::to_value(drover_http::openapi()).unwrap();
+    let mut checked = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let http_method =
+                reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let secured = operation["security"]
+                .as_array()
+                .is_some_and(|s| !s.is_empty());
+            let concrete = path.replace("{id}", &job).replace("{name}", "default");
+            if !secured {
+                let answer = api
+                    .send(http_method, &format!("{concrete}?probe=1"), None, |r| r)
+                    .await;
+                answer.assert_error(400, "invalid_input", Some("probe"));
+                continue;
+            }
+            let takes_body = !operation["requestBody"].is_null();
+            let malformed = path
+                .replace("{id}", "not-a-uuid")
+                .replace("{name}", "no%20spaces");
+            let fault = |what,
+                         target: String,
+                         headers: Vec<(&'static str, &'static str)>,
+                         body: Option<String>| Fault {
+                what,
+                target,
+                headers,
+                body,
+            };
+            let mut faults = vec![
+                fault(
+                    "a query parameter",
+                    format!("{concrete}?probe=1"),
+                    vec![],
+                    None,
+                ),
+                fault(
+                    "a query string that is not UTF-8",
+                    format!("{concrete}?%ff=1"),
+                    vec![],
+                    None,
+                ),
+            ];
+            if malformed != concrete {
+                faults.push(fault("a malformed path parameter", malformed, vec![], None));
+            }
+            if takes_body {
+                let json_type = ("Content-Type", "application/json");
+                let body = |text: &str| Some(text.to_owned());
+                faults.extend([
+                    fault(
+                        "a body that is not JSON",
+                        concrete.clone(),
+                        vec![json_type],
+                        body("{"),
+                    ),
+                    fault(
+                        "a wrong content type",
+                        concrete.clone(),
+                        vec![("Content-Type", "text/plain")],
+                        body("{}"),
+                    ),
+                    fault(
+                        "a charset other than UTF-8",
+                        concrete.clone(),
+                        vec![("Content-Type", "application/json; charset=latin1")],
+                        body("{}"),
+                    ),
+                    fault("no content type", concrete.clone(), vec![], body("{}")),
+                    fault(
+                        "a body over the limit",
+                        concrete.clone(),
+                        vec![json_type],
+                        Some(format!("{{\"kind\": \"{}\"}}", "x".repeat(100))),
+                    ),
+                    fault(
+                        "an unknown field and a query parameter",
+                        format!("{concrete}?tenant=tenant-b"),
+                        vec![json_type],
+                        body(r#"{"kind": "k", "bogus": 1}"#),
+                    ),
+                    fault(
+                        "a repeated Idempotency-Key",
+                        concrete.clone(),
+                        vec![
+                            json_type,
+                            ("Idempotency-Key", "a"),
+                            ("Idempotency-Key", "b"),
+                        ],
+                        body(r#"{"kind": "k"}"#),
+                    ),
+                ]);
+            }
+            for Fault {
+                what: fault,
+                target,
+                headers,
+                body,
+            } in &faults
+            {
+                for token in [None, Some("wrong-token-0000000000")] {
+                    let answer = api
+                        .send(http_method.clone(), target, token, |mut r| {
+                            for (name, value) in headers {
+                                r = r.header(*name, *value);
+                            }
+                            match body {
+                                Some(b) => r.body(b.clone()),
+                                None => r,
+                            }
+                        })
+                        .await;
+                    assert_eq!(
+                        answer.status, 401,
+                        "{method} {target} with {fault} and token {token:?}: {}",
+                        answer.text
+                    );
+                    answer.assert_error(401, "unauthorized", None);
+                    assert_eq!(answer.headers["www-authenticate"], "Bearer");
+                }
+            }
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 11, "every operation that needs a token");
+    let jobs = api.all_jobs().await;
+    assert_eq!(jobs.len(), 1, "no refused request enqueued");
+    assert_eq!(
+        jobs[0].state,
+        JobState::Queued,
+        "no refused request changed the job"
+    );
+    // HEAD is served by the GET route, and checked as that operation: a token where GET needs
+    // one, none for readiness, and the filters of GET /v1/jobs.
+    let head = |path: &'static str, token: Option<&'static str>| {
+        let api = &api;
+        async move {
+            api.send(reqwest::Method::HEAD, path, token, |r| r)
+                .await
+                .status
+        }
+    };
+    assert_eq!(head("/v1/jobs?probe=1", None).await, 401);
+    assert_eq!(head("/v1/queues", None).await, 401);
+    assert_eq!(head("/v1/ready", None).await, 200);
+    assert_eq!(head("/v1/jobs?state=queued", Some(PRODUCER_A)).await, 200);
+    assert_eq!(head("/v1/queues?probe=1", Some(OPERATOR_ALL)).await, 400);
+    // The same faults with a token get the answer that names them.
+    api.get(Some(OPERATOR_ALL), "/v1/queues?probe=1")
+        .await
+        .assert_error(400, "invalid_input", Some("probe"));
+    api.send(reqwest::Method::POST, "/v1/jobs", Some(PRODUCER_A), |r| {
+        r.header("Content-Type", "text/plain").body("{}")
+    })
+    .await
+    .assert_error(415, "unsupported_media_type", None);
+    api.send(reqwest::Method::POST, "/v1/jobs", Some(PRODUCER_A), |r| {
+        r.header("Content-Type", "application/json").body("{")
+    })
+    .await
+    .assert_error(400, "invalid_input", Some("body"));
+}
+
 /// A producer may not retry, pause, resume, enqueue `exec`, or act for another tenant: 403.
 pub(crate) async fn producer_is_forbidden_operator_actions(env: &Env) {
     let api = env.api(unbounded()).await;

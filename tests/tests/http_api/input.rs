@@ -85,6 +85,13 @@ pub(crate) async fn invalid_input_answers_400_naming_the_field(env: &Env) {
             "limit_keys[1]",
         ),
         (big_args, "args"),
+        // A lone UTF-16 surrogate escape is not Unicode text: refused by path, with the rule.
+        (r#"{"kind": "a", "args": {"s": "\ud800"}}"#.into(), "args.s"),
+        (r#"{"kind": "a\udc00"}"#.into(), "kind"),
+        (
+            r#"{"kind": "a", "meta": {"m": ["\ud800x"]}}"#.into(),
+            "meta.m[0]",
+        ),
     ];
     for (body, field) in cases {
         let answer = api
@@ -121,6 +128,41 @@ pub(crate) async fn invalid_input_answers_400_naming_the_field(env: &Env) {
     })
     .await
     .assert_error(400, "invalid_input", Some("meta.n"));
+    let surrogate = api
+        .send(reqwest::Method::POST, "/v1/jobs", Some(OPERATOR_ALL), |r| {
+            r.header("Content-Type", "application/json")
+                .body(r#"{"kind": "a", "args": {"text": "x\ud800y"}}"#)
+        })
+        .await;
+    surrogate.assert_error(400, "invalid_input", Some("args.text"));
+    assert_eq!(
+        surrogate.message(),
+        r"invalid args.text: must be Unicode text, but \ud800 (line 1, column 34) is a lone UTF-16 surrogate; surrogate escapes come only in pairs, one of \ud800-\udbff followed at once by one of \udc00-\udfff (or write the character itself)"
+    );
+    let filter = api
+        .send(reqwest::Method::GET, "/v1/jobs", Some(OPERATOR_ALL), |r| {
+            r.query(&[("meta", r#"{"a": "\ud800"}"#)])
+        })
+        .await;
+    filter.assert_error(400, "invalid_input", Some("meta"));
+    assert!(
+        filter
+            .message()
+            .contains(r"\ud800 (line 1, column 8) is a lone UTF-16 surrogate"),
+        "{}",
+        filter.text
+    );
+    // Two unknown filters: the answer names the first as given, every time (the parameters
+    // were kept in a hash map, whose order changes from one request to the next).
+    for _ in 0..16 {
+        for (path, first) in [
+            ("/v1/jobs?zeta=1&alpha=2&state=queued", "zeta"),
+            ("/v1/jobs?alpha=2&zeta=1", "alpha"),
+        ] {
+            let answer = api.get(Some(OPERATOR_ALL), path).await;
+            answer.assert_error(400, "invalid_input", Some(first));
+        }
+    }
     for (name, first, second) in [("limit", "1", "2"), ("state", "queued", "failed")] {
         api.send(reqwest::Method::GET, "/v1/jobs", Some(OPERATOR_ALL), |r| {
             r.query(&[(name, first), (name, second)])
@@ -898,6 +940,12 @@ pub(crate) async fn documented_statuses_are_the_answered_ones(env: &Env) {
             &api.post_empty(Some(OPERATOR_ALL), &concrete).await,
         ); // 400
     }
+    seen.note(
+        post,
+        "/v1/queues/{name}/resume",
+        &api.post_empty(Some(OPERATOR_ALL), "/v1/queues/never-used/resume")
+            .await,
+    ); // 404
 
     // Quotas: a server whose tenants may have one pending job each (tenant B only here).
     let quota = env

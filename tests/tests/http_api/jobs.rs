@@ -250,11 +250,22 @@ pub(crate) async fn queues_pause_resume_and_list(env: &Env) {
     assert_eq!(paused.status, 200, "{}", paused.text);
     assert_eq!(paused.json["name"], "mail");
     assert_eq!(paused.json["paused"], true);
+    assert_eq!(paused.json["changed"], true, "{}", paused.text);
     assert!(paused.json["paused_at"].is_string());
     let again = api
         .post_empty(Some(OPERATOR_ALL), "/v1/queues/mail/pause")
         .await;
     assert_eq!(again.status, 200, "pause is idempotent: {}", again.text);
+    assert_eq!(again.json["paused"], true);
+    assert_eq!(
+        again.json["changed"], false,
+        "already paused: {}",
+        again.text
+    );
+    assert_eq!(
+        again.json["paused_at"], paused.json["paused_at"],
+        "a second pause keeps the first pause's time"
+    );
 
     // The counts span every tenant: a token of one tenant may not read them.
     for token in [PRODUCER_A, OPERATOR_A] {
@@ -280,12 +291,55 @@ pub(crate) async fn queues_pause_resume_and_list(env: &Env) {
         .await;
     assert_eq!(resumed.status, 200, "{}", resumed.text);
     assert_eq!(resumed.json["paused"], false);
+    assert_eq!(resumed.json["changed"], true, "{}", resumed.text);
     let queues = api.get(Some(OPERATOR_ALL), "/v1/queues").await;
     assert!(queues.json["queues"]
         .as_array()
         .unwrap()
         .iter()
         .any(|q| q["name"] == "mail" && q["paused"] == false));
+
+    // As `drover queues resume`: resuming a queue that is not paused says nothing changed, and
+    // a queue nobody has heard of (no jobs, not paused: a typo) is refused, naming it.
+    let not_paused = api
+        .post_empty(Some(OPERATOR_ALL), "/v1/queues/mail/resume")
+        .await;
+    assert_eq!(not_paused.status, 200, "{}", not_paused.text);
+    assert_eq!(not_paused.json["paused"], false);
+    assert_eq!(not_paused.json["changed"], false, "{}", not_paused.text);
+    let typo = api
+        .post_empty(Some(OPERATOR_ALL), "/v1/queues/mial/resume")
+        .await;
+    typo.assert_error(404, "not_found", None);
+    assert_eq!(
+        typo.message(),
+        "no queue named mial: it has no jobs and is not paused, so nothing was resumed; check the name with GET /v1/queues"
+    );
+    // A queue may be paused before its first job; resuming it then changes it, and afterwards
+    // (no jobs, no pause) it is unknown again.
+    let early = api
+        .post_empty(Some(OPERATOR_ALL), "/v1/queues/later/pause")
+        .await;
+    assert_eq!(early.status, 200, "{}", early.text);
+    assert_eq!(early.json["changed"], true, "{}", early.text);
+    let resumed = api
+        .post_empty(Some(OPERATOR_ALL), "/v1/queues/later/resume")
+        .await;
+    assert_eq!(resumed.status, 200, "{}", resumed.text);
+    assert_eq!(resumed.json["changed"], true, "{}", resumed.text);
+    api.post_empty(Some(OPERATOR_ALL), "/v1/queues/later/resume")
+        .await
+        .assert_error(404, "not_found", None);
+    let queues = api.get(Some(OPERATOR_ALL), "/v1/queues").await;
+    assert!(
+        queues.json["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|q| q["name"] != "mial" && q["name"] != "later"),
+        "a refused resume leaves nothing behind: {}",
+        queues.text
+    );
 
     api.post_empty(Some(OPERATOR_ALL), "/v1/queues/no%20spaces/pause")
         .await

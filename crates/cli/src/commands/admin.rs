@@ -86,46 +86,48 @@ pub async fn migrations_list(ctx: &Ctx) -> Result<()> {
 /// `drover queues list|pause|resume`.
 pub async fn queues(ctx: &Ctx, command: QueuesCommand) -> Result<()> {
     let store = ctx.store().await?;
+    let client = drover_runner::Client::new(std::sync::Arc::clone(&store));
     let parse = |name: &str| QueueName::parse(name).map_err(|e| anyhow!("{e}"));
     match command {
         QueuesCommand::Pause { name } => {
-            let info = call(ctx, store.queue_pause(parse(&name)?)).await?;
+            let change = call(ctx, client.queue_pause(parse(&name)?)).await?;
             if ctx.json {
-                return print_json(&info);
+                return print_json(&change);
             }
-            outln!(
-                "queue {} paused: no worker claims from it; running jobs finish",
-                info.name
-            )?;
+            if change.changed {
+                outln!(
+                    "queue {} paused: no worker claims from it; running jobs finish",
+                    change.queue.name
+                )?;
+            } else {
+                outln!(
+                    "queue {} was already paused; nothing changed",
+                    change.queue.name
+                )?;
+            }
         }
         QueuesCommand::Resume { name } => {
             let queue = parse(&name)?;
-            // Resuming is idempotent, so a typo would "succeed" and leave the real queue
-            // paused: say what the resume changed, and refuse a queue nobody has heard of.
-            let known = call(ctx, store.queues_list())
-                .await?
-                .into_iter()
-                .find(|q| q.name == queue);
-            let has_jobs = known.is_none()
-                && call(ctx, store.queue_snapshot())
-                    .await?
-                    .queues
-                    .iter()
-                    .any(|q| q.queue == queue);
-            if known.is_none() && !has_jobs {
-                return Err(anyhow!(
-                    "no queue named {queue}: it has no jobs and was never paused, so nothing was resumed; check the name with `drover queues list`"
-                ));
-            }
-            let was_paused = known.is_some_and(|q| q.paused);
-            let info = call(ctx, store.queue_resume(queue)).await?;
+            // The client refuses a queue nobody has heard of and says whether the resume changed
+            // anything (the HTTP API answers the same way).
+            let change = match client.queue_resume(queue.clone()).await {
+                Err(drover_core::Error::NotFound { .. }) => {
+                    return Err(anyhow!(
+                        "no queue named {queue}: it has no jobs and is not paused, so nothing was resumed; check the name with `drover queues list`"
+                    ))
+                }
+                other => other.map_err(|e| ctx.explain(e))?,
+            };
             if ctx.json {
-                return print_json(&info);
+                return print_json(&change);
             }
-            if was_paused {
-                outln!("queue {} resumed", info.name)?;
+            if change.changed {
+                outln!("queue {} resumed", change.queue.name)?;
             } else {
-                outln!("queue {} was not paused; nothing changed", info.name)?;
+                outln!(
+                    "queue {} was not paused; nothing changed",
+                    change.queue.name
+                )?;
             }
         }
         QueuesCommand::List => {

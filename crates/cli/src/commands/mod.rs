@@ -53,8 +53,14 @@ pub async fn dispatch(cli: Cli, extensions: Extensions) -> Result<()> {
 /// # Errors
 /// `invalid --FLAG: not valid JSON: ...`, or the path of an integer that does not fit.
 pub fn json_flag(flag: &str, text: &str) -> Result<serde_json::Value> {
-    let value = serde_json::from_str(text)
-        .map_err(|e| anyhow::anyhow!("invalid --{flag}: not valid JSON: {e}"))?;
+    let value = serde_json::from_str(text).map_err(|e| {
+        // A fault inside a string (a lone surrogate, a bad escape) is named with its rule, as
+        // over HTTP.
+        match drover_http::extract::string_fault(&e, text) {
+            Some(fault) => anyhow::anyhow!("invalid --{flag}: {fault}"),
+            None => anyhow::anyhow!("invalid --{flag}: not valid JSON: {e}"),
+        }
+    })?;
     drover_core::json::check_integer_literals(text, flag)?;
     Ok(value)
 }

@@ -205,28 +205,30 @@ const LIST_PARAMS: [&str; 7] = [
 pub async fn list_jobs(
     State(state): State<ApiState>,
     principal: Principal,
-    QueryParams(params): QueryParams,
+    params: QueryParams,
 ) -> Result<Json<JobListResponse>, ApiError> {
-    if let Some(unknown) = params.keys().find(|k| !LIST_PARAMS.contains(&k.as_str())) {
+    // The first unknown parameter in request order, so the answer names the same one every
+    // time.
+    if let Some(unknown) = params.names().find(|k| !LIST_PARAMS.contains(k)) {
         return Err(ApiError::invalid(
-            unknown.clone(),
+            unknown.to_owned(),
             format!("unknown filter; use one of {}", LIST_PARAMS.join(", ")),
         ));
     }
     let store_err = |e| state.error(e);
     let mut query = ListJobs::default();
     if let Some(q) = params.get("queue") {
-        query.queue = Some(QueueName::parse(q.as_str()).map_err(store_err)?);
+        query.queue = Some(QueueName::parse(q).map_err(store_err)?);
     }
     if let Some(s) = params.get("state") {
         query.state = Some(s.parse::<JobState>().map_err(store_err)?);
     }
     if let Some(k) = params.get("kind") {
-        query.kind = Some(JobKind::parse(k.as_str()).map_err(store_err)?);
+        query.kind = Some(JobKind::parse(k).map_err(store_err)?);
     }
     let requested_tenant = params
         .get("tenant")
-        .map(|t| TenantId::parse(t.as_str()))
+        .map(TenantId::parse)
         .transpose()
         .map_err(store_err)?;
     query.tenant = match (&principal.scope, requested_tenant) {
@@ -242,6 +244,9 @@ pub async fn list_jobs(
     };
     if let Some(m) = params.get("meta") {
         let value: serde_json::Value = serde_json::from_str(m).map_err(|e| {
+            if let Some(fault) = crate::extract::string_fault(&e, m) {
+                return ApiError::invalid("meta", fault);
+            }
             ApiError::invalid(
                 "meta",
                 format!(

@@ -1,10 +1,12 @@
 //! `/v1/queues` and `/v1/workers` routes.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use axum::extract::State;
 use axum::Json;
 use drover_core::QueueName;
+use drover_runner::Client;
 
 use crate::auth::{Principal, Role, TenantScope};
 use crate::dto::{QueueListResponse, QueueStateResponse, QueueView, WorkerListResponse};
@@ -75,14 +77,16 @@ fn require_cluster_operator(principal: &Principal, action: &str) -> Result<(), A
     Ok(())
 }
 
-/// Pause a queue cluster-wide: no worker claims from it; running jobs finish. Operators of every tenant (`*`) only.
+/// Pause a queue cluster-wide: no worker claims from it; running jobs finish. A queue may be
+/// paused before its first job. Pausing a paused queue changes nothing (`changed` false; it keeps
+/// its first `paused_at`). Operators of every tenant (`*`) only.
 #[utoipa::path(
     post,
     path = "/v1/queues/{name}/pause",
     tag = "queues",
     params(("name" = String, Path, description = "Queue name")),
     responses(
-        (status = 200, description = "Paused", body = QueueStateResponse),
+        (status = 200, description = "Paused (changed true), or already paused (changed false)", body = QueueStateResponse),
         (status = 400, description = "Bad queue name, or a query parameter (this route takes none)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 403, description = "Operator of every tenant required", body = ErrorBody),
@@ -97,25 +101,27 @@ pub async fn pause_queue(
 ) -> Result<Json<QueueStateResponse>, ApiError> {
     require_cluster_operator(&principal, "pausing a queue")?;
     let queue = queue_name(&state, &name)?;
-    let info = state
-        .store()
+    let change = Client::new(Arc::clone(state.store()))
         .queue_pause(queue)
         .await
         .map_err(|e| state.error(e))?;
-    Ok(Json(info.into()))
+    Ok(Json(change.into()))
 }
 
-/// Resume a paused queue. Operators of every tenant (`*`) only.
+/// Resume a paused queue. A queue that is not paused changes nothing (`changed` false); a queue
+/// with no jobs that is not paused is unknown (404), as `drover queues resume` refuses it: a typo
+/// must not look like a resume. Operators of every tenant (`*`) only.
 #[utoipa::path(
     post,
     path = "/v1/queues/{name}/resume",
     tag = "queues",
     params(("name" = String, Path, description = "Queue name")),
     responses(
-        (status = 200, description = "Resumed", body = QueueStateResponse),
+        (status = 200, description = "Resumed (changed true), or not paused (changed false)", body = QueueStateResponse),
         (status = 400, description = "Bad queue name, or a query parameter (this route takes none)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 403, description = "Operator of every tenant required", body = ErrorBody),
+        (status = 404, description = "No such queue: it has no jobs and is not paused", body = ErrorBody),
         (status = 503, description = "Store unavailable (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
     ),
     security(("bearer" = []))
@@ -127,12 +133,14 @@ pub async fn resume_queue(
 ) -> Result<Json<QueueStateResponse>, ApiError> {
     require_cluster_operator(&principal, "resuming a queue")?;
     let queue = queue_name(&state, &name)?;
-    let info = state
-        .store()
-        .queue_resume(queue)
+    let change = Client::new(Arc::clone(state.store()))
+        .queue_resume(queue.clone())
         .await
-        .map_err(|e| state.error(e))?;
-    Ok(Json(info.into()))
+        .map_err(|e| match e {
+            drover_core::Error::NotFound { .. } => ApiError::queue_not_found(&queue),
+            other => state.error(other),
+        })?;
+    Ok(Json(change.into()))
 }
 
 /// Registered worker processes. Workers serve every tenant, so only tokens of tenant `*` may
