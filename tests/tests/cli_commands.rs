@@ -187,14 +187,24 @@ async fn enqueue_flags_round_trip_through_jobs_get() {
     ] {
         assert!(table.contains(field), "{field} missing from:\n{table}");
     }
-    // Bad input is one line naming the field.
-    let bad = db.fails(&["enqueue", "noop", "--max-attempts", "0"]).await;
-    assert!(bad.contains("max_attempts"), "{bad}");
-    let bad = db.fails(&["enqueue", "noop", "--args", "{not json"]).await;
-    assert!(bad.contains("--args"), "{bad}");
+    // A bad flag value is a usage error (exit code 2): one line naming the flag and the rule.
+    let bad = db
+        .usage_error(&["enqueue", "noop", "--max-attempts", "0"])
+        .await;
+    assert!(
+        bad.starts_with("drover: invalid --max-attempts: must be an integer between 1 and 1000"),
+        "{bad}"
+    );
+    let bad = db
+        .usage_error(&["enqueue", "noop", "--args", "{not json"])
+        .await;
+    assert!(
+        bad.starts_with("drover: invalid --args: not valid JSON"),
+        "{bad}"
+    );
     // A lone surrogate escape is named with its position and rule, as over HTTP.
     let bad = db
-        .fails(&["enqueue", "noop", "--meta", r#"{"a": "\ud800"}"#])
+        .usage_error(&["enqueue", "noop", "--meta", r#"{"a": "\ud800"}"#])
         .await;
     assert!(
         bad.contains(r"invalid --meta: must be Unicode text, but \ud800 (line 1, column 8) is a lone UTF-16 surrogate"),
@@ -287,10 +297,12 @@ async fn jobs_list_filters_paginate_and_cancel_retry() {
         .fails(&["jobs", "get", "0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79"])
         .await;
     assert!(unknown.contains("not found"), "{unknown}");
-    let bad = db.fails(&["jobs", "get", "nope"]).await;
-    assert!(bad.contains("invalid id"), "{bad}");
-    let bad = db.fails(&["jobs", "list", "--state", "sleeping"]).await;
-    assert!(bad.contains("state"), "{bad}");
+    let bad = db.usage_error(&["jobs", "get", "nope"]).await;
+    assert!(bad.contains("<ID>") && bad.contains("UUID"), "{bad}");
+    let bad = db
+        .usage_error(&["jobs", "list", "--state", "sleeping"])
+        .await;
+    assert!(bad.contains("--state"), "{bad}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -397,7 +409,7 @@ async fn limits_set_list_clear_round_trip() {
     assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
     let missing = db.fails(&["limits", "clear", "kind:email.send"]).await;
     assert!(missing.contains("not found"), "{missing}");
-    let empty = db.fails(&["limits", "set", "kind:x"]).await;
+    let empty = db.usage_error(&["limits", "set", "kind:x"]).await;
     assert!(empty.contains("--max-running"), "{empty}");
 }
 
@@ -454,7 +466,7 @@ async fn schedules_add_list_remove_round_trip() {
     );
 
     let bad = db
-        .fails(&[
+        .usage_error(&[
             "schedules",
             "add",
             "x",
@@ -464,9 +476,9 @@ async fn schedules_add_list_remove_round_trip() {
             "noop",
         ])
         .await;
-    assert!(bad.contains("cron"), "{bad}");
+    assert!(bad.contains("--cron"), "{bad}");
     let bad = db
-        .fails(&[
+        .usage_error(&[
             "schedules",
             "add",
             "x",
@@ -478,7 +490,7 @@ async fn schedules_add_list_remove_round_trip() {
             "Mars/Base",
         ])
         .await;
-    assert!(bad.contains("timezone"), "{bad}");
+    assert!(bad.contains("--timezone"), "{bad}");
 
     let removed = db.json(&["schedules", "remove", "nightly-report"]).await;
     assert_eq!(removed["removed"], "nightly-report");
@@ -781,8 +793,11 @@ async fn prune_deletes_old_finished_jobs_in_batches() {
         line.starts_with("deleted 0 finished job(s) older than 7days"),
         "{line}"
     );
-    let bad = db.fails(&["prune", "--batch", "0"]).await;
-    assert!(bad.contains("--batch"), "{bad}");
+    let bad = db.usage_error(&["prune", "--batch", "0"]).await;
+    assert!(
+        bad.contains("--batch") && bad.contains("1..=100000"),
+        "{bad}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -831,29 +831,62 @@ proptest::proptest! {
                 job.validate(&drover_core::SizeLimits::default()).unwrap();
             }
             Err(e) => {
+                // A usage error (exit code 2) naming the flag.
                 let message = drover_cli::one_line(&e);
+                proptest::prop_assert!(drover_cli::usage::is_usage(&e), "{message}");
                 proptest::prop_assert!(
                     names_one_of(&message, &[
-                        "KIND", "kind", "args", "queue", "tenant", "priority", "run_at", "delay",
-                        "max_attempts", "unique_key", "idempotency_key", "meta", "limit_key",
+                        "KIND", "--args", "--queue", "--tenant", "--priority", "--run-at",
+                        "--delay", "--max-attempts", "--unique-key", "--idempotency-key",
+                        "--meta", "--limit-key",
                     ]),
                     "{message}"
                 );
             }
         }
-        let list = drover_cli::args::ListArgs { queue, state, kind, tenant, meta, limit, before };
-        match drover_cli::commands::jobs::list_query(list) {
-            Ok(query) => {
-                proptest::prop_assert!((1..=1000).contains(&query.limit));
+        // `jobs list` as the command line gives it: clap checks every flag but --meta.
+        let mut argv = vec!["drover".to_owned(), "jobs".to_owned(), "list".to_owned()];
+        for (flag, value) in [
+            ("--queue", &queue),
+            ("--state", &state),
+            ("--kind", &kind),
+            ("--tenant", &tenant),
+            ("--meta", &meta),
+            ("--before", &before),
+        ] {
+            if let Some(value) = value {
+                argv.push(format!("{flag}={value}"));
             }
+        }
+        argv.push(format!("--limit={limit}"));
+        match <drover_cli::args::Cli as clap::Parser>::try_parse_from(&argv) {
             Err(e) => {
-                let message = drover_cli::one_line(&e);
+                // Exit code 2, naming the flag.
+                proptest::prop_assert_eq!(e.exit_code(), 2, "{}", e);
+                let message = e.to_string();
                 proptest::prop_assert!(
-                    names_one_of(&message, &[
-                        "queue", "state", "kind", "tenant", "meta", "limit", "id",
-                    ]),
+                    ["--queue", "--state", "--kind", "--tenant", "--before", "--limit"]
+                        .iter()
+                        .any(|flag| message.contains(&format!("'{flag} <"))),
                     "{message}"
                 );
+            }
+            Ok(cli) => {
+                let drover_cli::args::Command::Jobs(drover_cli::args::JobsCommand::List(list)) =
+                    cli.command
+                else {
+                    panic!("not `jobs list`");
+                };
+                match drover_cli::commands::jobs::list_query(&list) {
+                    Ok(query) => {
+                        proptest::prop_assert!((1..=1000).contains(&query.limit));
+                    }
+                    Err(e) => {
+                        let message = drover_cli::one_line(&e);
+                        proptest::prop_assert!(drover_cli::usage::is_usage(&e), "{message}");
+                        proptest::prop_assert!(names_one_of(&message, &["--meta"]), "{message}");
+                    }
+                }
             }
         }
     }
@@ -933,46 +966,69 @@ async fn hostile_input_through_the_cli_changes_nothing() {
     .await;
     let before = dump_tables(db.pool()).await;
 
-    // Refused with exit code 1 and one line naming the problem.
+    // Refused with exit code 1 and one line naming the problem: what only the database can
+    // tell.
     let refused: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["jobs", "cancel", "0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79"],
+            "not found",
+        ),
+        (vec!["jobs", "retry", &seeded[0]], "cannot retry"),
+        (vec!["schedules", "remove", "x"], "not found"),
+    ];
+    for (args, needle) in &refused {
+        let line = db.fails(args).await;
+        assert!(
+            line.to_lowercase().contains(&needle.to_lowercase()),
+            "drover {args:?}: {line:?} does not name {needle:?}"
+        );
+    }
+    // A flag value that breaks its rule is a usage error (exit code 2, as clap's own), found
+    // before connecting, naming the flag: from clap's value parsers (`error: invalid value ...
+    // for '--flag'`), or one line `drover: invalid --flag: ...` where the value is not quoted
+    // (JSON args may hold secrets) or the rule spans flags.
+    let flag_errors: Vec<(Vec<&str>, &str)> = vec![
         (vec!["enqueue", "noop", "--args", "{not json"], "--args"),
         (
             vec!["enqueue", "noop", "--args", "{\"s\": \"\\u0000\"}"],
-            "args",
+            "--args",
         ),
-        (vec!["enqueue", "noop", "--meta", "[1]"], "meta"),
+        (vec!["enqueue", "noop", "--meta", "[1]"], "--meta"),
         (
             vec!["enqueue", "noop", "--meta", "{\"m\": \"\\u0000\"}"],
-            "meta",
+            "--meta",
         ),
-        (vec!["enqueue", "noop", "--priority", "40000"], "priority"),
-        (vec!["enqueue", "noop", "--priority", "-40000"], "priority"),
+        (vec!["enqueue", "noop", "--priority", "40000"], "--priority"),
+        (
+            vec!["enqueue", "noop", "--priority", "-40000"],
+            "--priority",
+        ),
         (
             vec!["enqueue", "noop", "--max-attempts", "0"],
-            "max_attempts",
+            "--max-attempts",
         ),
         (
             vec!["enqueue", "noop", "--max-attempts", "-1"],
-            "max_attempts",
+            "--max-attempts",
         ),
         (
             vec!["enqueue", "noop", "--max-attempts", "1001"],
-            "max_attempts",
+            "--max-attempts",
         ),
         (
             vec!["enqueue", "noop", "--max-attempts", "9223372036854775807"],
-            "max_attempts",
+            "--max-attempts",
         ),
         (
             vec!["enqueue", "noop", "--run-at", "1969-12-31T23:59:59Z"],
-            "run_at",
+            "--run-at",
         ),
         (
             vec!["enqueue", "noop", "--run-at", "10000-01-01T00:00:00Z"],
-            "run_at",
+            "--run-at",
         ),
-        (vec!["enqueue", "noop", "--run-at", "yesterday"], "run_at"),
-        (vec!["enqueue", "noop", "--delay", "200years"], "delay"),
+        (vec!["enqueue", "noop", "--run-at", "yesterday"], "--run-at"),
+        (vec!["enqueue", "noop", "--delay", "200years"], "--delay"),
         (
             vec!["enqueue", "noop", "--delay", "999999999999d"],
             "--delay: must be at most 36500 days",
@@ -981,22 +1037,22 @@ async fn hostile_input_through_the_cli_changes_nothing() {
             vec!["limits", "set", "k", "--rate", "99999999999/s"],
             "count must be between",
         ),
-        (vec!["enqueue", HOSTILE[0]], "kind"),
-        (vec!["enqueue", "noop", "--queue", "a b"], "queue"),
-        (vec!["enqueue", "noop", "--tenant", "x'y"], "tenant"),
+        (vec!["enqueue", HOSTILE[0]], "KIND"),
+        (vec!["enqueue", "noop", "--queue", "a b"], "--queue"),
+        (vec!["enqueue", "noop", "--tenant", "x'y"], "--tenant"),
         (
             vec!["enqueue", "noop", "--unique-key", "line\nbreak"],
-            "unique_key",
+            "--unique-key",
         ),
         (
             vec!["enqueue", "noop", "--limit-key", HOSTILE[0]],
-            "limit_key",
+            "--limit-key",
         ),
-        (vec!["jobs", "list", "--state", "sleeping"], "state"),
-        (vec!["jobs", "list", "--state", "queued'; --"], "state"),
-        (vec!["jobs", "list", "--kind", "bad kind"], "kind"),
-        (vec!["jobs", "list", "--queue", HOSTILE[1]], "queue"),
-        (vec!["jobs", "list", "--meta", "not json"], "meta"),
+        (vec!["jobs", "list", "--state", "sleeping"], "--state"),
+        (vec!["jobs", "list", "--state", "queued'; --"], "--state"),
+        (vec!["jobs", "list", "--kind", "bad kind"], "--kind"),
+        (vec!["jobs", "list", "--queue", HOSTILE[1]], "--queue"),
+        (vec!["jobs", "list", "--meta", "not json"], "--meta"),
         (
             vec!["jobs", "list", "--meta", "{\"n\": 99999999999999999999}"],
             "meta.n",
@@ -1010,21 +1066,16 @@ async fn hostile_input_through_the_cli_changes_nothing() {
             ],
             "args.n[0]",
         ),
-        (vec!["jobs", "list", "--meta", "[1]"], "meta"),
+        (vec!["jobs", "list", "--meta", "[1]"], "--meta"),
         (
             vec!["jobs", "list", "--meta", "{\"m\": \"\\u0000\"}"],
-            "meta",
+            "--meta",
         ),
-        (vec!["jobs", "list", "--limit", "0"], "limit"),
-        (vec!["jobs", "list", "--limit", "1001"], "limit"),
-        (vec!["jobs", "list", "--before", HOSTILE[0]], "id"),
-        (vec!["jobs", "get", HOSTILE[0]], "id"),
-        (
-            vec!["jobs", "cancel", "0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79"],
-            "not found",
-        ),
-        (vec!["jobs", "retry", &seeded[0]], "cannot retry"),
-        (vec!["queues", "pause", HOSTILE[0]], "queue"),
+        (vec!["jobs", "list", "--limit", "0"], "--limit"),
+        (vec!["jobs", "list", "--limit", "1001"], "--limit"),
+        (vec!["jobs", "list", "--before", HOSTILE[0]], "--before"),
+        (vec!["jobs", "get", HOSTILE[0]], "UUID"),
+        (vec!["queues", "pause", HOSTILE[0]], "<NAME>"),
         (
             vec![
                 "schedules",
@@ -1039,7 +1090,7 @@ async fn hostile_input_through_the_cli_changes_nothing() {
         ),
         (
             vec!["schedules", "add", "x", "--cron", HOSTILE[0], "--kind", "k"],
-            "cron",
+            "--cron",
         ),
         (
             vec![
@@ -1053,7 +1104,7 @@ async fn hostile_input_through_the_cli_changes_nothing() {
                 "--timezone",
                 "Mars/Olympus",
             ],
-            "timezone",
+            "--timezone",
         ),
         (
             vec![
@@ -1067,27 +1118,26 @@ async fn hostile_input_through_the_cli_changes_nothing() {
                 "--max-attempts",
                 "0",
             ],
-            "max_attempts",
+            "--max-attempts",
         ),
-        (vec!["schedules", "remove", "x"], "not found"),
         (vec!["limits", "set", "k"], "--max-running"),
-        (vec!["limits", "set", "k", "--rate", "0/s"], "rate"),
+        (vec!["limits", "set", "k", "--rate", "0/s"], "--rate"),
         (
             vec!["limits", "set", "k", "--rate", "99999999999999/s"],
-            "rate",
+            "--rate",
         ),
-        (vec!["limits", "set", "k", "--rate", "1/0s"], "rate"),
+        (vec!["limits", "set", "k", "--rate", "1/0s"], "--rate"),
         (
             vec!["limits", "set", HOSTILE[0], "--max-running", "1"],
-            "limit_key",
+            "<KEY>",
         ),
-        (vec!["prune", "--batch", "0"], "batch"),
+        (vec!["prune", "--batch", "0"], "--batch"),
     ];
-    for (args, needle) in &refused {
-        let line = db.fails(args).await;
+    for (args, needle) in &flag_errors {
+        let stderr = db.usage_error(args).await;
         assert!(
-            line.to_lowercase().contains(&needle.to_lowercase()),
-            "drover {args:?}: {line:?} does not name {needle:?}"
+            stderr.contains(needle),
+            "drover {args:?}: {stderr:?} does not name {needle:?}"
         );
     }
     // Usage errors (exit code 2): numbers that do not fit, negative durations, invalid UTF-8.

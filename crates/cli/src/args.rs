@@ -5,13 +5,27 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::builder::RangedU64ValueParser;
-use clap::{Args, Parser, Subcommand, ValueEnum};
-use drover_runner::{PREFETCH_MAX, SLOTS_MAX};
+use clap::builder::{RangedI64ValueParser, RangedU64ValueParser};
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
+use drover_core::limits::MAX_RUNNING_MAX;
+use drover_core::store::LIST_LIMIT_MAX;
+use drover_core::{JobId, JobKind, JobState, LimitKey, QueueName, Rate, ScheduleName, TenantId};
+use drover_runner::{PoolConfig, PREFETCH_MAX, PRUNE_LIMIT_MAX, SLOTS_MAX};
 
 /// Largest `--db-connections`: a bound far above what one PostgreSQL server accepts
 /// (`max_connections` is 100 by default), so that a typo cannot size a pool beyond reason.
 pub const DB_CONNECTIONS_MAX: u32 = 10_000;
+
+/// Largest `--max-concurrent` (and `DROVER_MAX_CONCURRENT`): far above what one process runs,
+/// so that the cap never stands in a real configuration's way, while a typo (or a value the
+/// runtime could not hold) is refused.
+pub const MAX_CONCURRENT_MAX: usize = 1_000_000;
+
+/// Largest `enqueue --batch-size`.
+pub const BATCH_SIZE_MAX: usize = 10_000;
+
+/// Largest `prune --batch`.
+pub const PRUNE_BATCH_MAX: u32 = 100_000;
 
 /// Drover: durable background jobs on PostgreSQL.
 #[derive(Debug, Parser)]
@@ -118,8 +132,8 @@ pub enum MigrationsCommand {
 #[derive(Debug, Clone, Args)]
 pub struct WorkerArgs {
     /// A queue to serve (repeatable; default: `default` unless --pool is given).
-    #[arg(long = "queue", value_name = "QUEUE")]
-    pub queues: Vec<String>,
+    #[arg(long = "queue", value_name = "QUEUE", value_parser = queue_name)]
+    pub queues: Vec<QueueName>,
 
     /// Slots per queue, 1..=10000: `--slots 8 --queue a --queue b` runs up to 16 jobs.
     #[arg(
@@ -144,11 +158,17 @@ pub struct WorkerArgs {
     /// An extra pool NAME:QUEUE[,QUEUE...]:SLOTS[:KIND[,KIND...]] (repeatable; SLOTS 1..=10000),
     /// e.g. `long:reports:1:report.build` reserves one slot for a long-running kind. With --pool
     /// and no --queue the worker serves only its pools (--slots applies to --queue).
-    #[arg(long = "pool", value_name = "SPEC")]
-    pub pools: Vec<String>,
+    #[arg(long = "pool", value_name = "SPEC", value_parser = pool_spec)]
+    pub pools: Vec<PoolConfig>,
 
-    /// Cap on concurrent executions of this process over all pools (or DROVER_MAX_CONCURRENT).
-    #[arg(long, env = "DROVER_MAX_CONCURRENT", value_name = "N")]
+    /// Cap on concurrent executions of this process over all pools, 1..=1000000 (or
+    /// DROVER_MAX_CONCURRENT; default: no cap beyond the slots).
+    #[arg(
+        long,
+        env = "DROVER_MAX_CONCURRENT",
+        value_name = "N",
+        value_parser = RangedU64ValueParser::<usize>::new().range(1..=MAX_CONCURRENT_MAX as u64)
+    )]
     pub max_concurrent: Option<usize>,
 
     /// Enable the `exec` kind for this program (repeatable): a path, absolute or relative
@@ -158,17 +178,17 @@ pub struct WorkerArgs {
     #[arg(long = "allow-exec", value_name = "PROGRAM", value_parser = crate::builtin::parse_allow_exec)]
     pub allow_exec: Vec<PathBuf>,
 
-    /// Lease length (e.g. 60s).
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    /// Lease length, 100ms..=24h, longer than the heartbeat interval (default 60s).
+    #[arg(long, value_parser = lease_duration, value_name = "DURATION")]
     pub lease: Option<Duration>,
 
-    /// Heartbeat interval (e.g. 15s).
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    /// Heartbeat interval, longer than zero and shorter than the lease (default 15s).
+    #[arg(long, value_parser = positive_duration, value_name = "DURATION")]
     pub heartbeat: Option<Duration>,
 
     /// How often this worker looks for expired leases to rescue (default 15s, or the lease
     /// when --lease is shorter, so a crashed worker's jobs come back soon after it expires).
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = positive_duration, value_name = "DURATION")]
     pub rescue_interval: Option<Duration>,
 
     /// Shutdown grace period: how long running jobs may take to finish after SIGTERM (e.g. 30s;
@@ -177,16 +197,21 @@ pub struct WorkerArgs {
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub shutdown_grace: Option<Duration>,
 
-    /// Retention of finished jobs (e.g. 7d).
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    /// Retention of finished jobs, longer than zero (default 7d).
+    #[arg(long, value_parser = positive_duration, value_name = "DURATION")]
     pub retention: Option<Duration>,
 
-    /// Most finished jobs deleted per retention pass.
-    #[arg(long, value_name = "N")]
+    /// Most finished jobs deleted per retention pass, 1..=100000 (default 1000).
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = RangedU64ValueParser::<u32>::new().range(1..=u64::from(PRUNE_LIMIT_MAX))
+    )]
     pub prune_limit: Option<u32>,
 
-    /// Poll interval when no wake-up arrives (e.g. 1s; PgBouncer transaction mode relies on it).
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    /// Poll interval when no wake-up arrives, longer than zero (default 1s; PgBouncer
+    /// transaction mode relies on it).
+    #[arg(long, value_parser = positive_duration, value_name = "DURATION")]
     pub poll_interval: Option<Duration>,
 
     /// Serve /metrics and /v1/ready on this address.
@@ -253,7 +278,12 @@ pub struct EnqueueArgs {
     #[arg(long, value_name = "FILE")]
     pub file: Option<PathBuf>,
     /// Jobs per batch with --file (1..=10000).
-    #[arg(long, default_value_t = 1000, value_name = "N")]
+    #[arg(
+        long,
+        default_value_t = 1000,
+        value_name = "N",
+        value_parser = RangedU64ValueParser::<usize>::new().range(1..=BATCH_SIZE_MAX as u64)
+    )]
     pub batch_size: usize,
 }
 
@@ -269,19 +299,22 @@ pub enum JobsCommand {
     #[command(after_help = "Example:\n  drover jobs get 0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79")]
     Get {
         /// Job id.
-        id: String,
+        #[arg(value_parser = job_id)]
+        id: JobId,
     },
     /// Cancel a job (a running job's handler is asked to stop).
     #[command(after_help = "Example:\n  drover jobs cancel 0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79")]
     Cancel {
         /// Job id.
-        id: String,
+        #[arg(value_parser = job_id)]
+        id: JobId,
     },
     /// Retry a finished job: same id and args, attempts reset.
     #[command(after_help = "Example:\n  drover jobs retry 0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79")]
     Retry {
         /// Job id.
-        id: String,
+        #[arg(value_parser = job_id)]
+        id: JobId,
     },
 }
 
@@ -289,26 +322,30 @@ pub enum JobsCommand {
 #[derive(Debug, Args)]
 pub struct ListArgs {
     /// Only this queue.
-    #[arg(long)]
-    pub queue: Option<String>,
+    #[arg(long, value_parser = queue_name)]
+    pub queue: Option<QueueName>,
     /// Only this state (queued, running, reconciling, succeeded, failed, cancelled).
-    #[arg(long)]
-    pub state: Option<String>,
+    #[arg(long, value_parser = job_state)]
+    pub state: Option<JobState>,
     /// Only this kind.
-    #[arg(long)]
-    pub kind: Option<String>,
+    #[arg(long, value_parser = job_kind)]
+    pub kind: Option<JobKind>,
     /// Only this tenant.
-    #[arg(long)]
-    pub tenant: Option<String>,
+    #[arg(long, value_parser = tenant_id)]
+    pub tenant: Option<TenantId>,
     /// Only jobs whose meta contains this JSON object.
     #[arg(long, value_name = "JSON")]
     pub meta: Option<String>,
     /// Page size (1..=1000).
-    #[arg(long, default_value_t = 50)]
+    #[arg(
+        long,
+        default_value_t = 50,
+        value_parser = RangedU64ValueParser::<u32>::new().range(1..=u64::from(LIST_LIMIT_MAX))
+    )]
     pub limit: u32,
     /// Continue after this job id (the `next` of a previous page).
-    #[arg(long, value_name = "ID")]
-    pub before: Option<String>,
+    #[arg(long, value_name = "ID", value_parser = job_id)]
+    pub before: Option<JobId>,
 }
 
 /// `drover queues ...`
@@ -321,13 +358,15 @@ pub enum QueuesCommand {
     #[command(after_help = "Example:\n  drover queues pause mail")]
     Pause {
         /// Queue name.
-        name: String,
+        #[arg(value_parser = queue_name)]
+        name: QueueName,
     },
     /// Resume a paused queue.
     #[command(after_help = "Example:\n  drover queues resume mail")]
     Resume {
         /// Queue name.
-        name: String,
+        #[arg(value_parser = queue_name)]
+        name: QueueName,
     },
 }
 
@@ -347,24 +386,31 @@ pub enum LimitsCommand {
     List,
     /// Create or replace a policy.
     #[command(
-        after_help = "Examples:\n  drover limits set kind:email.send --max-running 5\n  drover limits set customer:42 --rate 100/1m"
+        after_help = "Examples:\n  drover limits set kind:email.send --max-running 5\n  drover limits set customer:42 --rate 100/1m",
+        group(ArgGroup::new("policy").args(["max_running", "rate"]).required(true).multiple(true))
     )]
     Set {
         /// Key: kind:<kind>, queue:<queue>, or any key jobs name in limit_keys.
-        key: String,
+        #[arg(value_parser = limit_key)]
+        key: LimitKey,
         /// Most jobs with the key running at once, cluster-wide (0..=1000000; 0 holds every
         /// job with the key queued until the policy is changed or cleared).
-        #[arg(long)]
+        #[arg(
+            long,
+            value_name = "N",
+            value_parser = RangedU64ValueParser::<u32>::new().range(0..=u64::from(MAX_RUNNING_MAX))
+        )]
         max_running: Option<u32>,
         /// At most N claims per period: N/PERIOD (10/s, 100/1m, 5/30s, 1000/h).
-        #[arg(long)]
-        rate: Option<String>,
+        #[arg(long, value_name = "N/PERIOD", value_parser = rate)]
+        rate: Option<Rate>,
     },
     /// Remove a policy (held jobs become claimable).
     #[command(after_help = "Example:\n  drover limits clear kind:email.send")]
     Clear {
         /// Key.
-        key: String,
+        #[arg(value_parser = limit_key)]
+        key: LimitKey,
     },
 }
 
@@ -380,34 +426,46 @@ pub enum SchedulesCommand {
     )]
     Add {
         /// Schedule name.
-        name: String,
+        #[arg(value_parser = schedule_name)]
+        name: ScheduleName,
         /// Cron expression: 5 fields (min hour day month weekday) or 6 with seconds first.
         #[arg(long)]
         cron: String,
         /// Kind of the jobs it enqueues.
-        #[arg(long)]
-        kind: String,
+        #[arg(long, value_parser = job_kind)]
+        kind: JobKind,
         /// Args as JSON (default {}).
         #[arg(long, value_name = "JSON")]
         args: Option<String>,
         /// Queue (default `default`).
-        #[arg(long)]
-        queue: Option<String>,
+        #[arg(long, value_parser = queue_name)]
+        queue: Option<QueueName>,
         /// IANA time zone the expression is read in (default UTC).
         #[arg(long, default_value = "UTC")]
         timezone: String,
-        /// Priority of the jobs.
-        #[arg(long, allow_negative_numbers = true)]
-        priority: Option<i64>,
-        /// Attempt budget of the jobs.
-        #[arg(long, allow_negative_numbers = true)]
-        max_attempts: Option<i64>,
+        /// Priority of the jobs, -32768..=32767; smaller runs first (default 0).
+        #[arg(
+            long,
+            allow_negative_numbers = true,
+            value_parser = RangedI64ValueParser::<i16>::new().range(i64::from(i16::MIN)..=i64::from(i16::MAX))
+        )]
+        priority: Option<i16>,
+        /// Attempt budget of the jobs, 1..=1000 (default 3).
+        #[arg(
+            long,
+            allow_negative_numbers = true,
+            value_parser = RangedI64ValueParser::<i32>::new().range(
+                i64::from(drover_core::job::MAX_ATTEMPTS_MIN)..=i64::from(drover_core::job::MAX_ATTEMPTS_MAX)
+            )
+        )]
+        max_attempts: Option<i32>,
     },
     /// Remove a schedule.
     #[command(after_help = "Example:\n  drover schedules remove nightly-report")]
     Remove {
         /// Schedule name.
-        name: String,
+        #[arg(value_parser = schedule_name)]
+        name: ScheduleName,
     },
 }
 
@@ -417,8 +475,13 @@ pub struct PruneArgs {
     /// Delete finished jobs older than this (default 7d).
     #[arg(long, value_parser = parse_duration, default_value = "7d", value_name = "DURATION")]
     pub older_than: Duration,
-    /// Rows deleted per batch.
-    #[arg(long, default_value_t = 1000, value_name = "N")]
+    /// Rows deleted per batch, 1..=100000.
+    #[arg(
+        long,
+        default_value_t = 1000,
+        value_name = "N",
+        value_parser = RangedU64ValueParser::<u32>::new().range(1..=u64::from(PRUNE_BATCH_MAX))
+    )]
     pub batch: u32,
 }
 
@@ -490,4 +553,70 @@ fn log_filter(filter: &str) -> Result<String, String> {
     tracing_subscriber::EnvFilter::try_new(filter)
         .map(|_| filter.to_owned())
         .map_err(|error| format!("not a log filter ({error}); e.g. info or drover_runner=debug"))
+}
+
+/// The rule a `drover_core` error states, for clap to print after the flag it names.
+fn rule(e: drover_core::Error) -> String {
+    crate::usage::rule(&e)
+}
+
+/// A queue name (`--queue`, `queues pause NAME`, ...).
+fn queue_name(value: &str) -> Result<QueueName, String> {
+    QueueName::parse(value).map_err(rule)
+}
+
+/// A job kind.
+fn job_kind(value: &str) -> Result<JobKind, String> {
+    JobKind::parse(value).map_err(rule)
+}
+
+/// A tenant.
+fn tenant_id(value: &str) -> Result<TenantId, String> {
+    TenantId::parse(value).map_err(rule)
+}
+
+/// A job state.
+fn job_state(value: &str) -> Result<JobState, String> {
+    value.parse().map_err(rule)
+}
+
+/// A job id, in any common UUID form.
+fn job_id(value: &str) -> Result<JobId, String> {
+    value.parse().map_err(rule)
+}
+
+/// A limit key.
+fn limit_key(value: &str) -> Result<LimitKey, String> {
+    LimitKey::parse(value).map_err(rule)
+}
+
+/// A rate `N/PERIOD`.
+fn rate(value: &str) -> Result<Rate, String> {
+    value.parse().map_err(rule)
+}
+
+/// A schedule name.
+fn schedule_name(value: &str) -> Result<ScheduleName, String> {
+    ScheduleName::parse(value).map_err(rule)
+}
+
+/// A `--pool` spec; see [`crate::commands::worker::parse_pool`].
+fn pool_spec(value: &str) -> Result<PoolConfig, String> {
+    crate::commands::worker::parse_pool(value)
+}
+
+/// A duration longer than zero (an interval: zero would spin).
+fn positive_duration(value: &str) -> Result<Duration, String> {
+    let d = parse_duration(value)?;
+    if d.is_zero() {
+        return Err("must be longer than zero".to_owned());
+    }
+    Ok(d)
+}
+
+/// A lease length within the runner's bounds (100 ms..=24 h).
+fn lease_duration(value: &str) -> Result<Duration, String> {
+    let d = parse_duration(value)?;
+    drover_core::lease::check_lease(d).map_err(rule)?;
+    Ok(d)
 }

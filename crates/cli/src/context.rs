@@ -10,6 +10,7 @@ use drover_store_postgres::{PgOptions, PgStore};
 use sqlx::postgres::PgConnectOptions;
 
 use crate::env;
+use crate::usage::{flag_error, usage};
 
 /// What every command gets: the database URL (if any) and the output format.
 #[derive(Debug, Clone)]
@@ -34,10 +35,10 @@ pub fn describe_url(url: &str) -> String {
 }
 
 impl Ctx {
-    /// The database URL, or an error saying how to give one.
+    /// The database URL, or a usage error saying how to give one.
     pub fn url(&self) -> Result<&str> {
         self.database_url.as_deref().ok_or_else(|| {
-            anyhow!(
+            usage(
                 "no database given: pass --database-url or set DROVER_DATABASE_URL (to try Drover without PostgreSQL, run `drover dev`)"
             )
         })
@@ -46,9 +47,16 @@ impl Ctx {
     /// Connects to PostgreSQL with `connections` pooled connections and checks that it answers.
     ///
     /// # Errors
-    /// No URL; an unparsable URL; the database unreachable (one line saying what to check).
+    /// Usage errors: no URL; a URL that is not a PostgreSQL URL (not quoted: it may hold a
+    /// password). Others: the database unreachable (one line saying what to check).
     pub async fn postgres(&self, connections: u32, pgbouncer: bool) -> Result<PgStore> {
         let url = self.url()?;
+        drover_store_postgres::connect_options(url).map_err(|e| {
+            flag_error(
+                e,
+                &[("database_url", "--database-url (or DROVER_DATABASE_URL)")],
+            )
+        })?;
         let mut options = PgOptions {
             config: env::store_config()?,
             ..PgOptions::default()

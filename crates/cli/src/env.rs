@@ -3,22 +3,30 @@
 //! `DROVER_API_TOKENS` (HTTP auth). `DROVER_DATABASE_URL` and `DROVER_MAX_CONCURRENT` are read by
 //! clap (see [`crate::args`]).
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use drover_core::store::{MAX_PENDING_DEFAULT, MAX_TENANT_PENDING_DEFAULT};
 use drover_core::{Quotas, StoreConfig};
 
+use crate::usage::usage;
+
 /// Reads a quota variable: unset means `default`; `0`, `none` or `unlimited` mean no quota.
+/// A value that is none of these is a usage error (exit code 2), as a bad value of
+/// `DROVER_MAX_CONCURRENT` (read by clap) is.
 fn quota(name: &str, default: u64) -> Result<Option<u64>> {
     match std::env::var(name) {
         Err(std::env::VarError::NotPresent) => Ok(Some(default)),
-        Err(std::env::VarError::NotUnicode(_)) => bail!("{name} must be a whole number"),
+        Err(std::env::VarError::NotUnicode(_)) => Err(usage(format!(
+            "invalid {name}: must be a whole number (or 0 for no quota)"
+        ))),
         Ok(v) => {
             let v = v.trim();
             if v == "0" || v.eq_ignore_ascii_case("none") || v.eq_ignore_ascii_case("unlimited") {
                 return Ok(None);
             }
-            v.parse::<u64>().map(Some).with_context(|| {
-                format!("{name} must be a whole number (or 0 for no quota), got {v:?}")
+            v.parse::<u64>().map(Some).map_err(|e| {
+                usage(format!(
+                    "invalid {name}: must be a whole number (or 0 for no quota), got {v:?}: {e}"
+                ))
             })
         }
     }
@@ -28,7 +36,7 @@ fn quota(name: &str, default: u64) -> Result<Option<u64>> {
 /// 10,000) and `DROVER_MAX_TENANT_PENDING` (default 1,000); `0` turns a quota off.
 ///
 /// # Errors
-/// A variable that is not a whole number.
+/// A usage error: a variable that is not a whole number.
 pub fn store_config() -> Result<StoreConfig> {
     Ok(StoreConfig {
         quotas: Quotas {

@@ -15,8 +15,10 @@
 //! }
 //! ```
 //!
-//! Errors are printed as one line on stderr (`drover: ...`) with a non-zero exit code; no
-//! panic, no stack of internals. A closed stdout (`drover jobs list --json | head`) ends the
+//! Errors are printed as one line on stderr (`drover: ...`) with a non-zero exit code: 2 for
+//! a usage error (a flag value that breaks its rule, contradictory or inapplicable flags,
+//! found before anything is built or connected, as clap's own are), 1 for every other
+//! failure; no panic, no stack of internals. A closed stdout (`drover jobs list --json | head`) ends the
 //! command quietly with exit code 0.
 
 pub mod args;
@@ -26,6 +28,7 @@ pub mod context;
 pub mod env;
 pub mod jsonl;
 pub mod output;
+pub mod usage;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -94,6 +97,10 @@ pub fn run_with(extensions: Extensions, args: impl IntoIterator<Item = OsString>
         Ok(()) => ExitCode::SUCCESS,
         // The reader of stdout went away (`| head`): stop quietly, like a shell filter.
         Err(e) if e.chain().any(|c| c.is::<output::OutputClosed>()) => ExitCode::SUCCESS,
+        Err(e) if usage::is_usage(&e) => {
+            eprintln!("drover: {}", one_line(&e));
+            ExitCode::from(2)
+        }
         Err(e) => {
             eprintln!("drover: {}", one_line(&e));
             ExitCode::FAILURE

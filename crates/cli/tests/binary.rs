@@ -133,8 +133,18 @@ fn completions_print_a_script() {
 
 /// Checks one line `drover: ...` on stderr, nothing on stdout, exit code 1, and no panic.
 fn one_line_failure(out: &Output) -> String {
+    one_line_exiting(out, 1)
+}
+
+/// Checks one line `drover: ...` on stderr, nothing on stdout, exit code 2 (a usage error,
+/// as clap's own), and no panic.
+fn one_line_usage_error(out: &Output) -> String {
+    one_line_exiting(out, 2)
+}
+
+fn one_line_exiting(out: &Output, code: i32) -> String {
     let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(out.status.code(), Some(code), "{stderr}");
     assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.starts_with("drover: "), "{stderr}");
@@ -171,9 +181,10 @@ fn unreachable_database_is_one_clear_line_and_a_non_zero_exit() {
     assert!(line.contains("cannot reach"), "{line}");
     assert!(!line.contains("s3cret-pw"), "{line}");
 
+    // A URL that is not one is a usage error (exit code 2), like any bad flag value.
     let out = drover(&["--database-url", "not a url", "snapshot"]);
-    let line = one_line_failure(&out);
-    assert!(line.contains("database_url"), "{line}");
+    let line = one_line_usage_error(&out);
+    assert!(line.contains("--database-url"), "{line}");
 
     // Another scheme is refused before connecting (the driver would read it as PostgreSQL's);
     // the URL (it may hold a password) is not echoed.
@@ -183,9 +194,10 @@ fn unreachable_database_is_one_clear_line_and_a_non_zero_exit() {
         "127.0.0.1:5432/test",
     ] {
         let out = drover(&["--database-url", url, "jobs", "list"]);
-        let line = one_line_failure(&out);
+        let line = one_line_usage_error(&out);
         assert!(
-            line.contains("database_url") && line.contains("postgres://"),
+            line.contains("--database-url (or DROVER_DATABASE_URL)")
+                && line.contains("postgres://"),
             "{url}: {line}"
         );
         assert!(!line.contains("s3cret-pw"), "{line}");
@@ -201,7 +213,8 @@ fn no_database_says_how_to_give_one() {
         &["enqueue", "noop"],
     ] {
         let out = drover(args);
-        let line = one_line_failure(&out);
+        // A setting the command needs is missing: a usage error, as a missing argument is.
+        let line = one_line_usage_error(&out);
         assert!(
             line.contains("--database-url")
                 && line.contains("DROVER_DATABASE_URL")
@@ -216,8 +229,7 @@ fn a_delay_past_the_bound_names_the_bound_in_days() {
     // humantime's year is 365.25 days; the bound is 100 years of 365 days, so "100y" is just
     // past it and the message must not read as a contradiction.
     let out = drover(&["enqueue", "noop", "--delay", "100y"]);
-    assert_eq!(out.status.code(), Some(1));
-    let line = one_line_failure(&out);
+    let line = one_line_usage_error(&out);
     assert!(
         line.contains("invalid --delay: must be at most 36500 days"),
         "{line}"
@@ -261,6 +273,263 @@ fn usage_errors_exit_2() {
             "{flag} {value}: {stderr}"
         );
     }
+    // Every flag value checked after clap parsed the command line is a usage error too (exit
+    // code 2, as clap's own), found before connecting (the database URL here would refuse a
+    // connection: exit code 1), with a message naming the flag and its rule. Values that may
+    // be secrets (JSON args, a database URL) are not quoted.
+    let url = "postgres://nobody@127.0.0.1:1/x";
+    for (args, needles) in [
+        (
+            &["worker", "--pool", "long:reports:0"][..],
+            &["--pool", "SLOTS must be between 1 and 10000"][..],
+        ),
+        (
+            &["worker", "--pool", ":reports:1"],
+            &["--pool", "NAME must not be empty"],
+        ),
+        (
+            &["worker", "--max-concurrent", "0"],
+            &["--max-concurrent", "1..=1000000"],
+        ),
+        (
+            &["worker", "--queue", "bad queue"],
+            &["--queue", "may contain only"],
+        ),
+        (
+            &["worker", "--queue", "q", "--queue", "q"],
+            &["--queue", "lists queue q twice"],
+        ),
+        (
+            &["worker", "--lease", "10ms"],
+            &["--lease", "between 100 ms and 86400 s"],
+        ),
+        (
+            &["worker", "--lease", "10s"],
+            &["--lease 10s must be longer than --heartbeat 15s"],
+        ),
+        (
+            &["worker", "--heartbeat", "0s"],
+            &["--heartbeat", "longer than zero"],
+        ),
+        (
+            &["worker", "--poll-interval", "0s"],
+            &["--poll-interval", "longer than zero"],
+        ),
+        (
+            &["worker", "--rescue-interval", "0s"],
+            &["--rescue-interval", "longer than zero"],
+        ),
+        (
+            &["worker", "--retention", "0s"],
+            &["--retention", "longer than zero"],
+        ),
+        (
+            &["worker", "--prune-limit", "0"],
+            &["--prune-limit", "1..=100000"],
+        ),
+        (
+            &["worker", "--pool", "a:q:1:email.send"],
+            &["--pool", "email.send, which has no registered handler"],
+        ),
+        (
+            &["worker", "--pool", "a:q:1", "--pool", "a:r:1"],
+            &["--pool", "defined twice"],
+        ),
+        (
+            &["serve", "--worker", "--max-concurrent", "0"],
+            &["--max-concurrent", "1..=1000000"],
+        ),
+        (
+            &["enqueue", "noop", "--max-attempts", "0"],
+            &["--max-attempts", "between 1 and 1000"],
+        ),
+        (
+            &["enqueue", "noop", "--priority", "40000"],
+            &["--priority", "between -32768 and 32767"],
+        ),
+        (&["enqueue", "bad kind"], &["KIND", "may contain only"]),
+        (
+            &["enqueue", "noop", "--queue", "a b"],
+            &["--queue", "may contain only"],
+        ),
+        (
+            &["enqueue", "noop", "--args", "{\"password\": \"s3cret-pw\""],
+            &["--args", "not valid JSON"],
+        ),
+        (&["enqueue", "noop", "--meta", "[1]"], &["--meta", "object"]),
+        (
+            &["enqueue", "noop", "--run-at", "tomorrow"],
+            &["--run-at", "RFC 3339"],
+        ),
+        (
+            &["enqueue", "noop", "--limit-key", "a b"],
+            &["--limit-key", "may contain only"],
+        ),
+        (
+            &["enqueue", "--file", "jobs.jsonl", "--batch-size", "0"],
+            &["--batch-size", "1..=10000"],
+        ),
+        (&["jobs", "list", "--limit", "0"], &["--limit", "1..=1000"]),
+        (
+            &["jobs", "list", "--state", "sleeping"],
+            &["--state", "must be one of"],
+        ),
+        (
+            &["jobs", "list", "--kind", "bad kind"],
+            &["--kind", "may contain only"],
+        ),
+        (&["jobs", "list", "--meta", "[1]"], &["--meta", "object"]),
+        (&["jobs", "list", "--before", "nope"], &["--before", "UUID"]),
+        (&["jobs", "get", "nope"], &["<ID>", "UUID"]),
+        (&["jobs", "cancel", "nope"], &["<ID>", "UUID"]),
+        (&["jobs", "retry", "nope"], &["<ID>", "UUID"]),
+        (
+            &["queues", "pause", "bad name"],
+            &["<NAME>", "may contain only"],
+        ),
+        (
+            &["queues", "resume", "bad name"],
+            &["<NAME>", "may contain only"],
+        ),
+        (&["limits", "set", "k"], &["--max-running", "--rate"]),
+        (
+            &["limits", "set", "k", "--rate", "5/x"],
+            &["--rate", "period unit"],
+        ),
+        (
+            &["limits", "set", "k", "--max-running", "1000001"],
+            &["--max-running", "0..=1000000"],
+        ),
+        (
+            &["limits", "set", "bad key", "--max-running", "1"],
+            &["<KEY>", "may contain only"],
+        ),
+        (
+            &["limits", "clear", "bad key"],
+            &["<KEY>", "may contain only"],
+        ),
+        (
+            &[
+                "schedules",
+                "add",
+                "n",
+                "--cron",
+                "not cron",
+                "--kind",
+                "noop",
+            ],
+            &["--cron", "5 fields"],
+        ),
+        (
+            &[
+                "schedules",
+                "add",
+                "n",
+                "--cron",
+                "0 0 30 2 *",
+                "--kind",
+                "noop",
+            ],
+            &["--cron", "never fires"],
+        ),
+        (
+            &[
+                "schedules",
+                "add",
+                "n",
+                "--cron",
+                "@daily",
+                "--kind",
+                "noop",
+                "--timezone",
+                "Mars/Base",
+            ],
+            &["--timezone", "IANA"],
+        ),
+        (
+            &[
+                "schedules",
+                "add",
+                "n",
+                "--cron",
+                "@daily",
+                "--kind",
+                "noop",
+                "--max-attempts",
+                "0",
+            ],
+            &["--max-attempts", "1..=1000"],
+        ),
+        (
+            &[
+                "schedules",
+                "add",
+                "n",
+                "--cron",
+                "@daily",
+                "--kind",
+                "noop",
+                "--priority",
+                "40000",
+            ],
+            &["--priority", "-32768..=32767"],
+        ),
+        (
+            &[
+                "schedules",
+                "add",
+                "bad name",
+                "--cron",
+                "@daily",
+                "--kind",
+                "noop",
+            ],
+            &["<NAME>", "may contain only"],
+        ),
+        (
+            &["schedules", "remove", "bad name"],
+            &["<NAME>", "may contain only"],
+        ),
+        (&["prune", "--batch", "0"], &["--batch", "1..=100000"]),
+    ] {
+        let mut all = vec!["--database-url", url];
+        all.extend_from_slice(args);
+        let out = drover(&all);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        for needle in needles {
+            assert!(
+                stderr.contains(needle),
+                "{args:?} should name {needle:?}: {stderr}"
+            );
+        }
+        assert!(!stderr.contains("s3cret-pw"), "{args:?}: {stderr}");
+        assert!(
+            !stderr.contains("cannot reach"),
+            "checked before connecting: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    // The quotas of the environment are settings like DROVER_MAX_CONCURRENT (read by clap).
+    for (var, value) in [
+        ("DROVER_MAX_PENDING", "lots"),
+        ("DROVER_MAX_CONCURRENT", "0"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_drover"))
+            .args(["--database-url", url, "worker"])
+            .env(var, value)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run drover");
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{var}={value}: {stderr}");
+    }
+    // --tokens and --insecure-no-auth contradict each other.
+    let out = drover(&["serve", "--insecure-no-auth", "--tokens", "/dev/null"]);
+    let line = one_line_usage_error(&out);
+    assert!(line.contains("contradict each other"), "{line}");
+
     // A bare program name would be searched in PATH: refused before anything starts.
     let out = drover(&["worker", "--allow-exec", "sh"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));

@@ -282,6 +282,25 @@ impl TestDb {
         one_line_error(&out.stderr)
     }
 
+    /// Runs `drover ARGS` expecting a usage error: exit code 2 (as clap's own), nothing on
+    /// stdout, no panic, and nothing done (it is found before connecting). Returns stderr.
+    pub async fn usage_error(&self, args: &[&str]) -> String {
+        let out = self.run(args).await;
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "drover {args:?} should be a usage error (exit code 2): {stderr}"
+        );
+        assert!(
+            out.stdout.is_empty(),
+            "drover {args:?}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(!stderr.contains("panicked"), "drover {args:?}: {stderr}");
+        stderr
+    }
+
     /// Spawns a long-running `drover ARGS` (a worker).
     pub fn spawn(&self, args: &[&str]) -> Process {
         Process::spawn(self.command(args), args)

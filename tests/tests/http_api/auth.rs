@@ -459,8 +459,8 @@ fn serve_refuses_tokens_with_insecure_no_auth() {
         };
         let mut stderr = String::new();
         std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
-        // Refused: exited on its own, with a failure.
-        (status.is_some_and(|s| !s.success()), stderr)
+        // Refused: exited on its own, with a usage error (exit code 2).
+        (status.is_some_and(|s| s.code() == Some(2)), stderr)
     };
     let (refused, stderr) = run(&["--tokens", file.to_str().unwrap()], None);
     assert!(refused, "{stderr}");

@@ -4,14 +4,13 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
-use drover_core::{
-    JobKind, JobState, LimitKey, LimitPolicy, NewSchedule, PruneJobs, QueueName, Rate, ScheduleName,
-};
+use drover_core::{JobState, LimitKey, LimitPolicy, NewSchedule, PruneJobs, QueueName, Rate};
 use serde_json::{json, Value};
 
 use crate::args::{LimitsCommand, PruneArgs, QueuesCommand, SchedulesCommand};
 use crate::context::{call, Ctx};
 use crate::output::{self, outln, print_json, table};
+use crate::usage::flag_error;
 
 /// `drover migrate`.
 pub async fn migrate(ctx: &Ctx) -> Result<()> {
@@ -87,10 +86,9 @@ pub async fn migrations_list(ctx: &Ctx) -> Result<()> {
 pub async fn queues(ctx: &Ctx, command: QueuesCommand) -> Result<()> {
     let store = ctx.store().await?;
     let client = drover_runner::Client::new(std::sync::Arc::clone(&store));
-    let parse = |name: &str| QueueName::parse(name).map_err(|e| anyhow!("{e}"));
     match command {
         QueuesCommand::Pause { name } => {
-            let change = call(ctx, client.queue_pause(parse(&name)?)).await?;
+            let change = call(ctx, client.queue_pause(name)).await?;
             if ctx.json {
                 return print_json(&change);
             }
@@ -106,8 +104,7 @@ pub async fn queues(ctx: &Ctx, command: QueuesCommand) -> Result<()> {
                 )?;
             }
         }
-        QueuesCommand::Resume { name } => {
-            let queue = parse(&name)?;
+        QueuesCommand::Resume { name: queue } => {
             // The client refuses a queue nobody has heard of and says whether the resume changed
             // anything (the HTTP API answers the same way).
             let change = match client.queue_resume(queue.clone()).await {
@@ -217,60 +214,68 @@ pub async fn workers_list(ctx: &Ctx) -> Result<()> {
 
 /// `drover limits list|set|clear`.
 pub async fn limits(ctx: &Ctx, command: LimitsCommand) -> Result<()> {
-    let store = ctx.store().await?;
     match command {
-        LimitsCommand::List => {
-            let limits = call(ctx, store.limits_list()).await?;
-            if ctx.json {
-                return print_json(&limits);
-            }
-            let mut t = table(&["key", "max running", "running", "rate", "rate available"]);
-            for l in &limits {
-                t.add_row(vec![
-                    l.policy.key.to_string(),
-                    l.policy
-                        .max_running
-                        .map_or_else(|| "-".to_owned(), |m| m.to_string()),
-                    l.running.to_string(),
-                    l.policy
-                        .rate
-                        .map_or_else(|| "-".to_owned(), |r| r.to_string()),
-                    l.rate_available
-                        .map_or_else(|| "-".to_owned(), |r| r.to_string()),
-                ]);
-            }
-            outln!("{t}")?;
-            if limits.is_empty() {
-                outln!("no limit policies")?;
-            }
-        }
+        LimitsCommand::List => limits_list(ctx).await,
         LimitsCommand::Set {
             key,
             max_running,
             rate,
-        } => {
-            let key = LimitKey::parse(key).map_err(|e| anyhow!("{e}"))?;
-            let rate = rate
-                .map(|r| r.parse::<Rate>())
-                .transpose()
-                .map_err(|e| anyhow!("{e}"))?;
-            let policy = LimitPolicy::new(key, max_running, rate)
-                .map_err(|e| anyhow!("{e} (use --max-running N and/or --rate N/PERIOD)"))?;
-            let policy = call(ctx, store.limit_set(policy)).await?;
-            if ctx.json {
-                return print_json(&policy);
-            }
-            outln!("limit {} set", policy.key)?;
-        }
+        } => limit_set(ctx, key, max_running, rate).await,
         LimitsCommand::Clear { key } => {
-            let key = LimitKey::parse(key).map_err(|e| anyhow!("{e}"))?;
+            let store = ctx.store().await?;
             call(ctx, store.limit_clear(key.clone())).await?;
             if ctx.json {
                 return print_json(&json!({"cleared": key}));
             }
-            outln!("limit {key} cleared; jobs it held are claimable again")?;
+            outln!("limit {key} cleared; jobs it held are claimable again")
         }
     }
+}
+
+/// `drover limits list`.
+async fn limits_list(ctx: &Ctx) -> Result<()> {
+    let store = ctx.store().await?;
+    let limits = call(ctx, store.limits_list()).await?;
+    if ctx.json {
+        return print_json(&limits);
+    }
+    let mut t = table(&["key", "max running", "running", "rate", "rate available"]);
+    for l in &limits {
+        t.add_row(vec![
+            l.policy.key.to_string(),
+            l.policy
+                .max_running
+                .map_or_else(|| "-".to_owned(), |m| m.to_string()),
+            l.running.to_string(),
+            l.policy
+                .rate
+                .map_or_else(|| "-".to_owned(), |r| r.to_string()),
+            l.rate_available
+                .map_or_else(|| "-".to_owned(), |r| r.to_string()),
+        ]);
+    }
+    outln!("{t}")?;
+    if limits.is_empty() {
+        outln!("no limit policies")?;
+    }
+    Ok(())
+}
+
+/// `drover limits set`: the policy is checked before connecting (clap checked each flag).
+async fn limit_set(
+    ctx: &Ctx,
+    key: LimitKey,
+    max_running: Option<u32>,
+    rate: Option<Rate>,
+) -> Result<()> {
+    let policy = LimitPolicy::new(key, max_running, rate)
+        .map_err(|e| flag_error(e, &[("max_running", "--max-running"), ("rate", "--rate")]))?;
+    let store = ctx.store().await?;
+    let policy = call(ctx, store.limit_set(policy)).await?;
+    if ctx.json {
+        return print_json(&policy);
+    }
+    outln!("limit {} set", policy.key)?;
     Ok(())
 }
 
@@ -283,47 +288,8 @@ fn parse_json_arg(field: &str, text: Option<String>) -> Result<Value> {
 
 /// `drover schedules list|add|remove`.
 pub async fn schedules(ctx: &Ctx, command: SchedulesCommand) -> Result<()> {
-    let store = ctx.store().await?;
     match command {
-        SchedulesCommand::List => {
-            let schedules = call(ctx, store.schedules_list()).await?;
-            let now = call(ctx, store.now()).await?;
-            let rows: Vec<Value> = schedules
-                .iter()
-                .map(|s| {
-                    let mut v = serde_json::to_value(s).unwrap_or(Value::Null);
-                    v["next_tick_at"] = json!(s.next_tick(now));
-                    v
-                })
-                .collect();
-            if ctx.json {
-                return print_json(&rows);
-            }
-            let mut t = table(&[
-                "name",
-                "cron",
-                "timezone",
-                "kind",
-                "queue",
-                "last tick",
-                "next tick",
-            ]);
-            for s in &schedules {
-                t.add_row(vec![
-                    s.name.to_string(),
-                    s.cron.clone(),
-                    s.timezone.clone(),
-                    s.kind.to_string(),
-                    s.queue.to_string(),
-                    output::opt_time(s.last_tick_at),
-                    output::opt_time(s.next_tick(now)),
-                ]);
-            }
-            outln!("{t}")?;
-            if schedules.is_empty() {
-                outln!("no schedules")?;
-            }
-        }
+        SchedulesCommand::List => schedules_list(ctx).await,
         SchedulesCommand::Add {
             name,
             cron,
@@ -334,45 +300,103 @@ pub async fn schedules(ctx: &Ctx, command: SchedulesCommand) -> Result<()> {
             priority,
             max_attempts,
         } => {
-            let bad = |e: drover_core::Error| anyhow!("{e}");
-            let mut schedule = NewSchedule::new(
-                ScheduleName::parse(name).map_err(bad)?,
-                cron,
-                JobKind::parse(kind).map_err(bad)?,
-                parse_json_arg("args", args)?,
-            );
+            let mut schedule = NewSchedule::new(name, cron, kind, parse_json_arg("args", args)?);
             schedule.timezone = timezone;
-            if let Some(q) = queue {
-                schedule.queue = QueueName::parse(q).map_err(bad)?;
+            if let Some(queue) = queue {
+                schedule.queue = queue;
             }
-            if let Some(p) = priority {
-                schedule.priority = i16::try_from(p)
-                    .map_err(|_| anyhow!("invalid priority: must be between -32768 and 32767"))?;
+            if let Some(priority) = priority {
+                schedule.priority = priority;
             }
-            if let Some(m) = max_attempts {
-                schedule.max_attempts = i32::try_from(m)
-                    .map_err(|_| anyhow!("invalid max_attempts: must be between 1 and 1000"))?;
+            if let Some(max_attempts) = max_attempts {
+                schedule.max_attempts = max_attempts;
             }
-            let stored = call(ctx, store.schedule_upsert(schedule)).await?;
-            let now = call(ctx, store.now()).await?;
-            if ctx.json {
-                return print_json(&stored);
-            }
-            outln!(
-                "schedule {} saved; next tick {}",
-                stored.name,
-                output::opt_time(stored.next_tick(now))
-            )?;
+            schedule_add(ctx, schedule).await
         }
         SchedulesCommand::Remove { name } => {
-            let name = ScheduleName::parse(name).map_err(|e| anyhow!("{e}"))?;
+            let store = ctx.store().await?;
             call(ctx, store.schedule_remove(name.clone())).await?;
             if ctx.json {
                 return print_json(&json!({"removed": name}));
             }
-            outln!("schedule {name} removed")?;
+            outln!("schedule {name} removed")
         }
     }
+}
+
+/// `drover schedules list`.
+async fn schedules_list(ctx: &Ctx) -> Result<()> {
+    let store = ctx.store().await?;
+    let schedules = call(ctx, store.schedules_list()).await?;
+    let now = call(ctx, store.now()).await?;
+    let rows: Vec<Value> = schedules
+        .iter()
+        .map(|s| {
+            let mut v = serde_json::to_value(s).unwrap_or(Value::Null);
+            v["next_tick_at"] = json!(s.next_tick(now));
+            v
+        })
+        .collect();
+    if ctx.json {
+        return print_json(&rows);
+    }
+    let mut t = table(&[
+        "name",
+        "cron",
+        "timezone",
+        "kind",
+        "queue",
+        "last tick",
+        "next tick",
+    ]);
+    for s in &schedules {
+        t.add_row(vec![
+            s.name.to_string(),
+            s.cron.clone(),
+            s.timezone.clone(),
+            s.kind.to_string(),
+            s.queue.to_string(),
+            output::opt_time(s.last_tick_at),
+            output::opt_time(s.next_tick(now)),
+        ]);
+    }
+    outln!("{t}")?;
+    if schedules.is_empty() {
+        outln!("no schedules")?;
+    }
+    Ok(())
+}
+
+/// `drover schedules add`: the schedule is checked before connecting, against this host's
+/// clock (the store checks it again against its own).
+async fn schedule_add(ctx: &Ctx, schedule: NewSchedule) -> Result<()> {
+    schedule
+        .validate(chrono::Utc::now(), &drover_core::SizeLimits::default())
+        .map_err(|e| {
+            flag_error(
+                e,
+                &[
+                    ("cron", "--cron"),
+                    ("timezone", "--timezone"),
+                    ("args", "--args"),
+                    ("kind", "--kind"),
+                    ("queue", "--queue"),
+                    ("priority", "--priority"),
+                    ("max_attempts", "--max-attempts"),
+                ],
+            )
+        })?;
+    let store = ctx.store().await?;
+    let stored = call(ctx, store.schedule_upsert(schedule)).await?;
+    let now = call(ctx, store.now()).await?;
+    if ctx.json {
+        return print_json(&stored);
+    }
+    outln!(
+        "schedule {} saved; next tick {}",
+        stored.name,
+        output::opt_time(stored.next_tick(now))
+    )?;
     Ok(())
 }
 
@@ -411,9 +435,6 @@ pub async fn metrics(ctx: &Ctx) -> Result<()> {
 
 /// `drover prune`: deletes in batches until none is left, with a progress spinner.
 pub async fn prune(ctx: &Ctx, args: PruneArgs) -> Result<()> {
-    if args.batch == 0 || args.batch > 100_000 {
-        return Err(anyhow!("invalid --batch: must be between 1 and 100000"));
-    }
     let store = ctx.store().await?;
     let started = Instant::now();
     let bar = (!ctx.json).then(|| {

@@ -208,7 +208,7 @@ pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()>
     queues.push(QueueName::default_queue());
     queues.sort();
     queues.dedup();
-    let mut config = worker::worker_config(&args.worker_args, &queues)?;
+    let mut config = worker::worker_config(&args.worker_args, &queues);
     if args.worker_args.poll_interval.is_none() {
         // Retries become ready on their own clock; poll often so the demo does not idle.
         config.poll_interval = Duration::from_millis(50);
@@ -221,6 +221,7 @@ pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()>
         jitter: 0.25,
     }));
     // A job of a kind without a handler would wait until --max-wait; report it like a bad line.
+    worker::check_config(&config, &registry, &args.worker_args)?;
     let (jobs, unhandled) = split_unhandled(jobs, &registry);
     rejected.extend(unhandled);
     let registry = Arc::new(registry);

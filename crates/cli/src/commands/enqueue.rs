@@ -14,11 +14,28 @@ use crate::args::EnqueueArgs;
 use crate::context::{call, Ctx};
 use crate::jsonl::{self, RejectedLine};
 use crate::output::{outln, print_json};
+use crate::usage::{flag_error, usage};
+
+/// The flag of each field of an enqueue request, for messages about a single-job `enqueue`.
+const FLAGS: &[(&str, &str)] = &[
+    ("kind", "KIND"),
+    ("args", "--args"),
+    ("queue", "--queue"),
+    ("tenant", "--tenant"),
+    ("priority", "--priority"),
+    ("run_at", "--run-at"),
+    ("delay_ms", "--delay"),
+    ("max_attempts", "--max-attempts"),
+    ("unique_key", "--unique-key"),
+    ("limit_keys", "--limit-key"),
+    ("meta", "--meta"),
+    ("idempotency_key", "--idempotency-key"),
+];
 
 /// Builds the job of a single-job `enqueue` from its flags, with the same rules as the HTTP API.
 ///
 /// # Errors
-/// A flag value that breaks its rule, naming the field.
+/// A usage error naming the flag whose value breaks its rule (the value is not quoted).
 pub fn job_from_flags(args: &EnqueueArgs) -> Result<NewJob> {
     let parse = |field: &str, text: &Option<String>| -> Result<Option<Value>> {
         text.as_deref()
@@ -29,7 +46,7 @@ pub fn job_from_flags(args: &EnqueueArgs) -> Result<NewJob> {
         kind: args
             .kind
             .clone()
-            .ok_or_else(|| anyhow!("give a KIND or --file"))?,
+            .ok_or_else(|| usage("give a KIND or --file"))?,
         args: parse("args", &args.args)?,
         queue: args.queue.clone(),
         tenant: args.tenant.clone(),
@@ -39,10 +56,10 @@ pub fn job_from_flags(args: &EnqueueArgs) -> Result<NewJob> {
             .delay
             .map(|d| {
                 if d > drover_core::job::DELAY_MAX {
-                    return Err(anyhow!(
+                    return Err(usage(format!(
                         "invalid --delay: must be at most 36500 days (100 years of 365 days), got {:.2} days",
                         d.as_secs_f64() / 86_400.0
-                    ));
+                    )));
                 }
                 Ok(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
             })
@@ -55,9 +72,16 @@ pub fn job_from_flags(args: &EnqueueArgs) -> Result<NewJob> {
     };
     let job = request
         .into_new_job(&Principal::insecure(), None)
-        .map_err(|e| anyhow!("{}", e.message()))?;
+        .map_err(|e| match e.field() {
+            Some(field) => {
+                let prefix = format!("invalid {field}: ");
+                let reason = e.message().strip_prefix(&prefix).unwrap_or(e.message());
+                flag_error(drover_core::Error::invalid(field, reason), FLAGS)
+            }
+            None => anyhow!("{}", e.message()),
+        })?;
     job.validate(&drover_core::SizeLimits::default())
-        .map_err(|e| anyhow!("{e}"))?;
+        .map_err(|e| flag_error(e, FLAGS))?;
     Ok(job)
 }
 
@@ -258,9 +282,6 @@ pub async fn run(ctx: &Ctx, args: EnqueueArgs) -> Result<()> {
 }
 
 async fn from_file(ctx: &Ctx, path: &std::path::Path, batch_size: usize) -> Result<()> {
-    if batch_size == 0 || batch_size > 10_000 {
-        return Err(anyhow!("invalid --batch-size: must be between 1 and 10000"));
-    }
     let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let parsed = jsonl::read(BufReader::new(file))
         .with_context(|| format!("cannot read {}", path.display()))?;

@@ -3,19 +3,21 @@
 use crate::args::{JobsCommand, ListArgs};
 use crate::context::{call, Ctx};
 use crate::output::{self, outln, print_json, table};
-use anyhow::{anyhow, Result};
-use drover_core::{CancelEffect, Job, JobId, JobKind, JobState, ListJobs, QueueName, TenantId};
-
-fn job_id(id: &str) -> Result<JobId> {
-    id.parse().map_err(|e: drover_core::Error| anyhow!("{e}"))
-}
+use crate::usage::flag_error;
+use anyhow::Result;
+use drover_core::{CancelEffect, Job, ListJobs};
 
 /// Runs a `jobs` subcommand.
 pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
+    // The flags are checked before connecting (clap checked the ids and names).
+    let query = match &command {
+        JobsCommand::List(args) => Some(list_query(args)?),
+        _ => None,
+    };
     let store = ctx.store().await?;
     match command {
-        JobsCommand::List(args) => {
-            let query = list_query(args)?;
+        JobsCommand::List(_) => {
+            let query = query.unwrap_or_default();
             let page = call(ctx, store.jobs_list(query)).await?;
             if ctx.json {
                 return print_json(&page);
@@ -42,14 +44,14 @@ pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
             }
         }
         JobsCommand::Get { id } => {
-            let job = call(ctx, store.job_get(job_id(&id)?)).await?;
+            let job = call(ctx, store.job_get(id)).await?;
             if ctx.json {
                 return print_json(&job);
             }
             print_job(&job)?;
         }
         JobsCommand::Cancel { id } => {
-            let outcome = call(ctx, store.job_cancel(job_id(&id)?)).await?;
+            let outcome = call(ctx, store.job_cancel(id)).await?;
             if ctx.json {
                 return print_json(&outcome);
             }
@@ -62,7 +64,7 @@ pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
             }
         }
         JobsCommand::Retry { id } => {
-            let job = call(ctx, store.job_retry(job_id(&id)?)).await?;
+            let job = call(ctx, store.job_retry(id)).await?;
             if ctx.json {
                 return print_json(&job);
             }
@@ -76,32 +78,28 @@ pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
     Ok(())
 }
 
-/// Turns `jobs list` flags into a store query.
+/// Turns `jobs list` flags into a store query (clap checked every flag but `--meta`).
 ///
 /// # Errors
-/// A flag value that breaks its rule (named).
-pub fn list_query(args: ListArgs) -> Result<ListJobs> {
-    let bad = |e: drover_core::Error| anyhow!("{e}");
-    Ok(ListJobs {
-        queue: args.queue.map(QueueName::parse).transpose().map_err(bad)?,
-        state: args
-            .state
-            .map(|s| s.parse::<JobState>())
-            .transpose()
-            .map_err(bad)?,
-        kind: args.kind.map(JobKind::parse).transpose().map_err(bad)?,
-        tenant: args.tenant.map(TenantId::parse).transpose().map_err(bad)?,
+/// A usage error when `--meta` is not a JSON object (named, the text not quoted).
+pub fn list_query(args: &ListArgs) -> Result<ListJobs> {
+    let query = ListJobs {
+        queue: args.queue.clone(),
+        state: args.state,
+        kind: args.kind.clone(),
+        tenant: args.tenant.clone(),
         meta: args
             .meta
-            .map(|m| super::json_flag("meta", &m))
+            .as_deref()
+            .map(|m| super::json_flag("meta", m))
             .transpose()?,
-        before: args.before.map(|b| job_id(&b)).transpose()?,
-        limit: if args.limit == 0 || args.limit > drover_core::store::LIST_LIMIT_MAX {
-            return Err(anyhow!("invalid --limit: must be between 1 and 1000"));
-        } else {
-            args.limit
-        },
-    })
+        before: args.before,
+        limit: args.limit,
+    };
+    query
+        .validate()
+        .map_err(|e| flag_error(e, &[("meta", "--meta"), ("limit", "--limit")]))?;
+    Ok(query)
 }
 
 fn print_job(j: &Job) -> Result<()> {

@@ -50,17 +50,21 @@ pub async fn dispatch(cli: Cli, extensions: Extensions) -> Result<()> {
 /// Parses the JSON text of a flag (`--args`, `--meta`): valid JSON whose integer literals fit
 /// in 64 bits (the rule of `drover_core::json::check_integer_literals`, as over HTTP).
 ///
+/// The text is never quoted in an error: args may hold secrets.
+///
 /// # Errors
-/// `invalid --FLAG: not valid JSON: ...`, or the path of an integer that does not fit.
+/// A usage error: `invalid --FLAG: not valid JSON: ...`, or the path of an integer that does
+/// not fit.
 pub fn json_flag(flag: &str, text: &str) -> Result<serde_json::Value> {
     let value = serde_json::from_str(text).map_err(|e| {
         // A fault inside a string (a lone surrogate, a bad escape) is named with its rule, as
         // over HTTP.
-        match drover_http::extract::string_fault(&e, text) {
-            Some(fault) => anyhow::anyhow!("invalid --{flag}: {fault}"),
-            None => anyhow::anyhow!("invalid --{flag}: not valid JSON: {e}"),
-        }
+        crate::usage::usage(match drover_http::extract::string_fault(&e, text) {
+            Some(fault) => format!("invalid --{flag}: {fault}"),
+            None => format!("invalid --{flag}: not valid JSON: {e}"),
+        })
     })?;
-    drover_core::json::check_integer_literals(text, flag)?;
+    drover_core::json::check_integer_literals(text, flag)
+        .map_err(|e| crate::usage::flag_error(e, &[(flag, &format!("--{flag}"))]))?;
     Ok(value)
 }

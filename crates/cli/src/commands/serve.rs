@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::args::ServeArgs;
 use crate::commands::worker;
 use crate::context::Ctx;
+use crate::usage::usage;
 use crate::{env, Extensions};
 
 /// The API's authentication from `--tokens FILE`, else `DROVER_API_TOKENS`; without either,
@@ -22,16 +23,17 @@ use crate::{env, Extensions};
 /// should silently win.
 ///
 /// # Errors
-/// No tokens and not insecure; tokens and insecure; an unreadable or malformed token file.
+/// Usage errors (exit code 2): no tokens and not insecure; tokens and insecure. Others: an
+/// unreadable or malformed token file.
 pub fn auth_mode(tokens_file: Option<&std::path::Path>, insecure: bool) -> Result<AuthMode> {
     if insecure {
         if tokens_file.is_some() {
-            return Err(anyhow!(
+            return Err(usage(
                 "--tokens and --insecure-no-auth contradict each other: give --tokens FILE to require tokens, or --insecure-no-auth (development only) to turn authentication off, not both"
             ));
         }
         if env::api_tokens().is_some() {
-            return Err(anyhow!(
+            return Err(usage(
                 "DROVER_API_TOKENS is set but --insecure-no-auth turns authentication off: unset DROVER_API_TOKENS, or drop --insecure-no-auth to require its tokens"
             ));
         }
@@ -52,7 +54,7 @@ pub fn auth_mode(tokens_file: Option<&std::path::Path>, insecure: bool) -> Resul
             Ok(AuthMode::Tokens(tokens))
         }
         None if insecure => Ok(AuthMode::InsecureNoAuth),
-        None => Err(anyhow!(
+        None => Err(usage(
             "no API tokens: set DROVER_API_TOKENS=token:tenant:role[,...] or pass --tokens FILE (for local development only: --insecure-no-auth)"
         )),
     }
@@ -65,10 +67,10 @@ pub async fn run(ctx: &Ctx, args: ServeArgs, extensions: Extensions) -> Result<(
         eprintln!("drover: WARNING: authentication is OFF (--insecure-no-auth): every caller is an operator of every tenant");
     }
     // The worker's flags are checked before anything is built or connected.
-    let config = worker::worker_config(&args.worker_args, &[])?;
+    let config = worker::worker_config(&args.worker_args, &[]);
     let registry = if args.worker {
         let registry = Arc::new(worker::registry(extensions, &args.worker_args));
-        config.validate(&registry).map_err(|e| anyhow!("{e}"))?;
+        worker::check_config(&config, &registry, &args.worker_args)?;
         Some(registry)
     } else {
         None

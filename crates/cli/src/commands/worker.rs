@@ -13,53 +13,55 @@ use tokio_util::sync::CancellationToken;
 
 use crate::args::{WorkerArgs, DB_CONNECTIONS_MAX};
 use crate::context::Ctx;
+use crate::usage::{flag_error, usage};
 use crate::Extensions;
 
-/// Parses `NAME:QUEUE[,QUEUE...]:SLOTS[:KIND[,KIND...]]` (SLOTS 1..=10,000).
+/// Parses `NAME:QUEUE[,QUEUE...]:SLOTS[:KIND[,KIND...]]` (SLOTS 1..=10,000): the value parser
+/// of `--pool`, so clap names the flag and the value in front of the message.
 ///
 /// # Errors
-/// A message naming the bad part.
-pub fn parse_pool(spec: &str) -> Result<PoolConfig> {
+/// The rule the bad part breaks.
+pub fn parse_pool(spec: &str) -> Result<PoolConfig, String> {
     let parts: Vec<&str> = spec.split(':').collect();
     if !(3..=4).contains(&parts.len()) {
-        return Err(anyhow!(
-            "invalid --pool {spec:?}: use NAME:QUEUE[,QUEUE...]:SLOTS[:KIND[,KIND...]], e.g. long:reports:1:report.build"
-        ));
+        return Err(
+            "use NAME:QUEUE[,QUEUE...]:SLOTS[:KIND[,KIND...]], e.g. long:reports:1:report.build"
+                .to_owned(),
+        );
     }
+    if parts[0].trim().is_empty() {
+        return Err(
+            "the pool NAME must not be empty (NAME:QUEUE[,QUEUE...]:SLOTS[:KIND[,KIND...]])"
+                .to_owned(),
+        );
+    }
+    let bad = |e: drover_core::Error| e.to_string();
     let queues = parts[1]
         .split(',')
-        .map(|q| QueueName::parse(q).map_err(|e| anyhow!("invalid --pool {spec:?}: {e}")))
-        .collect::<Result<Vec<_>>>()?;
+        .map(|q| QueueName::parse(q).map_err(bad))
+        .collect::<Result<Vec<_>, _>>()?;
     let slots: usize = parts[2]
         .parse()
         .ok()
         .filter(|slots| (1..=SLOTS_MAX).contains(slots))
-        .ok_or_else(|| {
-            anyhow!("invalid --pool {spec:?}: SLOTS must be between 1 and {SLOTS_MAX}")
-        })?;
+        .ok_or_else(|| format!("SLOTS must be between 1 and {SLOTS_MAX}"))?;
     let mut pool = PoolConfig::new(parts[0], queues, slots);
     if let Some(kinds) = parts.get(3) {
         let kinds = kinds
             .split(',')
-            .map(|k| JobKind::parse(k).map_err(|e| anyhow!("invalid --pool {spec:?}: {e}")))
-            .collect::<Result<Vec<_>>>()?;
+            .map(|k| JobKind::parse(k).map_err(bad))
+            .collect::<Result<Vec<_>, _>>()?;
         pool = pool.with_kinds(kinds);
     }
     Ok(pool)
 }
 
-/// The worker configuration the flags describe. Without `--queue` and `--pool` the worker
-/// serves `default`.
-///
-/// # Errors
-/// A bad pool spec or queue name.
-pub fn worker_config(args: &WorkerArgs, default_queues: &[QueueName]) -> Result<WorkerConfig> {
+/// The worker configuration the flags describe (clap has checked each value). Without
+/// `--queue` and `--pool` the worker serves `default_queues`, or `default` when that is empty.
+/// [`check_config`] checks the rules across flags.
+pub fn worker_config(args: &WorkerArgs, default_queues: &[QueueName]) -> WorkerConfig {
     let mut pools = Vec::new();
-    let mut queues = args
-        .queues
-        .iter()
-        .map(|q| QueueName::parse(q.as_str()).map_err(|e| anyhow!("invalid --queue: {e}")))
-        .collect::<Result<Vec<_>>>()?;
+    let mut queues = args.queues.clone();
     if queues.is_empty() && args.pools.is_empty() {
         queues = if default_queues.is_empty() {
             vec![QueueName::default_queue()]
@@ -70,9 +72,7 @@ pub fn worker_config(args: &WorkerArgs, default_queues: &[QueueName]) -> Result<
     if !queues.is_empty() {
         pools.push(PoolConfig::new("main", queues, args.slots));
     }
-    for spec in &args.pools {
-        pools.push(parse_pool(spec)?);
-    }
+    pools.extend(args.pools.iter().cloned());
     if let Some(prefetch) = args.prefetch {
         for pool in &mut pools {
             pool.prefetch = Some(prefetch);
@@ -105,7 +105,88 @@ pub fn worker_config(args: &WorkerArgs, default_queues: &[QueueName]) -> Result<
     if let Some(d) = args.poll_interval {
         config.poll_interval = d;
     }
-    Ok(config)
+    config
+}
+
+/// Checks `config`, built from `args` by [`worker_config`], against `registry` before anything
+/// is built or connected. A rule the flags break is a usage error (exit code 2) naming the
+/// flag; a rule the embedding application breaks (a kind's zero timeout, no handler at all)
+/// stays an ordinary error.
+///
+/// # Errors
+/// The first rule broken.
+pub fn check_config(config: &WorkerConfig, registry: &Registry, args: &WorkerArgs) -> Result<()> {
+    let shown = |d: std::time::Duration, given: bool| {
+        let d = humantime::format_duration(d);
+        if given {
+            d.to_string()
+        } else {
+            format!("{d} (the default)")
+        }
+    };
+    if config.lease <= config.heartbeat_interval {
+        return Err(usage(format!(
+            "--lease {} must be longer than --heartbeat {}: the lease would expire between heartbeats",
+            shown(config.lease, args.lease.is_some()),
+            shown(config.heartbeat_interval, args.heartbeat.is_some()),
+        )));
+    }
+    if config.worker_stale_after <= config.heartbeat_interval {
+        return Err(usage(format!(
+            "--heartbeat {} must be shorter than {}: a worker whose last heartbeat is older is removed from the worker list",
+            shown(config.heartbeat_interval, true),
+            humantime::format_duration(config.worker_stale_after),
+        )));
+    }
+    let Err(e) = config.validate(registry) else {
+        return Ok(());
+    };
+    let drover_core::Error::InvalidInput { field, reason } = &e else {
+        return Err(anyhow!("{e}"));
+    };
+    // The pool of --queue/--slots comes first when there is one; the --pool pools follow.
+    let from_queue_flags = config.pools.len() > args.pools.len();
+    let pool = field
+        .strip_prefix("pools[")
+        .and_then(|rest| rest.split_once(']'))
+        .and_then(|(index, _)| index.parse::<usize>().ok())
+        .and_then(|index| Some((index, config.pools.get(index)?)));
+    if let Some((index, pool)) = pool {
+        if field.ends_with(".kinds") && pool.kinds.is_none() {
+            // No kind filter was given: the binary registers no handler (its own fault).
+            return Err(anyhow!("{e}"));
+        }
+        if field.ends_with(".name") && from_queue_flags && pool.name == config.pools[0].name {
+            return Err(usage(format!(
+                "invalid --pool: the pool name {:?} is taken by the pool of --queue; give the --pool another name",
+                pool.name
+            )));
+        }
+        let flag = if from_queue_flags && index == 0 {
+            "--queue"
+        } else {
+            "--pool"
+        };
+        let known = if field.ends_with(".kinds") {
+            let kinds: Vec<String> = registry.kinds().iter().map(ToString::to_string).collect();
+            format!(" (kinds: {})", kinds.join(", "))
+        } else {
+            String::new()
+        };
+        return Err(usage(format!("invalid {flag}: {reason}{known}")));
+    }
+    Err(flag_error(
+        e,
+        &[
+            ("max_concurrent", "--max-concurrent"),
+            ("lease", "--lease"),
+            ("heartbeat_interval", "--heartbeat"),
+            ("poll_interval", "--poll-interval"),
+            ("rescue_interval", "--rescue-interval"),
+            ("retention", "--retention"),
+            ("prune_limit", "--prune-limit"),
+        ],
+    ))
 }
 
 /// The registry a worker runs: the application's handlers, plus the built-in kinds when the
@@ -262,9 +343,9 @@ pub fn db_connections(args: &WorkerArgs, slots: usize) -> (u32, Option<String>) 
 /// Runs `drover worker`.
 pub async fn run(ctx: &Ctx, args: WorkerArgs, extensions: Extensions) -> Result<()> {
     // Everything the flags describe is checked before anything is built or connected.
-    let config = worker_config(&args, &[])?;
+    let config = worker_config(&args, &[]);
     let registry = Arc::new(registry(extensions, &args));
-    config.validate(&registry).map_err(|e| anyhow!("{e}"))?;
+    check_config(&config, &registry, &args)?;
     let (connections, warning) = db_connections(&args, config.max_running());
     if let Some(warning) = warning {
         eprintln!("drover: warning: {warning}");
@@ -318,7 +399,7 @@ mod tests {
         let Command::Worker(worker) = cli.command else {
             panic!("not a worker command");
         };
-        worker_config(&worker, &[]).expect("valid worker flags")
+        worker_config(&worker, &[])
     }
 
     #[test]
@@ -464,17 +545,116 @@ mod tests {
     fn bad_pool_specs_name_the_problem() {
         for (spec, needle) in [
             ("long", "NAME:QUEUE"),
+            (":reports:1", "NAME must not be empty"),
             ("long:reports:x", "SLOTS"),
             ("long:reports:0", "SLOTS must be between 1 and 10000"),
             (
                 "long:reports:10000000000",
                 "SLOTS must be between 1 and 10000",
             ),
-            ("long:bad queue:1", "--pool"),
-            ("long:reports:1:bad kind", "--pool"),
+            ("long:bad queue:1", "invalid queue"),
+            ("long:reports:1:bad kind", "invalid kind"),
         ] {
-            let err = parse_pool(spec).unwrap_err().to_string();
+            let err = parse_pool(spec).unwrap_err();
             assert!(err.contains(needle), "{spec}: {err}");
+            // The value parser of --pool: a usage error (exit code 2) naming the flag.
+            let err = Cli::try_parse_from(["drover", "worker", "--pool", spec]).unwrap_err();
+            assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation);
+            let text = err.to_string();
+            assert!(text.contains("--pool") && text.contains(needle), "{text}");
         }
+    }
+
+    #[test]
+    fn every_worker_flag_value_is_checked_at_parse_time_with_its_rule() {
+        for (args, rule) in [
+            (&["--max-concurrent", "0"][..], "1..=1000000"),
+            (&["--max-concurrent", "18446744073709551615"], "1..=1000000"),
+            (&["--queue", "bad queue"], "may contain only"),
+            (&["--lease", "10ms"], "between 100 ms and 86400 s"),
+            (&["--lease", "2d"], "between 100 ms and 86400 s"),
+            (&["--heartbeat", "0s"], "longer than zero"),
+            (&["--rescue-interval", "0s"], "longer than zero"),
+            (&["--poll-interval", "0ms"], "longer than zero"),
+            (&["--retention", "0s"], "longer than zero"),
+            (&["--prune-limit", "0"], "1..=100000"),
+            (&["--prune-limit", "100001"], "1..=100000"),
+        ] {
+            let err =
+                Cli::try_parse_from(["drover", "worker"].into_iter().chain(args.iter().copied()))
+                    .expect_err(args[1]);
+            assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation, "{err}");
+            let text = err.to_string();
+            assert!(
+                text.contains(args[0]) && text.contains(rule),
+                "{args:?}: {text}"
+            );
+        }
+        for args in [
+            &["--max-concurrent", "1"][..],
+            &["--max-concurrent", "1000000"],
+        ] {
+            let c = config(&["worker", args[0], args[1]]);
+            assert!(c.max_concurrent.is_some());
+        }
+    }
+
+    /// `check_config` on the stock registry for `drover worker ARGS`.
+    fn check(args: &[&str]) -> Result<()> {
+        let cli = Cli::try_parse_from(["drover", "worker"].into_iter().chain(args.iter().copied()))
+            .expect("each value is valid");
+        let Command::Worker(worker) = cli.command else {
+            panic!("not a worker command");
+        };
+        let mut registry = Registry::new();
+        crate::builtin::register(&mut registry, &[]);
+        check_config(&worker_config(&worker, &[]), &registry, &worker)
+    }
+
+    #[test]
+    fn rules_across_worker_flags_are_usage_errors_naming_the_flags() {
+        for (args, needle) in [
+            (
+                &["--lease", "10s"][..],
+                "--lease 10s must be longer than --heartbeat 15s (the default)",
+            ),
+            (
+                &["--lease", "5s", "--heartbeat", "5s"],
+                "--lease 5s must be longer than --heartbeat 5s",
+            ),
+            (
+                &["--lease", "10m", "--heartbeat", "3m"],
+                "--heartbeat 3m must be shorter than 2m",
+            ),
+            (
+                &["--pool", "a:q:1", "--pool", "a:r:1"],
+                "invalid --pool: pool \"a\" is defined twice",
+            ),
+            (
+                &["--queue", "x", "--pool", "main:q:1"],
+                "the pool name \"main\" is taken by the pool of --queue",
+            ),
+            (&["--queue", "x", "--queue", "x"], "invalid --queue: pool \"main\" lists queue x twice"),
+            (&["--pool", "a:q,q:1"], "invalid --pool: pool \"a\" lists queue q twice"),
+            (
+                &["--pool", "a:q:1:email.send"],
+                "invalid --pool: pool \"a\" names kind email.send, which has no registered handler (kinds: fail, noop, sleep)",
+            ),
+        ] {
+            let err = check(args).expect_err(args[1]);
+            assert!(crate::usage::is_usage(&err), "{args:?}: exit code 2 for {err}");
+            assert!(err.to_string().contains(needle), "{args:?}: {err}");
+        }
+        check(&["--lease", "2s", "--heartbeat", "500ms"]).expect("valid");
+        check(&["--queue", "x", "--pool", "other:q:1:sleep"]).expect("valid");
+
+        // A registry without handlers is the embedding application's fault, not the flags'.
+        let cli = Cli::try_parse_from(["drover", "worker"]).unwrap();
+        let Command::Worker(worker) = cli.command else {
+            panic!("not a worker command");
+        };
+        let err = check_config(&worker_config(&worker, &[]), &Registry::new(), &worker)
+            .expect_err("no kind to claim");
+        assert!(!crate::usage::is_usage(&err), "{err}");
     }
 }
