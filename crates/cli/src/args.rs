@@ -171,8 +171,9 @@ pub struct WorkerArgs {
     )]
     pub max_concurrent: Option<usize>,
 
-    /// Enable the `exec` kind for this program (repeatable): a path, absolute or relative
-    /// like ./scripts/report.sh, never a bare name. A job must give exactly this path (symlinks
+    /// Enable the `exec` kind for this program (repeatable): the path of an executable file,
+    /// absolute or relative like ./scripts/report.sh, never a bare name or a directory (checked
+    /// at start). A job must give exactly this path (symlinks
     /// are not followed, so another path to the same file is refused); it runs as given, never
     /// through a shell.
     #[arg(long = "allow-exec", value_name = "PROGRAM", value_parser = crate::builtin::parse_allow_exec)]

@@ -101,19 +101,45 @@ pub fn register(registry: &mut Registry, allow_exec: &[PathBuf]) {
 }
 
 /// Checks an `--allow-exec` value: a path, absolute or relative with a `/` in it, never a bare
-/// name.
+/// name, that names a regular file the worker may execute (a symlink to one counts: the job
+/// must still give this path, see [`ExecArgs::program`]). Checked when the command line is
+/// parsed, so a worker never starts with an entry that could not run.
 ///
 /// # Errors
-/// A bare name, with the rule (clap prefixes the flag).
+/// The rule the value breaks (clap prefixes the flag): a bare name; a path that does not
+/// exist or cannot be read; a directory or another file that is not a regular file; a file
+/// without execute permission.
 pub fn parse_allow_exec(value: &str) -> Result<PathBuf, String> {
     let path = PathBuf::from(value);
-    match exec_path(&path) {
-        Some(_) => Ok(path),
-        None => Err(
+    if exec_path(&path).is_none() {
+        return Err(
             "must be a path, absolute or relative like ./scripts/x.sh; a bare name would be searched in PATH"
                 .to_owned(),
-        ),
+        );
     }
+    let program = "must name an executable program file";
+    let metadata = std::fs::metadata(&path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => format!("{program}, and no file is there"),
+        _ => format!("{program}, and it cannot be read: {e}"),
+    })?;
+    if metadata.is_dir() {
+        return Err(format!("{program}, not a directory"));
+    }
+    if !metadata.is_file() {
+        return Err(format!(
+            "{program}, not a special file (device, pipe or socket)"
+        ));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if metadata.permissions().mode() & 0o111 == 0 {
+            return Err(format!(
+                "{program}, and this file has no execute permission"
+            ));
+        }
+    }
+    Ok(path)
 }
 
 fn register_sleep(registry: &mut Registry) {
@@ -572,6 +598,12 @@ mod tests {
         let parse = |value: &str| {
             crate::args::Cli::try_parse_from(["drover", "worker", "--allow-exec", value])
         };
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("report.sh");
+        std::fs::write(&script, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let script = script.to_str().expect("UTF-8 temp path").to_owned();
         let err = parse("sh").expect_err("a bare name");
         // A usage error (exit code 2) naming the flag and the rule.
         assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation);
@@ -581,12 +613,40 @@ mod tests {
                 && text.contains("must be a path, absolute or relative like ./scripts/x.sh; a bare name would be searched in PATH"),
             "{text}"
         );
-        for path in [
-            "/usr/bin/convert",
-            "./scripts/report.sh",
-            "scripts/report.sh",
-        ] {
+        let link = dir.path().join("report-link");
+        std::os::unix::fs::symlink(&script, &link).unwrap();
+        for path in ["/bin/sh", &script, link.to_str().unwrap()] {
             parse(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        }
+        // It must name an executable regular file: a directory (which a job's program could
+        // never be), a missing path, a special file or a file without execute permission is
+        // refused before the worker starts, a usage error (exit code 2).
+        let plain = dir.path().join("notes.txt");
+        std::fs::write(&plain, "text").unwrap();
+        let dir_link = dir.path().join("dir-link");
+        std::os::unix::fs::symlink("/bin", &dir_link).unwrap();
+        for (path, rule) in [
+            ("/bin/", "not a directory"),
+            ("/bin", "not a directory"),
+            ("./", "not a directory"),
+            (dir_link.to_str().unwrap(), "not a directory"),
+            ("./scripts/missing.sh", "no file is there"),
+            ("/dev/null", "not a special file"),
+            (plain.to_str().unwrap(), "no execute permission"),
+        ] {
+            let err = parse(path).expect_err(path);
+            assert_eq!(
+                err.kind(),
+                clap::error::ErrorKind::ValueValidation,
+                "{path}"
+            );
+            let text = err.to_string();
+            assert!(
+                text.contains("--allow-exec")
+                    && text.contains("must name an executable program file")
+                    && text.contains(rule),
+                "{path}: {text}"
+            );
         }
         // Compared as text once `.` segments and repeated `/` go; nothing else is resolved.
         let lexical = |p: &str| exec_path(Path::new(p));

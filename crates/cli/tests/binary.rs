@@ -530,6 +530,31 @@ fn usage_errors_exit_2() {
     let line = one_line_usage_error(&out);
     assert!(line.contains("contradict each other"), "{line}");
 
+    // --allow-exec must name an executable regular file: a directory is refused at start-up
+    // (it was accepted, and allowed nothing a job could run), by every command that takes it.
+    for command in [
+        &["worker"][..],
+        &["dev"],
+        &["serve", "--worker", "--insecure-no-auth"],
+    ] {
+        for (path, rule) in [
+            ("/bin/", "not a directory"),
+            ("/no/such/program", "no file is there"),
+        ] {
+            let mut args = command.to_vec();
+            args.extend(["--allow-exec", path]);
+            let out = drover(&args);
+            let stderr = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+            assert!(
+                stderr.contains("--allow-exec")
+                    && stderr.contains("must name an executable program file")
+                    && stderr.contains(rule),
+                "{args:?}: {stderr}"
+            );
+        }
+    }
+
     // A bare program name would be searched in PATH: refused before anything starts.
     let out = drover(&["worker", "--allow-exec", "sh"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
