@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::builder::{RangedI64ValueParser, RangedU64ValueParser};
-use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{ArgGroup, ArgMatches, Args, Parser, Subcommand, ValueEnum};
 use drover_core::limits::MAX_RUNNING_MAX;
 use drover_core::store::LIST_LIMIT_MAX;
 use drover_core::{JobId, JobKind, JobState, LimitKey, QueueName, Rate, ScheduleName, TenantId};
@@ -501,10 +502,11 @@ pub struct ServeArgs {
     /// Largest request body in bytes.
     #[arg(long, default_value_t = drover_http::MAX_BODY_BYTES_DEFAULT)]
     pub max_body_bytes: usize,
-    /// Also run a worker in this process (with the worker options below).
+    /// Also run a worker in this process, with the worker options below; without --worker
+    /// they are refused (except --db-connections and --pgbouncer, which size the API's pool).
     #[arg(long)]
     pub worker: bool,
-    /// Worker options (used with --worker).
+    /// Worker options (with --worker).
     #[command(flatten)]
     pub worker_args: WorkerArgs,
 }
@@ -537,6 +539,53 @@ pub struct DevArgs {
     /// Worker options.
     #[command(flatten)]
     pub worker_args: WorkerArgs,
+}
+
+/// Worker flags that `drover serve` uses without `--worker` too: they set up its database pool.
+const SERVE_STORE_FLAGS: [&str; 2] = ["db_connections", "pgbouncer"];
+
+/// Worker flags that `drover dev` cannot use: it runs on the in-memory store.
+const DEV_DATABASE_FLAGS: [&str; 2] = ["db_connections", "pgbouncer"];
+
+/// A message when the command line gives a flag its command would not use, which a user
+/// would otherwise believe in effect: a worker flag of `drover serve` without `--worker`,
+/// a database flag of `drover dev`. Only flags given on the command line count; a value from
+/// the environment (`DROVER_MAX_CONCURRENT`) is a setting for whatever runs there.
+pub fn inapplicable(matches: &ArgMatches) -> Option<String> {
+    // The worker flags of `m` given on the command line whose ids `pick` selects.
+    let given = |m: &ArgMatches, pick: &dyn Fn(&str) -> bool| -> Vec<String> {
+        WorkerArgs::augment_args(clap::Command::new("worker"))
+            .get_arguments()
+            .filter(|arg| pick(arg.get_id().as_str()))
+            .filter(|arg| m.value_source(arg.get_id().as_str()) == Some(ValueSource::CommandLine))
+            .filter_map(|arg| Some(format!("--{}", arg.get_long()?)))
+            .collect()
+    };
+    let listed = |flags: &[String]| (flags.join(", "), flags.len() == 1);
+    match matches.subcommand() {
+        Some(("serve", m)) if !m.get_flag("worker") => {
+            let flags = given(m, &|id| !SERVE_STORE_FLAGS.contains(&id));
+            let (names, one) = listed(&flags);
+            (!flags.is_empty()).then(|| {
+                format!(
+                    "{names} {}: add --worker to run a worker in this process (without it, serve runs only the HTTP API and would ignore {})",
+                    if one { "is a worker option" } else { "are worker options" },
+                    if one { "it" } else { "them" },
+                )
+            })
+        }
+        Some(("dev", m)) => {
+            let flags = given(m, &|id| DEV_DATABASE_FLAGS.contains(&id));
+            let (names, one) = listed(&flags);
+            (!flags.is_empty()).then(|| {
+                format!(
+                    "{names} {} not apply to dev: it runs on the in-memory store, without a database",
+                    if one { "does" } else { "do" },
+                )
+            })
+        }
+        _ => None,
+    }
 }
 
 /// Parses `30s`, `10m`, `1h30m`, `7d`, `500ms` (humantime).

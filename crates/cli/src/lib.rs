@@ -33,7 +33,7 @@ pub mod usage;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use drover_runner::Registry;
 
 /// What an embedding application adds to the command line: its handlers, and whether the
@@ -71,17 +71,28 @@ pub fn run_stock() -> ExitCode {
 
 /// Runs the command line given by `args` (the first is the program name).
 pub fn run_with(extensions: Extensions, args: impl IntoIterator<Item = OsString>) -> ExitCode {
-    let cli = match args::Cli::try_parse_from(args) {
-        Ok(cli) => cli,
-        Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::SUCCESS
-            };
+    // `--help` and `--version` are "errors" that print to stdout and succeed.
+    let clap_exit = |e: clap::Error| {
+        let _ = e.print();
+        if e.use_stderr() {
+            ExitCode::from(2)
+        } else {
+            ExitCode::SUCCESS
         }
     };
+    let matches = match args::Cli::command().try_get_matches_from(args) {
+        Ok(matches) => matches,
+        Err(e) => return clap_exit(e),
+    };
+    let cli = match args::Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => return clap_exit(e),
+    };
+    // Flags given on the command line that the command would not use: refused, not ignored.
+    if let Some(message) = args::inapplicable(&matches) {
+        eprintln!("drover: {message}");
+        return ExitCode::from(2);
+    }
     init_tracing(cli.log.as_deref());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -566,6 +566,182 @@ fn usage_errors_exit_2() {
     );
 }
 
+/// Runs `drover ARGS` (no database URL, no API tokens), killing it if it has not exited
+/// within a minute: its exit status (`None` when it had to be killed) and stderr.
+fn run_bounded(args: &[&str]) -> (Option<std::process::ExitStatus>, String) {
+    use std::sync::mpsc;
+    use std::time::Duration;
+    let child = Command::new(env!("CARGO_BIN_EXE_drover"))
+        .args(args)
+        .env_remove("DROVER_DATABASE_URL")
+        .env_remove("DROVER_API_TOKENS")
+        .env_remove("DROVER_MAX_CONCURRENT")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run drover");
+    let pid = child.id().to_string();
+    let (done_tx, done_rx) = mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let out = child.wait_with_output().expect("wait for drover");
+        let _ = done_tx.send(());
+        out
+    });
+    let killed = done_rx.recv_timeout(Duration::from_secs(60)).is_err();
+    if killed {
+        let _ = Command::new("kill").args(["-KILL", &pid]).status();
+    }
+    let out = waiter.join().unwrap();
+    ((!killed).then_some(out.status), text(&out.stderr))
+}
+
+#[test]
+fn serve_refuses_worker_flags_without_worker_and_dev_refuses_database_flags() {
+    // Without --worker, serve runs no worker: a worker flag would be ignored without a word
+    // (`--allow-exec` looked like exec was on). Refused before anything listens.
+    let serve = ["serve", "--insecure-no-auth", "--listen", "127.0.0.1:0"];
+    for extra in [
+        &["--allow-exec", "/bin/sh"][..],
+        &["--queue", "mail"],
+        &["--slots", "8"],
+        &["--slots", "2", "--pool", "long:reports:1", "--lease", "2m"],
+        &["--max-concurrent", "4"],
+        &["--metrics-listen", "127.0.0.1:0"],
+        &["--shutdown-grace", "1s"],
+    ] {
+        let mut args = serve.to_vec();
+        args.extend_from_slice(extra);
+        let (status, stderr) = run_bounded(&args);
+        let status = status.unwrap_or_else(|| panic!("{extra:?}: serve started anyway:\n{stderr}"));
+        assert_eq!(status.code(), Some(2), "{extra:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.starts_with(&format!("drover: {}", extra[0]))
+                && stderr.contains("add --worker to run a worker in this process"),
+            "{extra:?}: {stderr}"
+        );
+        assert!(!stderr.contains("API on"), "{stderr}");
+    }
+    let (status, stderr) = run_bounded(&[
+        "serve",
+        "--insecure-no-auth",
+        "--queue",
+        "a",
+        "--slots",
+        "3",
+    ]);
+    assert_eq!(status.and_then(|s| s.code()), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with("drover: --queue, --slots are worker options"),
+        "{stderr}"
+    );
+
+    // dev has no database: its pool flags would be ignored.
+    for extra in [&["--db-connections", "3"][..], &["--pgbouncer"]] {
+        let mut args = vec!["dev", "--json"];
+        args.extend_from_slice(extra);
+        let (status, stderr) = run_bounded(&args);
+        assert_eq!(
+            status.and_then(|s| s.code()),
+            Some(2),
+            "{extra:?}: {stderr}"
+        );
+        assert!(
+            stderr.contains(extra[0]) && stderr.contains("does not apply to dev"),
+            "{extra:?}: {stderr}"
+        );
+        assert!(
+            !stderr.contains("in-memory development mode"),
+            "nothing ran: {stderr}"
+        );
+    }
+}
+
+/// `drover serve --worker --metrics-listen ADDR` and `drover dev --metrics-listen ADDR` serve
+/// the worker's metrics there, as `drover worker --metrics-listen` does (the flag was silently
+/// ignored).
+#[cfg(unix)]
+#[test]
+fn serve_with_a_worker_and_dev_serve_metrics_listen() {
+    use std::io::{BufRead, BufReader, Read, Write};
+
+    for (command, last_start_line) in [
+        (
+            &["serve", "--insecure-no-auth", "--worker"][..],
+            " started with ",
+        ),
+        (&["dev", "--json", "--quiet"], "still serving the API"),
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_drover"))
+            .args(command)
+            .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+            .env_remove("DROVER_DATABASE_URL")
+            .env_remove("DROVER_API_TOKENS")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run drover");
+        let guard = KillOnDrop(child.id());
+        let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+        let mut seen = String::new();
+        // The metrics address is announced before the worker starts: read up to the last
+        // start line.
+        loop {
+            let mut line = String::new();
+            let read = stderr.read_line(&mut line).expect("read stderr");
+            assert!(read > 0, "{command:?} exited before it started:\n{seen}");
+            seen.push_str(&line);
+            if line.contains(last_start_line) {
+                break;
+            }
+        }
+        let addr = seen
+            .lines()
+            .find_map(|l| l.strip_prefix("drover: metrics on http://"))
+            .and_then(|rest| rest.strip_suffix("/metrics"))
+            .unwrap_or_else(|| panic!("{command:?}: no metrics address:\n{seen}"))
+            .to_owned();
+        let mut stream =
+            std::net::TcpStream::connect(&addr).expect("connect to the metrics address");
+        stream
+            .write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+            .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        assert!(
+            response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"),
+            "{command:?}: {response}"
+        );
+        assert!(response.contains("drover_jobs"), "{command:?}: {response}");
+        let sent = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(sent.success());
+        stderr.read_to_string(&mut seen).expect("read stderr");
+        let status = child.wait().expect("wait for drover");
+        drop(guard);
+        assert!(status.success(), "{command:?}: {status}\n{seen}");
+    }
+}
+
+/// SIGKILLs a process when dropped, so a failed assertion leaves no server behind.
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = Command::new("kill")
+                .args(["-KILL", &self.0.to_string()])
+                .status();
+        }
+    }
+}
+
 #[test]
 fn a_closed_stdout_ends_quietly() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_drover"))
@@ -766,6 +942,8 @@ fn serve_says_what_it_finishes_on_sigterm() {
             .args(extra)
             .env_remove("DROVER_DATABASE_URL")
             .env_remove("DROVER_API_TOKENS")
+            // A setting of the environment is no worker flag: serve without --worker starts.
+            .env("DROVER_MAX_CONCURRENT", "4")
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -264,6 +264,12 @@ pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()>
         }
         None => None,
     };
+    let metrics_server = match args.worker_args.metrics_listen {
+        Some(addr) => Some(
+            worker::serve_metrics(addr, store.clone(), process.clone(), shutdown.clone()).await?,
+        ),
+        None => None,
+    };
 
     let started = Instant::now();
     let worker = Worker::new(store.clone(), registry, config)
@@ -363,6 +369,9 @@ pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()>
         .map_err(|e| anyhow!("the worker task failed: {e}"))?;
     if let Some(server) = server {
         let _ = server.await;
+    }
+    if let Some(metrics_server) = metrics_server {
+        let _ = metrics_server.await;
     }
     report.map_err(|e| anyhow!("{e}"))?;
     if summary.rejected.is_empty() {

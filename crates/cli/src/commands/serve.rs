@@ -122,6 +122,14 @@ pub async fn run(ctx: &Ctx, args: ServeArgs, extensions: Extensions) -> Result<(
     let bound = listener.local_addr().unwrap_or(args.listen);
     eprintln!("drover: API on http://{bound}/v1 (OpenAPI at /v1/openapi.json)");
     let server = tokio::spawn(drover_http::serve(listener, router, shutdown.clone()));
+    // The worker's own metrics address, as `drover worker --metrics-listen` (without --worker
+    // the flag is refused when the command line is parsed).
+    let metrics_server = match args.worker_args.metrics_listen.filter(|_| args.worker) {
+        Some(addr) => Some(
+            worker::serve_metrics(addr, store.clone(), metrics.clone(), shutdown.clone()).await?,
+        ),
+        None => None,
+    };
     let worker_result = if let Some(registry) = registry {
         let w = Worker::new(store.clone(), registry, config)
             .map_err(|e| anyhow!("{e}"))?
@@ -142,6 +150,9 @@ pub async fn run(ctx: &Ctx, args: ServeArgs, extensions: Extensions) -> Result<(
         .await
         .map_err(|e| anyhow!("the HTTP server task failed: {e}"))?
         .context("the HTTP server failed")?;
+    if let Some(metrics_server) = metrics_server {
+        let _ = metrics_server.await;
+    }
     if let Some(pg) = pg {
         pg.close().await;
     }
