@@ -1013,6 +1013,14 @@ async fn exec_runs_only_on_a_worker_started_with_allow_exec() {
             &["--max-attempts", "1"],
         )
         .await;
+    // A failure keeps the output too (README): in the attempt's error.
+    let failing = db
+        .enqueue(
+            "exec",
+            r#"{"program": "/bin/sh", "args": ["-c", "echo partial; echo broken >&2; exit 3"]}"#,
+            &["--max-attempts", "1"],
+        )
+        .await;
     let mut worker = db.spawn(&[
         "worker",
         "--slots",
@@ -1021,12 +1029,21 @@ async fn exec_runs_only_on_a_worker_started_with_allow_exec() {
         "/bin/echo",
         "--allow-exec",
         "/usr/bin/printf",
+        "--allow-exec",
+        "/bin/sh",
     ]);
     worker.worker_started().await;
     assert!(
         worker.stderr().contains("kinds exec, fail, noop, sleep"),
         "{}",
         worker.stderr()
+    );
+    db.wait_jobs(&[&failing], "failed", None, WAIT).await;
+    let job = db.json(&["jobs", "get", &failing]).await;
+    assert_eq!(
+        job["errors"][0]["message"],
+        "/bin/sh exited with code 3; stdout: \"partial\\n\"; stderr: \"broken\\n\"",
+        "{job}"
     );
     db.wait_jobs(&[&echo], "succeeded", None, WAIT).await;
     let job = db.json(&["jobs", "get", &echo]).await;
@@ -1091,7 +1108,11 @@ async fn exec_timeout_bounds_the_whole_run_and_kills_the_process_group() {
         .await;
     let got = db.json(&["jobs", "get", &job]).await;
     let message = got["errors"][0]["message"].as_str().unwrap();
-    assert!(message.ends_with("timed out after 1000 ms"), "{got}");
+    // What it printed before the timeout is in the error.
+    assert_eq!(
+        message, "/bin/sh timed out after 1000 ms; stdout: \"started\\n\"; stderr: \"\"",
+        "{got}"
+    );
     let pid: i32 = std::fs::read_to_string(&pid_file.path)
         .unwrap()
         .trim()

@@ -7,7 +7,9 @@
 //! - `exec` `{"program": P, "args": [..], "timeout_ms": N}`: runs an allowed program directly
 //!   (never through a shell), with a timeout (default 60 s, at most 1 hour), and stores the exit
 //!   code and the first KiB of stdout and stderr as text (invalid UTF-8 and NUL bytes become
-//!   U+FFFD). Registered only when the worker is started with `--allow-exec PROGRAM`, and then
+//!   U+FFFD): in the result on exit code 0; else (another exit code, a signal, the timeout, a
+//!   cancellation) in the job's error message, as JSON strings after the reason
+//!   (`... exited with code 3; stdout: "..."; stderr: "..."`). Registered only when the worker is started with `--allow-exec PROGRAM`, and then
 //!   only for the listed programs: `P` must be one of those paths exactly (see [`ExecArgs`]).
 //!   On Unix the program runs in a process group of its own, and the timeout and a
 //!   cancellation bound the whole run, reading the output included: when either fires, when
@@ -197,28 +199,61 @@ fn output_text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).replace('\0', "\u{FFFD}")
 }
 
-/// Reads `reader` to its end, keeping the first [`EXEC_OUTPUT_KEPT`] bytes; true when more
-/// came.
-async fn read_capped(reader: Option<impl AsyncRead + Unpin>) -> (Vec<u8>, bool) {
+/// The first [`EXEC_OUTPUT_KEPT`] bytes of one output stream of a run.
+#[derive(Debug, Default)]
+struct Captured {
+    kept: Vec<u8>,
+    /// More came than was kept.
+    truncated: bool,
+}
+
+impl Captured {
+    /// As stored text (see [`output_text`]).
+    fn text(&self) -> String {
+        output_text(&self.kept)
+    }
+
+    /// For an error message: `stdout: "..."` (a JSON string, so it stays on one line), marked
+    /// when only the first bytes were kept.
+    fn describe(&self, name: &str) -> String {
+        let quoted = serde_json::Value::String(self.text()).to_string();
+        if self.truncated {
+            format!("{name} (first {EXEC_OUTPUT_KEPT} bytes): {quoted}")
+        } else {
+            format!("{name}: {quoted}")
+        }
+    }
+}
+
+/// What a failed run printed, for its error message: the same captured and truncated output
+/// a success stores in its result.
+fn output_summary(stdout: &Captured, stderr: &Captured) -> String {
+    format!(
+        "{}; {}",
+        stdout.describe("stdout"),
+        stderr.describe("stderr")
+    )
+}
+
+/// Reads `reader` to its end into `into`, keeping the first [`EXEC_OUTPUT_KEPT`] bytes. What
+/// was read stays in `into` when the read is stopped (a timeout, a cancellation).
+async fn read_capped(reader: Option<impl AsyncRead + Unpin>, into: &mut Captured) {
     let Some(mut reader) = reader else {
-        return (Vec::new(), false);
+        return;
     };
-    let mut kept = Vec::with_capacity(EXEC_OUTPUT_KEPT);
     let mut buf = [0u8; 4096];
-    let mut truncated = false;
     loop {
         match reader.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
-                let room = EXEC_OUTPUT_KEPT.saturating_sub(kept.len());
-                kept.extend_from_slice(&buf[..n.min(room)]);
+                let room = EXEC_OUTPUT_KEPT.saturating_sub(into.kept.len());
+                into.kept.extend_from_slice(&buf[..n.min(room)]);
                 if n > room {
-                    truncated = true;
+                    into.truncated = true;
                 }
             }
         }
     }
-    (kept, truncated)
 }
 
 /// The process group of one `exec` run, whose leader is the program (started with
@@ -279,6 +314,12 @@ async fn exec(ctx: JobContext, args: ExecArgs, allowed: &[PathBuf]) -> Outcome {
     .await
 }
 
+/// Why a run ended before its program did.
+enum Stopped {
+    TimedOut,
+    Cancelled,
+}
+
 /// Runs `program` (as given) with `args` until it exits and its stdout and stderr close,
 /// within `timeout` and until `cancel` fires; see the module doc.
 async fn run_program(
@@ -305,42 +346,62 @@ async fn run_program(
     // when its future is dropped, the whole group is killed (`kill_on_drop` reaches only the
     // program itself).
     let _group = ProcessGroup::of(&child);
-    let stdout = child.stdout.take();
-    let stderr = child.stderr.take();
+    let (mut stdout, mut stderr) = (Captured::default(), Captured::default());
+    let (stdout_pipe, stderr_pipe) = (child.stdout.take(), child.stderr.take());
     // The run ends when the program has exited AND its output has closed: a background
-    // process holding stdout or stderr open keeps it going, under the same timeout.
-    let finished = async { tokio::join!(child.wait(), read_capped(stdout), read_capped(stderr)) };
-    let (status, (stdout, out_truncated), (stderr, err_truncated)) = tokio::select! {
-        biased;
-        finished = finished => finished,
-        () = tokio::time::sleep(timeout) => {
-            return Outcome::retry(format!("{shown} timed out after {} ms", timeout.as_millis()));
-        }
-        () = cancel.cancelled() => {
-            return Outcome::cancelled(format!("{shown} stopped by cancellation"));
+    // process holding stdout or stderr open keeps it going, under the same timeout. The
+    // output read before a timeout or a cancellation is kept for the message.
+    let ended = {
+        let finished = async {
+            let (status, (), ()) = tokio::join!(
+                child.wait(),
+                read_capped(stdout_pipe, &mut stdout),
+                read_capped(stderr_pipe, &mut stderr)
+            );
+            status
+        };
+        tokio::select! {
+            biased;
+            status = finished => Ok(status),
+            () = tokio::time::sleep(timeout) => Err(Stopped::TimedOut),
+            () = cancel.cancelled() => Err(Stopped::Cancelled),
         }
     };
-    let status = match status {
-        Ok(status) => status,
-        Err(e) => return Outcome::retry(format!("waiting for {shown} failed: {e}")),
+    let status = match ended {
+        Ok(Ok(status)) => status,
+        Ok(Err(e)) => return Outcome::retry(format!("waiting for {shown} failed: {e}")),
+        Err(Stopped::TimedOut) => {
+            return Outcome::retry(format!(
+                "{shown} timed out after {} ms; {}",
+                timeout.as_millis(),
+                output_summary(&stdout, &stderr)
+            ));
+        }
+        Err(Stopped::Cancelled) => {
+            return Outcome::cancelled(format!(
+                "{shown} stopped by cancellation; {}",
+                output_summary(&stdout, &stderr)
+            ));
+        }
     };
-    let result = json!({
-        "exit_code": status.code(),
-        "stdout": output_text(&stdout),
-        "stderr": output_text(&stderr),
-        "stdout_truncated": out_truncated,
-        "stderr_truncated": err_truncated,
-    });
     if status.success() {
         Outcome::Success {
-            result: Some(result),
+            result: Some(json!({
+                "exit_code": status.code(),
+                "stdout": stdout.text(),
+                "stderr": stderr.text(),
+                "stdout_truncated": stdout.truncated,
+                "stderr_truncated": stderr.truncated,
+            })),
         }
     } else {
+        // README: the output is kept on a failure too, in the job's error.
         Outcome::retry(format!(
-            "{shown} exited with {}",
+            "{shown} exited with {}; {}",
             status
                 .code()
-                .map_or_else(|| "a signal".to_owned(), |c| format!("code {c}"))
+                .map_or_else(|| "a signal".to_owned(), |c| format!("code {c}")),
+            output_summary(&stdout, &stderr)
         ))
     }
 }
@@ -475,8 +536,10 @@ mod tests {
             .await
             .expect("the timeout bounds the whole run, reading the output included")
             .unwrap();
+        // What the program printed before the timeout is kept in the message.
         assert!(
-            matches!(&outcome, Outcome::Retry { message, .. } if message.ends_with("timed out after 300 ms")),
+            matches!(&outcome, Outcome::Retry { message, .. }
+                if message == "/bin/sh timed out after 300 ms; stdout: \"started\\n\"; stderr: \"\""),
             "{outcome:?}"
         );
         assert_gone(pid, "the background child of a timed-out program").await;
@@ -517,7 +580,8 @@ mod tests {
             .expect("cancellation stops the run")
             .unwrap();
         assert!(
-            matches!(&outcome, Outcome::Cancelled { reason } if reason.ends_with("stopped by cancellation")),
+            matches!(&outcome, Outcome::Cancelled { reason }
+                if reason.starts_with("/bin/sh stopped by cancellation; stdout: ")),
             "{outcome:?}"
         );
         assert_gone(pid, "the grandchild of a cancelled program").await;
@@ -565,7 +629,9 @@ mod tests {
         let (_, run) = exec_job(&[&link], json!({"program": link, "args": ["-c", "exit 3"]}));
         assert_eq!(
             run.await,
-            Outcome::retry(format!("{link} exited with code 3"))
+            Outcome::retry(format!(
+                "{link} exited with code 3; stdout: \"\"; stderr: \"\""
+            ))
         );
         // The symlink's target and another link to it are not listed.
         let other = dir.path().join("other-link");
@@ -660,6 +726,50 @@ mod tests {
         assert_ne!(lexical("./xz"), lexical("/usr/bin/xz"));
         assert_eq!(lexical("sh"), None);
         assert_eq!(lexical(""), None);
+    }
+
+    #[tokio::test]
+    async fn a_failed_exec_keeps_its_output_in_the_error() {
+        // Exit code 3 after some output on both streams: one line, each stream as a JSON
+        // string (newlines escaped, NUL and invalid UTF-8 as U+FFFD).
+        let (_, run) = exec_job(
+            &["/bin/sh"],
+            json!({"program": "/bin/sh", "args": ["-c", "echo partial; printf 'bad\\000\\377\\n' >&2; exit 3"]}),
+        );
+        let Outcome::Retry { message, .. } = run.await else {
+            panic!("exit code 3 is a retryable failure");
+        };
+        assert_eq!(
+            message,
+            "/bin/sh exited with code 3; stdout: \"partial\\n\"; stderr: \"bad\u{FFFD}\u{FFFD}\\n\""
+        );
+        // More than a KiB: the first KiB, marked as such.
+        let (_, run) = exec_job(
+            &["/bin/sh"],
+            json!({"program": "/bin/sh", "args": ["-c", "head -c 5000 /dev/zero | tr '\\0' x >&2; exit 1"]}),
+        );
+        let Outcome::Retry { message, .. } = run.await else {
+            panic!("exit code 1 is a retryable failure");
+        };
+        let kept = "x".repeat(EXEC_OUTPUT_KEPT);
+        assert_eq!(
+            message,
+            format!(
+                "/bin/sh exited with code 1; stdout: \"\"; stderr (first 1024 bytes): \"{kept}\""
+            )
+        );
+        // Killed by a signal.
+        let (_, run) = exec_job(
+            &["/bin/sh"],
+            json!({"program": "/bin/sh", "args": ["-c", "echo going; kill -9 $$"]}),
+        );
+        let Outcome::Retry { message, .. } = run.await else {
+            panic!("a signal is a retryable failure");
+        };
+        assert_eq!(
+            message,
+            "/bin/sh exited with a signal; stdout: \"going\\n\"; stderr: \"\""
+        );
     }
 
     #[tokio::test]
