@@ -847,6 +847,62 @@ async fn sigterm_stops_a_worker_whose_stderr_reader_is_gone() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_stderr_is_closed_from_the_start_registers_and_runs_jobs() {
+    let Some(db) =
+        TestDb::migrated("a_worker_whose_stderr_is_closed_from_the_start_registers_and_runs_jobs")
+            .await
+    else {
+        return;
+    };
+    let job = db.enqueue("sleep", r#"{"ms": 10}"#, &[]).await;
+    // stderr is a pipe whose reading end is closed before the worker starts, so every write
+    // to it fails (EPIPE): the pool warning (--db-connections 1), the start line and the log
+    // lines (--log info) all hit it. Those writes panicked (`eprintln!`, and tracing's own
+    // report of a failed write), so the worker died before it registered.
+    let (read, write) = rustix::pipe::pipe().expect("a pipe");
+    drop(read);
+    let mut command = db.command(&[
+        "--log",
+        "info",
+        "worker",
+        "--queue",
+        "default",
+        "--heartbeat",
+        "300ms",
+        "--db-connections",
+        "1",
+    ]);
+    command
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::from(write));
+    let mut child = command.spawn().expect("spawn drover worker");
+    let pid = child.id().expect("a running child");
+    wait_until("the worker to register", WAIT, || {
+        let exited = child.try_wait().expect("poll the worker");
+        let db = &db;
+        async move {
+            assert!(exited.is_none(), "the worker exited: {exited:?}");
+            let list = db.json(&["workers", "list"]).await;
+            list.as_array()
+                .unwrap()
+                .iter()
+                .any(|w| w["pid"] == pid)
+                .then_some(())
+        }
+    })
+    .await;
+    db.wait_jobs(&[&job], "succeeded", None, WAIT).await;
+    let raw = rustix::process::Pid::from_raw(pid as i32).expect("a positive pid");
+    rustix::process::kill_process(raw, Signal::TERM).expect("send SIGTERM");
+    let status = tokio::time::timeout(WAIT, child.wait())
+        .await
+        .expect("the worker exits after SIGTERM")
+        .expect("wait for drover");
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    assert_eq!(db.json(&["workers", "list"]).await, json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_list_shows_a_running_worker_until_it_stops() {
     let Some(db) = TestDb::migrated("workers_list_shows_a_running_worker_until_it_stops").await
     else {

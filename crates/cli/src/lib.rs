@@ -21,6 +21,10 @@
 //! failure; no panic, no stack of internals. A closed stdout (`drover jobs list --json | head`) ends the
 //! command quietly with exit code 0.
 
+// Every message on stderr goes through `output::say` (`errln!`), which a closed stderr cannot
+// turn into a panic; stdout through `outln!`, which ends the command quietly.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 pub mod args;
 pub mod builtin;
 pub mod commands;
@@ -35,6 +39,8 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};
 use drover_runner::Registry;
+
+use crate::output::errln;
 
 /// What an embedding application adds to the command line: its handlers, and whether the
 /// built-in kinds (`noop`, `sleep`, `fail`, and `exec` behind `--allow-exec`) are offered too.
@@ -90,7 +96,7 @@ pub fn run_with(extensions: Extensions, args: impl IntoIterator<Item = OsString>
     };
     // Flags given on the command line that the command would not use: refused, not ignored.
     if let Some(message) = args::inapplicable(&matches) {
-        eprintln!("drover: {message}");
+        errln!("drover: {message}");
         return ExitCode::from(2);
     }
     init_tracing(cli.log.as_deref());
@@ -100,7 +106,7 @@ pub fn run_with(extensions: Extensions, args: impl IntoIterator<Item = OsString>
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("drover: cannot start the async runtime: {e}");
+            errln!("drover: cannot start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -109,11 +115,11 @@ pub fn run_with(extensions: Extensions, args: impl IntoIterator<Item = OsString>
         // The reader of stdout went away (`| head`): stop quietly, like a shell filter.
         Err(e) if e.chain().any(|c| c.is::<output::OutputClosed>()) => ExitCode::SUCCESS,
         Err(e) if usage::is_usage(&e) => {
-            eprintln!("drover: {}", one_line(&e));
+            errln!("drover: {}", one_line(&e));
             ExitCode::from(2)
         }
         Err(e) => {
-            eprintln!("drover: {}", one_line(&e));
+            errln!("drover: {}", one_line(&e));
             ExitCode::FAILURE
         }
     }
@@ -142,6 +148,9 @@ fn init_tracing(filter: Option<&str>) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // A log line that cannot be written (stderr's reader is gone) is dropped: by default
+        // tracing reports that with `eprintln!`, which panics in whatever task logged.
+        .log_internal_errors(false)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
 }

@@ -64,12 +64,23 @@ macro_rules! outln {
 }
 pub(crate) use outln;
 
-/// Writes a line to stderr, ignoring a failure (a closed pipe, a full disk): for messages
-/// that must not stop the work they report (a shutdown, its last line).
+/// Writes a line to stderr, ignoring a failure (a closed pipe, a full disk): every message
+/// the CLI writes to stderr goes through here (or `errln!`), so that a worker, server or dev
+/// run whose stderr reader is gone (`drover worker 2>&1 | head -1`, a closed descriptor)
+/// keeps working instead of panicking on the write, as `eprintln!` does. The crate denies
+/// `eprintln!` and `println!` (clippy's `print_stderr` and `print_stdout`).
 pub fn say(line: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "{line}");
 }
+
+/// `eprintln!` that ignores a failure to write (see [`say`]).
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        $crate::output::say(&::std::format!($($arg)*))
+    };
+}
+pub(crate) use errln;
 
 /// Prints `value` as pretty JSON on stdout.
 ///

@@ -742,6 +742,128 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// A pipe whose reading end is already closed: every write to the other end fails (EPIPE).
+#[cfg(unix)]
+fn closed_pipe() -> Stdio {
+    let (read, write) = rustix::pipe::pipe().expect("a pipe");
+    drop(read);
+    Stdio::from(write)
+}
+
+/// One HTTP/1.0 exchange with `addr`: the status line's code and the body.
+fn http(addr: &str, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    write!(
+        stream,
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let code = response
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map_or(String::new(), |(_, b)| b.to_owned());
+    Ok((code, body))
+}
+
+/// Calls `check` every 20 ms until it answers `Some` or `what` has not happened within a
+/// minute (events of another process, seen only by asking it).
+fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// dev and serve write their start lines, warnings and summaries to stderr: with stderr
+/// closed from the start, those writes fail, and they must not stop the work (they panicked
+/// on the first one, `eprintln!`, before a job ran).
+#[cfg(unix)]
+#[test]
+fn dev_and_serve_work_with_stderr_closed() {
+    // dev: the whole run, the JSON summary on stdout, exit code 0.
+    let out = Command::new(env!("CARGO_BIN_EXE_drover"))
+        .args([
+            "--log",
+            "info",
+            "dev",
+            "--json",
+            "--jobs",
+            &example("jobs.jsonl"),
+        ])
+        .env_remove("DROVER_DATABASE_URL")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stderr(closed_pipe())
+        .output()
+        .expect("run drover dev");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let summary: Value = serde_json::from_slice(&out.stdout).expect("the JSON summary");
+    assert_eq!(summary["finished"], 225, "{summary}");
+
+    // serve --worker: the API answers and its worker runs a job; SIGTERM stops it cleanly.
+    let addr = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        probe.local_addr().unwrap().to_string()
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_drover"))
+        .args([
+            "--log",
+            "info",
+            "serve",
+            "--insecure-no-auth",
+            "--worker",
+            "--listen",
+            &addr,
+        ])
+        .env_remove("DROVER_DATABASE_URL")
+        .env_remove("DROVER_API_TOKENS")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(closed_pipe())
+        .spawn()
+        .expect("run drover serve");
+    let guard = KillOnDrop(child.id());
+    let (code, body) = wait_for("the API to accept a job", || {
+        if let Some(status) = child.try_wait().expect("poll drover serve") {
+            panic!("drover serve exited: {status}");
+        }
+        http(&addr, "POST", "/v1/jobs", r#"{"kind": "noop"}"#).ok()
+    });
+    assert_eq!(code, 202, "{body}");
+    let answer: Value = serde_json::from_str(&body).expect("a JSON answer");
+    let id = answer["job"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no job id in {answer}"))
+        .to_owned();
+    wait_for("the worker to run the job", || {
+        let (_, body) = http(&addr, "GET", &format!("/v1/jobs/{id}"), "").ok()?;
+        (serde_json::from_str::<Value>(&body).ok()?["job"]["state"] == "succeeded").then_some(())
+    });
+    let sent = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(sent.success());
+    let status = child.wait().expect("wait for drover serve");
+    drop(guard);
+    assert_eq!(status.code(), Some(0), "{status}");
+}
+
 #[test]
 fn a_closed_stdout_ends_quietly() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_drover"))

@@ -24,7 +24,7 @@ use crate::args::DevArgs;
 use crate::commands::{enqueue, worker};
 use crate::context::Ctx;
 use crate::jsonl::{self, RejectedLine};
-use crate::output::{self, outln, table};
+use crate::output::{self, errln, outln, table};
 use crate::{env, Extensions};
 
 /// Outcomes of one kind.
@@ -188,7 +188,7 @@ pub fn split_unhandled(
 /// Runs `drover dev`.
 pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()> {
     if ctx.database_url.is_some() {
-        eprintln!("drover: dev always uses the in-memory store; the database URL is ignored");
+        errln!("drover: dev always uses the in-memory store; the database URL is ignored");
     }
     let (jobs, mut rejected) = match &args.jobs {
         Some(path) => {
@@ -200,7 +200,7 @@ pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()>
         }
         None => (demo_jobs(), Vec::new()),
     };
-    eprintln!("drover: in-memory development mode: nothing persists after exit");
+    errln!("drover: in-memory development mode: nothing persists after exit");
     let memory = drover_store_memory::MemoryStore::new(env::store_config()?);
     let store: Arc<dyn JobStore> = Arc::new(memory);
 
@@ -241,7 +241,7 @@ pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()>
                     drover_http::ApiTokens::parse(&spec).map_err(|e| anyhow!("{e}"))?,
                 ),
                 None => {
-                    eprintln!("drover: API without authentication (set DROVER_API_TOKENS to require tokens)");
+                    errln!("drover: API without authentication (set DROVER_API_TOKENS to require tokens)");
                     AuthMode::InsecureNoAuth
                 }
             };
@@ -255,7 +255,7 @@ pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()>
                 Some(process.clone()),
             );
             let bound = listener.local_addr().unwrap_or(addr);
-            eprintln!("drover: API on http://{bound}/v1 (OpenAPI at /v1/openapi.json)");
+            errln!("drover: API on http://{bound}/v1 (OpenAPI at /v1/openapi.json)");
             Some(tokio::spawn(drover_http::serve(
                 listener,
                 drover_http::router(state),
@@ -297,7 +297,7 @@ pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()>
     rejected.extend(loaded.rejected);
     rejected.sort_by_key(|r| r.line);
     for r in &rejected {
-        eprintln!("drover: line {}: {}", r.line, r.error);
+        errln!("drover: line {}: {}", r.line, r.error);
     }
     let total = loaded.created.len() as u64;
     {
@@ -328,7 +328,7 @@ pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()>
             () = changed => {}
             () = shutdown.cancelled() => break,
             () = tokio::time::sleep_until(deadline) => {
-                eprintln!("drover: gave up waiting after {} (--max-wait)", humantime::format_duration(args.max_wait));
+                errln!("drover: gave up waiting after {} (--max-wait)", humantime::format_duration(args.max_wait));
                 break;
             }
         }
@@ -360,7 +360,7 @@ pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()>
     print_summary(ctx, &summary)?;
 
     if server.is_some() && !shutdown.is_cancelled() {
-        eprintln!("drover: still serving the API and working jobs; Ctrl-C to stop");
+        errln!("drover: still serving the API and working jobs; Ctrl-C to stop");
         shutdown.cancelled().await;
     }
     shutdown.cancel();

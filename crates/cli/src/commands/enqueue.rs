@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use crate::args::EnqueueArgs;
 use crate::context::{call, Ctx};
 use crate::jsonl::{self, RejectedLine};
-use crate::output::{outln, print_json};
+use crate::output::{errln, outln, print_json};
 use crate::usage::{flag_error, usage};
 
 /// The flag of each field of an enqueue request, for messages about a single-job `enqueue`.
@@ -338,7 +338,7 @@ async fn from_file(ctx: &Ctx, path: &std::path::Path, batch_size: usize) -> Resu
             rejected.len()
         )?;
         for r in &rejected {
-            eprintln!("line {}: {}", r.line, r.error);
+            errln!("line {}: {}", r.line, r.error);
         }
     }
     if let Some(stopped) = loaded.stopped {

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::args::ServeArgs;
 use crate::commands::worker;
 use crate::context::Ctx;
+use crate::output::errln;
 use crate::usage::usage;
 use crate::{env, Extensions};
 
@@ -64,7 +65,7 @@ pub fn auth_mode(tokens_file: Option<&std::path::Path>, insecure: bool) -> Resul
 pub async fn run(ctx: &Ctx, args: ServeArgs, extensions: Extensions) -> Result<()> {
     let auth = auth_mode(args.tokens.as_deref(), args.insecure_no_auth)?;
     if matches!(auth, AuthMode::InsecureNoAuth) {
-        eprintln!("drover: WARNING: authentication is OFF (--insecure-no-auth): every caller is an operator of every tenant");
+        errln!("drover: WARNING: authentication is OFF (--insecure-no-auth): every caller is an operator of every tenant");
     }
     // The worker's flags are checked before anything is built or connected.
     let config = worker::worker_config(&args.worker_args, &[]);
@@ -90,7 +91,7 @@ pub async fn run(ctx: &Ctx, args: ServeArgs, extensions: Extensions) -> Result<(
             (Arc::new(pg.clone()), Some(pg))
         }
         None => {
-            eprintln!("drover: in-memory development mode: no database URL given, nothing persists after exit");
+            errln!("drover: in-memory development mode: no database URL given, nothing persists after exit");
             let memory = drover_store_memory::MemoryStore::new(env::store_config()?);
             (Arc::new(memory), None)
         }
@@ -120,7 +121,7 @@ pub async fn run(ctx: &Ctx, args: ServeArgs, extensions: Extensions) -> Result<(
     );
     let router = drover_http::router(state);
     let bound = listener.local_addr().unwrap_or(args.listen);
-    eprintln!("drover: API on http://{bound}/v1 (OpenAPI at /v1/openapi.json)");
+    errln!("drover: API on http://{bound}/v1 (OpenAPI at /v1/openapi.json)");
     let server = tokio::spawn(drover_http::serve(listener, router, shutdown.clone()));
     // The worker's own metrics address, as `drover worker --metrics-listen` (without --worker
     // the flag is refused when the command line is parsed).
@@ -134,7 +135,7 @@ pub async fn run(ctx: &Ctx, args: ServeArgs, extensions: Extensions) -> Result<(
         let w = Worker::new(store.clone(), registry, config)
             .map_err(|e| anyhow!("{e}"))?
             .metrics(Arc::new(metrics));
-        eprintln!(
+        errln!(
             "drover: worker {} started with {} slot(s)",
             w.id(),
             w.config().max_running()

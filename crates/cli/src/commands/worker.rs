@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::args::{WorkerArgs, DB_CONNECTIONS_MAX};
 use crate::context::Ctx;
+use crate::output::errln;
 use crate::usage::{flag_error, usage};
 use crate::Extensions;
 
@@ -311,7 +312,7 @@ pub async fn serve_metrics(
     let router = drover_http::metrics_router(store, Some(metrics));
     // The bound address: with port 0 the system picked one.
     let bound = listener.local_addr().unwrap_or(addr);
-    eprintln!("drover: metrics on http://{bound}/metrics");
+    errln!("drover: metrics on http://{bound}/metrics");
     Ok(tokio::spawn(async move {
         if let Err(e) = drover_http::serve(listener, router, shutdown).await {
             tracing::error!(error = %e, "metrics server stopped");
@@ -348,7 +349,7 @@ pub async fn run(ctx: &Ctx, args: WorkerArgs, extensions: Extensions) -> Result<
     check_config(&config, &registry, &args)?;
     let (connections, warning) = db_connections(&args, config.max_running());
     if let Some(warning) = warning {
-        eprintln!("drover: warning: {warning}");
+        errln!("drover: warning: {warning}");
     }
     let pg = ctx.postgres(connections, args.pgbouncer).await?;
     let store: Arc<dyn JobStore> = Arc::new(pg.clone());
@@ -366,7 +367,7 @@ pub async fn run(ctx: &Ctx, args: WorkerArgs, extensions: Extensions) -> Result<
         .map_err(|e| anyhow!("{e}"))?
         .metrics(Arc::new(metrics));
     let kinds: Vec<String> = registry.kinds().iter().map(ToString::to_string).collect();
-    eprintln!(
+    errln!(
         "drover: worker {} started on {}: {} slot(s), kinds {}",
         worker.id(),
         crate::context::describe_url(ctx.url()?),
