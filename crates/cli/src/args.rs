@@ -17,10 +17,14 @@ use drover_runner::{PoolConfig, PREFETCH_MAX, PRUNE_LIMIT_MAX, SLOTS_MAX};
 /// (`max_connections` is 100 by default), so that a typo cannot size a pool beyond reason.
 pub const DB_CONNECTIONS_MAX: u32 = 10_000;
 
-/// Largest `--max-concurrent` (and `DROVER_MAX_CONCURRENT`): far above what one process runs,
-/// so that the cap never stands in a real configuration's way, while a typo (or a value the
-/// runtime could not hold) is refused.
-pub const MAX_CONCURRENT_MAX: usize = 1_000_000;
+/// Largest `--max-concurrent` (and `DROVER_MAX_CONCURRENT`): the runner's own bound.
+pub const MAX_CONCURRENT_MAX: usize = drover_runner::MAX_CONCURRENT_MAX;
+
+/// Smallest `serve --max-body-bytes`: 1 KiB, room for any single enqueue request's envelope
+/// (a smaller bound answers 413 to every request with a body).
+pub const MAX_BODY_BYTES_MIN: usize = 1024;
+/// Largest `serve --max-body-bytes`: 1 GiB (a body is held in memory while it is read).
+pub const MAX_BODY_BYTES_MAX: usize = 1 << 30;
 
 /// Largest `enqueue --batch-size`.
 pub const BATCH_SIZE_MAX: usize = 10_000;
@@ -499,8 +503,14 @@ pub struct ServeArgs {
     /// Serve without authentication (development only; every caller is an operator).
     #[arg(long)]
     pub insecure_no_auth: bool,
-    /// Largest request body in bytes.
-    #[arg(long, default_value_t = drover_http::MAX_BODY_BYTES_DEFAULT)]
+    /// Largest request body in bytes, 1024..=1073741824 (default 1 MiB); larger ones get 413.
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value_t = drover_http::MAX_BODY_BYTES_DEFAULT,
+        value_parser = RangedU64ValueParser::<usize>::new()
+            .range(MAX_BODY_BYTES_MIN as u64..=MAX_BODY_BYTES_MAX as u64)
+    )]
     pub max_body_bytes: usize,
     /// Also run a worker in this process, with the worker options below; without --worker
     /// they are refused (except --db-connections and --pgbouncer, which size the API's pool).

@@ -340,6 +340,19 @@ fn usage_errors_exit_2() {
             &["--max-concurrent", "1..=1000000"],
         ),
         (
+            &["serve", "--insecure-no-auth", "--max-body-bytes", "0"],
+            &["--max-body-bytes", "1024..=1073741824"],
+        ),
+        (
+            &[
+                "serve",
+                "--insecure-no-auth",
+                "--max-body-bytes",
+                "2000000000",
+            ],
+            &["--max-body-bytes", "1024..=1073741824"],
+        ),
+        (
             &["enqueue", "noop", "--max-attempts", "0"],
             &["--max-attempts", "between 1 and 1000"],
         ),

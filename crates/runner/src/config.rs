@@ -18,6 +18,11 @@ use crate::registry::Registry;
 pub const SLOTS_DEFAULT: usize = 8;
 /// Largest slots per queue of a pool.
 pub const SLOTS_MAX: usize = 10_000;
+
+/// Largest `max_concurrent`: far above what one process runs, so the cap never stands in a
+/// real configuration's way, while a typo (or a value tokio's semaphore cannot hold: it
+/// panics above `usize::MAX >> 3`) is refused.
+pub const MAX_CONCURRENT_MAX: usize = 1_000_000;
 /// Largest claim-ahead of one queue of a pool ([`PoolConfig::prefetch`]).
 pub const PREFETCH_MAX: usize = 10_000;
 /// The default claim-ahead of a queue is this many times its slots ...
@@ -275,7 +280,7 @@ impl WorkerConfig {
     /// [`Error::InvalidInput`] naming the field: no pools; a pool without a name or queues,
     /// with zero (or more than 10,000) slots, a prefetch above 10,000, with a repeated queue,
     /// an empty kind filter, a kind filter naming an unregistered kind, or no registered kind
-    /// to claim at all; two pools with one name; `max_concurrent` of 0; a lease outside 100 ms..=24 h or not longer
+    /// to claim at all; two pools with one name; `max_concurrent` outside 1..=1,000,000; a lease outside 100 ms..=24 h or not longer
     /// than the heartbeat interval; a zero interval; `prune_limit` outside 1..=100,000;
     /// `completer_batch` outside 1..=10,000; `worker_stale_after` not longer than the
     /// heartbeat interval; `store_retry_min` above `store_retry_max`; a kind whose timeout
@@ -363,8 +368,13 @@ impl WorkerConfig {
                 ));
             }
         }
-        if self.max_concurrent == Some(0) {
-            return Err(Error::invalid("max_concurrent", "must be at least 1"));
+        if let Some(cap) = self.max_concurrent {
+            if cap == 0 || cap > MAX_CONCURRENT_MAX {
+                return Err(Error::invalid(
+                    "max_concurrent",
+                    format!("must be between 1 and {MAX_CONCURRENT_MAX}, got {cap}"),
+                ));
+            }
         }
         check_lease(self.lease)?;
         for (name, value) in [
@@ -541,11 +551,18 @@ mod tests {
         let err = c.validate(&registry()).unwrap_err().to_string();
         assert!(err.contains("heartbeat interval"), "{err}");
 
+        for cap in [0, MAX_CONCURRENT_MAX + 1, usize::MAX] {
+            let c = WorkerConfig {
+                max_concurrent: Some(cap),
+                ..WorkerConfig::default()
+            };
+            assert_eq!(field_of(&c), "max_concurrent", "{cap}");
+        }
         let c = WorkerConfig {
-            max_concurrent: Some(0),
+            max_concurrent: Some(MAX_CONCURRENT_MAX),
             ..WorkerConfig::default()
         };
-        assert_eq!(field_of(&c), "max_concurrent");
+        assert!(c.validate(&registry()).is_ok());
 
         let mut c = WorkerConfig::default();
         c.pools[0].queues.clear();
