@@ -33,6 +33,7 @@ use sqlx::postgres::PgRow;
 use sqlx::{Connection, PgConnection, Row};
 use uuid::Uuid;
 
+use crate::copy::COPY_MIN_JOBS;
 use crate::error::SqlxResultExt;
 use crate::records::{micros, JobRecord};
 use crate::sql;
@@ -89,6 +90,54 @@ impl Batch {
 
     fn len(&self) -> usize {
         self.jobs.len()
+    }
+
+    /// The jobs, in order.
+    pub(crate) fn jobs(&self) -> &[NewJob] {
+        &self.jobs
+    }
+
+    /// The ids assigned to the jobs, in order.
+    pub(crate) fn ids(&self) -> &[Uuid] {
+        &self.ids
+    }
+
+    /// Whether the store's own enqueue may store this batch with COPY (copy.rs): at least
+    /// [`COPY_MIN_JOBS`] jobs, no quota to check, and every job ready at once without an
+    /// idempotency or unique key (nothing can conflict, and the defaults give every job the
+    /// transaction's `now()` as run_at and created_at).
+    pub(crate) fn copyable(&self, config: &StoreConfig) -> bool {
+        self.len() >= COPY_MIN_JOBS
+            && config.quotas.is_unbounded()
+            && self.jobs.iter().all(|job| {
+                job.run_at.is_none() && job.idempotency_key.is_none() && job.unique_key.is_none()
+            })
+    }
+
+    /// The answers of a batch stored by COPY: every job created, ready and dated `now`; the
+    /// queues to notify after the commit are the batch's distinct queues.
+    pub(crate) fn copied(self, now: DateTime<Utc>) -> Enqueue {
+        let mut ready_queues: Vec<String> = Vec::new();
+        for job in &self.jobs {
+            let queue = job.queue.as_str();
+            if !ready_queues.iter().any(|q| q == queue) {
+                ready_queues.push(queue.to_owned());
+            }
+        }
+        let answers = self
+            .jobs
+            .into_iter()
+            .zip(self.ids)
+            .map(|(new, id)| Enqueued {
+                status: EnqueueStatus::Created,
+                // run_at: `into_job` dates a job without run_at at its creation.
+                job: new.into_job(JobId(id), now),
+            })
+            .collect();
+        Enqueue {
+            answers,
+            ready_queues,
+        }
     }
 }
 
@@ -589,8 +638,8 @@ impl Inserted {
     }
 }
 
-/// `{}`: a meta sent as NULL (the insert statements store `{}` for NULL).
-fn is_empty_object(value: &Value) -> bool {
+/// `{}`: a meta sent as NULL (the insert statements store `{}` for NULL) or left out (COPY).
+pub(crate) fn is_empty_object(value: &Value) -> bool {
     matches!(value, Value::Object(map) if map.is_empty())
 }
 

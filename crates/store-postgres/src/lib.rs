@@ -40,6 +40,7 @@ mod admin;
 mod claim;
 mod combine;
 mod connections;
+mod copy;
 mod enqueue;
 mod error;
 mod lifecycle;

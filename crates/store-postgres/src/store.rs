@@ -20,6 +20,7 @@ use sqlx::{Connection, PgConnection, PgPool};
 
 use crate::combine::Combiner;
 use crate::connections::Connections;
+use crate::copy;
 use crate::enqueue::{self, Batch, Wake};
 use crate::error::{connection_lost_recently, SqlxResultExt};
 use crate::notify::Notifier;
@@ -260,8 +261,13 @@ impl JobStore for PgStore {
             return Ok(vec![self.combiner.enqueue(batch).await?]);
         }
         let mut conn = self.connections.acquire().await?;
-        let result =
-            enqueue::enqueue(&mut conn, &self.options.config, batch, Wake::AfterCommit).await;
+        let result = if batch.copyable(&self.options.config) {
+            copy::copy(&mut conn, &batch)
+                .await
+                .map(|now| batch.copied(now))
+        } else {
+            enqueue::enqueue(&mut conn, &self.options.config, batch, Wake::AfterCommit).await
+        };
         let enqueue = conn.done(result)?;
         self.notifier
             .notify(enqueue.ready_queues.iter().map(String::as_str));

@@ -7,7 +7,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use drover_core::job::SizeLimits;
 use drover_core::{
     EnqueueStatus, Error, Finish, JobState, JobStore, NewJob, Quota, RescueExpired, Retry, RunAt,
-    StoreConfig,
+    StoreConfig, StoreEvent,
 };
 use serde_json::json;
 
@@ -142,6 +142,110 @@ pub async fn enqueue_batch_answers_in_order(f: &dyn StoreFactory) {
             assert_eq!(store.job_get(answer.job.id).await.unwrap(), answer.job);
         }
     }
+}
+
+/// A large batch of ready jobs without keys (which a store may store in bulk: the PostgreSQL
+/// store uses COPY for such batches) keeps every field of every job, answers in input order,
+/// dates every job at the same store time, is ready at once in claim order, and wakes the
+/// subscribers of each of its queues. Two batches: one with meta, limit keys and every kind of
+/// JSON text on some jobs, one where every job takes the defaults (fewer columns travel).
+pub async fn enqueue_large_batch_stores_every_field(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let mut events = store.subscribe().await.unwrap();
+    let texts = [
+        "plain",
+        "caf\u{e9} \u{2713} \u{1f600}",
+        "quote \" backslash \\ newline \n tab \t",
+        "\u{7f}\u{1}\u{1f}",
+        "",
+    ];
+    let n = 300usize;
+    let batch: Vec<NewJob> = (0..n)
+        .map(|i| {
+            let text = texts[i % texts.len()];
+            let mut new = job(
+                ["bulk.a", "bulk.b"][i % 2],
+                json!({"i": i, "text": text, "big": 10_000_000_000_000_000_000u64,
+                       "float": 2.5, "list": [null, true, {"nested": text}]}),
+            )
+            .with_queue(queue(["bulk-q1", "bulk-q2", "bulk-q3"][i % 3]))
+            .with_tenant(tenant(["t1", "t2"][i % 2]))
+            .with_priority(match i % 4 {
+                0 => i16::MIN,
+                1 => i16::MAX,
+                2 => -(i as i16),
+                _ => i as i16,
+            })
+            .with_max_attempts(1 + (i as i32 * 7) % 1000);
+            if i % 5 == 0 {
+                new = new.with_meta(json!({"i": i, "text": text}));
+            }
+            for k in 0..(i % 4) {
+                new = new.with_limit_key(limit_key(&format!("key:{}", (i + k) % 7)));
+            }
+            new
+        })
+        .collect();
+    let before = store.now().await.unwrap();
+    let answers = store.jobs_enqueue(batch.clone()).await.unwrap();
+    let after = store.now().await.unwrap();
+    assert_eq!(answers.len(), n);
+    let created_at = answers[0].job.created_at;
+    assert!(before <= created_at && created_at <= after);
+    for (answer, new) in answers.iter().zip(&batch) {
+        let j = &answer.job;
+        assert_eq!(answer.status, EnqueueStatus::Created);
+        assert_eq!(
+            (&j.kind, &j.queue, &j.tenant, j.priority, j.max_attempts),
+            (
+                &new.kind,
+                &new.queue,
+                &new.tenant,
+                new.priority,
+                new.max_attempts
+            )
+        );
+        assert_eq!((&j.meta, &j.limit_keys), (&new.meta, &new.limit_keys));
+        assert_eq!(j.args["text"], new.args["text"]);
+        assert_eq!(j.args["big"], json!(10_000_000_000_000_000_000u64));
+        assert_eq!(j.args["list"], new.args["list"]);
+        assert_eq!((j.created_at, j.run_at), (created_at, created_at));
+        assert_eq!((j.state, j.attempt), (JobState::Queued, 0));
+        assert_eq!(store.job_get(j.id).await.unwrap(), *j, "stored as answered");
+    }
+    assert!(answers.windows(2).all(|w| w[0].job.id < w[1].job.id));
+    for name in ["bulk-q1", "bulk-q2", "bulk-q3"] {
+        super::events::wait_for(
+            &mut events,
+            |e| matches!(e, StoreEvent::JobsAvailable { queue } if queue.as_str() == name),
+            name,
+        )
+        .await;
+    }
+    // Ready at once, in claim order: the i16::MIN jobs of the queue first.
+    let mut params = super::claim_params(&["bulk.a", "bulk.b"], 10);
+    params.queues = vec![queue("bulk-q1")];
+    let claimed = store.jobs_claim(params).await.unwrap();
+    assert_eq!(claimed.len(), 10);
+    assert!(claimed
+        .iter()
+        .all(|j| j.priority == i16::MIN && j.queue.as_str() == "bulk-q1"));
+
+    // Every job with the defaults: no meta and no limit keys anywhere in the batch.
+    let plain: Vec<NewJob> = (0..n).map(|i| job("bulk.plain", json!(i))).collect();
+    let answers = store.jobs_enqueue(plain).await.unwrap();
+    for (i, answer) in answers.iter().enumerate() {
+        let j = store.job_get(answer.job.id).await.unwrap();
+        assert_eq!(j, answer.job);
+        assert_eq!((j.args.clone(), j.meta.clone()), (json!(i), json!({})));
+        assert!(j.limit_keys.is_empty() && j.run_at == j.created_at);
+        assert_eq!(
+            (j.queue.as_str(), j.tenant.as_str(), j.max_attempts),
+            ("default", "default", 3)
+        );
+    }
+    assert_eq!(all_jobs(&*store).await.len(), 2 * n);
 }
 
 /// Many one-job enqueues at once (which a store may commit together) each answer their own

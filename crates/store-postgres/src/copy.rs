@@ -1,0 +1,303 @@
+//! Large batches of ready jobs without keys: `COPY drover.jobs FROM STDIN (FORMAT binary)`
+//! instead of enqueue_insert_keyless.sql (the store's own enqueue decides which:
+//! [`Batch::copyable`]).
+//!
+//! Why: a 1,000-job INSERT from parameter arrays costs the backend a plan, a ProjectSet node
+//! unnesting fourteen arrays, a tuplestore for the RETURNING rows and one heap insertion (and
+//! WAL record) per row. COPY parses each row straight into a tuple and inserts them with
+//! `heap_multi_insert`: one WAL record per heap page, no plan, no answer rows. Index
+//! insertions, check constraints and the JSON parse of each job's args are the same in both.
+//!
+//! Times: COPY cannot compute a value per row and answers no rows, so the store's clock is read
+//! first (`SELECT now()`, on the same connection) and every job of the batch is created and
+//! ready at that instant: `created_at = run_at = T`. The INSERT dates its jobs at its own
+//! transaction's start; T is likewise an instant of the store's clock taken during the call,
+//! before the jobs exist, so a job is ready when it becomes visible, as every job enqueued
+//! without run_at is. `meta` and `limit_keys` travel only when some job of the batch has one
+//! (an omitted column takes its default, `{}` and `{}`); the lease and outcome columns take
+//! their defaults.
+//!
+//! Round trips: `SELECT now()`, the COPY statement, then the data (one statement in
+//! autocommit: all or nothing): three, against one for the INSERT, which is why small batches
+//! keep the INSERT ([`COPY_MIN_JOBS`]).
+//!
+//! The binary format: PostgreSQL documentation, "COPY", section "Binary Format" (a header, one
+//! tuple per row as a field count and length-prefixed fields in each type's binary send format,
+//! then a trailer).
+
+use chrono::{DateTime, Utc};
+use drover_core::Error;
+use serde_json::Value;
+use sqlx::PgConnection;
+
+use crate::enqueue::{is_empty_object, Batch};
+use crate::error::SqlxResultExt;
+
+/// Smallest batch stored with COPY. Below it the INSERT's single round trip costs less than
+/// COPY's two extra ones. Measured on the bench machine (BENCHMARKS.md, 2026-12-02; the
+/// `enqueue-batch` workload, one producer, medians of 3 alternations): 100-job batches
+/// 19,400 jobs/s with COPY against 21,700 with the INSERT, 250-job batches 48,300 against
+/// 43,700, 1,000-job batches 62,100 against 53,500.
+pub(crate) const COPY_MIN_JOBS: usize = 200;
+
+/// The binary COPY header: signature, flags (no OIDs), header extension length 0.
+const HEADER: &[u8] = b"PGCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0";
+
+/// The binary COPY trailer: a field count of -1.
+const TRAILER: &[u8] = &(-1i16).to_be_bytes();
+
+/// `text`'s type OID, the element type of `limit_keys text[]`.
+const TEXT_OID: u32 = 25;
+
+/// jsonb's binary format version (jsonb_send / jsonb_recv).
+const JSONB_VERSION: u8 = 1;
+
+/// The COPY statement and its data for `batch`, every job created and ready at `now`.
+///
+/// # Errors
+/// `Fatal` when a field does not fit the format's 32-bit lengths (never for a batch that passed
+/// validation: its documents are bounded far below 1 GiB).
+pub(crate) fn encode(batch: &Batch, now: DateTime<Utc>) -> Result<(String, Vec<u8>), Error> {
+    let jobs = batch.jobs();
+    let with_meta = jobs.iter().any(|job| !is_empty_object(&job.meta));
+    let with_limit_keys = jobs.iter().any(|job| !job.limit_keys.is_empty());
+    let mut columns = vec![
+        "id",
+        "kind",
+        "queue",
+        "tenant",
+        "args",
+        "priority",
+        "run_at",
+        "state",
+        "max_attempts",
+        "created_at",
+    ];
+    if with_meta {
+        columns.push("meta");
+    }
+    if with_limit_keys {
+        columns.push("limit_keys");
+    }
+    let statement = format!(
+        "COPY drover.jobs ({}) FROM STDIN (FORMAT binary)",
+        columns.join(", ")
+    );
+    let fields = i16::try_from(columns.len()).map_err(|_| Error::fatal("too many columns"))?;
+    let now = timestamptz(now)?;
+    let mut data = Vec::with_capacity(HEADER.len() + jobs.len() * 160 + TRAILER.len());
+    data.extend_from_slice(HEADER);
+    for (job, id) in jobs.iter().zip(batch.ids()) {
+        data.extend_from_slice(&fields.to_be_bytes());
+        field(&mut data, id.as_bytes())?;
+        field(&mut data, job.kind.as_str().as_bytes())?;
+        field(&mut data, job.queue.as_str().as_bytes())?;
+        field(&mut data, job.tenant.as_str().as_bytes())?;
+        jsonb(&mut data, &job.args)?;
+        field(&mut data, &job.priority.to_be_bytes())?;
+        field(&mut data, &now)?;
+        field(&mut data, b"queued")?;
+        field(&mut data, &job.max_attempts.to_be_bytes())?;
+        field(&mut data, &now)?;
+        if with_meta {
+            jsonb(&mut data, &job.meta)?;
+        }
+        if with_limit_keys {
+            text_array(&mut data, job.limit_keys.iter().map(|k| k.as_str()))?;
+        }
+    }
+    data.extend_from_slice(TRAILER);
+    Ok((statement, data))
+}
+
+/// Appends one field: its length (i32) and bytes.
+fn field(data: &mut Vec<u8>, bytes: &[u8]) -> Result<(), Error> {
+    data.extend_from_slice(&length(bytes.len())?.to_be_bytes());
+    data.extend_from_slice(bytes);
+    Ok(())
+}
+
+/// Appends a jsonb field: version 1, then the document as JSON text, serialized in place.
+fn jsonb(data: &mut Vec<u8>, value: &Value) -> Result<(), Error> {
+    let at = data.len();
+    data.extend_from_slice(&[0; 4]);
+    data.push(JSONB_VERSION);
+    serde_json::to_writer(&mut *data, value)
+        .map_err(|e| Error::fatal(format!("could not serialize a JSON document: {e}")))?;
+    let len = length(data.len() - at - 4)?;
+    data[at..at + 4].copy_from_slice(&len.to_be_bytes());
+    Ok(())
+}
+
+/// Appends a one-dimensional `text[]` field (array_send: dimensions, has-nulls flag, element
+/// type, then per dimension its size and lower bound 1, then the elements); an empty array has
+/// no dimensions.
+fn text_array<'a>(
+    data: &mut Vec<u8>,
+    items: impl ExactSizeIterator<Item = &'a str>,
+) -> Result<(), Error> {
+    let at = data.len();
+    data.extend_from_slice(&[0; 4]);
+    let n = items.len();
+    let dimensions: i32 = if n == 0 { 0 } else { 1 };
+    data.extend_from_slice(&dimensions.to_be_bytes());
+    data.extend_from_slice(&0i32.to_be_bytes());
+    data.extend_from_slice(&TEXT_OID.to_be_bytes());
+    if n > 0 {
+        data.extend_from_slice(&length(n)?.to_be_bytes());
+        data.extend_from_slice(&1i32.to_be_bytes());
+        for item in items {
+            field(data, item.as_bytes())?;
+        }
+    }
+    let len = length(data.len() - at - 4)?;
+    data[at..at + 4].copy_from_slice(&len.to_be_bytes());
+    Ok(())
+}
+
+/// A timestamptz's binary form: microseconds since 2000-01-01 00:00:00 UTC, big-endian i64
+/// (timestamp_send with integer datetimes, the only kind PostgreSQL 10 and later builds).
+fn timestamptz(at: DateTime<Utc>) -> Result<[u8; 8], Error> {
+    let micros = (at - postgres_epoch())
+        .num_microseconds()
+        .ok_or_else(|| Error::fatal("a time out of timestamptz's range"))?;
+    Ok(micros.to_be_bytes())
+}
+
+/// PostgreSQL's epoch, 2000-01-01 00:00:00 UTC.
+fn postgres_epoch() -> DateTime<Utc> {
+    DateTime::<Utc>::from_timestamp(946_684_800, 0).unwrap_or_default()
+}
+
+fn length(n: usize) -> Result<i32, Error> {
+    i32::try_from(n).map_err(|_| Error::fatal("a field is too large for COPY's 32-bit length"))
+}
+
+/// Stores `batch` with COPY on `conn` (autocommit: the COPY is one statement, so all or
+/// nothing); returns the instant every job was dated with (`run_at` and `created_at`).
+///
+/// A failed or cancelled call stores nothing: the server aborts an unfinished COPY (a connection
+/// left mid-COPY by a cancellation answers the pool's check with an error and is closed).
+///
+/// # Errors
+/// `Unavailable` or `Fatal` from the connection (as every statement); `Fatal` when the server
+/// reports another number of rows than the batch holds.
+pub(crate) async fn copy(conn: &mut PgConnection, batch: &Batch) -> Result<DateTime<Utc>, Error> {
+    let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
+        .fetch_one(&mut *conn)
+        .await
+        .store_err()?;
+    let (statement, data) = encode(batch, now)?;
+    let mut copy = conn.copy_in_raw(&statement).await.store_err()?;
+    if let Err(error) = copy.send(data).await {
+        // A send fails only on I/O: the connection is broken, nothing more to tell the server.
+        drop(copy);
+        return Err(error).store_err();
+    }
+    let rows = copy.finish().await.store_err()?;
+    let jobs = batch.jobs().len();
+    if usize::try_from(rows).ok() != Some(jobs) {
+        return Err(Error::fatal(format!(
+            "COPY stored {rows} jobs of a batch of {jobs}"
+        )));
+    }
+    Ok(now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drover_core::{JobKind, LimitKey, NewJob, StoreConfig};
+    use serde_json::json;
+
+    fn batch(jobs: Vec<NewJob>) -> Batch {
+        Batch::prepare(jobs, &StoreConfig::default()).unwrap()
+    }
+
+    fn i32_at(data: &[u8], at: usize) -> i32 {
+        i32::from_be_bytes(data[at..at + 4].try_into().unwrap())
+    }
+
+    #[test]
+    fn encodes_header_tuples_and_trailer() {
+        let kind = JobKind::parse("k").unwrap();
+        let b = batch(vec![NewJob::new(kind, json!({"a": 1})).with_priority(-2)]);
+        // 2000-01-02 00:00:00.000001 UTC: one day and one microsecond after PostgreSQL's epoch.
+        let now = DateTime::<Utc>::from_timestamp(946_684_800 + 86_400, 1_000).unwrap();
+        let (statement, data) = encode(&b, now).unwrap();
+        assert_eq!(
+            statement,
+            "COPY drover.jobs (id, kind, queue, tenant, args, priority, run_at, state, \
+             max_attempts, created_at) FROM STDIN (FORMAT binary)"
+        );
+        let day_and_a_micro = (86_400_000_000i64 + 1).to_be_bytes();
+        assert!(data.starts_with(b"PGCOPY\n\xff\r\n\0"));
+        assert!(data.ends_with(&[0xff, 0xff]));
+        let mut at = HEADER.len();
+        assert_eq!(i16::from_be_bytes([data[at], data[at + 1]]), 10);
+        at += 2;
+        assert_eq!(i32_at(&data, at), 16, "uuid");
+        assert_eq!(&data[at + 4..at + 20], b.ids()[0].as_bytes());
+        at += 20;
+        assert_eq!(i32_at(&data, at), 1);
+        assert_eq!(&data[at + 4..at + 5], b"k");
+        at += 5;
+        assert_eq!(i32_at(&data, at), 7);
+        assert_eq!(&data[at + 4..at + 11], b"default", "queue");
+        at += 11 + 11; // queue, then tenant
+        let args = br#"{"a":1}"#;
+        assert_eq!(i32_at(&data, at), 1 + args.len() as i32);
+        assert_eq!(data[at + 4], JSONB_VERSION);
+        assert_eq!(&data[at + 5..at + 5 + args.len()], args);
+        at += 5 + args.len();
+        assert_eq!(i32_at(&data, at), 2);
+        assert_eq!(&data[at + 4..at + 6], &(-2i16).to_be_bytes());
+        at += 6;
+        assert_eq!(i32_at(&data, at), 8, "run_at");
+        assert_eq!(&data[at + 4..at + 12], &day_and_a_micro);
+        at += 12;
+        assert_eq!(&data[at + 4..at + 10], b"queued");
+        at += 10;
+        assert_eq!(i32_at(&data, at), 4);
+        assert_eq!(i32_at(&data, at + 4), 3, "max_attempts default");
+        at += 8;
+        assert_eq!(i32_at(&data, at), 8, "created_at");
+        assert_eq!(&data[at + 4..at + 12], &day_and_a_micro);
+        at += 12;
+        assert_eq!(at + 2, data.len(), "then only the trailer");
+    }
+
+    #[test]
+    fn meta_and_limit_keys_travel_only_when_some_job_has_them() {
+        let kind = JobKind::parse("k").unwrap();
+        let plain = NewJob::new(kind, json!(null));
+        let keyed = plain
+            .clone()
+            .with_limit_key(LimitKey::parse("a:b").unwrap())
+            .with_limit_key(LimitKey::parse("c").unwrap())
+            .with_meta(json!({"m": true}));
+        let now = Utc::now();
+        let (statement, data) = encode(&batch(vec![plain.clone(), keyed]), now).unwrap();
+        assert!(
+            statement.contains("created_at, meta, limit_keys)"),
+            "{statement}"
+        );
+        // The first job's empty array: 12 bytes (no dimensions, no nulls, element type text).
+        let empty: Vec<u8> = [12i32, 0, 0, TEXT_OID as i32]
+            .iter()
+            .flat_map(|n| n.to_be_bytes())
+            .collect();
+        assert!(data.windows(empty.len()).any(|w| w == empty.as_slice()));
+        // The second's: one dimension of 2 from 1, then "a:b" and "c".
+        let mut two: Vec<u8> = [1i32, 0, TEXT_OID as i32, 2, 1, 3]
+            .iter()
+            .flat_map(|n| n.to_be_bytes())
+            .collect();
+        two.extend_from_slice(b"a:b");
+        two.extend_from_slice(&1i32.to_be_bytes());
+        two.extend_from_slice(b"c");
+        assert!(data.windows(two.len()).any(|w| w == two.as_slice()));
+        let (statement, _) = encode(&batch(vec![plain]), now).unwrap();
+        assert!(statement.contains("created_at) FROM"), "{statement}");
+    }
+}
