@@ -538,6 +538,45 @@ async fn count_in_state(pool: &PgPool, state: &str) -> i64 {
 }
 
 pg_test!(
+    /// A batch enqueue cancelled at any point (its future dropped: a timeout, a client gone)
+    /// stores all of its jobs or none, and leaves no broken connection behind: the next
+    /// enqueue on the same small pool, large (COPY) or small (INSERT), succeeds. Batches of
+    /// 1,000 jobs, cut after 0 µs to 26 ms (a batch takes about 10 ms here), three times each.
+    batch_enqueue_cancelled_at_any_point_stores_all_or_nothing,
+    |factory| {
+        let options = PgOptions { max_connections: 3, ..unbounded_options() };
+        let h = factory.open_pg(options).await;
+        let mut attempt = 0;
+        let mut stored_whole = 0;
+        for micros in [0u64, 50, 100, 200, 400, 800, 1600, 3200, 6400, 12800, 25600] {
+            for _ in 0..3 {
+                attempt += 1;
+                let cut = kind(&format!("cut{attempt}"));
+                let batch: Vec<NewJob> = (0..1000).map(|n| NewJob::new(cut.clone(), json!(n))).collect();
+                let result = tokio::time::timeout(Duration::from_micros(micros), h.store.jobs_enqueue(batch)).await;
+                let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM drover.jobs WHERE kind = $1")
+                    .bind(cut.as_str())
+                    .fetch_one(h.store.pool())
+                    .await
+                    .unwrap();
+                match result {
+                    Ok(answers) => {
+                        assert_eq!((answers.unwrap().len(), stored), (1000, 1000));
+                        stored_whole += 1;
+                    }
+                    Err(_) => assert!(stored == 0 || stored == 1000, "attempt {attempt}: {stored} of 1,000 stored"),
+                }
+                let after: Vec<NewJob> = (0..300).map(|n| NewJob::new(kind("after"), json!(n))).collect();
+                assert_eq!(h.store.jobs_enqueue(after).await.expect("a large enqueue after a cut").len(), 300);
+                h.store.job_enqueue(new_job("after")).await.expect("a small enqueue after a cut");
+            }
+        }
+        assert!(stored_whole > 0 && stored_whole < attempt, "some cuts landed mid-call: {stored_whole} of {attempt} whole");
+        assert_eq!(count_in_state(h.store.pool(), "queued").await % 1000, (attempt * 301) as i64 % 1000);
+    }
+);
+
+pg_test!(
     /// 8 concurrent claimers on two pools (as two worker processes would) drain 20,000 jobs;
     /// every job runs exactly once.
     claimers_8_take_20000_jobs_each_exactly_once,

@@ -122,8 +122,9 @@ impl Connections {
         };
         Ok(Conn {
             owner: self,
-            conn,
+            conn: Some(conn),
             taken_at,
+            close_unless_done: false,
         })
     }
 
@@ -188,22 +189,52 @@ async fn sweep(connections: Weak<Connections>) {
 
 /// One store call's connection; dereferences to the `PgConnection`. Hand it back with
 /// [`Conn::done`]; dropped otherwise (an error returned early, or the call's future dropped),
-/// it goes back to sqlx, which checks or closes it.
+/// it goes back to sqlx, which checks or closes it, or is closed at once after
+/// [`Conn::close_unless_done`].
 pub(crate) struct Conn<'a> {
     owner: &'a Connections,
-    conn: PoolConnection<Postgres>,
+    /// `Some` until [`Conn::done`] takes it.
+    conn: Option<PoolConnection<Postgres>>,
     taken_at: Instant,
+    /// Close the connection instead of returning it to sqlx unless the call succeeds.
+    close_unless_done: bool,
 }
 
 impl Conn<'_> {
     /// Ends the store call: after a success the connection is idle and outside any
-    /// transaction, so it is kept for the next call; after an error it goes back to sqlx.
-    /// Returns `result` unchanged.
-    pub(crate) fn done<T>(self, result: Result<T, Error>) -> Result<T, Error> {
+    /// transaction, so it is kept for the next call; after an error it goes back to sqlx (or
+    /// is closed, after [`Conn::close_unless_done`]). Returns `result` unchanged.
+    pub(crate) fn done<T>(mut self, result: Result<T, Error>) -> Result<T, Error> {
         if result.is_ok() {
-            self.owner.keep(self.conn, self.taken_at);
+            if let Some(conn) = self.conn.take() {
+                self.owner.keep(conn, self.taken_at);
+            }
         }
         result
+    }
+
+    /// Closes the connection, rather than handing it to sqlx, if the call fails or is
+    /// cancelled. For protocol exchanges sqlx does not track, after which its check on release
+    /// can read a stale answer as its own and hand the next user a connection out of step:
+    /// COPY (copy.rs) sends its messages straight to the socket.
+    pub(crate) fn close_unless_done(&mut self) {
+        self.close_unless_done = true;
+    }
+
+    fn connection(&self) -> &PoolConnection<Postgres> {
+        self.conn
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("a Conn is used only before done() takes it"))
+    }
+}
+
+impl Drop for Conn<'_> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.as_mut() {
+            if self.close_unless_done {
+                conn.close_on_drop();
+            }
+        }
     }
 }
 
@@ -211,12 +242,14 @@ impl Deref for Conn<'_> {
     type Target = PgConnection;
 
     fn deref(&self) -> &PgConnection {
-        &self.conn
+        self.connection()
     }
 }
 
 impl DerefMut for Conn<'_> {
     fn deref_mut(&mut self) -> &mut PgConnection {
-        &mut self.conn
+        self.conn
+            .as_mut()
+            .unwrap_or_else(|| unreachable!("a Conn is used only before done() takes it"))
     }
 }

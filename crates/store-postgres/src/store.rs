@@ -262,6 +262,7 @@ impl JobStore for PgStore {
         }
         let mut conn = self.connections.acquire().await?;
         let result = if batch.copyable(&self.options.config) {
+            conn.close_unless_done();
             copy::copy(&mut conn, &batch)
                 .await
                 .map(|now| batch.copied(now))
