@@ -25,6 +25,7 @@ macro_rules! contract_suite {
             enqueue_round_trips_every_field,
             enqueue_batch_answers_in_order,
             enqueue_large_batch_stores_every_field,
+            enqueue_deeply_nested_args_round_trip,
             enqueue_batch_mixes_run_at_and_delays,
             enqueue_concurrent_single_jobs_each_get_their_own,
             enqueue_concurrent_single_jobs_under_quotas,

@@ -1646,3 +1646,436 @@ pg_test!(
         pool.close().await;
     }
 );
+
+// ---------------------------------------------------------------------------------------------
+// Attempts to break the COPY path of `jobs_enqueue` (copy.rs): batches of 200+ ready jobs
+// without keys under no quota go through binary COPY, smaller ones through the UNNEST insert.
+
+/// Jobs exercising every value the core validation accepts that an encoder could get wrong:
+/// numbers jsonb rewrites, unicode (astral plane, U+2028/2029, noncharacters), every control
+/// character, escapes, names at their maximum lengths with every allowed character, i16 and
+/// max_attempts extremes, 16 limit keys of 255 characters, meta on some jobs, and a string of
+/// almost 256 KiB on a few.
+fn edge_jobs(n: usize) -> Vec<NewJob> {
+    let controls: String = (1u32..0x20)
+        .chain([0x7f, 0x80, 0x9f])
+        .filter_map(char::from_u32)
+        .collect();
+    let texts = [
+        String::from("\u{2028}\u{2029} line separators"),
+        String::from("\u{1f600}\u{10ffff}\u{fffe}\u{ffff}\u{feff} astral and noncharacters"),
+        controls,
+        String::from("\"\\/\u{8}\u{c}\n\r\t</script>"),
+        String::new(),
+        String::from("\u{e9}\u{301} combining, \u{202e} rtl override"),
+    ];
+    let kind_max = format!("{}-_.:/", "K".repeat(128 - 6));
+    let queue_max = format!("{}-_.:", "q".repeat(64 - 4));
+    let tenant_max = format!("{}-_.:", "t".repeat(128 - 4));
+    let big = "x".repeat(256 * 1024 - 200);
+    (0..n)
+        .map(|i| {
+            let text = texts[i % texts.len()].clone();
+            let mut deep = json!(text.clone());
+            for _ in 0..100 {
+                deep = json!([deep]);
+            }
+            let numbers = json!([
+                1e19,
+                -0.0,
+                1.5e300,
+                f64::MAX,
+                f64::MIN_POSITIVE,
+                5e-324,
+                -1e-7,
+                0.1,
+                1e16,
+                u64::MAX,
+                i64::MIN,
+                1.2345678e17,
+                12345678901234567890u64,
+                2.5
+            ]);
+            let args = if i % 97 == 3 {
+                json!({"i": i, "big": big})
+            } else {
+                json!({"i": i, "text": text, text.clone(): i, "numbers": numbers, "deep": deep,
+                       "empty": {}, "list": [], "null": null, "bools": [true, false]})
+            };
+            let mut new = NewJob::new(kind(if i % 2 == 0 { &kind_max } else { "edge" }), args)
+                .with_queue(
+                    QueueName::parse(if i % 3 == 0 {
+                        queue_max.as_str()
+                    } else {
+                        "edge-q"
+                    })
+                    .unwrap(),
+                )
+                .with_tenant(
+                    drover_core::TenantId::parse(if i % 5 == 0 {
+                        tenant_max.as_str()
+                    } else {
+                        "t"
+                    })
+                    .unwrap(),
+                )
+                .with_priority([i16::MIN, i16::MAX, 0, -1, 1][i % 5])
+                .with_max_attempts([1, 1000, 3][i % 3]);
+            if i % 4 == 0 {
+                new = new
+                    .with_meta(json!({"text": texts[(i + 1) % texts.len()], "n": 1e19, "z": -0.0}));
+            }
+            if i % 7 == 0 {
+                for k in 0..16 {
+                    let key = format!("{k:02}:{}", "_.:-@/=+aZ9".repeat(30));
+                    new = new.with_limit_key(LimitKey::parse(&key[..255]).unwrap());
+                }
+            } else if i % 7 == 1 {
+                new = new.with_limit_key(LimitKey::parse(format!("queue:{queue_max}")).unwrap());
+            }
+            new
+        })
+        .collect()
+}
+
+/// The stored columns of a job as PostgreSQL text (what each path wrote, byte for byte).
+async fn stored_text(
+    pool: &PgPool,
+    id: JobId,
+) -> (
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    i16,
+    i32,
+    String,
+    bool,
+) {
+    let row: (String, String, String, String, String, String, i16, i32, String, bool) = sqlx::query_as(
+        "SELECT kind, queue, tenant, args::text, meta::text, limit_keys::text, priority, max_attempts, \
+                state, run_at = created_at FROM drover.jobs WHERE id = $1",
+    )
+    .bind(id.as_uuid())
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    row
+}
+
+pg_test!(
+    /// The same jobs stored by the INSERT (199 jobs) and by COPY (398 jobs: the 199 twice) are
+    /// stored alike, byte for byte in PostgreSQL's text form, and every answer equals job_get
+    /// and the list API's copy of the job.
+    copy_and_insert_store_edge_values_alike,
+    |factory| {
+        let h = factory.open_pg(unbounded_options()).await;
+        let jobs = edge_jobs(199);
+        let inserted = h.store.jobs_enqueue(jobs.clone()).await.expect("199 jobs: INSERT");
+        let mut twice = jobs.clone();
+        twice.extend(jobs.clone());
+        let copied = h.store.jobs_enqueue(twice).await.expect("398 jobs: COPY");
+        assert_eq!((inserted.len(), copied.len()), (199, 398));
+        let mut listed = std::collections::HashMap::new();
+        let mut before = None;
+        loop {
+            let page = h
+                .store
+                .jobs_list(drover_core::ListJobs { before, limit: 1000, ..Default::default() })
+                .await
+                .unwrap();
+            for j in page.jobs {
+                listed.insert(j.id, j);
+            }
+            match page.next {
+                Some(next) => before = Some(next),
+                None => break,
+            }
+        }
+        assert_eq!(listed.len(), 597);
+        for (i, a) in inserted.iter().chain(&copied).enumerate() {
+            let got = h.store.job_get(a.job.id).await.unwrap();
+            assert_eq!(got, a.job, "job {i}: job_get differs from the answer");
+            assert_eq!(listed[&a.job.id], a.job, "job {i}: list differs from the answer");
+        }
+        for i in 0..199 {
+            let by_insert = stored_text(h.store.pool(), inserted[i].job.id).await;
+            for c in [i, i + 199] {
+                let by_copy = stored_text(h.store.pool(), copied[c].job.id).await;
+                assert_eq!(by_copy, by_insert, "job {i}: COPY stored it otherwise than INSERT");
+            }
+            let (a, b) = (&inserted[i].job, &copied[i].job);
+            assert_eq!(
+                (&a.args, &a.meta, &a.limit_keys, &a.kind, &a.queue, &a.tenant, a.priority, a.max_attempts),
+                (&b.args, &b.meta, &b.limit_keys, &b.kind, &b.queue, &b.tenant, b.priority, b.max_attempts),
+                "job {i}: answers differ"
+            );
+        }
+    }
+);
+
+pg_test!(
+    /// The largest batch the core allows (100,000 jobs) goes through COPY whole, and a batch of
+    /// that size with a queue per job is not much slower than one with a single queue (the
+    /// answers' list of queues to wake must not cost a comparison per pair of jobs).
+    copy_largest_batch_with_a_queue_per_job,
+    |factory| {
+        let h = factory.open_pg(unbounded_options()).await;
+        let max = drover_core::store::ENQUEUE_BATCH_MAX;
+        let one_queue: Vec<NewJob> = (0..max).map(|n| NewJob::new(kind("big"), json!(n))).collect();
+        let started = Instant::now();
+        let answers = h.store.jobs_enqueue(one_queue).await.unwrap();
+        let single = started.elapsed();
+        assert_eq!(answers.len(), max);
+        assert_eq!(h.store.job_get(answers[max - 1].job.id).await.unwrap(), answers[max - 1].job);
+        let per_queue: Vec<NewJob> = (0..max)
+            .map(|n| NewJob::new(kind("big"), json!(n)).with_queue(QueueName::parse(format!("q{n}")).unwrap()))
+            .collect();
+        let started = Instant::now();
+        let answers = h.store.jobs_enqueue(per_queue).await.unwrap();
+        let distinct = started.elapsed();
+        assert_eq!(answers.len(), max);
+        assert_eq!(count_in_state(h.store.pool(), "queued").await, 2 * max as i64);
+        eprintln!("100,000 jobs: one queue {single:?}, a queue each {distinct:?}");
+        assert!(
+            distinct < single * 4 + Duration::from_secs(2),
+            "a queue per job: {distinct:?} against {single:?} for one queue"
+        );
+    }
+);
+
+pg_test!(
+    /// Behind PgBouncer in transaction mode (no statement cache, no LISTEN), COPY batches and
+    /// every other call keep working on the same connections.
+    copy_without_statement_cache_or_listen,
+    |factory| {
+        let options = PgOptions { statement_cache: false, listen: false, max_connections: 2, ..unbounded_options() };
+        let h = factory.open_pg(options).await;
+        for round in 0..20 {
+            let batch: Vec<NewJob> = (0..250).map(|n| NewJob::new(kind("work"), json!(n))).collect();
+            let answers = h.store.jobs_enqueue(batch).await.unwrap_or_else(|e| panic!("round {round}: {e}"));
+            assert_eq!(h.store.job_get(answers[17].job.id).await.unwrap(), answers[17].job);
+            h.store.job_enqueue(new_job("work")).await.unwrap();
+            let small: Vec<NewJob> = (0..5).map(|n| NewJob::new(kind("work"), json!(n))).collect();
+            h.store.jobs_enqueue(small).await.unwrap();
+            let claimed = h.store.jobs_claim(claim_params("w", 50)).await.unwrap();
+            assert_eq!(claimed.len(), 50);
+        }
+        assert_eq!(count_in_state(h.store.pool(), "queued").await + count_in_state(h.store.pool(), "running").await, 20 * 256);
+    }
+);
+
+pg_test!(
+    /// A COPY batch on a database without the schema is refused like an INSERT batch: `Fatal`
+    /// telling to run `drover migrate`, and the store keeps answering afterwards.
+    copy_on_unmigrated_database_says_migrate,
+    |factory| {
+        let connect = bare_database(factory).await;
+        let store = PgStore::connect_with(connect, unbounded_options()).await.unwrap();
+        for n in [199usize, 200, 1000] {
+            for _ in 0..3 {
+                let batch: Vec<NewJob> = (0..n).map(|i| NewJob::new(kind("work"), json!(i))).collect();
+                match store.jobs_enqueue(batch).await {
+                    Err(Error::Fatal { message, .. }) => assert!(message.contains("drover migrate"), "{n}: {message}"),
+                    other => panic!("{n} jobs: {other:?}"),
+                }
+            }
+        }
+    }
+);
+
+pg_test!(
+    /// A worker waiting on a queue (subscribed) is woken promptly by every COPY batch, also when
+    /// batches follow each other quickly on several queues.
+    copy_batches_wake_subscribers_promptly,
+    |factory| {
+        let h = factory.open_pg(unbounded_options()).await;
+        let mut events = h.store.subscribe().await.unwrap();
+        for round in 0..10 {
+            let name = format!("wake{round}");
+            let batch: Vec<NewJob> = (0..300)
+                .map(|n| NewJob::new(kind("work"), json!(n)).with_queue(QueueName::parse(name.as_str()).unwrap()))
+                .collect();
+            let started = Instant::now();
+            h.store.jobs_enqueue(batch).await.unwrap();
+            let woke = tokio::time::timeout(Duration::from_secs(2), async {
+                while let Some(e) = events.next().await {
+                    if matches!(&e, StoreEvent::JobsAvailable { queue } if queue.as_str() == name) {
+                        return;
+                    }
+                }
+            })
+            .await;
+            assert!(woke.is_ok(), "round {round}: no wake-up for {name} within 2 s");
+            assert!(started.elapsed() < Duration::from_secs(1), "round {round}: woke after {:?}", started.elapsed());
+        }
+    }
+);
+
+pg_test!(
+    /// Producers enqueueing large batches, each cut by a timeout at a random point, while
+    /// claimers run and finish jobs on the same store: every batch is stored whole or not at
+    /// all, no call other than a cut one fails, and every stored job runs exactly once.
+    copy_cancelled_at_random_under_concurrency_with_claimers,
+    |factory| {
+        let options = PgOptions { max_connections: 6, ..unbounded_options() };
+        let h = factory.open_pg(options).await;
+        let store = h.store.clone();
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut claimers = Vec::new();
+        for c in 0..3 {
+            let store = store.clone();
+            let done = done.clone();
+            claimers.push(tokio::spawn(async move {
+                let mut ran = 0usize;
+                let mut idle_after_done = 0;
+                loop {
+                    let mut params = claim_params(&format!("w{c}"), 200);
+                    params.kinds = vec![kind("cut")];
+                    let jobs = store.jobs_claim(params).await.unwrap_or_else(|e| panic!("claim: {e}"));
+                    if jobs.is_empty() {
+                        if done.load(std::sync::atomic::Ordering::SeqCst) {
+                            idle_after_done += 1;
+                            if idle_after_done > 20 {
+                                return ran;
+                            }
+                        }
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                    let items = jobs
+                        .iter()
+                        .map(|j| drover_core::FinishItem { id: j.id, token: j.fencing_token, finish: drover_core::Finish::Succeeded { result: None } })
+                        .collect();
+                    let replies = store.jobs_finish(items).await.unwrap_or_else(|e| panic!("finish: {e}"));
+                    assert!(replies.iter().all(|r| matches!(r, drover_core::FinishReply::Recorded { .. })));
+                    ran += jobs.len();
+                }
+            }));
+        }
+        let mut producers = Vec::new();
+        for p in 0..3u64 {
+            let store = store.clone();
+            producers.push(tokio::spawn(async move {
+                let mut outcomes = Vec::new();
+                let mut seed = 0x9e37_79b9_7f4a_7c15u64.wrapping_mul(p + 1);
+                for b in 0..40 {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    let cut = Duration::from_micros(seed % 30_000);
+                    let batch: Vec<NewJob> = (0..1000)
+                        .map(|n| NewJob::new(kind("cut"), json!({"p": p, "b": b, "n": n})).with_meta(json!({"batch": format!("{p}-{b}")})))
+                        .collect();
+                    match tokio::time::timeout(cut, store.jobs_enqueue(batch)).await {
+                        Ok(Ok(answers)) => {
+                            assert_eq!(answers.len(), 1000);
+                            outcomes.push((format!("{p}-{b}"), true));
+                        }
+                        Ok(Err(e)) => panic!("producer {p} batch {b}: an uncut enqueue failed: {e}"),
+                        Err(_) => outcomes.push((format!("{p}-{b}"), false)),
+                    }
+                }
+                outcomes
+            }));
+        }
+        let mut outcomes = Vec::new();
+        for t in producers {
+            outcomes.extend(t.await.unwrap());
+        }
+        // A cut after the data went out may still commit: let the server finish.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        let mut ran = 0;
+        for t in claimers {
+            ran += t.await.unwrap();
+        }
+        let mut stored_total = 0i64;
+        for (batch, answered) in &outcomes {
+            let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM drover.jobs WHERE meta->>'batch' = $1")
+                .bind(batch)
+                .fetch_one(store.pool())
+                .await
+                .unwrap();
+            if *answered {
+                assert_eq!(stored, 1000, "batch {batch} answered but {stored} stored");
+            } else {
+                assert!(stored == 0 || stored == 1000, "batch {batch} cut: {stored} of 1,000 stored");
+            }
+            stored_total += stored;
+        }
+        assert_eq!(ran as i64, stored_total, "every stored job ran once");
+        assert_eq!(count_in_state(store.pool(), "succeeded").await, stored_total);
+        let twice: i64 = sqlx::query_scalar("SELECT count(*) FROM drover.jobs WHERE attempt <> 1")
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+        assert_eq!(twice, 0);
+        // Afterwards every connection of the pool is in step.
+        for _ in 0..12 {
+            let batch: Vec<NewJob> = (0..300).map(|n| NewJob::new(kind("after"), json!(n))).collect();
+            store.jobs_enqueue(batch).await.expect("a large enqueue afterwards");
+            store.job_enqueue(new_job("after")).await.expect("a small enqueue afterwards");
+            store.jobs_list(drover_core::ListJobs::default()).await.expect("a list afterwards");
+        }
+    }
+);
+
+pg_test!(
+    /// A COPY the server refuses part-way (a row breaking a constraint the operator added, first
+    /// or last row of the batch; a lock it cannot take in time) stores nothing, fails like the
+    /// INSERT does for the same batch, and leaves the store's connections in step.
+    copy_refused_mid_stream_fails_like_insert_and_stores_nothing,
+    |factory| {
+        let h = factory.open_pg(PgOptions { max_connections: 2, ..unbounded_options() }).await;
+        sqlx::query("ALTER TABLE drover.jobs ADD CONSTRAINT test_no_bad CHECK (NOT (args ? 'bad'))")
+            .execute(h.store.pool())
+            .await
+            .unwrap();
+        let describe = |r: &Result<Vec<drover_core::Enqueued>, Error>| match r {
+            Ok(a) => format!("Ok({} jobs)", a.len()),
+            Err(Error::Fatal { message, .. }) => format!("Fatal({message})"),
+            Err(Error::InvalidInput { field, reason, .. }) => format!("InvalidInput({field}: {reason})"),
+            Err(Error::Unavailable { message, .. }) => format!("Unavailable({message})"),
+            Err(e) => format!("{e:?}"),
+        };
+        for n in [199usize, 200, 20_000] {
+            for bad_at in [0, n - 1] {
+                let batch: Vec<NewJob> = (0..n)
+                    .map(|i| NewJob::new(kind("refused"), if i == bad_at { json!({"bad": 1}) } else { json!({"ok": i}) }))
+                    .collect();
+                let result = h.store.jobs_enqueue(batch).await;
+                let said = describe(&result);
+                assert!(said.starts_with("Fatal(database error (SQLSTATE 23514)"), "{n} jobs, bad at {bad_at}: {said}");
+                let after: Vec<NewJob> = (0..250).map(|i| NewJob::new(kind("after"), json!(i))).collect();
+                h.store.jobs_enqueue(after).await.expect("a large enqueue after a refusal");
+                h.store.job_enqueue(new_job("after")).await.expect("a small enqueue after a refusal");
+            }
+        }
+        let refused: i64 = sqlx::query_scalar("SELECT count(*) FROM drover.jobs WHERE kind = 'refused'")
+            .fetch_one(h.store.pool())
+            .await
+            .unwrap();
+        assert_eq!(refused, 0);
+
+        // A lock it cannot take within lock_timeout: Unavailable, for both paths alike.
+        sqlx::query(&format!("ALTER DATABASE {} SET lock_timeout = '200ms'", ident(&h.database)))
+            .execute(h.store.pool())
+            .await
+            .unwrap();
+        let store = PgStore::connect_with(h.connect.clone(), h.options.clone()).await.unwrap();
+        let mut locker = sqlx::PgConnection::connect_with(&h.connect).await.unwrap();
+        sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
+        sqlx::query("LOCK TABLE drover.jobs IN SHARE MODE").execute(&mut locker).await.unwrap();
+        for n in [199usize, 200] {
+            let batch: Vec<NewJob> = (0..n).map(|i| NewJob::new(kind("locked"), json!(i))).collect();
+            let said = describe(&store.jobs_enqueue(batch).await);
+            assert!(said.starts_with("Unavailable(lock not available"), "{n} jobs under a lock: {said}");
+        }
+        sqlx::query("ROLLBACK").execute(&mut locker).await.unwrap();
+        let batch: Vec<NewJob> = (0..200).map(|i| NewJob::new(kind("locked"), json!(i))).collect();
+        store.jobs_enqueue(batch).await.expect("once the lock is gone");
+    }
+);

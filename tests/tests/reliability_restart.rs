@@ -382,3 +382,136 @@ async fn sigterm_during_an_outage_stops_the_worker_and_its_job_runs_again_later(
     assert_eq!(audit.side_effects, 2, "the job ran again on B");
     b.stop(WAIT).await;
 }
+
+/// Large (COPY) and small (INSERT) batch enqueues in a loop while PostgreSQL restarts, fast
+/// then immediate: every answered batch is stored whole and read back as answered, every batch
+/// is stored whole or not at all, the only error a restart may cause is `Unavailable`, and once
+/// the server is back every call succeeds (no connection is left out of step).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_batches_through_postgres_restarts_store_whole_or_nothing() {
+    const TEST: &str = "copy_batches_through_postgres_restarts_store_whole_or_nothing";
+    let _turn = TURN.lock().await;
+    let Some(pg) = PrivatePg::start(TEST).await else {
+        return;
+    };
+    let db = Db::create(&pg.server(), TEST, Instrument::Full).await;
+    let store = Arc::new(db.store().await);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut producers = Vec::new();
+    for p in 0..2 {
+        let store = store.clone();
+        let stop = stop.clone();
+        producers.push(tokio::spawn(async move {
+            let mut outcomes: Vec<(String, bool)> = Vec::new();
+            let mut unexpected: Vec<String> = Vec::new();
+            let mut b = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                b += 1;
+                let name = format!("{p}-{b}");
+                let size = if b % 4 == 0 { 50 } else { 1000 };
+                let batch: Vec<drover_core::NewJob> = (0..size)
+                    .map(|n| {
+                        drover_core::NewJob::new(
+                            JobKind::parse("noop").unwrap(),
+                            serde_json::json!({"n": n}),
+                        )
+                        .with_meta(serde_json::json!({"batch": name}))
+                    })
+                    .collect();
+                match store.jobs_enqueue(batch).await {
+                    Ok(answers) => {
+                        assert_eq!(answers.len(), size);
+                        for a in [&answers[0], &answers[size - 1]] {
+                            match store.job_get(a.job.id).await {
+                                Ok(j) if j == a.job => {}
+                                Ok(j) => unexpected
+                                    .push(format!("{name}: job_get {j:?} != answer {:?}", a.job)),
+                                Err(e) if e.is_transient() => {}
+                                Err(e) => unexpected.push(format!("{name}: job_get: {e}")),
+                            }
+                        }
+                        outcomes.push((name, true));
+                    }
+                    Err(e) if e.is_transient() => {
+                        outcomes.push((name, false));
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    Err(e) => {
+                        unexpected.push(format!("{name}: enqueue of {size}: {e:?}"));
+                        outcomes.push((name, false));
+                    }
+                }
+            }
+            (outcomes, unexpected)
+        }));
+    }
+    for mode in ["fast", "immediate", "fast"] {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        pg.restart(mode).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut outcomes = Vec::new();
+    let mut unexpected = Vec::new();
+    for t in producers {
+        let (o, u) = t.await.unwrap();
+        outcomes.extend(o);
+        unexpected.extend(u);
+    }
+    // Once the server is back, every call succeeds on every connection of the pool.
+    for round in 0..12 {
+        let batch: Vec<drover_core::NewJob> = (0..300)
+            .map(|n| {
+                drover_core::NewJob::new(JobKind::parse("after").unwrap(), serde_json::json!(n))
+            })
+            .collect();
+        if let Err(e) = store.jobs_enqueue(batch).await {
+            unexpected.push(format!(
+                "after the restarts, round {round}: large enqueue: {e:?}"
+            ));
+        }
+        if let Err(e) = store
+            .job_enqueue(drover_core::NewJob::new(
+                JobKind::parse("after").unwrap(),
+                serde_json::json!(0),
+            ))
+            .await
+        {
+            unexpected.push(format!(
+                "after the restarts, round {round}: small enqueue: {e:?}"
+            ));
+        }
+    }
+    let counts: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT meta->>'batch', count(*) FROM drover.jobs WHERE meta ? 'batch' GROUP BY 1",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    let counts: std::collections::HashMap<String, i64> = counts.into_iter().collect();
+    let answered = outcomes.iter().filter(|(_, ok)| *ok).count();
+    let failed = outcomes.len() - answered;
+    eprintln!("{answered} batches answered, {failed} refused as unavailable");
+    for (name, ok) in &outcomes {
+        let size = if name.split('-').nth(1).unwrap().parse::<usize>().unwrap() % 4 == 0 {
+            50
+        } else {
+            1000
+        };
+        let stored = counts.get(name).copied().unwrap_or(0);
+        if *ok {
+            assert_eq!(
+                stored, size as i64,
+                "batch {name} answered but {stored} stored"
+            );
+        } else {
+            assert!(
+                stored == 0 || stored == size as i64,
+                "batch {name} refused: {stored} of {size} stored"
+            );
+        }
+    }
+    assert!(unexpected.is_empty(), "unexpected answers: {unexpected:#?}");
+    assert!(failed > 0, "a restart landed during an enqueue");
+    store.close().await;
+}

@@ -1117,3 +1117,37 @@ pub async fn enqueue_replay_after_failure_shows_failed(f: &dyn StoreFactory) {
     );
     assert_eq!(replay.job.errors.len(), 1);
 }
+
+/// Args and meta nested deeper than serde_json reads by default (128 levels), which the core
+/// validation accepts, are stored and read back as given: by a single enqueue, by a small
+/// batch and by a large one (the PostgreSQL store's COPY path), through job_get, the list and
+/// a claim.
+pub async fn enqueue_deeply_nested_args_round_trip(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let mut deep = json!("leaf");
+    for _ in 0..200 {
+        deep = json!([deep]);
+    }
+    for n in [1usize, 10, 300] {
+        let batch: Vec<NewJob> = (0..n)
+            .map(|_| job(&format!("deep.{n}"), json!({ "deep": deep.clone() })))
+            .collect();
+        let answers = store
+            .jobs_enqueue(batch)
+            .await
+            .unwrap_or_else(|e| panic!("{n} jobs: {e}"));
+        let got = store.job_get(answers[0].job.id).await;
+        assert!(
+            matches!(&got, Ok(j) if *j == answers[0].job),
+            "{n} jobs: job_get answered {got:?}"
+        );
+        let claimed = store
+            .jobs_claim(super::claim_params(&[&format!("deep.{n}")], 1))
+            .await;
+        assert!(
+            matches!(&claimed, Ok(jobs) if jobs.len() == 1),
+            "{n} jobs: claim answered {claimed:?}"
+        );
+    }
+}
