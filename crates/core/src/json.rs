@@ -8,14 +8,32 @@ use serde_json::{Number, Value};
 
 use crate::error::Error;
 
-/// Checks that `value` serializes to at most `max_bytes` of JSON text, both as sent and in its
-/// stored form ([`normalize_numbers`]: the longer of the two counts), and holds no NUL
-/// character (`\u0000`) in any string or object key: PostgreSQL's `jsonb` cannot store one,
-/// so every store refuses it the same way (DESIGN.md section 9).
+/// Deepest nesting of arrays and objects allowed in stored JSON (args, meta, progress,
+/// result): `[[1]]` is nested 2 deep, a scalar 0. serde_json, which reads every stored document
+/// back (sqlx's `jsonb` decoding, the HTTP API's request bodies), refuses documents nested 128
+/// deep or more; a job it could store but not read back would fail every claim that met it.
+pub const JSON_DEPTH_MAX: usize = 100;
+
+/// Checks that `value` is nested at most [`JSON_DEPTH_MAX`] deep, serializes to at most
+/// `max_bytes` of JSON text, both as sent and in its stored form ([`normalize_numbers`]: the
+/// longer of the two counts), and holds no NUL character (`\u0000`) in any string or object
+/// key: PostgreSQL's `jsonb` cannot store one, so every store refuses it the same way
+/// (DESIGN.md section 9).
 ///
 /// # Errors
-/// [`Error::InvalidInput`] naming `field` when the value is too large or holds a NUL.
+/// [`Error::InvalidInput`] naming `field` when the value is nested too deep, too large or
+/// holds a NUL.
 pub fn check_value(field: &str, value: &Value, max_bytes: usize) -> Result<(), Error> {
+    // First: the checks below walk the value recursively, and so would a deeper one's drop.
+    if nested_deeper_than(value, JSON_DEPTH_MAX) {
+        return Err(Error::invalid(
+            field,
+            format!(
+                "nests arrays and objects more than {JSON_DEPTH_MAX} deep; the limit is \
+                 {JSON_DEPTH_MAX}"
+            ),
+        ));
+    }
     let size = json_len(value);
     if size > max_bytes {
         return Err(Error::invalid(
@@ -46,6 +64,22 @@ pub fn check_value(field: &str, value: &Value, max_bytes: usize) -> Result<(), E
         ));
     }
     Ok(())
+}
+
+/// True when `value` nests arrays and objects more than `limit` deep; looks no deeper than
+/// `limit + 1` levels, so its own recursion stays bounded whatever the value.
+fn nested_deeper_than(value: &Value, limit: usize) -> bool {
+    match value {
+        Value::Array(items) => match limit.checked_sub(1) {
+            None => true,
+            Some(rest) => items.iter().any(|item| nested_deeper_than(item, rest)),
+        },
+        Value::Object(map) => match limit.checked_sub(1) {
+            None => true,
+            Some(rest) => map.values().any(|item| nested_deeper_than(item, rest)),
+        },
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => false,
+    }
 }
 
 /// The length in bytes of `value`'s compact JSON text, computed without building the text.
@@ -406,6 +440,37 @@ pub fn check_integer_literals(text: &str, prefix: &str) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn nested(depth: usize) -> Value {
+        let mut value = json!("leaf");
+        for level in 0..depth {
+            value = if level % 2 == 0 {
+                json!([value])
+            } else {
+                json!({ "k": value })
+            };
+        }
+        value
+    }
+
+    #[test]
+    fn nesting_is_bounded_at_json_depth_max() {
+        assert!(check_value("args", &nested(JSON_DEPTH_MAX), 1 << 20).is_ok());
+        assert!(check_value("args", &json!({"a": [1, {"b": 2}]}), 1 << 20).is_ok());
+        for depth in [JSON_DEPTH_MAX + 1, 128, 1000] {
+            match check_value("meta", &nested(depth), 1 << 20) {
+                Err(Error::InvalidInput { field, reason }) => {
+                    assert_eq!(field, "meta");
+                    assert!(reason.contains("more than 100 deep"), "{reason}");
+                }
+                other => panic!("depth {depth}: {other:?}"),
+            }
+        }
+        // A deep branch beside shallow ones is found too.
+        let wide = json!({"a": 1, "b": [2, 3], "c": nested(JSON_DEPTH_MAX)});
+        assert!(check_value("args", &wide, 1 << 20).is_err());
+        assert_eq!(nested(3), json!([{"k": ["leaf"]}]));
+    }
     use serde_json::json;
 
     #[test]

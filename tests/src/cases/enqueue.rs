@@ -1118,20 +1118,30 @@ pub async fn enqueue_replay_after_failure_shows_failed(f: &dyn StoreFactory) {
     assert_eq!(replay.job.errors.len(), 1);
 }
 
-/// Args and meta nested deeper than serde_json reads by default (128 levels), which the core
-/// validation accepts, are stored and read back as given: by a single enqueue, by a small
-/// batch and by a large one (the PostgreSQL store's COPY path), through job_get, the list and
-/// a claim.
+/// Stored JSON is nested at most `JSON_DEPTH_MAX` (100) arrays and objects deep: args and meta
+/// at the bound are stored, read back and claimed through every enqueue path (a single job, a
+/// small batch, a bulk batch of 300); one level deeper is refused with `InvalidInput` naming
+/// the field and storing nothing (PostgreSQL stored such a document, then every read of the job
+/// failed: serde_json reads no deeper than 127 levels).
 pub async fn enqueue_deeply_nested_args_round_trip(f: &dyn StoreFactory) {
+    use drover_core::json::JSON_DEPTH_MAX;
     let h = f.open(unbounded()).await;
     let store = h.store();
-    let mut deep = json!("leaf");
-    for _ in 0..200 {
-        deep = json!([deep]);
-    }
+    let nested = |depth: usize| {
+        let mut deep = json!("leaf");
+        for _ in 0..depth {
+            deep = json!([deep]);
+        }
+        deep
+    };
+    // {"deep": <99 arrays>}: 100 deep.
+    let deepest = json!({ "deep": nested(JSON_DEPTH_MAX - 1) });
     for n in [1usize, 10, 300] {
         let batch: Vec<NewJob> = (0..n)
-            .map(|_| job(&format!("deep.{n}"), json!({ "deep": deep.clone() })))
+            .map(|_| {
+                job(&format!("deep.{n}"), deepest.clone())
+                    .with_meta(json!({ "m": nested(JSON_DEPTH_MAX - 1) }))
+            })
             .collect();
         let answers = store
             .jobs_enqueue(batch)
@@ -1146,8 +1156,30 @@ pub async fn enqueue_deeply_nested_args_round_trip(f: &dyn StoreFactory) {
             .jobs_claim(super::claim_params(&[&format!("deep.{n}")], 1))
             .await;
         assert!(
-            matches!(&claimed, Ok(jobs) if jobs.len() == 1),
+            matches!(&claimed, Ok(jobs) if jobs.len() == 1 && jobs[0].args == deepest),
             "{n} jobs: claim answered {claimed:?}"
         );
     }
+    let stored = all_jobs(&*store).await.len();
+    for depth in [JSON_DEPTH_MAX, 127, 200] {
+        for n in [1usize, 300] {
+            let too_deep = json!({ "deep": nested(depth) });
+            let mut batch: Vec<NewJob> = (0..n).map(|i| job("deep.refused", json!(i))).collect();
+            batch[n - 1] = job("deep.refused", too_deep.clone());
+            match store.jobs_enqueue(batch).await {
+                Err(Error::InvalidInput { field, reason }) => {
+                    assert!(field.ends_with("args"), "depth {depth}, {n} jobs: {field}");
+                    assert!(reason.contains("deep"), "depth {depth}: {reason}");
+                }
+                other => panic!("depth {depth}, {n} jobs: {other:?}"),
+            }
+            let meta = job("deep.refused", json!(1)).with_meta(too_deep);
+            expect_invalid(store.job_enqueue(meta).await, "meta");
+        }
+    }
+    assert_eq!(
+        all_jobs(&*store).await.len(),
+        stored,
+        "a refused enqueue stores nothing"
+    );
 }

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use drover_core::{
-    HeartbeatItem, HeartbeatJobs, HeartbeatReply, Job, JobState, JobStore, SizeLimits, StoreConfig,
+    Error, HeartbeatItem, HeartbeatJobs, HeartbeatReply, Job, JobState, JobStore, SizeLimits,
+    StoreConfig,
 };
 use serde_json::{json, Value};
 
@@ -210,6 +211,30 @@ pub async fn lease_heartbeat_bounds_meta_and_progress_by_the_meta_bound(f: &dyn 
         jobs: vec![item],
     };
     expect_invalid(store.jobs_heartbeat(one).await, "meta");
+    // Nesting is bounded too (drover_core::json::JSON_DEPTH_MAX, 100), whatever the size.
+    let mut deep = json!(1);
+    for _ in 0..=drover_core::json::JSON_DEPTH_MAX {
+        deep = json!([deep]);
+    }
+    for field in ["progress", "meta"] {
+        let mut item = beat(&running);
+        if field == "progress" {
+            item.progress = Some(deep.clone());
+        } else {
+            item.meta = Some(json!({ "d": deep.clone() }));
+        }
+        let one = HeartbeatJobs {
+            lease: LEASE,
+            jobs: vec![item],
+        };
+        match store.jobs_heartbeat(one).await {
+            Err(Error::InvalidInput { field: got, reason }) => {
+                assert_eq!(got, field);
+                assert!(reason.contains("deep"), "{reason}");
+            }
+            other => panic!("{field}: {other:?}"),
+        }
+    }
     let mut small = beat(&running);
     small.progress = Some(json!({"step": "s"}));
     heartbeat(&*store, vec![small]).await;
