@@ -20,7 +20,7 @@
 //! NOTIFYs, so the notification is delivered only if the caller commits; the store's own
 //! enqueues return the queues that got ready jobs and notify after their commit (notify.rs).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use drover_core::{
@@ -117,13 +117,14 @@ impl Batch {
     /// The answers of a batch stored by COPY: every job created, ready and dated `now`; the
     /// queues to notify after the commit are the batch's distinct queues.
     pub(crate) fn copied(self, now: DateTime<Utc>) -> Enqueue {
-        let mut ready_queues: Vec<String> = Vec::new();
-        for job in &self.jobs {
-            let queue = job.queue.as_str();
-            if !ready_queues.iter().any(|q| q == queue) {
-                ready_queues.push(queue.to_owned());
-            }
-        }
+        let mut seen: HashSet<&str> = HashSet::new();
+        let ready_queues: Vec<String> = self
+            .jobs
+            .iter()
+            .map(|job| job.queue.as_str())
+            .filter(|queue| seen.insert(queue))
+            .map(str::to_owned)
+            .collect();
         let answers = self
             .jobs
             .into_iter()
@@ -390,6 +391,8 @@ async fn insert_and_resolve(
     let mut to_insert: Vec<usize> = (0..n).collect();
     let mut pending: Option<PendingBefore> = None;
     let mut ready_queues: Vec<String> = Vec::new();
+    // Distinct queues in a set beside the list: a batch may name 100,000.
+    let mut ready_seen: HashSet<&str> = HashSet::new();
     for _ in 0..RESOLVE_ROUNDS_MAX {
         let inserted = insert(conn, batch, &to_insert, counting, wake).await?;
         if pending.is_none() {
@@ -403,7 +406,7 @@ async fn insert_and_resolve(
                 .ok_or_else(|| Error::fatal("enqueue returned a job it was not given"))?;
             if row.ready && wake == Wake::AfterCommit {
                 let queue = batch.jobs[i].queue.as_str();
-                if !ready_queues.iter().any(|q| q == queue) {
+                if ready_seen.insert(queue) {
                     ready_queues.push(queue.to_owned());
                 }
             }

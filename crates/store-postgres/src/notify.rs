@@ -30,6 +30,7 @@
 //! The task starts on the first notification and runs until the store is closed
 //! ([`Notifier::close`] sends what is pending first) or every clone of the store is dropped.
 
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -69,8 +70,8 @@ struct Shared {
 
 #[derive(Debug, Default)]
 struct State {
-    /// Distinct queue names waiting for the next send.
-    queues: Vec<String>,
+    /// Distinct queue names waiting for the next send (a set: a batch may name 100,000).
+    queues: HashSet<String>,
     /// No more sends after the pending ones.
     closed: bool,
 }
@@ -114,8 +115,8 @@ impl Notifier {
                 return;
             }
             for queue in queues {
-                if !state.queues.iter().any(|q| q == queue) {
-                    state.queues.push(queue.to_owned());
+                if !state.queues.contains(queue) {
+                    state.queues.insert(queue.to_owned());
                     added = true;
                 }
             }
@@ -187,7 +188,9 @@ async fn run(shared: Arc<Shared>, connections: Weak<Connections>) {
                 }
             }
         }
-        let queues = std::mem::take(&mut shared.lock().queues);
+        let queues: Vec<String> = std::mem::take(&mut shared.lock().queues)
+            .into_iter()
+            .collect();
         if queues.is_empty() {
             continue;
         }
@@ -205,14 +208,7 @@ async fn run(shared: Arc<Shared>, connections: Weak<Connections>) {
                     break;
                 }
                 tracing::debug!(%error, retry_in_ms = retry.as_millis() as u64, "sending wake-up notifications failed; retrying");
-                {
-                    let mut state = shared.lock();
-                    for queue in queues {
-                        if !state.queues.contains(&queue) {
-                            state.queues.push(queue);
-                        }
-                    }
-                }
+                shared.lock().queues.extend(queues);
                 tokio::time::sleep(retry).await;
                 retry = (retry * 2).min(RETRY_MAX);
             }
