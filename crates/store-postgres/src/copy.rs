@@ -40,6 +40,25 @@ use crate::error::SqlxResultExt;
 /// 43,700, 1,000-job batches 62,100 against 53,500.
 pub(crate) const COPY_MIN_JOBS: usize = 200;
 
+/// The columns every row carries, in the order [`encode`] writes them; `meta` and then
+/// `limit_keys` follow when some job of the batch has one. Four fixed statements (no SQL is
+/// built at run time; ARCHITECTURE.md, Decisions).
+macro_rules! copy_jobs {
+    ($($extra:literal),*) => {
+        concat!(
+            "COPY drover.jobs (id, kind, queue, tenant, args, priority, run_at, state, ",
+            "max_attempts, created_at", $(", ", $extra,)* ") FROM STDIN (FORMAT binary)"
+        )
+    };
+}
+const COPY_JOBS: &str = copy_jobs!();
+const COPY_JOBS_META: &str = copy_jobs!("meta");
+const COPY_JOBS_LIMIT_KEYS: &str = copy_jobs!("limit_keys");
+const COPY_JOBS_META_LIMIT_KEYS: &str = copy_jobs!("meta", "limit_keys");
+
+/// How many columns [`COPY_JOBS`] names.
+const COLUMNS: usize = 10;
+
 /// The binary COPY header: signature, flags (no OIDs), header extension length 0.
 const HEADER: &[u8] = b"PGCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0";
 
@@ -57,33 +76,18 @@ const JSONB_VERSION: u8 = 1;
 /// # Errors
 /// `Fatal` when a field does not fit the format's 32-bit lengths (never for a batch that passed
 /// validation: its documents are bounded far below 1 GiB).
-pub(crate) fn encode(batch: &Batch, now: DateTime<Utc>) -> Result<(String, Vec<u8>), Error> {
+pub(crate) fn encode(batch: &Batch, now: DateTime<Utc>) -> Result<(&'static str, Vec<u8>), Error> {
     let jobs = batch.jobs();
     let with_meta = jobs.iter().any(|job| !is_empty_object(&job.meta));
     let with_limit_keys = jobs.iter().any(|job| !job.limit_keys.is_empty());
-    let mut columns = vec![
-        "id",
-        "kind",
-        "queue",
-        "tenant",
-        "args",
-        "priority",
-        "run_at",
-        "state",
-        "max_attempts",
-        "created_at",
-    ];
-    if with_meta {
-        columns.push("meta");
-    }
-    if with_limit_keys {
-        columns.push("limit_keys");
-    }
-    let statement = format!(
-        "COPY drover.jobs ({}) FROM STDIN (FORMAT binary)",
-        columns.join(", ")
-    );
-    let fields = i16::try_from(columns.len()).map_err(|_| Error::fatal("too many columns"))?;
+    let statement = match (with_meta, with_limit_keys) {
+        (false, false) => COPY_JOBS,
+        (true, false) => COPY_JOBS_META,
+        (false, true) => COPY_JOBS_LIMIT_KEYS,
+        (true, true) => COPY_JOBS_META_LIMIT_KEYS,
+    };
+    let columns = COLUMNS + usize::from(with_meta) + usize::from(with_limit_keys);
+    let fields = i16::try_from(columns).map_err(|_| Error::fatal("too many columns"))?;
     let now = timestamptz(now)?;
     let mut data = Vec::with_capacity(HEADER.len() + jobs.len() * 160 + TRAILER.len());
     data.extend_from_slice(HEADER);
@@ -188,7 +192,7 @@ pub(crate) async fn copy(conn: &mut PgConnection, batch: &Batch) -> Result<DateT
         .await
         .store_err()?;
     let (statement, data) = encode(batch, now)?;
-    let mut copy = conn.copy_in_raw(&statement).await.store_err()?;
+    let mut copy = conn.copy_in_raw(statement).await.store_err()?;
     if let Err(error) = copy.send(data).await {
         // A send fails only on I/O: the connection is broken, nothing more to tell the server.
         drop(copy);

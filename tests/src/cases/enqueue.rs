@@ -9,6 +9,7 @@ use drover_core::{
     EnqueueStatus, Error, Finish, JobState, JobStore, NewJob, Quota, RescueExpired, Retry, RunAt,
     StoreConfig, StoreEvent,
 };
+use futures::StreamExt;
 use serde_json::json;
 
 use super::{
@@ -215,14 +216,23 @@ pub async fn enqueue_large_batch_stores_every_field(f: &dyn StoreFactory) {
         assert_eq!(store.job_get(j.id).await.unwrap(), *j, "stored as answered");
     }
     assert!(answers.windows(2).all(|w| w[0].job.id < w[1].job.id));
-    for name in ["bulk-q1", "bulk-q2", "bulk-q3"] {
-        super::events::wait_for(
-            &mut events,
-            |e| matches!(e, StoreEvent::JobsAvailable { queue } if queue.as_str() == name),
-            name,
-        )
-        .await;
-    }
+    // Each queue is announced, in no particular order (a Resync would stand for all).
+    let mut unseen = vec!["bulk-q1", "bulk-q2", "bulk-q3"];
+    let all_seen = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(event) = events.next().await {
+            match event {
+                StoreEvent::JobsAvailable { queue } => unseen.retain(|q| *q != queue.as_str()),
+                StoreEvent::Resync => unseen.clear(),
+                _ => {}
+            }
+            if unseen.is_empty() {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(all_seen, Ok(true), "every queue of the batch is announced");
     // Ready at once, in claim order: the i16::MIN jobs of the queue first.
     let mut params = super::claim_params(&["bulk.a", "bulk.b"], 10);
     params.queues = vec![queue("bulk-q1")];

@@ -11,7 +11,7 @@ use super::{enqueue, job, queue, start, unbounded};
 use crate::StoreFactory;
 
 /// Waits up to 10 s for an event matching `wanted`, skipping others.
-pub(crate) async fn wait_for(
+async fn wait_for(
     events: &mut EventStream,
     wanted: impl Fn(&StoreEvent) -> bool,
     what: &str,
