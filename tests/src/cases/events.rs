@@ -11,11 +11,7 @@ use super::{enqueue, job, queue, start, unbounded};
 use crate::StoreFactory;
 
 /// Waits up to 10 s for an event matching `wanted`, skipping others.
-async fn wait_for(
-    events: &mut EventStream,
-    wanted: impl Fn(&StoreEvent) -> bool,
-    what: &str,
-) {
+async fn wait_for(events: &mut EventStream, wanted: impl Fn(&StoreEvent) -> bool, what: &str) {
     let found = tokio::time::timeout(Duration::from_secs(10), async {
         while let Some(event) = events.next().await {
             if wanted(&event) {
