@@ -1126,3 +1126,91 @@ fn serve_says_what_it_finishes_on_sigterm() {
         );
     }
 }
+
+#[test]
+fn malformed_api_tokens_are_usage_errors_that_never_quote_a_token() {
+    // From the environment (serve, and dev with --listen) and from --tokens FILE: exit 2 before
+    // anything listens, naming where the list came from and the entry at fault, never a token.
+    let dir = std::env::temp_dir().join(format!("drover-tokens-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("tokens");
+    std::fs::write(
+        &file,
+        "s3cret-one-0123456789:acme:operator\ns3cret-two-0123456789:acme:admin\n",
+    )
+    .unwrap();
+    let missing = dir.join("missing");
+    let cases: Vec<(Vec<String>, Option<&str>, &str, &str)> = vec![
+        (
+            vec!["serve".into(), "--listen".into(), "127.0.0.1:0".into()],
+            Some("s3cret-one-0123456789:acme"),
+            "DROVER_API_TOKENS",
+            "entry 1",
+        ),
+        (
+            vec!["serve".into(), "--listen".into(), "127.0.0.1:0".into()],
+            Some(","),
+            "DROVER_API_TOKENS",
+            "empty",
+        ),
+        (
+            vec![
+                "dev".into(),
+                "--listen".into(),
+                "127.0.0.1:0".into(),
+                "--quiet".into(),
+            ],
+            Some("s3cret-one-0123456789:acme:admin"),
+            "DROVER_API_TOKENS",
+            "entry 1",
+        ),
+        (
+            vec![
+                "serve".into(),
+                "--listen".into(),
+                "127.0.0.1:0".into(),
+                "--tokens".into(),
+                file.display().to_string(),
+            ],
+            None,
+            "--tokens",
+            "entry 2",
+        ),
+        (
+            vec![
+                "serve".into(),
+                "--listen".into(),
+                "127.0.0.1:0".into(),
+                "--tokens".into(),
+                missing.display().to_string(),
+            ],
+            None,
+            "cannot read the token file",
+            "missing",
+        ),
+    ];
+    for (args, env_tokens, names, detail) in cases {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_drover"));
+        command
+            .args(&args)
+            .env_remove("DROVER_DATABASE_URL")
+            .env_remove("DROVER_API_TOKENS")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null());
+        if let Some(tokens) = env_tokens {
+            command.env("DROVER_API_TOKENS", tokens);
+        }
+        let out = command.output().expect("run drover");
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(names) && stderr.contains(detail),
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            !stderr.contains("s3cret"),
+            "{args:?} quoted a token: {stderr}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

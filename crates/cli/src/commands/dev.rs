@@ -237,9 +237,9 @@ pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()>
     let server = match args.listen {
         Some(addr) => {
             let auth = match env::api_tokens() {
-                Some(spec) => AuthMode::Tokens(
-                    drover_http::ApiTokens::parse(&spec).map_err(|e| anyhow!("{e}"))?,
-                ),
+                // Parsed as serve parses it: a malformed list is a usage error naming
+                // DROVER_API_TOKENS (exit 2).
+                Some(_) => crate::commands::serve::auth_mode(None, false)?,
                 None => {
                     errln!("drover: API without authentication (set DROVER_API_TOKENS to require tokens)");
                     AuthMode::InsecureNoAuth

@@ -24,8 +24,9 @@ use crate::{env, Extensions};
 /// should silently win.
 ///
 /// # Errors
-/// Usage errors (exit code 2): no tokens and not insecure; tokens and insecure. Others: an
-/// unreadable or malformed token file.
+/// Usage errors (exit code 2), naming `--tokens FILE` or `DROVER_API_TOKENS` and the entry at
+/// fault but never a token: no tokens and not insecure; tokens and insecure; an unreadable
+/// token file; a malformed or empty token list.
 pub fn auth_mode(tokens_file: Option<&std::path::Path>, insecure: bool) -> Result<AuthMode> {
     if insecure {
         if tokens_file.is_some() {
@@ -39,18 +40,24 @@ pub fn auth_mode(tokens_file: Option<&std::path::Path>, insecure: bool) -> Resul
             ));
         }
     }
-    let spec = match tokens_file {
-        Some(path) => Some(
-            std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read the token file {}", path.display()))?,
-        ),
-        None => env::api_tokens(),
+    // Where the tokens come from, for the errors (which never quote a token: they are secrets).
+    let (spec, source) = match tokens_file {
+        Some(path) => {
+            let spec = std::fs::read_to_string(path).map_err(|e| {
+                usage(format!(
+                    "--tokens: cannot read the token file {}: {e}",
+                    path.display()
+                ))
+            })?;
+            (Some(spec), format!("--tokens {}", path.display()))
+        }
+        None => (env::api_tokens(), "DROVER_API_TOKENS".to_owned()),
     };
     match spec {
         Some(spec) => {
-            let tokens = ApiTokens::parse(&spec).map_err(|e| anyhow!("{e}"))?;
+            let tokens = ApiTokens::parse(&spec).map_err(|e| usage(format!("{source}: {e}")))?;
             if tokens.is_empty() {
-                return Err(anyhow!("the API token list is empty: give at least one token:tenant:role, or --insecure-no-auth for development"));
+                return Err(usage(format!("{source}: the API token list is empty: give at least one token:tenant:role, or --insecure-no-auth for development")));
             }
             Ok(AuthMode::Tokens(tokens))
         }
