@@ -20,6 +20,25 @@ pub const DB_CONNECTIONS_MAX: u32 = 10_000;
 /// Largest `--max-concurrent` (and `DROVER_MAX_CONCURRENT`): the runner's own bound.
 pub const MAX_CONCURRENT_MAX: usize = drover_runner::MAX_CONCURRENT_MAX;
 
+/// Parses `--max-concurrent`, which clap also fills from `DROVER_MAX_CONCURRENT`: a whole number
+/// in 1..=[`MAX_CONCURRENT_MAX`]. The error names the variable too, since clap's own names only
+/// the flag, which a user who set the variable never typed.
+///
+/// # Errors
+/// The rule, for clap to print (exit code 2).
+fn max_concurrent(value: &str) -> Result<usize, String> {
+    value
+        .parse::<usize>()
+        .ok()
+        .filter(|n| (1..=MAX_CONCURRENT_MAX).contains(n))
+        .ok_or_else(|| {
+            format!(
+                "must be a whole number in 1..={MAX_CONCURRENT_MAX} (set by --max-concurrent, \
+                 or by DROVER_MAX_CONCURRENT in the environment)"
+            )
+        })
+}
+
 /// Smallest `serve --max-body-bytes`: 1 KiB, room for any single enqueue request's envelope
 /// (a smaller bound answers 413 to every request with a body).
 pub const MAX_BODY_BYTES_MIN: usize = 1024;
@@ -172,7 +191,7 @@ pub struct WorkerArgs {
         long,
         env = "DROVER_MAX_CONCURRENT",
         value_name = "N",
-        value_parser = RangedU64ValueParser::<usize>::new().range(1..=MAX_CONCURRENT_MAX as u64)
+        value_parser = max_concurrent
     )]
     pub max_concurrent: Option<usize>,
 

@@ -537,6 +537,7 @@ fn usage_errors_exit_2() {
             .expect("run drover");
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{var}={value}: {stderr}");
+        assert!(stderr.contains(var), "the error names {var}: {stderr}");
     }
     // --tokens and --insecure-no-auth contradict each other.
     let out = drover(&["serve", "--insecure-no-auth", "--tokens", "/dev/null"]);
