@@ -9,8 +9,8 @@
 //! insertions, check constraints and the JSON parse of each job's args are the same in both.
 //!
 //! Times: COPY cannot compute a value per row and answers no rows, so the store's clock is read
-//! first (`SELECT now()`, on the same connection) and every job of the batch is created and
-//! ready at that instant: `created_at = run_at = T`. The INSERT dates its jobs at its own
+//! first (db_now.sql, on the same connection) and every job of the batch is created and ready
+//! at that instant: `created_at = run_at = T`. The INSERT dates its jobs at its own
 //! transaction's start; T is likewise an instant of the store's clock taken during the call,
 //! before the jobs exist, so a job is ready when it becomes visible, as every job enqueued
 //! without run_at is. `meta` and `limit_keys` travel only when some job of the batch has one
@@ -30,6 +30,7 @@ use drover_core::Error;
 use serde_json::Value;
 use sqlx::PgConnection;
 
+use crate::admin;
 use crate::enqueue::{is_empty_object, Batch};
 use crate::error::SqlxResultExt;
 
@@ -121,16 +122,27 @@ fn field(data: &mut Vec<u8>, bytes: &[u8]) -> Result<(), Error> {
     Ok(())
 }
 
-/// Appends a jsonb field: version 1, then the document as JSON text, serialized in place.
-fn jsonb(data: &mut Vec<u8>, value: &Value) -> Result<(), Error> {
+/// Appends a field whose bytes `write` appends: reserves the length, lets `write` fill the
+/// field in place, then sets the length to what it wrote.
+fn framed(
+    data: &mut Vec<u8>,
+    write: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>,
+) -> Result<(), Error> {
     let at = data.len();
     data.extend_from_slice(&[0; 4]);
-    data.push(JSONB_VERSION);
-    serde_json::to_writer(&mut *data, value)
-        .map_err(|e| Error::fatal(format!("could not serialize a JSON document: {e}")))?;
+    write(data)?;
     let len = length(data.len() - at - 4)?;
     data[at..at + 4].copy_from_slice(&len.to_be_bytes());
     Ok(())
+}
+
+/// Appends a jsonb field: version 1, then the document as JSON text, serialized in place.
+fn jsonb(data: &mut Vec<u8>, value: &Value) -> Result<(), Error> {
+    framed(data, |data| {
+        data.push(JSONB_VERSION);
+        serde_json::to_writer(&mut *data, value)
+            .map_err(|e| Error::fatal(format!("could not serialize a JSON document: {e}")))
+    })
 }
 
 /// Appends a one-dimensional `text[]` field (array_send: dimensions, has-nulls flag, element
@@ -140,23 +152,21 @@ fn text_array<'a>(
     data: &mut Vec<u8>,
     items: impl ExactSizeIterator<Item = &'a str>,
 ) -> Result<(), Error> {
-    let at = data.len();
-    data.extend_from_slice(&[0; 4]);
-    let n = items.len();
-    let dimensions: i32 = if n == 0 { 0 } else { 1 };
-    data.extend_from_slice(&dimensions.to_be_bytes());
-    data.extend_from_slice(&0i32.to_be_bytes());
-    data.extend_from_slice(&TEXT_OID.to_be_bytes());
-    if n > 0 {
-        data.extend_from_slice(&length(n)?.to_be_bytes());
-        data.extend_from_slice(&1i32.to_be_bytes());
-        for item in items {
-            field(data, item.as_bytes())?;
+    framed(data, |data| {
+        let n = items.len();
+        let dimensions: i32 = if n == 0 { 0 } else { 1 };
+        data.extend_from_slice(&dimensions.to_be_bytes());
+        data.extend_from_slice(&0i32.to_be_bytes());
+        data.extend_from_slice(&TEXT_OID.to_be_bytes());
+        if n > 0 {
+            data.extend_from_slice(&length(n)?.to_be_bytes());
+            data.extend_from_slice(&1i32.to_be_bytes());
+            for item in items {
+                field(data, item.as_bytes())?;
+            }
         }
-    }
-    let len = length(data.len() - at - 4)?;
-    data[at..at + 4].copy_from_slice(&len.to_be_bytes());
-    Ok(())
+        Ok(())
+    })
 }
 
 /// A timestamptz's binary form: microseconds since 2000-01-01 00:00:00 UTC, big-endian i64
@@ -187,10 +197,7 @@ fn length(n: usize) -> Result<i32, Error> {
 /// `Unavailable` or `Fatal` from the connection (as every statement); `Fatal` when the server
 /// reports another number of rows than the batch holds.
 pub(crate) async fn copy(conn: &mut PgConnection, batch: &Batch) -> Result<DateTime<Utc>, Error> {
-    let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
-        .fetch_one(&mut *conn)
-        .await
-        .store_err()?;
+    let now = admin::now(&mut *conn).await?;
     let (statement, data) = encode(batch, now)?;
     let mut copy = conn.copy_in_raw(statement).await.store_err()?;
     if let Err(error) = copy.send(data).await {

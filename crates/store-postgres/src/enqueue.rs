@@ -104,8 +104,8 @@ impl Batch {
 
     /// Whether the store's own enqueue may store this batch with COPY (copy.rs): at least
     /// [`COPY_MIN_JOBS`] jobs, no quota to check, and every job ready at once without an
-    /// idempotency or unique key (nothing can conflict, and the defaults give every job the
-    /// transaction's `now()` as run_at and created_at).
+    /// idempotency or unique key (nothing can conflict, and one instant of the store's clock
+    /// dates every job: run_at = created_at).
     pub(crate) fn copyable(&self, config: &StoreConfig) -> bool {
         self.len() >= COPY_MIN_JOBS
             && config.quotas.is_unbounded()
