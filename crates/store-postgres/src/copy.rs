@@ -26,12 +26,13 @@
 //! then a trailer).
 
 use chrono::{DateTime, Utc};
-use drover_core::Error;
+use drover_core::{Error, NewJob};
 use serde_json::Value;
 use sqlx::PgConnection;
+use uuid::Uuid;
 
 use crate::admin;
-use crate::enqueue::{is_empty_object, Batch};
+use crate::enqueue::{is_empty_object, Batch, Enqueue};
 use crate::error::SqlxResultExt;
 
 /// Smallest batch stored with COPY. Below it the INSERT's single round trip costs less than
@@ -57,6 +58,11 @@ const COPY_JOBS_META: &str = copy_jobs!("meta");
 const COPY_JOBS_LIMIT_KEYS: &str = copy_jobs!("limit_keys");
 const COPY_JOBS_META_LIMIT_KEYS: &str = copy_jobs!("meta", "limit_keys");
 
+/// How many bytes of rows are encoded before they are sent: small enough that the server
+/// starts on a 1,000-job batch after about a tenth of it, large enough that a send (one write
+/// to the socket) carries about a hundred small jobs.
+const SEND_BYTES: usize = 16 * 1024;
+
 /// How many columns [`COPY_JOBS`] names.
 const COLUMNS: usize = 10;
 
@@ -72,47 +78,85 @@ const TEXT_OID: u32 = 25;
 /// jsonb's binary format version (jsonb_send / jsonb_recv).
 const JSONB_VERSION: u8 = 1;
 
-/// The COPY statement and its data for `batch`, every job created and ready at `now`.
+/// How the rows of one batch are written: the statement (which columns travel) and the
+/// values every row shares.
+struct Rows {
+    statement: &'static str,
+    /// The field count each tuple starts with.
+    fields: i16,
+    with_meta: bool,
+    with_limit_keys: bool,
+    /// `now` in timestamptz's binary form: every job's `run_at` and `created_at`.
+    now: [u8; 8],
+}
+
+impl Rows {
+    /// The statement and shared values for `batch`, every job created and ready at `now`.
+    ///
+    /// # Errors
+    /// `Fatal` when `now` is outside timestamptz's range (never for the store's own clock).
+    fn new(batch: &Batch, now: DateTime<Utc>) -> Result<Rows, Error> {
+        let jobs = batch.jobs();
+        let with_meta = jobs.iter().any(|job| !is_empty_object(&job.meta));
+        let with_limit_keys = jobs.iter().any(|job| !job.limit_keys.is_empty());
+        let statement = match (with_meta, with_limit_keys) {
+            (false, false) => COPY_JOBS,
+            (true, false) => COPY_JOBS_META,
+            (false, true) => COPY_JOBS_LIMIT_KEYS,
+            (true, true) => COPY_JOBS_META_LIMIT_KEYS,
+        };
+        let columns = COLUMNS + usize::from(with_meta) + usize::from(with_limit_keys);
+        Ok(Rows {
+            statement,
+            fields: i16::try_from(columns).map_err(|_| Error::fatal("too many columns"))?,
+            with_meta,
+            with_limit_keys,
+            now: timestamptz(now)?,
+        })
+    }
+
+    /// Appends the tuple of `job`, stored under `id`.
+    ///
+    /// # Errors
+    /// `Fatal` when a field does not fit the format's 32-bit lengths (never for a job that
+    /// passed validation: its documents are bounded far below 1 GiB).
+    fn append(&self, data: &mut Vec<u8>, job: &NewJob, id: &Uuid) -> Result<(), Error> {
+        data.extend_from_slice(&self.fields.to_be_bytes());
+        field(data, id.as_bytes())?;
+        field(data, job.kind.as_str().as_bytes())?;
+        field(data, job.queue.as_str().as_bytes())?;
+        field(data, job.tenant.as_str().as_bytes())?;
+        jsonb(data, &job.args)?;
+        field(data, &job.priority.to_be_bytes())?;
+        field(data, &self.now)?;
+        field(data, b"queued")?;
+        field(data, &job.max_attempts.to_be_bytes())?;
+        field(data, &self.now)?;
+        if self.with_meta {
+            jsonb(data, &job.meta)?;
+        }
+        if self.with_limit_keys {
+            text_array(data, job.limit_keys.iter().map(|k| k.as_str()))?;
+        }
+        Ok(())
+    }
+}
+
+/// The COPY statement and all its data for `batch`, every job created and ready at `now`: the
+/// bytes [`copy`] sends in pieces.
 ///
 /// # Errors
-/// `Fatal` when a field does not fit the format's 32-bit lengths (never for a batch that passed
-/// validation: its documents are bounded far below 1 GiB).
-pub(crate) fn encode(batch: &Batch, now: DateTime<Utc>) -> Result<(&'static str, Vec<u8>), Error> {
-    let jobs = batch.jobs();
-    let with_meta = jobs.iter().any(|job| !is_empty_object(&job.meta));
-    let with_limit_keys = jobs.iter().any(|job| !job.limit_keys.is_empty());
-    let statement = match (with_meta, with_limit_keys) {
-        (false, false) => COPY_JOBS,
-        (true, false) => COPY_JOBS_META,
-        (false, true) => COPY_JOBS_LIMIT_KEYS,
-        (true, true) => COPY_JOBS_META_LIMIT_KEYS,
-    };
-    let columns = COLUMNS + usize::from(with_meta) + usize::from(with_limit_keys);
-    let fields = i16::try_from(columns).map_err(|_| Error::fatal("too many columns"))?;
-    let now = timestamptz(now)?;
-    let mut data = Vec::with_capacity(HEADER.len() + jobs.len() * 160 + TRAILER.len());
+/// As [`Rows::append`].
+#[cfg(test)]
+fn encode(batch: &Batch, now: DateTime<Utc>) -> Result<(&'static str, Vec<u8>), Error> {
+    let rows = Rows::new(batch, now)?;
+    let mut data = Vec::new();
     data.extend_from_slice(HEADER);
-    for (job, id) in jobs.iter().zip(batch.ids()) {
-        data.extend_from_slice(&fields.to_be_bytes());
-        field(&mut data, id.as_bytes())?;
-        field(&mut data, job.kind.as_str().as_bytes())?;
-        field(&mut data, job.queue.as_str().as_bytes())?;
-        field(&mut data, job.tenant.as_str().as_bytes())?;
-        jsonb(&mut data, &job.args)?;
-        field(&mut data, &job.priority.to_be_bytes())?;
-        field(&mut data, &now)?;
-        field(&mut data, b"queued")?;
-        field(&mut data, &job.max_attempts.to_be_bytes())?;
-        field(&mut data, &now)?;
-        if with_meta {
-            jsonb(&mut data, &job.meta)?;
-        }
-        if with_limit_keys {
-            text_array(&mut data, job.limit_keys.iter().map(|k| k.as_str()))?;
-        }
+    for (job, id) in batch.jobs().iter().zip(batch.ids()) {
+        rows.append(&mut data, job, id)?;
     }
     data.extend_from_slice(TRAILER);
-    Ok((statement, data))
+    Ok((rows.statement, data))
 }
 
 /// Appends one field: its length (i32) and bytes.
@@ -188,31 +232,47 @@ fn length(n: usize) -> Result<i32, Error> {
 }
 
 /// Stores `batch` with COPY on `conn` (autocommit: the COPY is one statement, so all or
-/// nothing); returns the instant every job was dated with (`run_at` and `created_at`).
+/// nothing); returns its answers, every job dated with one instant of the store's clock
+/// (`run_at` and `created_at`).
+///
+/// The rows are encoded and sent [`SEND_BYTES`] at a time, so the server parses and inserts
+/// one piece while the next is encoded, and the answers are built while the server finishes
+/// and commits: the client's work overlaps the server's instead of preceding or following it.
 ///
 /// A failed or cancelled call stores nothing: the server aborts an unfinished COPY (a connection
-/// left mid-COPY by a cancellation answers the pool's check with an error and is closed).
+/// left mid-COPY by a cancellation or an error is closed: `Conn::close_unless_done`).
 ///
 /// # Errors
-/// `Unavailable` or `Fatal` from the connection (as every statement); `Fatal` when the server
-/// reports another number of rows than the batch holds.
-pub(crate) async fn copy(conn: &mut PgConnection, batch: &Batch) -> Result<DateTime<Utc>, Error> {
+/// `Unavailable` or `Fatal` from the connection (as every statement); `Fatal` when a field does
+/// not fit the format (never after validation), or when the server reports another number of
+/// rows than the batch holds.
+pub(crate) async fn copy(conn: &mut PgConnection, batch: Batch) -> Result<Enqueue, Error> {
     let now = admin::now(&mut *conn).await?;
-    let (statement, data) = encode(batch, now)?;
-    let mut copy = conn.copy_in_raw(statement).await.store_err()?;
-    if let Err(error) = copy.send(data).await {
-        // A send fails only on I/O: the connection is broken, nothing more to tell the server.
-        drop(copy);
-        return Err(error).store_err();
+    let rows = Rows::new(&batch, now)?;
+    let mut copy = conn.copy_in_raw(rows.statement).await.store_err()?;
+    let mut data = Vec::with_capacity(SEND_BYTES + SEND_BYTES / 2);
+    data.extend_from_slice(HEADER);
+    for (job, id) in batch.jobs().iter().zip(batch.ids()) {
+        rows.append(&mut data, job, id)?;
+        if data.len() >= SEND_BYTES {
+            // A send fails only on I/O: the connection is broken, nothing more to tell the
+            // server (the COPY dropped unfinished queues a CopyFail; the connection is closed).
+            copy.send(data.as_slice()).await.store_err()?;
+            data.clear();
+        }
     }
-    let rows = copy.finish().await.store_err()?;
+    data.extend_from_slice(TRAILER);
+    copy.send(data).await.store_err()?;
     let jobs = batch.jobs().len();
+    // finish() sends CopyDone and then waits for the commit; the answers are built meanwhile.
+    let (rows, enqueue) = tokio::join!(copy.finish(), async move { batch.copied(now) });
+    let rows = rows.store_err()?;
     if usize::try_from(rows).ok() != Some(jobs) {
         return Err(Error::fatal(format!(
             "COPY stored {rows} jobs of a batch of {jobs}"
         )));
     }
-    Ok(now)
+    Ok(enqueue)
 }
 
 #[cfg(test)]

@@ -263,9 +263,7 @@ impl JobStore for PgStore {
         let mut conn = self.connections.acquire().await?;
         let result = if batch.copyable(&self.options.config) {
             conn.close_unless_done();
-            copy::copy(&mut conn, &batch)
-                .await
-                .map(|now| batch.copied(now))
+            copy::copy(&mut conn, batch).await
         } else {
             enqueue::enqueue(&mut conn, &self.options.config, batch, Wake::AfterCommit).await
         };
