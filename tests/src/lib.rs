@@ -126,6 +126,7 @@ macro_rules! contract_suite {
             list_rejects_bad_filter,
             list_get_unknown_is_not_found,
             queues_pause_resume_idempotent,
+            queues_racing_pauses_and_resumes_change_it_once,
             queues_list_shows_queues_with_jobs_or_pause,
             queues_resume_of_an_empty_queue_leaves_no_entry,
             snapshot_counts_per_state,

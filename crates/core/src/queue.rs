@@ -9,6 +9,19 @@ use serde::{Deserialize, Serialize};
 use crate::names::{QueueName, WorkerId};
 use crate::state::JobState;
 
+/// What a pause or a resume did to a queue ([`crate::JobStore::queue_pause`],
+/// [`crate::JobStore::queue_resume`]); the CLI and the HTTP API answer with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueChange {
+    /// The queue as it is after the call.
+    #[serde(flatten)]
+    pub queue: QueueInfo,
+    /// True when this call paused (or resumed) the queue; false when it already was as asked,
+    /// so nothing changed. Decided by the store in the same step as the change, so of calls
+    /// racing to pause (or resume) one queue exactly one says true.
+    pub changed: bool,
+}
+
 /// A queue as `queues list` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueInfo {

@@ -19,7 +19,7 @@ use crate::job::{Enqueued, Job, JobId, NewJob, SizeLimits};
 use crate::lease::FencingToken;
 use crate::limits::{LimitPolicy, LimitStatus};
 use crate::names::{JobKind, LimitKey, QueueName, ScheduleName, TenantId, WorkerId};
-use crate::queue::{QueueInfo, Snapshot, WorkerInfo, WorkerRegistration};
+use crate::queue::{QueueChange, QueueInfo, Snapshot, WorkerInfo, WorkerRegistration};
 use crate::schedule::{NewSchedule, Schedule};
 use crate::state::{JobState, Resolution, Retry, Transition};
 
@@ -467,11 +467,15 @@ pub trait JobStore: Send + Sync + 'static {
     /// `InvalidInput` for a limit of 0 or above 100,000.
     async fn jobs_prune(&self, prune: PruneJobs) -> Result<u64>;
 
-    /// Pauses a queue cluster-wide (creating its record if needed). Idempotent.
-    async fn queue_pause(&self, queue: QueueName) -> Result<QueueInfo>;
+    /// Pauses a queue cluster-wide (creating its record if needed). Idempotent: pausing a
+    /// paused queue keeps the time it was first paused and answers `changed: false`. Of
+    /// concurrent pauses of one unpaused queue exactly one answers `changed: true`.
+    async fn queue_pause(&self, queue: QueueName) -> Result<QueueChange>;
 
-    /// Resumes a queue. Idempotent; emits [`StoreEvent::JobsAvailable`].
-    async fn queue_resume(&self, queue: QueueName) -> Result<QueueInfo>;
+    /// Resumes a queue (its stored pause is removed). Idempotent: resuming a queue that is not
+    /// paused answers `changed: false`; of concurrent resumes of one paused queue exactly one
+    /// answers `changed: true`. Emits [`StoreEvent::JobsAvailable`] either way.
+    async fn queue_resume(&self, queue: QueueName) -> Result<QueueChange>;
 
     /// Queues that have jobs or a stored pause state, by name.
     async fn queues_list(&self) -> Result<Vec<QueueInfo>>;

@@ -8,23 +8,11 @@ use std::sync::Arc;
 
 use drover_core::{
     CancelOutcome, EnqueueStatus, Enqueued, Entity, Error, Job, JobId, JobKind, JobStore, NewJob,
-    QueueInfo, QueueName,
+    QueueChange, QueueName,
 };
 use serde::Serialize;
 
 use crate::metrics::{Metrics, NoopMetrics};
-
-/// What [`Client::queue_pause`] or [`Client::queue_resume`] did to a queue.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct QueueChange {
-    /// The queue as it is now.
-    #[serde(flatten)]
-    pub queue: QueueInfo,
-    /// False when the queue already was as asked (paused, or not paused), so nothing changed.
-    /// Read just before the change: two operators changing one queue at the same instant may
-    /// both see `true`.
-    pub changed: bool,
-}
 
 /// Enqueues and inspects jobs. Cheap to clone.
 #[derive(Clone)]
@@ -121,17 +109,7 @@ impl Client {
     /// # Errors
     /// `Unavailable`, `Fatal`.
     pub async fn queue_pause(&self, queue: QueueName) -> Result<QueueChange, Error> {
-        let was_paused = self
-            .store
-            .queues_list()
-            .await?
-            .iter()
-            .any(|q| q.name == queue && q.paused);
-        let info = self.store.queue_pause(queue).await?;
-        Ok(QueueChange {
-            queue: info,
-            changed: !was_paused,
-        })
+        self.store.queue_pause(queue).await
     }
 
     /// Resumes `queue`. Resuming is idempotent at the store, so a typo would "succeed" and leave
@@ -162,12 +140,7 @@ impl Client {
                 id: queue.to_string(),
             });
         }
-        let was_paused = known.is_some_and(|q| q.paused);
-        let info = self.store.queue_resume(queue).await?;
-        Ok(QueueChange {
-            queue: info,
-            changed: was_paused,
-        })
+        self.store.queue_resume(queue).await
     }
 
     fn report(&self, enqueued: &[Enqueued]) {

@@ -50,7 +50,7 @@ mod running;
 mod runtime;
 mod worker;
 
-pub use client::{Client, QueueChange};
+pub use client::Client;
 pub use config::{
     default_worker_id, PoolConfig, WorkerConfig, CANCEL_GRACE_DEFAULT, COMPLETER_BATCH_DEFAULT,
     COMPLETER_BATCH_MAX, FLUSH_TIMEOUT_DEFAULT, MAINTENANCE_START_DELAY_DEFAULT,
@@ -61,6 +61,8 @@ pub use config::{
     STORE_RETRY_MIN_DEFAULT, WORKER_STALE_AFTER_DEFAULT,
 };
 pub use context::JobContext;
+/// What a pause or resume did (defined in `drover_core`; re-exported where it used to live).
+pub use drover_core::QueueChange;
 pub use handler::Handler;
 pub use metrics::{JobOutcome, Metrics, NoopMetrics, TransitionEvent, TransitionHook};
 pub use outcome::Outcome;

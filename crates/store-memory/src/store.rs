@@ -15,9 +15,9 @@ use drover_core::{
     clock, json, lease, CancelEffect, CancelOutcome, ClaimJobs, ClaimReconciling, Clock, Enqueued,
     Entity, Error, Event, EventStream, Finish, FinishItem, FinishReply, FireSchedule,
     HeartbeatJobs, HeartbeatReply, Job, JobId, JobPage, JobState, JobStore, LimitKey, LimitPolicy,
-    LimitStatus, ListJobs, NewJob, NewSchedule, PruneJobs, QueueInfo, QueueName, QueueSnapshot,
-    RescueExpired, Rescued, Resolution, Result, Schedule, ScheduleName, Snapshot, StoreConfig,
-    StoreEvent, SystemClock, Transition, WorkerId, WorkerInfo, WorkerRegistration,
+    LimitStatus, ListJobs, NewJob, NewSchedule, PruneJobs, QueueChange, QueueInfo, QueueName,
+    QueueSnapshot, RescueExpired, Rescued, Resolution, Result, Schedule, ScheduleName, Snapshot,
+    StoreConfig, StoreEvent, SystemClock, Transition, WorkerId, WorkerInfo, WorkerRegistration,
 };
 use parking_lot::Mutex;
 use tokio::sync::broadcast;
@@ -464,7 +464,7 @@ impl JobStore for MemoryStore {
         Ok(inner.prune(cutoff, limit))
     }
 
-    async fn queue_pause(&self, queue: QueueName) -> Result<QueueInfo> {
+    async fn queue_pause(&self, queue: QueueName) -> Result<QueueChange> {
         let mut inner = self.inner.lock();
         let now = self.clock_now();
         let info = inner.queues.entry(queue.clone()).or_insert(QueueInfo {
@@ -472,24 +472,31 @@ impl JobStore for MemoryStore {
             paused: false,
             paused_at: None,
         });
-        if !info.paused {
+        let changed = !info.paused;
+        if changed {
             info.paused = true;
             info.paused_at = Some(now);
         }
-        Ok(info.clone())
+        Ok(QueueChange {
+            queue: info.clone(),
+            changed,
+        })
     }
 
-    async fn queue_resume(&self, queue: QueueName) -> Result<QueueInfo> {
+    async fn queue_resume(&self, queue: QueueName) -> Result<QueueChange> {
         // A queue's entry only stores a pause: resuming removes it (as the PostgreSQL store
         // deletes its row), so a queue resumed by mistake is not listed.
-        self.inner.lock().queues.remove(&queue);
+        let removed = self.inner.lock().queues.remove(&queue);
         let info = QueueInfo {
             name: queue.clone(),
             paused: false,
             paused_at: None,
         };
         self.publish(StoreEvent::JobsAvailable { queue });
-        Ok(info)
+        Ok(QueueChange {
+            queue: info,
+            changed: removed.is_some_and(|q| q.paused),
+        })
     }
 
     async fn queues_list(&self) -> Result<Vec<QueueInfo>> {

@@ -9,8 +9,8 @@ use chrono::{DateTime, Utc};
 use drover_core::error::Entity;
 use drover_core::{
     Error, Job, JobId, JobPage, JobState, LimitKey, LimitPolicy, LimitStatus, ListJobs,
-    NewSchedule, QueueInfo, QueueName, QueueSnapshot, Schedule, ScheduleName, Snapshot,
-    StoreConfig, WorkerId, WorkerInfo, WorkerRegistration,
+    NewSchedule, QueueChange, QueueInfo, QueueName, QueueSnapshot, Schedule, ScheduleName,
+    Snapshot, StoreConfig, WorkerId, WorkerInfo, WorkerRegistration,
 };
 use serde_json::Value;
 use sqlx::PgConnection;
@@ -146,30 +146,63 @@ impl QueueRecord {
     }
 }
 
-/// Pauses a queue cluster-wide.
+/// Pauses a queue cluster-wide. queue_pause.sql answers a row only when it paused the queue
+/// (the insert, or the update of an unpaused row, decided under the row's lock, so of racing
+/// pauses one does); otherwise the queue already was paused and is read back, in a statement of
+/// its own so that it sees a pause committed since the first one began.
 pub(crate) async fn queue_pause(
     conn: &mut PgConnection,
     queue: QueueName,
-) -> Result<QueueInfo, Error> {
-    sqlx::query_as::<_, QueueRecord>(sql::QUEUE_PAUSE)
+) -> Result<QueueChange, Error> {
+    let paused = sqlx::query_as::<_, QueueRecord>(sql::QUEUE_PAUSE)
         .bind(queue.as_str())
-        .fetch_one(&mut *conn)
+        .fetch_optional(&mut *conn)
         .await
-        .store_err()?
-        .into_info()
+        .store_err()?;
+    if let Some(record) = paused {
+        return Ok(QueueChange {
+            queue: record.into_info()?,
+            changed: true,
+        });
+    }
+    let stored = sqlx::query_as::<_, QueueRecord>(sql::QUEUE_GET)
+        .bind(queue.as_str())
+        .fetch_optional(&mut *conn)
+        .await
+        .store_err()?;
+    let info = match stored {
+        Some(record) => record.into_info()?,
+        // Resumed in between: not paused now.
+        None => QueueInfo {
+            name: queue,
+            paused: false,
+            paused_at: None,
+        },
+    };
+    Ok(QueueChange {
+        queue: info,
+        changed: false,
+    })
 }
 
-/// Resumes a queue and wakes idle workers.
+/// Resumes a queue and wakes idle workers; `changed` when this call removed a pause.
 pub(crate) async fn queue_resume(
     conn: &mut PgConnection,
     queue: QueueName,
-) -> Result<QueueInfo, Error> {
-    sqlx::query_as::<_, QueueRecord>(sql::QUEUE_RESUME)
+) -> Result<QueueChange, Error> {
+    let (changed,): (bool,) = sqlx::query_as(sql::QUEUE_RESUME)
         .bind(queue.as_str())
         .fetch_one(&mut *conn)
         .await
-        .store_err()?
-        .into_info()
+        .store_err()?;
+    Ok(QueueChange {
+        queue: QueueInfo {
+            name: queue,
+            paused: false,
+            paused_at: None,
+        },
+        changed,
+    })
 }
 
 /// Queues with jobs or a stored pause state.

@@ -69,6 +69,8 @@ statements! {
     QUEUE_PAUSE = "queue_pause.sql";
     /// Resume a queue.
     QUEUE_RESUME = "queue_resume.sql";
+    /// One queue's stored pause.
+    QUEUE_GET = "queue_get.sql";
     /// List queues.
     QUEUES_LIST = "queues_list.sql";
     /// Register a worker.

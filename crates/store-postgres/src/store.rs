@@ -12,8 +12,8 @@ use drover_core::{
     CancelOutcome, ClaimJobs, ClaimReconciling, Enqueued, Error, EventStream, FencingToken,
     FinishItem, FinishReply, FireSchedule, HeartbeatJobs, HeartbeatReply, Job, JobId, JobPage,
     JobStore, LimitKey, LimitPolicy, LimitStatus, ListJobs, NewJob, NewSchedule, PruneJobs,
-    QueueInfo, QueueName, RescueExpired, Rescued, Resolution, Schedule, ScheduleName, Snapshot,
-    StoreConfig, Transition, WorkerId, WorkerInfo, WorkerRegistration,
+    QueueChange, QueueInfo, QueueName, RescueExpired, Rescued, Resolution, Schedule, ScheduleName,
+    Snapshot, StoreConfig, Transition, WorkerId, WorkerInfo, WorkerRegistration,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgConnection, PgPool};
@@ -344,13 +344,13 @@ impl JobStore for PgStore {
         conn.done(result)
     }
 
-    async fn queue_pause(&self, queue: QueueName) -> Result<QueueInfo, Error> {
+    async fn queue_pause(&self, queue: QueueName) -> Result<QueueChange, Error> {
         let mut conn = self.connections.acquire().await?;
         let result = admin::queue_pause(&mut conn, queue).await;
         conn.done(result)
     }
 
-    async fn queue_resume(&self, queue: QueueName) -> Result<QueueInfo, Error> {
+    async fn queue_resume(&self, queue: QueueName) -> Result<QueueChange, Error> {
         let mut conn = self.connections.acquire().await?;
         let result = admin::queue_resume(&mut conn, queue).await;
         conn.done(result)
