@@ -8,16 +8,85 @@ use std::io::Write;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use comfy_table::{presets, ContentArrangement, Table};
+use comfy_table::{presets, ColumnConstraint, ContentArrangement, Row, Table, Width};
 use serde::Serialize;
 
-/// A table with the given header, sized to the terminal.
-pub fn table(header: &[&str]) -> Table {
+/// Narrowest terminal a table is fitted to: below it (or when the terminal reports a width of
+/// 0, as a pseudo-terminal without a size does) tables are printed at their natural width.
+const FIT_WIDTH_MIN: u16 = 40;
+
+/// Longest word a column is kept wide enough for; longer words (a long error token) may wrap.
+const WORD_KEPT_MAX: usize = 64;
+
+/// A table for people (comfy-table), sized to the terminal, that never splits a word: a job
+/// id, a time, a queue name stays on one line so it can be copied, and only text with spaces
+/// (error messages, JSON) wraps. Wider than the terminal rather than breaking an id.
+#[derive(Debug, Clone)]
+pub struct TextTable {
+    table: Table,
+}
+
+impl TextTable {
+    /// Adds a row (cells in header order).
+    pub fn add_row<T: Into<Row>>(&mut self, row: T) -> &mut Self {
+        self.table.add_row(row);
+        self
+    }
+
+    /// The table as printed: each column at least as wide as its longest word (up to
+    /// [`WORD_KEPT_MAX`] characters); on a terminal narrower than [`FIT_WIDTH_MIN`], unfitted.
+    fn fitted(&self) -> Table {
+        let mut table = self.table.clone();
+        if table.width().is_some_and(|width| width < FIT_WIDTH_MIN) {
+            table.set_content_arrangement(ContentArrangement::Disabled);
+            return table;
+        }
+        let mut longest: Vec<usize> = Vec::new();
+        let header = table.header().into_iter();
+        for row in header.chain(table.row_iter()) {
+            for (i, cell) in row.cell_iter().enumerate() {
+                let word = cell
+                    .content()
+                    .split_whitespace()
+                    .map(|word| word.chars().count())
+                    .max()
+                    .unwrap_or(0);
+                if longest.len() <= i {
+                    longest.resize(i + 1, 0);
+                }
+                longest[i] = longest[i].max(word.min(WORD_KEPT_MAX));
+            }
+        }
+        for (column, word) in table.column_iter_mut().zip(longest) {
+            // The constraint counts the cell's padding too (one space each side).
+            let width = u16::try_from(word + 2).unwrap_or(u16::MAX);
+            column.set_constraint(ColumnConstraint::LowerBoundary(Width::Fixed(width)));
+        }
+        table
+    }
+
+    /// Fixes the width instead of reading the terminal's (tests).
+    #[cfg(test)]
+    fn with_width(mut self, width: u16) -> Self {
+        self.table.set_width(width);
+        self
+    }
+}
+
+impl fmt::Display for TextTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.fitted().fmt(f)
+    }
+}
+
+/// A table with the given header, sized to the terminal without splitting words
+/// ([`TextTable`]).
+pub fn table(header: &[&str]) -> TextTable {
     let mut t = Table::new();
     t.load_preset(presets::UTF8_BORDERS_ONLY)
         .set_content_arrangement(ContentArrangement::Dynamic)
         .set_header(header.iter().copied());
-    t
+    TextTable { table: t }
 }
 
 /// Stdout was closed by the reader (a pipe to `head`, a pager that quit): the command stops
@@ -133,6 +202,51 @@ pub fn short(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const ID: &str = "01a23560-7fa8-73f0-b140-52ceab112f1f";
+
+    fn jobs_table(width: u16) -> String {
+        let mut t = table(&["id", "kind", "queue", "state", "run at", "error"]).with_width(width);
+        t.add_row(vec![
+            ID,
+            "email.send",
+            "mail",
+            "queued",
+            "2026-12-02T06:15:00Z",
+            "the mail server refused the message: 550 mailbox unavailable for this recipient",
+        ]);
+        t.to_string()
+    }
+
+    #[test]
+    fn a_narrow_terminal_wraps_text_but_never_splits_a_word() {
+        // 110 columns: every word fits, so only the error message wraps, inside the width.
+        let text = jobs_table(110);
+        for word in [ID, "2026-12-02T06:15:00Z", "email.send", "unavailable"] {
+            assert!(text.contains(word), "{word} is split:\n{text}");
+        }
+        assert!(text.lines().count() > 5, "the error wrapped:\n{text}");
+        assert!(
+            text.lines().all(|line| line.chars().count() <= 110),
+            "{text}"
+        );
+        // 80 columns cannot hold the words side by side: the table is wider, the id whole.
+        let text = jobs_table(80);
+        assert!(text.contains(ID), "the id is split:\n{text}");
+        assert!(text.contains("2026-12-02T06:15:00Z"), "{text}");
+    }
+
+    #[test]
+    fn a_terminal_without_a_width_gets_the_table_unfitted() {
+        for width in [0, 10] {
+            let text = jobs_table(width);
+            assert!(text.contains(ID), "width {width}:\n{text}");
+            assert!(
+                text.contains("550 mailbox unavailable for this recipient"),
+                "width {width}: {text}"
+            );
+        }
+    }
 
     #[test]
     fn durations_read_well() {
