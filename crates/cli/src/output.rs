@@ -41,7 +41,7 @@ impl TextTable {
             table.set_content_arrangement(ContentArrangement::Disabled);
             return table;
         }
-        let mut longest: Vec<usize> = Vec::new();
+        let mut longest = vec![0; table.column_count()];
         let header = table.header().into_iter();
         for row in header.chain(table.row_iter()) {
             for (i, cell) in row.cell_iter().enumerate() {
@@ -51,9 +51,6 @@ impl TextTable {
                     .map(|word| word.chars().count())
                     .max()
                     .unwrap_or(0);
-                if longest.len() <= i {
-                    longest.resize(i + 1, 0);
-                }
                 longest[i] = longest[i].max(word.min(WORD_KEPT_MAX));
             }
         }

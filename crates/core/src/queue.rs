@@ -33,6 +33,17 @@ pub struct QueueInfo {
     pub paused_at: Option<DateTime<Utc>>,
 }
 
+impl QueueInfo {
+    /// `queue` as it is without a stored pause: not paused, no pause time.
+    pub fn unpaused(queue: QueueName) -> Self {
+        QueueInfo {
+            name: queue,
+            paused: false,
+            paused_at: None,
+        }
+    }
+}
+
 /// Counts and lag of one queue at one instant.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueSnapshot {

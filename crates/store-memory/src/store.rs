@@ -467,11 +467,10 @@ impl JobStore for MemoryStore {
     async fn queue_pause(&self, queue: QueueName) -> Result<QueueChange> {
         let mut inner = self.inner.lock();
         let now = self.clock_now();
-        let info = inner.queues.entry(queue.clone()).or_insert(QueueInfo {
-            name: queue,
-            paused: false,
-            paused_at: None,
-        });
+        let info = inner
+            .queues
+            .entry(queue.clone())
+            .or_insert_with(|| QueueInfo::unpaused(queue));
         let changed = !info.paused;
         if changed {
             info.paused = true;
@@ -487,11 +486,7 @@ impl JobStore for MemoryStore {
         // A queue's entry only stores a pause: resuming removes it (as the PostgreSQL store
         // deletes its row), so a queue resumed by mistake is not listed.
         let removed = self.inner.lock().queues.remove(&queue);
-        let info = QueueInfo {
-            name: queue.clone(),
-            paused: false,
-            paused_at: None,
-        };
+        let info = QueueInfo::unpaused(queue.clone());
         self.publish(StoreEvent::JobsAvailable { queue });
         Ok(QueueChange {
             queue: info,
@@ -504,14 +499,7 @@ impl JobStore for MemoryStore {
         let mut queues = inner.queues.clone();
         for name in inner.idx.counts.keys() {
             if !queues.contains_key(name) {
-                queues.insert(
-                    name.clone(),
-                    QueueInfo {
-                        name: name.clone(),
-                        paused: false,
-                        paused_at: None,
-                    },
-                );
+                queues.insert(name.clone(), QueueInfo::unpaused(name.clone()));
             }
         }
         Ok(queues.into_values().collect())

@@ -173,11 +173,7 @@ pub(crate) async fn queue_pause(
     let info = match stored {
         Some(record) => record.into_info()?,
         // Resumed in between: not paused now.
-        None => QueueInfo {
-            name: queue,
-            paused: false,
-            paused_at: None,
-        },
+        None => QueueInfo::unpaused(queue),
     };
     Ok(QueueChange {
         queue: info,
@@ -196,11 +192,7 @@ pub(crate) async fn queue_resume(
         .await
         .store_err()?;
     Ok(QueueChange {
-        queue: QueueInfo {
-            name: queue,
-            paused: false,
-            paused_at: None,
-        },
+        queue: QueueInfo::unpaused(queue),
         changed,
     })
 }
