@@ -5,7 +5,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::builder::{RangedI64ValueParser, RangedU64ValueParser};
 use clap::parser::ValueSource;
 use clap::{ArgGroup, ArgMatches, Args, Parser, Subcommand, ValueEnum};
 use drover_core::limits::MAX_RUNNING_MAX;
@@ -20,6 +19,31 @@ pub const DB_CONNECTIONS_MAX: u32 = 10_000;
 /// Largest `--max-concurrent` (and `DROVER_MAX_CONCURRENT`): the runner's own bound.
 pub const MAX_CONCURRENT_MAX: usize = drover_runner::MAX_CONCURRENT_MAX;
 
+/// The parser of a whole-number flag whose rule is `min..=max`: anything else (`abc`, `1e3`,
+/// `2.5`, an empty value, a number out of range) is refused with the rule, "must be an integer
+/// between MIN and MAX", which clap prints after the flag and the value given (exit code 2).
+/// Clap's own integer parsers answer "invalid digit found in string" for `abc`, which names
+/// no rule.
+///
+/// # Errors
+/// The rule, for clap to print.
+fn integer_in<T>(
+    min: i128,
+    max: i128,
+) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static
+where
+    T: TryFrom<i128>,
+{
+    move |value: &str| {
+        value
+            .parse::<i128>()
+            .ok()
+            .filter(|n| (min..=max).contains(n))
+            .and_then(|n| T::try_from(n).ok())
+            .ok_or_else(|| format!("must be an integer between {min} and {max}"))
+    }
+}
+
 /// Parses `--max-concurrent`, which clap also fills from `DROVER_MAX_CONCURRENT`: a whole number
 /// in 1..=[`MAX_CONCURRENT_MAX`]. The error names the variable too, since clap's own names only
 /// the flag, which a user who set the variable never typed.
@@ -33,7 +57,7 @@ fn max_concurrent(value: &str) -> Result<usize, String> {
         .filter(|n| (1..=MAX_CONCURRENT_MAX).contains(n))
         .ok_or_else(|| {
             format!(
-                "must be a whole number in 1..={MAX_CONCURRENT_MAX} (set by --max-concurrent, \
+                "must be an integer between 1 and {MAX_CONCURRENT_MAX} (set by --max-concurrent, \
                  or by DROVER_MAX_CONCURRENT in the environment)"
             )
         })
@@ -164,7 +188,7 @@ pub struct WorkerArgs {
         long,
         default_value_t = 8,
         value_name = "N",
-        value_parser = RangedU64ValueParser::<usize>::new().range(1..=SLOTS_MAX as u64)
+        value_parser = integer_in::<usize>(1, SLOTS_MAX as i128)
     )]
     pub slots: usize,
 
@@ -175,7 +199,7 @@ pub struct WorkerArgs {
     #[arg(
         long,
         value_name = "N",
-        value_parser = RangedU64ValueParser::<usize>::new().range(0..=PREFETCH_MAX as u64)
+        value_parser = integer_in::<usize>(0, PREFETCH_MAX as i128)
     )]
     pub prefetch: Option<usize>,
 
@@ -230,7 +254,7 @@ pub struct WorkerArgs {
     #[arg(
         long,
         value_name = "N",
-        value_parser = RangedU64ValueParser::<u32>::new().range(1..=u64::from(PRUNE_LIMIT_MAX))
+        value_parser = integer_in::<u32>(1, i128::from(PRUNE_LIMIT_MAX))
     )]
     pub prune_limit: Option<u32>,
 
@@ -248,7 +272,7 @@ pub struct WorkerArgs {
     #[arg(
         long,
         value_name = "N",
-        value_parser = RangedU64ValueParser::<u32>::new().range(1..=u64::from(DB_CONNECTIONS_MAX))
+        value_parser = integer_in::<u32>(1, i128::from(DB_CONNECTIONS_MAX))
     )]
     pub db_connections: Option<u32>,
 
@@ -269,8 +293,13 @@ pub struct EnqueueArgs {
     /// Queue (default `default`).
     #[arg(long, conflicts_with = "file")]
     pub queue: Option<String>,
-    /// Priority; smaller runs first (default 0).
-    #[arg(long, allow_negative_numbers = true, conflicts_with = "file")]
+    /// Priority, -32768..=32767; smaller runs first (default 0).
+    #[arg(
+        long,
+        allow_negative_numbers = true,
+        conflicts_with = "file",
+        value_parser = integer_in::<i64>(i128::from(i16::MIN), i128::from(i16::MAX))
+    )]
     pub priority: Option<i64>,
     /// Absolute ready time, RFC 3339 (e.g. 2026-12-01T10:00:00Z).
     #[arg(long, value_name = "TIME", conflicts_with_all = ["delay", "file"])]
@@ -278,8 +307,16 @@ pub struct EnqueueArgs {
     /// Ready after this delay from the database clock (e.g. 30s, 10m).
     #[arg(long, value_parser = parse_duration, value_name = "DURATION", conflicts_with = "file")]
     pub delay: Option<Duration>,
-    /// Attempt budget (1..=1000, default 3).
-    #[arg(long, allow_negative_numbers = true, conflicts_with = "file")]
+    /// Attempt budget, 1..=1000 (default 3).
+    #[arg(
+        long,
+        allow_negative_numbers = true,
+        conflicts_with = "file",
+        value_parser = integer_in::<i64>(
+            i128::from(drover_core::job::MAX_ATTEMPTS_MIN),
+            i128::from(drover_core::job::MAX_ATTEMPTS_MAX)
+        )
+    )]
     pub max_attempts: Option<i64>,
     /// Idempotency key: the same key with the same request returns the stored job.
     #[arg(long, conflicts_with = "file")]
@@ -307,7 +344,7 @@ pub struct EnqueueArgs {
         long,
         default_value_t = 1000,
         value_name = "N",
-        value_parser = RangedU64ValueParser::<usize>::new().range(1..=BATCH_SIZE_MAX as u64)
+        value_parser = integer_in::<usize>(1, BATCH_SIZE_MAX as i128)
     )]
     pub batch_size: usize,
 }
@@ -365,7 +402,7 @@ pub struct ListArgs {
     #[arg(
         long,
         default_value_t = 50,
-        value_parser = RangedU64ValueParser::<u32>::new().range(1..=u64::from(LIST_LIMIT_MAX))
+        value_parser = integer_in::<u32>(1, i128::from(LIST_LIMIT_MAX))
     )]
     pub limit: u32,
     /// Continue after this job id (the `next` of a previous page).
@@ -423,7 +460,7 @@ pub enum LimitsCommand {
         #[arg(
             long,
             value_name = "N",
-            value_parser = RangedU64ValueParser::<u32>::new().range(0..=u64::from(MAX_RUNNING_MAX))
+            value_parser = integer_in::<u32>(0, i128::from(MAX_RUNNING_MAX))
         )]
         max_running: Option<u32>,
         /// At most N claims per period: N/PERIOD (10/s, 100/1m, 5/30s, 1000/h).
@@ -472,15 +509,16 @@ pub enum SchedulesCommand {
         #[arg(
             long,
             allow_negative_numbers = true,
-            value_parser = RangedI64ValueParser::<i16>::new().range(i64::from(i16::MIN)..=i64::from(i16::MAX))
+            value_parser = integer_in::<i16>(i128::from(i16::MIN), i128::from(i16::MAX))
         )]
         priority: Option<i16>,
         /// Attempt budget of the jobs, 1..=1000 (default 3).
         #[arg(
             long,
             allow_negative_numbers = true,
-            value_parser = RangedI64ValueParser::<i32>::new().range(
-                i64::from(drover_core::job::MAX_ATTEMPTS_MIN)..=i64::from(drover_core::job::MAX_ATTEMPTS_MAX)
+            value_parser = integer_in::<i32>(
+                i128::from(drover_core::job::MAX_ATTEMPTS_MIN),
+                i128::from(drover_core::job::MAX_ATTEMPTS_MAX)
             )
         )]
         max_attempts: Option<i32>,
@@ -505,7 +543,7 @@ pub struct PruneArgs {
         long,
         default_value_t = 1000,
         value_name = "N",
-        value_parser = RangedU64ValueParser::<u32>::new().range(1..=u64::from(PRUNE_BATCH_MAX))
+        value_parser = integer_in::<u32>(1, i128::from(PRUNE_BATCH_MAX))
     )]
     pub batch: u32,
 }
@@ -527,8 +565,7 @@ pub struct ServeArgs {
         long,
         value_name = "BYTES",
         default_value_t = drover_http::MAX_BODY_BYTES_DEFAULT,
-        value_parser = RangedU64ValueParser::<usize>::new()
-            .range(MAX_BODY_BYTES_MIN as u64..=MAX_BODY_BYTES_MAX as u64)
+        value_parser = integer_in::<usize>(MAX_BODY_BYTES_MIN as i128, MAX_BODY_BYTES_MAX as i128)
     )]
     pub max_body_bytes: usize,
     /// Also run a worker in this process, with the worker options below; without --worker
@@ -622,8 +659,11 @@ pub fn inapplicable(matches: &ArgMatches) -> Option<String> {
 /// # Errors
 /// A message naming the accepted forms.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s)
-        .map_err(|e| format!("{e}; use forms like 500ms, 30s, 10m, 1h30m, 7d"))
+    const FORMS: &str = "use forms like 500ms, 30s, 10m, 1h30m, 7d";
+    if s.trim_start().starts_with('-') {
+        return Err(format!("a duration cannot be negative; {FORMS}"));
+    }
+    humantime::parse_duration(s).map_err(|e| format!("{e}; {FORMS}"))
 }
 
 /// Checks a `--log` filter with tracing's own parser (`EnvFilter` directive syntax); keeps the
@@ -698,4 +738,139 @@ fn lease_duration(value: &str) -> Result<Duration, String> {
     let d = parse_duration(value)?;
     drover_core::lease::check_lease(d).map_err(rule)?;
     Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::error::ErrorKind;
+    use clap::Parser;
+
+    use super::*;
+
+    /// Every whole-number flag, with a command line that reaches it and its rule.
+    fn integer_flags() -> Vec<(Vec<&'static str>, &'static str, i128, i128)> {
+        let max_attempts = (
+            i128::from(drover_core::job::MAX_ATTEMPTS_MIN),
+            i128::from(drover_core::job::MAX_ATTEMPTS_MAX),
+        );
+        let priority = (i128::from(i16::MIN), i128::from(i16::MAX));
+        let schedule = vec![
+            "schedules",
+            "add",
+            "nightly",
+            "--cron",
+            "0 3 * * *",
+            "--kind",
+            "k",
+        ];
+        vec![
+            (vec!["worker"], "--slots", 1, SLOTS_MAX as i128),
+            (vec!["worker"], "--prefetch", 0, PREFETCH_MAX as i128),
+            (
+                vec!["worker"],
+                "--prune-limit",
+                1,
+                i128::from(PRUNE_LIMIT_MAX),
+            ),
+            (
+                vec!["worker"],
+                "--db-connections",
+                1,
+                i128::from(DB_CONNECTIONS_MAX),
+            ),
+            (
+                vec!["worker"],
+                "--max-concurrent",
+                1,
+                MAX_CONCURRENT_MAX as i128,
+            ),
+            (vec!["enqueue", "k"], "--priority", priority.0, priority.1),
+            (
+                vec!["enqueue", "k"],
+                "--max-attempts",
+                max_attempts.0,
+                max_attempts.1,
+            ),
+            (
+                vec!["enqueue", "--file", "jobs.jsonl"],
+                "--batch-size",
+                1,
+                BATCH_SIZE_MAX as i128,
+            ),
+            (
+                vec!["jobs", "list"],
+                "--limit",
+                1,
+                i128::from(LIST_LIMIT_MAX),
+            ),
+            (
+                vec!["limits", "set", "kind:k"],
+                "--max-running",
+                0,
+                i128::from(MAX_RUNNING_MAX),
+            ),
+            (schedule.clone(), "--priority", priority.0, priority.1),
+            (schedule, "--max-attempts", max_attempts.0, max_attempts.1),
+            (vec!["prune"], "--batch", 1, i128::from(PRUNE_BATCH_MAX)),
+            (
+                vec!["serve", "--insecure-no-auth"],
+                "--max-body-bytes",
+                MAX_BODY_BYTES_MIN as i128,
+                MAX_BODY_BYTES_MAX as i128,
+            ),
+        ]
+    }
+
+    fn parse(command: &[&str], flag: &str, value: &str) -> Result<Cli, clap::Error> {
+        let mut argv = vec!["drover".to_owned()];
+        argv.extend(command.iter().map(|word| (*word).to_owned()));
+        argv.push(format!("{flag}={value}"));
+        Cli::try_parse_from(argv)
+    }
+
+    #[test]
+    fn a_bad_whole_number_is_refused_with_its_flag_and_rule() {
+        for (command, flag, min, max) in integer_flags() {
+            let rule = format!("must be an integer between {min} and {max}");
+            let below = (min - 1).to_string();
+            let above = (max + 1).to_string();
+            for bad in ["abc", "1e3", "2.5", "", " 5", "0x10", &below, &above] {
+                let error = parse(&command, flag, bad)
+                    .map(|_| ())
+                    .expect_err(&format!("{flag}={bad:?} was accepted"));
+                assert_eq!(
+                    error.kind(),
+                    ErrorKind::ValueValidation,
+                    "{flag}={bad:?}: {error}"
+                );
+                assert_eq!(error.exit_code(), 2);
+                let message = error.to_string();
+                assert!(
+                    message.contains(&format!("'{flag} <")),
+                    "{flag}={bad:?}: {message}"
+                );
+                assert!(message.contains(&rule), "{flag}={bad:?}: {message}");
+            }
+            for good in [min, max] {
+                parse(&command, flag, &good.to_string())
+                    .unwrap_or_else(|e| panic!("{flag}={good} was refused: {e}"));
+            }
+        }
+    }
+
+    #[test]
+    fn a_negative_duration_is_refused_as_negative() {
+        for value in ["-5s", "-1ms", " -2m"] {
+            let error = parse_duration(value).expect_err(value);
+            assert!(
+                error.starts_with("a duration cannot be negative"),
+                "{error}"
+            );
+        }
+        let error = parse(&["enqueue", "k"], "--delay", "-5s")
+            .map(|_| ())
+            .expect_err("--delay=-5s was accepted");
+        assert!(error.to_string().contains("cannot be negative"), "{error}");
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+    }
 }

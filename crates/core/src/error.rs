@@ -72,7 +72,7 @@ pub enum Error {
     },
 
     /// The event is not allowed from the job's current state (DESIGN.md section 3).
-    #[error("cannot {event} a job that is {from}")]
+    #[error("cannot {event} a job that is {from} (allowed only for {})", .event.applies_to())]
     InvalidTransition {
         /// The job's state when the event arrived.
         from: JobState,
@@ -323,6 +323,28 @@ pub enum EventName {
     Retry,
 }
 
+impl EventName {
+    /// The jobs this event applies to, as a phrase for messages: `"failed, cancelled or
+    /// succeeded jobs"` for [`EventName::Retry`] (the "from" column of DESIGN.md section 3).
+    /// Every state named is spelled as `JobState` displays it.
+    #[must_use]
+    pub fn applies_to(self) -> &'static str {
+        match self {
+            EventName::Claim => "queued jobs that are ready",
+            EventName::Heartbeat
+            | EventName::Complete
+            | EventName::Fail
+            | EventName::Snooze
+            | EventName::Release
+            | EventName::Cancelled => "running jobs",
+            EventName::Rescue => "running jobs whose lease expired",
+            EventName::ReconcileClaim | EventName::Reconcile => "reconciling jobs",
+            EventName::Cancel => "queued, running or reconciling jobs",
+            EventName::Retry => "failed, cancelled or succeeded jobs",
+        }
+    }
+}
+
 impl fmt::Display for EventName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -345,6 +367,26 @@ impl fmt::Display for EventName {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_transition_says_which_jobs_the_event_applies_to() {
+        let refused = Error::InvalidTransition {
+            from: JobState::Queued,
+            event: EventName::Retry,
+        };
+        assert_eq!(
+            refused.to_string(),
+            "cannot retry a job that is queued (allowed only for failed, cancelled or succeeded jobs)"
+        );
+        let refused = Error::InvalidTransition {
+            from: JobState::Succeeded,
+            event: EventName::Cancel,
+        };
+        assert_eq!(
+            refused.to_string(),
+            "cannot cancel a job that is succeeded (allowed only for queued, running or reconciling jobs)"
+        );
+    }
 
     #[test]
     fn batch_items_are_named_in_invalid_input_and_conflicts() {

@@ -344,6 +344,7 @@ fn run(max_attempts: i32, steps: &[Step]) -> Result<(), TestCaseError> {
             _ => job.fencing_token.0,
         };
         let event = event_of(step, FencingToken(token)).unwrap();
+        let event_name = event.name();
         let before = job.clone();
         let expected = model.step(step, token, now);
         let result = apply(&mut job, event, at(now));
@@ -356,6 +357,23 @@ fn run(max_attempts: i32, steps: &[Step]) -> Result<(), TestCaseError> {
             Err(other) => return Err(TestCaseError::fail(format!("unexpected {other:?}"))),
         };
         prop_assert_eq!(got, expected, "step {:?} on {:?}", step, before.state);
+
+        // A refusal names the job's state, and the jobs an event applies to (which its
+        // message quotes) always include the state of a job it was applied to.
+        if let Err(Error::InvalidTransition { from, event }) = &result {
+            prop_assert_eq!(*from, before.state);
+            prop_assert_eq!(*event, event_name);
+        }
+        if result.is_ok() {
+            let applies_to = event_name.applies_to();
+            prop_assert!(
+                applies_to.contains(&before.state.to_string()),
+                "{:?} applied to a {} job, but its message says it applies to {}",
+                event_name,
+                before.state,
+                applies_to
+            );
+        }
 
         // An error leaves the job unchanged.
         if result.is_err() {

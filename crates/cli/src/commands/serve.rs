@@ -143,10 +143,12 @@ pub async fn run(ctx: &Ctx, args: ServeArgs, extensions: Extensions) -> Result<(
             .map_err(|e| anyhow!("{e}"))?
             .metrics(Arc::new(metrics));
         errln!(
-            "drover: worker {} started with {} slot(s)",
+            "drover: worker {} started with {} slot(s), queues {}",
             w.id(),
-            w.config().max_running()
+            w.config().max_running(),
+            worker::served_queues(w.config()).join(", ")
         );
+        worker::warn_paused(store.as_ref(), w.config()).await;
         let result = w.run(shutdown.clone()).await;
         shutdown.cancel();
         Some(result)

@@ -341,6 +341,49 @@ pub fn db_connections(args: &WorkerArgs, slots: usize) -> (u32, Option<String>) 
     (connections, warning)
 }
 
+/// The queues `config` serves, in the order its pools name them, each once.
+pub fn served_queues(config: &WorkerConfig) -> Vec<String> {
+    let mut queues: Vec<String> = Vec::new();
+    for queue in config.pools.iter().flat_map(|pool| &pool.queues) {
+        let name = queue.to_string();
+        if !queues.contains(&name) {
+            queues.push(name);
+        }
+    }
+    queues
+}
+
+/// The warnings for the served queues that are paused: a worker on a paused queue claims
+/// nothing from it, which would otherwise look like a worker that does not work. One line per
+/// queue, in the order of [`served_queues`].
+pub fn paused_warnings(config: &WorkerConfig, paused: &[QueueName]) -> Vec<String> {
+    served_queues(config)
+        .into_iter()
+        .filter(|queue| paused.iter().any(|p| p.as_str() == queue))
+        .map(|queue| {
+            format!(
+                "queue {queue} is paused: this worker claims none of its jobs until `drover queues resume {queue}`"
+            )
+        })
+        .collect()
+}
+
+/// Prints [`paused_warnings`] for the queues the store lists as paused now (best effort: a
+/// store that cannot answer is not a reason not to start; the worker's own logs say more).
+pub async fn warn_paused(store: &dyn JobStore, config: &WorkerConfig) {
+    let Ok(queues) = store.queues_list().await else {
+        return;
+    };
+    let paused: Vec<QueueName> = queues
+        .into_iter()
+        .filter(|q| q.paused)
+        .map(|q| q.name)
+        .collect();
+    for warning in paused_warnings(config, &paused) {
+        errln!("drover: warning: {warning}");
+    }
+}
+
 /// Runs `drover worker`.
 pub async fn run(ctx: &Ctx, args: WorkerArgs, extensions: Extensions) -> Result<()> {
     // Everything the flags describe is checked before anything is built or connected.
@@ -363,17 +406,19 @@ pub async fn run(ctx: &Ctx, args: WorkerArgs, extensions: Extensions) -> Result<
         }
         None => None,
     };
-    let worker = Worker::new(store, registry.clone(), config)
+    let worker = Worker::new(store.clone(), registry.clone(), config)
         .map_err(|e| anyhow!("{e}"))?
         .metrics(Arc::new(metrics));
     let kinds: Vec<String> = registry.kinds().iter().map(ToString::to_string).collect();
     errln!(
-        "drover: worker {} started on {}: {} slot(s), kinds {}",
+        "drover: worker {} started on {}: {} slot(s), queues {}, kinds {}",
         worker.id(),
         crate::context::describe_url(ctx.url()?),
         worker.config().max_running(),
+        served_queues(worker.config()).join(", "),
         kinds.join(", ")
     );
+    warn_paused(store.as_ref(), worker.config()).await;
     let report = worker.run(shutdown.clone()).await;
     shutdown.cancel();
     if let Some(server) = server {
@@ -401,6 +446,37 @@ mod tests {
             panic!("not a worker command");
         };
         worker_config(&worker, &[])
+    }
+
+    #[test]
+    fn the_served_queues_are_named_once_and_the_paused_ones_warned_about() {
+        let c = config(&[
+            "worker",
+            "--queue",
+            "mail",
+            "--queue",
+            "reports",
+            "--pool",
+            "long:reports,exports:1:sleep",
+        ]);
+        assert_eq!(served_queues(&c), vec!["mail", "reports", "exports"]);
+        let paused = |names: &[&str]| -> Vec<QueueName> {
+            names
+                .iter()
+                .map(|n| QueueName::parse(*n).unwrap())
+                .collect()
+        };
+        assert!(paused_warnings(&c, &paused(&["other"])).is_empty());
+        let warnings = paused_warnings(&c, &paused(&["exports", "other", "reports"]));
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("queue reports is paused"),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings[1].contains("until `drover queues resume exports`"),
+            "{warnings:?}"
+        );
     }
 
     #[test]
@@ -486,13 +562,13 @@ mod tests {
                 .map_err(|e| (e.kind(), e.to_string()))
         };
         for (flag, value, rule) in [
-            ("--slots", "0", "1..=10000"),
-            ("--slots", "10001", "1..=10000"),
-            ("--slots", "10000000000", "1..=10000"),
-            ("--prefetch", "10001", "0..=10000"),
-            ("--db-connections", "0", "1..=10000"),
-            ("--db-connections", "10001", "1..=10000"),
-            ("--db-connections", "4000000000", "1..=10000"),
+            ("--slots", "0", "between 1 and 10000"),
+            ("--slots", "10001", "between 1 and 10000"),
+            ("--slots", "10000000000", "between 1 and 10000"),
+            ("--prefetch", "10001", "between 0 and 10000"),
+            ("--db-connections", "0", "between 1 and 10000"),
+            ("--db-connections", "10001", "between 1 and 10000"),
+            ("--db-connections", "4000000000", "between 1 and 10000"),
         ] {
             let (kind, message) = parse(flag, value).expect_err(value);
             // A usage error: exit code 2, like every flag clap refuses.
@@ -569,8 +645,11 @@ mod tests {
     #[test]
     fn every_worker_flag_value_is_checked_at_parse_time_with_its_rule() {
         for (args, rule) in [
-            (&["--max-concurrent", "0"][..], "1..=1000000"),
-            (&["--max-concurrent", "18446744073709551615"], "1..=1000000"),
+            (&["--max-concurrent", "0"][..], "between 1 and 1000000"),
+            (
+                &["--max-concurrent", "18446744073709551615"],
+                "between 1 and 1000000",
+            ),
             (&["--queue", "bad queue"], "may contain only"),
             (&["--lease", "10ms"], "between 100 ms and 86400 s"),
             (&["--lease", "2d"], "between 100 ms and 86400 s"),
@@ -578,8 +657,8 @@ mod tests {
             (&["--rescue-interval", "0s"], "longer than zero"),
             (&["--poll-interval", "0ms"], "longer than zero"),
             (&["--retention", "0s"], "longer than zero"),
-            (&["--prune-limit", "0"], "1..=100000"),
-            (&["--prune-limit", "100001"], "1..=100000"),
+            (&["--prune-limit", "0"], "between 1 and 100000"),
+            (&["--prune-limit", "100001"], "between 1 and 100000"),
         ] {
             let err =
                 Cli::try_parse_from(["drover", "worker"].into_iter().chain(args.iter().copied()))
