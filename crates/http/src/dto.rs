@@ -85,6 +85,8 @@ pub struct EnqueueRequest {
     pub idempotency_key: Option<String>,
 }
 
+impl crate::extract::RequestBody for EnqueueRequest {}
+
 /// Many jobs enqueued atomically.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -92,6 +94,11 @@ pub struct BatchEnqueueRequest {
     /// The jobs, 1..=10,000, each a JSON object.
     #[serde(deserialize_with = "crate::extract::objects")]
     pub jobs: Vec<EnqueueRequest>,
+}
+
+impl crate::extract::RequestBody for BatchEnqueueRequest {
+    const SHAPE: &'static str =
+        r#"a JSON object {"jobs": [...]} whose jobs are objects like POST /v1/jobs takes"#;
 }
 
 /// Largest batch accepted by `POST /v1/jobs/batch`.

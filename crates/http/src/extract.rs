@@ -83,7 +83,14 @@ pub async fn require_token(
 #[derive(Debug)]
 pub struct JsonBody<T>(pub T);
 
-impl<T: DeserializeOwned + Send> FromRequest<ApiState> for JsonBody<T> {
+/// A request body type, and the shape its error names when a body is valid JSON of another
+/// type (an array, a string, ...).
+pub trait RequestBody: DeserializeOwned {
+    /// What the body must be, as the error says it: "a JSON object" unless the type says more.
+    const SHAPE: &'static str = "a JSON object";
+}
+
+impl<T: RequestBody + Send> FromRequest<ApiState> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &ApiState) -> Result<Self, ApiError> {
@@ -377,7 +384,7 @@ where
 ///
 /// # Errors
 /// 400 `invalid_input`.
-pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+pub fn parse_json<T: RequestBody>(bytes: &[u8]) -> Result<T, ApiError> {
     // A UTF-8 byte order mark is ignored, as RFC 8259 section 8.1 allows (editors on Windows
     // write one at the start of files).
     let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
@@ -406,6 +413,19 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             serde_json::error::Category::Syntax | serde_json::error::Category::Eof
         );
         let at_root = syntax || at_root;
+        // Valid JSON of another type than an object: say what the body must be.
+        if at_root && !syntax {
+            // (serde stops at the first character of another type, so text like `[oops` gets
+            // its syntax error, not a type.)
+            if let Some(found) = json_type_of(text) {
+                return match serde_json::from_str::<serde::de::IgnoredAny>(text) {
+                    Ok(_) => {
+                        ApiError::invalid("body", format!("must be {}, not {found}", T::SHAPE))
+                    }
+                    Err(syntax) => ApiError::invalid("body", describe(&syntax)),
+                };
+            }
+        }
         let message = describe(&inner);
         // serde_path_to_error's path already ends with an unknown field's own name; a missing
         // field is reported at its parent, so its name is added here.
@@ -431,6 +451,20 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         return Err(ApiError::invalid(field, reason));
     }
     Ok(value)
+}
+
+/// The JSON type of a document that is not an object, by its first character ("an array",
+/// "a string", ...); `None` for an object (or text that is not JSON: its syntax error says
+/// more).
+fn json_type_of(text: &str) -> Option<&'static str> {
+    match text.trim_start().bytes().next()? {
+        b'[' => Some("an array"),
+        b'"' => Some("a string"),
+        b't' | b'f' => Some("a boolean"),
+        b'n' => Some("null"),
+        b'-' | b'0'..=b'9' => Some("a number"),
+        _ => None,
+    }
 }
 
 /// What is wrong inside a JSON string, found by [`first_string_fault`].
@@ -585,7 +619,7 @@ mod tests {
     use super::*;
     use crate::dto::{BatchEnqueueRequest, EnqueueRequest};
 
-    fn field_of<T: DeserializeOwned + std::fmt::Debug>(body: &str) -> String {
+    fn field_of<T: RequestBody + std::fmt::Debug>(body: &str) -> String {
         let err = parse_json::<T>(body.as_bytes()).unwrap_err();
         let json = serde_json::to_value(crate::error::ErrorBody {
             error: err_detail(err),
@@ -802,5 +836,40 @@ mod tests {
             ),
             "jobs[1].max_attempts"
         );
+    }
+
+    #[test]
+    fn a_body_of_another_json_type_is_told_the_shape_it_must_have() {
+        for (body, found) in [
+            (r#"[{"kind": "a"}]"#, "an array"),
+            (" \n[]", "an array"),
+            (r#""jobs""#, "a string"),
+            ("true", "a boolean"),
+            ("null", "null"),
+            ("-1", "a number"),
+            ("12", "a number"),
+        ] {
+            let e = parse_json::<BatchEnqueueRequest>(body.as_bytes()).unwrap_err();
+            assert_eq!(e.field(), Some("body"), "{body}: {}", e.message());
+            assert_eq!(
+                e.message(),
+                format!(
+                    r#"invalid body: must be a JSON object {{"jobs": [...]}} whose jobs are objects like POST /v1/jobs takes, not {found}"#
+                ),
+                "{body}"
+            );
+            let e = parse_json::<EnqueueRequest>(body.as_bytes()).unwrap_err();
+            assert_eq!(
+                e.message(),
+                format!("invalid body: must be a JSON object, not {found}"),
+                "{body}"
+            );
+        }
+        // An object keeps its own answers (a missing field is named), and text that is not
+        // JSON its syntax error.
+        let e = parse_json::<BatchEnqueueRequest>(b"{}").unwrap_err();
+        assert_eq!(e.field(), Some("jobs"), "{}", e.message());
+        let e = parse_json::<BatchEnqueueRequest>(b"[oops").unwrap_err();
+        assert!(e.message().contains("is not valid JSON"), "{}", e.message());
     }
 }
