@@ -365,6 +365,43 @@ async fn queues_pause_resume_and_list() {
     );
 }
 
+/// `--file -` reads the job lines from standard input, as a pipe gives them: good lines are
+/// loaded, a bad one is reported by its number, and the summary names the input.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_file_dash_reads_standard_input() {
+    use tokio::io::AsyncWriteExt;
+
+    let Some(db) = TestDb::migrated("enqueue_file_dash_reads_standard_input").await else {
+        return;
+    };
+    let mut command = db.command(&["enqueue", "--file", "-"]);
+    command
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = command.spawn().expect("spawn drover");
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    stdin
+        .write_all(b"{\"kind\": \"noop\"}\nnot JSON\n{\"kind\": \"noop\", \"queue\": \"mail\"}\n")
+        .await
+        .unwrap();
+    drop(stdin);
+    let out = tokio::time::timeout(WAIT, child.wait_with_output())
+        .await
+        .expect("drover enqueue --file - ends")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stdout.contains("2 enqueued"), "{stdout}");
+    assert!(stderr.contains("line 2: "), "{stderr}");
+    assert!(
+        stderr.contains("1 line(s) of standard input rejected"),
+        "{stderr}"
+    );
+    assert_eq!(db.count("queued").await, 2);
+}
+
 /// A worker names the queues it serves when it starts, and warns about each one that is
 /// paused (it would otherwise sit there claiming nothing, with no word why).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

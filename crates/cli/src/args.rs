@@ -333,8 +333,9 @@ pub struct EnqueueArgs {
     /// A limit key the job is subject to (repeatable).
     #[arg(long = "limit-key", value_name = "KEY", conflicts_with = "file")]
     pub limit_keys: Vec<String>,
-    /// Enqueue every line of a JSON Lines file (one job object per line, with the fields of
-    /// the HTTP API's enqueue request); the per-job flags above do not apply to it. Bad lines
+    /// Enqueue every line of a JSON Lines file, `-` for standard input (one job object per
+    /// line, with the fields of the HTTP API's enqueue request); the per-job flags above do
+    /// not apply to it. Bad lines
     /// are reported by number and the rest are loaded; the exit code is 1 when any line was
     /// rejected.
     #[arg(long, value_name = "FILE")]
@@ -589,7 +590,8 @@ pub enum DevOutput {
 /// `drover dev`
 #[derive(Debug, Args)]
 pub struct DevArgs {
-    /// JSON Lines file of jobs (default: a built-in demo set of 240 jobs).
+    /// JSON Lines file of jobs, `-` for standard input (default: a built-in demo set of 240
+    /// jobs).
     #[arg(long, value_name = "FILE")]
     pub jobs: Option<PathBuf>,
     /// Also serve the HTTP API here (no auth unless DROVER_API_TOKENS is set) and keep running

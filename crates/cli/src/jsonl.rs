@@ -4,11 +4,41 @@
 //! Blank lines are skipped; a bad line is reported with its number and the rest still load.
 
 use std::io::BufRead;
+use std::path::Path;
+
+use anyhow::Context;
 
 use drover_core::NewJob;
 use drover_http::dto::EnqueueRequest;
 use drover_http::Principal;
 use serde::Serialize;
+
+/// Where a job file is read from: `-` means standard input (`... | drover enqueue --file -`).
+pub fn is_stdin(path: &Path) -> bool {
+    path == Path::new("-")
+}
+
+/// A job file's name for messages: its path, or "standard input" for `-`.
+pub fn source_name(path: &Path) -> String {
+    if is_stdin(path) {
+        "standard input".to_owned()
+    } else {
+        path.display().to_string()
+    }
+}
+
+/// Reads the job file at `path`, or standard input when `path` is `-` (see [`read`]).
+///
+/// # Errors
+/// The file cannot be opened or read (the message names it).
+pub fn read_path(path: &Path) -> anyhow::Result<JobFile> {
+    if is_stdin(path) {
+        return read(std::io::stdin().lock()).context("cannot read standard input");
+    }
+    let file =
+        std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    read(std::io::BufReader::new(file)).with_context(|| format!("cannot read {}", path.display()))
+}
 
 /// A line that could not become a job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

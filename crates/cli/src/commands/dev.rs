@@ -5,8 +5,6 @@
 //! keeps running until Ctrl-C.
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::BufReader;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -192,10 +190,7 @@ pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()>
     }
     let (jobs, mut rejected) = match &args.jobs {
         Some(path) => {
-            let file =
-                File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-            let parsed = jsonl::read(BufReader::new(file))
-                .with_context(|| format!("cannot read {}", path.display()))?;
+            let parsed = jsonl::read_path(path)?;
             (parsed.jobs, parsed.rejected)
         }
         None => (demo_jobs(), Vec::new()),

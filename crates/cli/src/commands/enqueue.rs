@@ -1,10 +1,7 @@
 //! `drover enqueue`: one job from flags, or a JSON Lines file in batches with a progress bar,
 //! reporting bad lines by number and loading the rest.
 
-use std::fs::File;
-use std::io::BufReader;
-
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Result};
 use drover_core::{EnqueueStatus, NewJob};
 use drover_http::dto::EnqueueRequest;
 use drover_http::Principal;
@@ -282,9 +279,7 @@ pub async fn run(ctx: &Ctx, args: EnqueueArgs) -> Result<()> {
 }
 
 async fn from_file(ctx: &Ctx, path: &std::path::Path, batch_size: usize) -> Result<()> {
-    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    let parsed = jsonl::read(BufReader::new(file))
-        .with_context(|| format!("cannot read {}", path.display()))?;
+    let parsed = jsonl::read_path(path)?;
     let store = ctx.store().await?;
     let mut rejected: Vec<RejectedLine> = parsed.rejected;
     let total = parsed.jobs.len() as u64;
@@ -345,6 +340,7 @@ async fn from_file(ctx: &Ctx, path: &std::path::Path, batch_size: usize) -> Resu
         // Exactly what is settled and what is not, so the operator resumes without loading
         // a line twice or skipping one.
         let error = ctx.explain(stopped.error);
+        let next = stopped.last_line + 1;
         let in_flight = if stopped.first_line == stopped.last_line {
             format!("line {}", stopped.first_line)
         } else {
@@ -354,9 +350,16 @@ async fn from_file(ctx: &Ctx, path: &std::path::Path, batch_size: usize) -> Resu
             "stopped at {in_flight} of {file}: {error}. Every line before {first} is settled \
              (counted above); {in_flight} may or may not be stored (the write was cut off: \
              check with `drover jobs list` before sending {them} again); no line after {last} \
-             was sent (resume with `tail -n +{next} {quoted}`)",
-            file = path.display(),
-            quoted = shell_quote(&path.display().to_string()),
+             was sent (resume with {resume})",
+            file = jsonl::source_name(path),
+            resume = if jsonl::is_stdin(path) {
+                format!("the same input from line {next} on: `... | tail -n +{next} | drover enqueue --file -`")
+            } else {
+                format!(
+                    "`tail -n +{next} {} | drover enqueue --file -`",
+                    shell_quote(&path.display().to_string())
+                )
+            },
             first = stopped.first_line,
             last = stopped.last_line,
             them = if stopped.first_line == stopped.last_line {
@@ -364,7 +367,6 @@ async fn from_file(ctx: &Ctx, path: &std::path::Path, batch_size: usize) -> Resu
             } else {
                 "them"
             },
-            next = stopped.last_line + 1,
         ));
     }
     if rejected.is_empty() {
@@ -374,7 +376,7 @@ async fn from_file(ctx: &Ctx, path: &std::path::Path, batch_size: usize) -> Resu
         Err(anyhow!(
             "{} line(s) of {} rejected (listed above); every other line was loaded",
             rejected.len(),
-            path.display()
+            jsonl::source_name(path)
         ))
     }
 }
