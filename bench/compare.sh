@@ -55,6 +55,9 @@ fi
 # ---------- Drover ----------
 log "cargo build --release -p drover-bench"
 cargo build --release --quiet -p drover-bench
+# Flush what the build wrote (hundreds of MB under target/) before measuring: its writeback
+# would otherwise compete with PostgreSQL's fsyncs during the first workloads.
+sync
 DB_URL="postgres://$PGUSER:$PGPASSWORD@$PGHOST:$PGPORT/drover_bench"
 log "drover-bench: N=$N REPS=$REPS"
 # shellcheck disable=SC2086  # DROVER_ARGS is a list of options
