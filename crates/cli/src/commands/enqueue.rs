@@ -333,7 +333,7 @@ async fn from_file(ctx: &Ctx, path: &std::path::Path, batch_size: usize) -> Resu
             rejected.len()
         )?;
         for r in &rejected {
-            errln!("line {}: {}", r.line, r.error);
+            errln!("drover: line {}: {}", r.line, r.error);
         }
     }
     if let Some(stopped) = loaded.stopped {
