@@ -51,16 +51,9 @@ where
 /// # Errors
 /// The rule, for clap to print (exit code 2).
 fn max_concurrent(value: &str) -> Result<usize, String> {
-    value
-        .parse::<usize>()
-        .ok()
-        .filter(|n| (1..=MAX_CONCURRENT_MAX).contains(n))
-        .ok_or_else(|| {
-            format!(
-                "must be an integer between 1 and {MAX_CONCURRENT_MAX} (set by --max-concurrent, \
-                 or by DROVER_MAX_CONCURRENT in the environment)"
-            )
-        })
+    integer_in::<usize>(1, MAX_CONCURRENT_MAX as i128)(value).map_err(|rule| {
+        format!("{rule} (set by --max-concurrent, or by DROVER_MAX_CONCURRENT in the environment)")
+    })
 }
 
 /// Smallest `serve --max-body-bytes`: 1 KiB, room for any single enqueue request's envelope

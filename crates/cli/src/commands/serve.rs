@@ -146,7 +146,7 @@ pub async fn run(ctx: &Ctx, args: ServeArgs, extensions: Extensions) -> Result<(
             "drover: worker {} started with {} slot(s), queues {}",
             w.id(),
             w.config().max_running(),
-            worker::served_queues(w.config()).join(", ")
+            worker::served_queues(w.config())
         );
         worker::warn_paused(store.as_ref(), w.config()).await;
         let result = w.run(shutdown.clone()).await;

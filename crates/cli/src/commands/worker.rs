@@ -341,25 +341,21 @@ pub fn db_connections(args: &WorkerArgs, slots: usize) -> (u32, Option<String>) 
     (connections, warning)
 }
 
-/// The queues `config` serves, in the order its pools name them, each once.
-pub fn served_queues(config: &WorkerConfig) -> Vec<String> {
-    let mut queues: Vec<String> = Vec::new();
-    for queue in config.pools.iter().flat_map(|pool| &pool.queues) {
-        let name = queue.to_string();
-        if !queues.contains(&name) {
-            queues.push(name);
-        }
-    }
-    queues
+/// The queues `config` serves (`WorkerConfig::queues`: pool order, each once), for the start
+/// line: `mail, reports`.
+pub fn served_queues(config: &WorkerConfig) -> String {
+    let names: Vec<String> = config.queues().iter().map(ToString::to_string).collect();
+    names.join(", ")
 }
 
 /// The warnings for the served queues that are paused: a worker on a paused queue claims
 /// nothing from it, which would otherwise look like a worker that does not work. One line per
-/// queue, in the order of [`served_queues`].
+/// queue, in the order of `WorkerConfig::queues`.
 pub fn paused_warnings(config: &WorkerConfig, paused: &[QueueName]) -> Vec<String> {
-    served_queues(config)
+    config
+        .queues()
         .into_iter()
-        .filter(|queue| paused.iter().any(|p| p.as_str() == queue))
+        .filter(|queue| paused.contains(queue))
         .map(|queue| {
             format!(
                 "queue {queue} is paused: this worker claims none of its jobs until `drover queues resume {queue}`"
@@ -415,7 +411,7 @@ pub async fn run(ctx: &Ctx, args: WorkerArgs, extensions: Extensions) -> Result<
         worker.id(),
         crate::context::describe_url(ctx.url()?),
         worker.config().max_running(),
-        served_queues(worker.config()).join(", "),
+        served_queues(worker.config()),
         kinds.join(", ")
     );
     warn_paused(store.as_ref(), worker.config()).await;
@@ -459,7 +455,7 @@ mod tests {
             "--pool",
             "long:reports,exports:1:sleep",
         ]);
-        assert_eq!(served_queues(&c), vec!["mail", "reports", "exports"]);
+        assert_eq!(served_queues(&c), "mail, reports, exports");
         let paused = |names: &[&str]| -> Vec<QueueName> {
             names
                 .iter()
