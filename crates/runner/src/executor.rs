@@ -1,5 +1,7 @@
-//! The executor: one tokio task per claimed job, in the worker's `TaskTracker`, inside a
-//! `tracing` span with the job id, kind, queue and attempt (never args). The span is at debug
+//! The executor: a tokio task per job that starts on a free slot, in the worker's
+//! `TaskTracker`; when its job is done it runs the jobs its queue claimed ahead
+//! (`backlog.rs`) on the same slot, one after the other, until none waits. Each job runs
+//! inside a `tracing` span with the job id, kind, queue and attempt (never args). The span is at debug
 //! level (enable `drover_runner=debug` to see it around a handler's own log lines): building
 //! an enabled span costs about a microsecond a job, a noticeable share of a no-op job. It runs the handler
 //! with a [`JobContext`], enforces the kind's timeout, catches panics, aborts a handler that
@@ -15,11 +17,12 @@ use std::time::{Duration, Instant};
 use drover_core::{Finish, Job, JobState, Retry};
 use futures::FutureExt;
 use tokio::sync::mpsc::UnboundedSender;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use crate::backlog::{leave_unstarted, unstarted_finish, Backlog, Waiting};
 use crate::completer::Completion;
 use crate::context::JobContext;
 use crate::handler::Handler;
@@ -33,7 +36,7 @@ use crate::runtime::{bump, Runtime};
 /// process-wide cap. Dropping it gives both back.
 #[derive(Debug)]
 pub(crate) struct SlotPermit {
-    _queue: OwnedSemaphorePermit,
+    queue: OwnedSemaphorePermit,
     _global: Option<OwnedSemaphorePermit>,
     /// The claim loop's record of its last job's run time, in microseconds (it claims ahead
     /// only while jobs are short); `None` when it does not claim ahead.
@@ -48,10 +51,20 @@ impl SlotPermit {
             last.store(micros, Ordering::Relaxed);
         }
     }
+
+    /// The same slot for a job that holds `global` of the process-wide cap (the previous
+    /// place of the cap is given back).
+    pub(crate) fn with_global(self, global: Option<OwnedSemaphorePermit>) -> SlotPermit {
+        SlotPermit {
+            queue: self.queue,
+            _global: global,
+            last_run_us: self.last_run_us,
+        }
+    }
 }
 
 /// Where a claimed job stands: it has a slot and starts at once, or it was claimed ahead and
-/// waits (holding a place of the queue's claim-ahead) for a slot of `slots`.
+/// waits in its queue's [`Backlog`] (holding a place of the queue's claim-ahead).
 #[derive(Debug)]
 pub(crate) enum Place {
     /// Starts at once.
@@ -60,8 +73,6 @@ pub(crate) enum Place {
     Ahead {
         ahead: OwnedSemaphorePermit,
         global: Option<OwnedSemaphorePermit>,
-        slots: Arc<Semaphore>,
-        last_run_us: Option<Arc<AtomicU64>>,
     },
 }
 
@@ -71,18 +82,18 @@ pub(crate) enum Place {
 #[derive(Debug)]
 pub(crate) struct Reservation {
     queue: Option<OwnedSemaphorePermit>,
-    ahead: Option<(OwnedSemaphorePermit, Arc<Semaphore>)>,
+    ahead: Option<OwnedSemaphorePermit>,
     global: Option<OwnedSemaphorePermit>,
     last_run_us: Option<Arc<AtomicU64>>,
 }
 
 impl Reservation {
-    /// `queue`: free slots; `ahead`: claim-ahead places and the slots such a job waits for;
+    /// `queue`: free slots; `ahead`: claim-ahead places;
     /// `global`: places of the process-wide cap; `last_run_us`: where jobs record their run
     /// time for the claim loop (when it claims ahead).
     pub(crate) fn new(
         queue: Option<OwnedSemaphorePermit>,
-        ahead: Option<(OwnedSemaphorePermit, Arc<Semaphore>)>,
+        ahead: Option<OwnedSemaphorePermit>,
         global: Option<OwnedSemaphorePermit>,
         last_run_us: Option<Arc<AtomicU64>>,
     ) -> Self {
@@ -97,7 +108,7 @@ impl Reservation {
     /// Places reserved: slots plus claim-ahead places.
     pub(crate) fn len(&self) -> usize {
         self.queue.as_ref().map_or(0, |p| p.num_permits())
-            + self.ahead.as_ref().map_or(0, |(p, _)| p.num_permits())
+            + self.ahead.as_ref().map_or(0, |p| p.num_permits())
     }
 
     /// Takes one place for a job: a slot while any is left, then a claim-ahead place.
@@ -108,17 +119,14 @@ impl Reservation {
         };
         if let Some(queue) = self.queue.as_mut().and_then(|q| q.split(1)) {
             return Some(Place::Slot(SlotPermit {
-                _queue: queue,
+                queue,
                 _global: global,
                 last_run_us: self.last_run_us.clone(),
             }));
         }
-        let (ahead, slots) = self.ahead.as_mut()?;
         Some(Place::Ahead {
-            ahead: ahead.split(1)?,
+            ahead: self.ahead.as_mut()?.split(1)?,
             global,
-            slots: Arc::clone(slots),
-            last_run_us: self.last_run_us.clone(),
         })
     }
 }
@@ -129,14 +137,22 @@ pub(crate) struct Starter {
     pub(crate) tracker: TaskTracker,
     pub(crate) completer: UnboundedSender<Completion>,
     /// Fired when shutdown begins: jobs still waiting for a slot are released at once. Shared
-    /// behind an `Arc`: cloning a `CancellationToken` takes its mutex, once per job otherwise.
+    /// behind an `Arc`: cloning a `CancellationToken` takes its mutex, once per task otherwise.
     pub(crate) stop_claims: Arc<CancellationToken>,
 }
 
 impl Starter {
-    /// Registers freshly claimed jobs as running and spawns one executor task each, giving
-    /// each a place of `reservation` (the rest of it is returned by the caller dropping it).
-    pub(crate) fn start(&self, rt: &Arc<Runtime>, jobs: Vec<Job>, reservation: &mut Reservation) {
+    /// Registers freshly claimed jobs as running; gives each a place of `reservation` (the
+    /// rest of it is returned by the caller dropping it): a job with a slot gets an executor
+    /// task, a job claimed ahead waits in its queue's backlog, where a task whose job
+    /// finished picks it up (or, should a slot be free by now, a new task at once).
+    pub(crate) fn start(
+        &self,
+        rt: &Arc<Runtime>,
+        jobs: Vec<Job>,
+        reservation: &mut Reservation,
+        backlog: Option<&Arc<Backlog>>,
+    ) {
         if jobs.is_empty() {
             return;
         }
@@ -153,33 +169,60 @@ impl Starter {
             })
             .collect();
         rt.running.insert_all(&shared);
+        let mut waiting = Vec::new();
         for job in shared {
-            let slot = reservation.take_one();
-            if slot.is_none() {
-                tracing::warn!(
-                    job_id = %job.job.id,
-                    "store returned more jobs than the claim asked for; running it beyond the slot limit"
-                );
-            }
             rt.transition(&job.job, JobState::Queued, JobState::Running);
-            let span = tracing::debug_span!(
-                "job",
-                job_id = %job.job.id,
-                kind = %job.job.kind,
-                queue = %job.job.queue,
-                attempt = job.job.attempt,
-            );
-            self.tracker.spawn(
-                execute(
-                    Arc::clone(rt),
-                    job,
-                    slot,
-                    self.completer.clone(),
-                    Arc::clone(&self.stop_claims),
-                )
-                .instrument(span),
-            );
+            match reservation.take_one() {
+                Some(Place::Slot(slot)) => self.spawn(rt, job, Some(slot), backlog.cloned()),
+                Some(Place::Ahead { ahead, global }) => waiting.push(Waiting {
+                    shared: job,
+                    ahead,
+                    global,
+                }),
+                None => {
+                    tracing::warn!(
+                        job_id = %job.job.id,
+                        "store returned more jobs than the claim asked for; running it beyond the slot limit"
+                    );
+                    self.spawn(rt, job, None, None);
+                }
+            }
         }
+        let Some(backlog) = backlog.filter(|_| !waiting.is_empty()) else {
+            return;
+        };
+        backlog.push_all(waiting);
+        // Slots freed since the reservation was made: start waiting jobs on them now.
+        while let Ok(queue) = Arc::clone(&backlog.slots).try_acquire_owned() {
+            let slot = SlotPermit {
+                queue,
+                _global: None,
+                last_run_us: Some(Arc::clone(&backlog.last_run_us)),
+            };
+            match next_startable(rt, backlog, slot, &self.stop_claims, &self.completer) {
+                Some((job, slot)) => self.spawn(rt, job, Some(slot), Some(Arc::clone(backlog))),
+                None => break,
+            }
+        }
+    }
+
+    /// Spawns an executor task for `job`; with `backlog`, the task goes on with the jobs
+    /// waiting there when it finishes.
+    fn spawn(
+        &self,
+        rt: &Arc<Runtime>,
+        job: Arc<JobShared>,
+        slot: Option<SlotPermit>,
+        backlog: Option<Arc<Backlog>>,
+    ) {
+        self.tracker.spawn(execute(
+            Arc::clone(rt),
+            job,
+            slot,
+            backlog,
+            self.completer.clone(),
+            Arc::clone(&self.stop_claims),
+        ));
     }
 }
 
@@ -197,69 +240,84 @@ enum Ran {
     NoHandler,
 }
 
-/// A job claimed ahead waits for a slot of its queue; `Err` with the write for the completer
-/// when it must not start: shutdown began (released, no attempt spent), a cancel was requested
-/// (cancelled before it started), or `None` when its lease was lost (nothing is written).
-async fn wait_for_slot(
-    shared: &JobShared,
-    slots: Arc<Semaphore>,
+/// The next job of `backlog` that may start, with `slot`; `None` (the slot given back) when
+/// none waits. A job whose token fired while it waited leaves without running (see
+/// `backlog::unstarted_finish`); once shutdown began, every waiting job is released instead.
+pub(crate) fn next_startable(
+    rt: &Runtime,
+    backlog: &Backlog,
+    mut slot: SlotPermit,
     stop_claims: &CancellationToken,
-) -> Result<OwnedSemaphorePermit, Option<Finish>> {
-    // A slot free at once needs no waiting (and no registration with the two tokens).
-    let acquired = match Arc::clone(&slots).try_acquire_owned() {
-        Ok(permit) if !stop_claims.is_cancelled() => Some(permit),
-        Ok(_) => return Err(Some(Finish::Released)),
-        Err(_) => tokio::select! {
-            biased;
-            () = shared.cancel.cancelled() => None,
-            () = stop_claims.cancelled() => return Err(Some(Finish::Released)),
-            permit = slots.acquire_owned() => permit.ok(),
-        },
-    };
-    match (acquired, shared.reason()) {
-        (Some(permit), None) => Ok(permit),
-        (_, Some(CancelReason::CancelRequested)) => Err(Some(Finish::Cancelled {
-            message: "cancelled on request before it started".to_owned(),
-        })),
-        (_, Some(CancelReason::LeaseLost)) => Err(None),
-        // Shutdown, or a closed semaphore (never: they are not closed).
-        _ => Err(Some(Finish::Released)),
+    completer: &UnboundedSender<Completion>,
+) -> Option<(Arc<JobShared>, SlotPermit)> {
+    loop {
+        let (job, held) = backlog.next_for(slot)?;
+        if stop_claims.is_cancelled() {
+            drop(held);
+            hand_over(
+                rt,
+                &job,
+                Some(Finish::Released),
+                Duration::ZERO,
+                Some(completer),
+            );
+            for waiting in backlog.drain() {
+                leave_unstarted(rt, waiting, Some(completer));
+            }
+            return None;
+        }
+        if job.reason().is_none() {
+            return Some((job, held));
+        }
+        let finish = unstarted_finish(&job);
+        hand_over(rt, &job, finish, Duration::ZERO, Some(completer));
+        slot = held;
     }
 }
 
-/// Runs one job to its outcome.
+/// Runs `job` to its outcome, then, with a `backlog`, each job waiting there in turn on the
+/// same slot, until none waits (the slot is then given back).
 async fn execute(
     rt: Arc<Runtime>,
-    shared: Arc<JobShared>,
-    place: Option<Place>,
+    mut job: Arc<JobShared>,
+    mut slot: Option<SlotPermit>,
+    backlog: Option<Arc<Backlog>>,
     completer: UnboundedSender<Completion>,
     stop_claims: Arc<CancellationToken>,
 ) {
-    let job = &shared.job;
-    let slot = match place {
-        Some(Place::Slot(slot)) => Some(slot),
-        Some(Place::Ahead {
-            ahead,
-            global,
-            slots,
-            last_run_us,
-        }) => {
-            let waited = wait_for_slot(&shared, slots, &stop_claims).await;
-            drop(ahead);
-            match waited {
-                Ok(queue) => Some(SlotPermit {
-                    _queue: queue,
-                    _global: global,
-                    last_run_us,
-                }),
-                Err(finish) => {
-                    hand_over(&rt, &shared, finish, Duration::ZERO, &completer);
-                    return;
-                }
+    loop {
+        let span = tracing::debug_span!(
+            "job",
+            job_id = %job.job.id,
+            kind = %job.job.kind,
+            queue = %job.job.queue,
+            attempt = job.job.attempt,
+        );
+        run_one(&rt, &job, slot.as_ref(), &completer)
+            .instrument(span)
+            .await;
+        let (Some(backlog), Some(held)) = (backlog.as_ref(), slot.take()) else {
+            return;
+        };
+        match next_startable(&rt, backlog, held, &stop_claims, &completer) {
+            Some((next, next_slot)) => {
+                job = next;
+                slot = Some(next_slot);
             }
+            None => return,
         }
-        None => None,
-    };
+    }
+}
+
+/// Runs one job that holds `slot` (or runs beyond the slot limit: `None`) and hands its
+/// outcome to the completer.
+async fn run_one(
+    rt: &Runtime,
+    shared: &Arc<JobShared>,
+    slot: Option<&SlotPermit>,
+    completer: &UnboundedSender<Completion>,
+) {
+    let job = &shared.job;
     rt.metrics.job_started(&job.kind, &job.queue);
     let config = rt.registry.config(&job.kind);
     let started = Instant::now();
@@ -267,7 +325,7 @@ async fn execute(
         Some(handler) => {
             run_handler(
                 Arc::clone(handler),
-                &shared,
+                shared,
                 config.timeout,
                 rt.config.cancel_grace,
             )
@@ -276,28 +334,27 @@ async fn execute(
         None => Ran::NoHandler,
     };
     let duration = started.elapsed();
-    if let Some(slot) = &slot {
+    if let Some(slot) = slot {
         slot.record_run(duration);
     }
-    drop(slot);
     let finish = if shared.lease_lost() {
         tracing::warn!("lease lost while running: the outcome of this run is not written");
         None
     } else {
-        Some(decide(ran, &shared, &config, &rt))
+        Some(decide(ran, shared, &config, rt))
     };
-    hand_over(&rt, &shared, finish, duration, &completer);
+    hand_over(rt, shared, finish, duration, Some(completer));
 }
 
 /// Hands a job's write to the completer; `None` when its lease was lost: nothing is written,
 /// the job leaves the running map and counts as lease lost. `duration` is the handler's run
 /// time (zero for a job claimed ahead that never started).
-fn hand_over(
+pub(crate) fn hand_over(
     rt: &Runtime,
     shared: &Arc<JobShared>,
     finish: Option<Finish>,
     duration: Duration,
-    completer: &UnboundedSender<Completion>,
+    completer: Option<&UnboundedSender<Completion>>,
 ) {
     let id = shared.job.id;
     let Some(finish) = finish else {
@@ -305,14 +362,16 @@ fn hand_over(
         rt.finished(&shared.job, JobOutcome::LeaseLost, duration);
         return;
     };
-    if completer
-        .send(Completion {
-            shared: Arc::clone(shared),
-            finish,
-            duration,
-        })
-        .is_err()
-    {
+    let sent = completer.is_some_and(|completer| {
+        completer
+            .send(Completion {
+                shared: Arc::clone(shared),
+                finish,
+                duration,
+            })
+            .is_ok()
+    });
+    if !sent {
         tracing::error!("completer stopped before the outcome could be handed over");
         rt.running.remove(&id);
         bump(&rt.counters.unwritten, 1);

@@ -101,7 +101,7 @@ fn handle_reply(rt: &Runtime, reply: HeartbeatReply) {
             if let Some(job) = rt.running.get(&id) {
                 if !job.cancel.is_cancelled() {
                     tracing::info!(job_id = %id, "cancel requested: firing the handler's cancellation token");
-                    job.cancel_with(CancelReason::CancelRequested);
+                    rt.cancel_job(&job, CancelReason::CancelRequested);
                 }
             }
         }
@@ -114,7 +114,7 @@ fn handle_reply(rt: &Runtime, reply: HeartbeatReply) {
                         kind = %job.job.kind,
                         "heartbeat answered lease lost: cancelling the handler; its outcome will not be written"
                     );
-                    job.cancel_with(CancelReason::LeaseLost);
+                    rt.cancel_job(&job, CancelReason::LeaseLost);
                 }
             }
         }

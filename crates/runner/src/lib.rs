@@ -33,6 +33,7 @@
 //! ```
 
 mod args;
+mod backlog;
 mod client;
 mod completer;
 mod config;

@@ -10,7 +10,7 @@
 //! Claim-ahead (`PoolConfig::prefetch`): while the loop's last job ran shorter than
 //! `PREFETCH_RUN_MAX`, it also reserves its free claim-ahead places, so one claim takes the
 //! jobs for the free slots plus up to `prefetch` more, which wait (leased, heartbeated) for a
-//! slot in claim order. For short jobs this keeps the slots fed while the next claim is in
+//! slot in claim order in the loop's backlog (`backlog.rs`). For short jobs this keeps the slots fed while the next claim is in
 //! flight and halves the claims per job; long jobs are never held back from other workers
 //! this way. Shutdown releases waiting jobs at once (executor.rs).
 //!
@@ -34,6 +34,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::backlog::Backlog;
 use crate::config::PREFETCH_RUN_MAX;
 use crate::executor::{Reservation, Starter};
 use crate::health::{classify, ErrorClass, RetryDelay};
@@ -56,8 +57,9 @@ pub(crate) struct ClaimLoop {
     pub(crate) slots: Arc<Semaphore>,
     /// Most slots one claim reserves: the pool's `slots_per_queue`.
     pub(crate) max_batch: usize,
-    /// Claim-ahead places (`PoolConfig::prefetch`), `None` when it is 0.
-    pub(crate) ahead: Option<Arc<Semaphore>>,
+    /// Claim-ahead places (`PoolConfig::prefetch`) and the backlog where jobs claimed ahead
+    /// wait; `None` when it is 0.
+    pub(crate) ahead: Option<(Arc<Semaphore>, Arc<Backlog>)>,
     /// The number of claim-ahead places.
     pub(crate) prefetch: usize,
     /// The run time of the loop's last job, in microseconds (`u64::MAX` before the first).
@@ -114,7 +116,12 @@ pub(crate) async fn run_claim_loop(
             Ok(jobs) => {
                 retry.reset();
                 let filled = !jobs.is_empty() && jobs.len() >= limit;
-                starter.start(&rt, jobs, &mut reservation);
+                starter.start(
+                    &rt,
+                    jobs,
+                    &mut reservation,
+                    spec.ahead.as_ref().map(|(_, backlog)| backlog),
+                );
                 drop(reservation);
                 if filled {
                     gather_until = Some(Instant::now() + CLAIM_COOLDOWN);
@@ -164,7 +171,7 @@ pub(crate) async fn run_claim_loop(
 
 /// Whether a claim loop claims ahead now: it has claim-ahead places and its last job ran
 /// shorter than [`PREFETCH_RUN_MAX`].
-fn claims_ahead(spec: &ClaimLoop) -> Option<&Arc<Semaphore>> {
+fn claims_ahead(spec: &ClaimLoop) -> Option<&(Arc<Semaphore>, Arc<Backlog>)> {
     let short = PREFETCH_RUN_MAX.as_micros() as u64;
     spec.ahead
         .as_ref()
@@ -188,7 +195,7 @@ async fn reserve(
     let claiming_ahead = claims_ahead(spec);
     let (mut queue, mut ahead) = match claiming_ahead {
         None => (Some(first_slots(slots, max, gather_until).await?), None),
-        Some(ahead) => first_places(slots, ahead, spec.prefetch, gather_until).await?,
+        Some((ahead, _)) => first_places(slots, ahead, spec.prefetch, gather_until).await?,
     };
     let held = queue.as_ref().map_or(0, |p| p.num_permits());
     let extra = slots.available_permits().min(max.saturating_sub(held));
@@ -200,7 +207,7 @@ async fn reserve(
             }
         }
     }
-    if let Some(semaphore) = claiming_ahead {
+    if let Some((semaphore, _)) = claiming_ahead {
         let extra = semaphore.available_permits();
         if extra > 0 {
             if let Ok(more) =
@@ -242,9 +249,7 @@ async fn reserve(
         }
         None => None,
     };
-    let ahead = ahead
-        .filter(|places| places.num_permits() > 0)
-        .map(|places| (places, Arc::clone(slots)));
+    let ahead = ahead.filter(|places| places.num_permits() > 0);
     let queue = queue.filter(|permit| permit.num_permits() > 0);
     let last_run_us = spec.ahead.as_ref().map(|_| Arc::clone(&spec.last_run_us));
     Some(Reservation::new(queue, ahead, global, last_run_us))
@@ -374,7 +379,7 @@ pub(crate) async fn run_events(
                     if let Some(job) = rt.running.get(&id) {
                         if !job.cancel.is_cancelled() {
                             tracing::info!(job_id = %id, "cancel requested: firing the handler's cancellation token");
-                            job.cancel_with(CancelReason::CancelRequested);
+                            rt.cancel_job(&job, CancelReason::CancelRequested);
                         }
                     }
                 }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use drover_core::{Job, JobKind, JobState, JobStore, QueueName, WorkerId, WorkerRegistration};
 
+use crate::backlog::Backlogs;
 use crate::config::WorkerConfig;
 use crate::health::{FatalSlot, Health};
 use crate::metrics::{JobOutcome, Metrics, TransitionEvent, TransitionHook};
@@ -115,6 +116,8 @@ pub(crate) struct Runtime {
     pub(crate) fatal: FatalSlot,
     pub(crate) nudge: Arc<HeartbeatNudge>,
     pub(crate) counters: Counters,
+    /// The jobs claimed ahead, waiting for a slot (set when the claim loops are built).
+    pub(crate) backlogs: Backlogs,
     /// The store's meta size bound, in bytes.
     pub(crate) max_meta_bytes: usize,
     /// The store's result size bound, in bytes.
@@ -143,6 +146,7 @@ impl Runtime {
             fatal: FatalSlot::default(),
             nudge: Arc::new(HeartbeatNudge::new()),
             counters: Counters::default(),
+            backlogs: Backlogs::default(),
             max_meta_bytes: sizes.max_meta_bytes,
             max_result_bytes: sizes.max_result_bytes,
             flush_deadline: OnceLock::new(),

@@ -20,6 +20,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::backlog::{leave_unstarted, Backlog};
 use crate::completer::run_completer;
 use crate::config::WorkerConfig;
 use crate::executor::Starter;
@@ -129,6 +130,8 @@ impl Worker {
         let completer = tokio::spawn(run_completer(Arc::clone(&rt), completer_rx));
         let heartbeat = tokio::spawn(run_heartbeat(Arc::clone(&rt), stop_background.clone()));
 
+        // Kept until the jobs still waiting for a slot at shutdown are released.
+        let release_sender = completer_tx.clone();
         let starter = Starter {
             tracker: tracker.clone(),
             completer: completer_tx,
@@ -140,6 +143,7 @@ impl Worker {
             .map(|cap| Arc::new(Semaphore::new(cap)));
         let mut wakers: HashMap<QueueName, Vec<Arc<Notify>>> = HashMap::new();
         let mut claim_loops = Vec::new();
+        let mut backlogs = Vec::new();
         let registered = rt.registry.kinds();
         for pool in &rt.config.pools {
             let kinds: Vec<JobKind> = match &pool.kinds {
@@ -157,15 +161,23 @@ impl Worker {
                     .entry(queue.clone())
                     .or_default()
                     .push(Arc::clone(&wake));
+                let slots = Arc::new(Semaphore::new(pool.slots_per_queue));
+                let last_run_us = Arc::new(AtomicU64::new(u64::MAX));
+                let ahead = (prefetch > 0).then(|| {
+                    let backlog =
+                        Arc::new(Backlog::new(Arc::clone(&slots), Arc::clone(&last_run_us)));
+                    backlogs.push(Arc::clone(&backlog));
+                    (Arc::new(Semaphore::new(prefetch)), backlog)
+                });
                 let spec = ClaimLoop {
                     pool: pool.name.clone(),
                     queue: queue.clone(),
                     kinds: kinds.clone(),
-                    slots: Arc::new(Semaphore::new(pool.slots_per_queue)),
+                    slots,
                     max_batch: pool.slots_per_queue,
-                    ahead: (prefetch > 0).then(|| Arc::new(Semaphore::new(prefetch))),
+                    ahead,
                     prefetch,
-                    last_run_us: Arc::new(AtomicU64::new(u64::MAX)),
+                    last_run_us,
                     wake,
                 };
                 claim_loops.push(tokio::spawn(run_claim_loop(
@@ -177,6 +189,7 @@ impl Worker {
                 )));
             }
         }
+        rt.backlogs.set(backlogs, &release_sender);
         drop(starter);
         let events = tokio::spawn(run_events(Arc::clone(&rt), wakers, stop_background.clone()));
         let maintenance = spawn_maintenance(&rt, &stop_maintenance);
@@ -193,6 +206,12 @@ impl Worker {
         stop_claims.cancel();
         stop_maintenance.cancel();
         join_all("claim loop", claim_loops).await;
+        // No job starts any more: those still waiting for a slot are released at once, without
+        // spending an attempt (tasks whose job finishes from now on release them too).
+        for waiting in rt.backlogs.drain() {
+            leave_unstarted(&rt, waiting, Some(&release_sender));
+        }
+        drop(release_sender);
 
         tracker.close();
         let grace = if fatal {

@@ -40,7 +40,7 @@ pub(crate) async fn rescue_pass(rt: Arc<Runtime>, stop: CancellationToken) -> Re
             // If this process still runs it, its lease is gone: stop the handler and write
             // nothing for it.
             if let Some(running) = rt.running.get(&job.id) {
-                running.cancel_with(CancelReason::LeaseLost);
+                rt.cancel_job(&running, CancelReason::LeaseLost);
             }
         }
         if !full || stop.is_cancelled() {
