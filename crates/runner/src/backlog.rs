@@ -166,3 +166,207 @@ impl Runtime {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    use chrono::Utc;
+    use drover_core::{Job, JobKind, NewJob, StoreConfig};
+    use drover_store_memory::MemoryStore;
+    use serde_json::json;
+    use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+    use tokio_util::sync::CancellationToken;
+    use tokio_util::task::TaskTracker;
+
+    use super::*;
+    use crate::executor::{next_startable, Reservation, Starter};
+    use crate::metrics::NoopMetrics;
+    use crate::outcome::Outcome;
+    use crate::registry::Registry;
+    use crate::WorkerConfig;
+
+    fn runtime() -> Arc<Runtime> {
+        let mut registry = Registry::new();
+        registry.register_fn(JobKind::parse("quick").unwrap(), |_ctx| async {
+            Outcome::success()
+        });
+        Arc::new(Runtime::new(
+            Arc::new(MemoryStore::new(StoreConfig::default())),
+            Arc::new(registry),
+            WorkerConfig::default(),
+            Arc::new(NoopMetrics),
+            None,
+        ))
+    }
+
+    fn job(n: i64) -> Job {
+        NewJob::new(JobKind::parse("quick").unwrap(), json!({ "n": n }))
+            .into_job(JobId::new_v7(), Utc::now())
+    }
+
+    fn shared(job: Job) -> Arc<JobShared> {
+        Arc::new(JobShared::new(job, CancellationToken::new(), None, 1024))
+    }
+
+    /// A backlog of one slot (free) holding `jobs`, each with a place of `ahead`.
+    fn backlog_of(jobs: &[Arc<JobShared>], ahead: &Arc<Semaphore>) -> Arc<Backlog> {
+        let backlog = Arc::new(Backlog::new(
+            Arc::new(Semaphore::new(1)),
+            Arc::new(AtomicU64::new(u64::MAX)),
+        ));
+        backlog.push_all(jobs.iter().map(|job| Waiting {
+            shared: Arc::clone(job),
+            ahead: Arc::clone(ahead).try_acquire_owned().unwrap(),
+            global: None,
+        }));
+        backlog
+    }
+
+    fn slot_of(backlog: &Backlog) -> SlotPermit {
+        SlotPermit::new(
+            Arc::clone(&backlog.slots).try_acquire_owned().unwrap(),
+            None,
+        )
+    }
+
+    fn written(rx: &mut UnboundedReceiver<Completion>) -> Vec<(JobId, Finish)> {
+        let mut out = Vec::new();
+        while let Ok(completion) = rx.try_recv() {
+            out.push((completion.shared.job.id, completion.finish));
+        }
+        out
+    }
+
+    #[test]
+    fn jobs_leave_in_claim_order_and_the_slot_goes_back_when_none_waits() {
+        let ahead = Arc::new(Semaphore::new(3));
+        let jobs: Vec<_> = (0..3).map(|n| shared(job(n))).collect();
+        let backlog = backlog_of(&jobs, &ahead);
+        assert_eq!(ahead.available_permits(), 0);
+        let mut slot = slot_of(&backlog);
+        for (n, expected) in jobs.iter().enumerate() {
+            let (next, held) = backlog.next_for(slot).expect("a job waits");
+            assert_eq!(next.job.id, expected.job.id, "claim order");
+            assert_eq!(ahead.available_permits(), n + 1, "its claim-ahead place");
+            assert_eq!(backlog.slots.available_permits(), 0, "the slot is kept");
+            slot = held;
+        }
+        assert!(backlog.next_for(slot).is_none());
+        assert_eq!(backlog.slots.available_permits(), 1, "slot given back");
+    }
+
+    #[test]
+    fn a_job_whose_token_fired_while_waiting_leaves_without_running() {
+        let rt = runtime();
+        let (tx, mut rx) = unbounded_channel();
+        let ahead = Arc::new(Semaphore::new(3));
+        let jobs: Vec<_> = (0..3).map(|n| shared(job(n))).collect();
+        rt.running.insert_all(&jobs);
+        jobs[0].cancel_with(CancelReason::CancelRequested);
+        jobs[1].cancel_with(CancelReason::LeaseLost);
+        let backlog = backlog_of(&jobs, &ahead);
+        let stop = CancellationToken::new();
+        let (next, _slot) =
+            next_startable(&rt, &backlog, slot_of(&backlog), &stop, &tx).expect("the third");
+        assert_eq!(next.job.id, jobs[2].job.id);
+        assert_eq!(
+            written(&mut rx),
+            vec![(
+                jobs[0].job.id,
+                Finish::Cancelled {
+                    message: "cancelled on request before it started".to_owned()
+                }
+            )],
+            "a lost lease writes nothing"
+        );
+        assert!(rt.running.get(&jobs[1].job.id).is_none());
+        assert_eq!(rt.counters.lease_lost.load(Ordering::Relaxed), 1);
+        assert_eq!(ahead.available_permits(), 3);
+    }
+
+    #[test]
+    fn once_shutdown_began_every_waiting_job_is_released() {
+        let rt = runtime();
+        let (tx, mut rx) = unbounded_channel();
+        let ahead = Arc::new(Semaphore::new(2));
+        let jobs: Vec<_> = (0..2).map(|n| shared(job(n))).collect();
+        let backlog = backlog_of(&jobs, &ahead);
+        let stop = CancellationToken::new();
+        stop.cancel();
+        assert!(next_startable(&rt, &backlog, slot_of(&backlog), &stop, &tx).is_none());
+        let ids: Vec<_> = jobs
+            .iter()
+            .map(|job| (job.job.id, Finish::Released))
+            .collect();
+        assert_eq!(written(&mut rx), ids);
+        assert_eq!(backlog.slots.available_permits(), 1);
+        assert_eq!(ahead.available_permits(), 2);
+    }
+
+    #[test]
+    fn cancel_job_takes_a_waiting_job_out_at_once() {
+        let rt = runtime();
+        let (tx, mut rx) = unbounded_channel();
+        let ahead = Arc::new(Semaphore::new(2));
+        let jobs: Vec<_> = (0..2).map(|n| shared(job(n))).collect();
+        let backlog = backlog_of(&jobs, &ahead);
+        rt.backlogs.set(vec![Arc::clone(&backlog)], &tx);
+        rt.cancel_job(&jobs[1], CancelReason::CancelRequested);
+        assert!(jobs[1].cancel.is_cancelled());
+        assert_eq!(
+            written(&mut rx),
+            vec![(
+                jobs[1].job.id,
+                Finish::Cancelled {
+                    message: "cancelled on request before it started".to_owned()
+                }
+            )]
+        );
+        assert_eq!(ahead.available_permits(), 1, "its place went back");
+        let (next, held) = backlog.next_for(slot_of(&backlog)).unwrap();
+        assert_eq!(next.job.id, jobs[0].job.id);
+        assert!(
+            backlog.next_for(held).is_none(),
+            "the cancelled job is gone"
+        );
+    }
+
+    /// The claim loop's reservation had no free slot, but one freed before the jobs were
+    /// added: they start at once, in claim order, on that slot.
+    #[tokio::test]
+    async fn jobs_added_while_a_slot_is_free_start_at_once() {
+        let rt = runtime();
+        let (tx, mut rx) = unbounded_channel();
+        let tracker = TaskTracker::new();
+        let starter = Starter {
+            tracker: tracker.clone(),
+            completer: tx,
+            stop_claims: Arc::new(CancellationToken::new()),
+        };
+        let backlog = Arc::new(Backlog::new(
+            Arc::new(Semaphore::new(1)),
+            Arc::new(AtomicU64::new(u64::MAX)),
+        ));
+        let ahead = Arc::new(Semaphore::new(2));
+        let mut reservation = Reservation::new(
+            None,
+            Some(Arc::clone(&ahead).try_acquire_many_owned(2).unwrap()),
+            None,
+            None,
+        );
+        let jobs = vec![job(0), job(1)];
+        let ids: Vec<_> = jobs.iter().map(|job| job.id).collect();
+        starter.start(&rt, jobs, &mut reservation, Some(&backlog));
+        drop(reservation);
+        tracker.close();
+        tokio::time::timeout(Duration::from_secs(10), tracker.wait())
+            .await
+            .expect("both jobs ran");
+        let done: Vec<_> = written(&mut rx).into_iter().map(|(id, _)| id).collect();
+        assert_eq!(done, ids, "both ran, in claim order");
+        assert_eq!(backlog.slots.available_permits(), 1);
+        assert_eq!(ahead.available_permits(), 2);
+    }
+}

@@ -44,6 +44,16 @@ pub(crate) struct SlotPermit {
 }
 
 impl SlotPermit {
+    /// A slot of a queue whose claim loop claims ahead (`last_run_us`: where its jobs record
+    /// their run time) or not (`None`), without a place of the process-wide cap.
+    pub(crate) fn new(queue: OwnedSemaphorePermit, last_run_us: Option<Arc<AtomicU64>>) -> Self {
+        SlotPermit {
+            queue,
+            _global: None,
+            last_run_us,
+        }
+    }
+
     /// Records a job's run time for its claim loop.
     fn record_run(&self, duration: Duration) {
         if let Some(last) = &self.last_run_us {
@@ -194,11 +204,7 @@ impl Starter {
         backlog.push_all(waiting);
         // Slots freed since the reservation was made: start waiting jobs on them now.
         while let Ok(queue) = Arc::clone(&backlog.slots).try_acquire_owned() {
-            let slot = SlotPermit {
-                queue,
-                _global: None,
-                last_run_us: Some(Arc::clone(&backlog.last_run_us)),
-            };
+            let slot = SlotPermit::new(queue, Some(Arc::clone(&backlog.last_run_us)));
             match next_startable(rt, backlog, slot, &self.stop_claims, &self.completer) {
                 Some((job, slot)) => self.spawn(rt, job, Some(slot), Some(Arc::clone(backlog))),
                 None => break,
