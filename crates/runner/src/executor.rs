@@ -5,8 +5,9 @@
 //! level (enable `drover_runner=debug` to see it around a handler's own log lines): building
 //! an enabled span costs about a microsecond a job, a noticeable share of a no-op job. It runs the handler
 //! with a [`JobContext`], enforces the kind's timeout, catches panics, aborts a handler that
-//! ignores its cancellation for longer than the cancel grace, releases the slot as soon as the
-//! handler returns, and hands the outcome to the completer (DESIGN.md sections 3, 6 and 9).
+//! ignores its cancellation for longer than the cancel grace, hands the outcome to the
+//! completer, then gives the slot to the next waiting job or back (DESIGN.md sections 3, 6
+//! and 9).
 
 use std::any::Any;
 use std::panic::AssertUnwindSafe;
@@ -198,11 +199,31 @@ impl Starter {
                 }
             }
         }
-        let Some(backlog) = backlog.filter(|_| !waiting.is_empty()) else {
+        if waiting.is_empty() {
+            return;
+        }
+        let Some(backlog) = backlog else {
+            // Never: claim-ahead places are reserved only by a loop with a backlog.
+            for job in waiting {
+                leave_unstarted(rt, job, Some(&self.completer));
+            }
             return;
         };
         backlog.push_all(waiting);
-        // Slots freed since the reservation was made: start waiting jobs on them now.
+        if self.stop_claims.is_cancelled() {
+            // Shutdown began while this claim was in flight: the worker's release of waiting
+            // jobs may be over already (see `Worker::run`).
+            for job in backlog.drain() {
+                leave_unstarted(rt, job, Some(&self.completer));
+            }
+            return;
+        }
+        self.start_waiting(rt, backlog);
+    }
+
+    /// Starts jobs waiting in `backlog` on its free slots, if any (slots freed since the claim
+    /// loop's reservation, or given back outside the backlog's lock by a task that panicked).
+    pub(crate) fn start_waiting(&self, rt: &Arc<Runtime>, backlog: &Arc<Backlog>) {
         while let Ok(queue) = Arc::clone(&backlog.slots).try_acquire_owned() {
             let slot = SlotPermit::new(queue, Some(Arc::clone(&backlog.last_run_us)));
             match next_startable(rt, backlog, slot, &self.stop_claims, &self.completer) {
@@ -260,13 +281,8 @@ pub(crate) fn next_startable(
         let (job, held) = backlog.next_for(slot)?;
         if stop_claims.is_cancelled() {
             drop(held);
-            hand_over(
-                rt,
-                &job,
-                Some(Finish::Released),
-                Duration::ZERO,
-                Some(completer),
-            );
+            let finish = unstarted_finish(&job);
+            hand_over(rt, &job, finish, Duration::ZERO, Some(completer));
             for waiting in backlog.drain() {
                 leave_unstarted(rt, waiting, Some(completer));
             }
@@ -312,6 +328,9 @@ async fn execute(
             }
             None => return,
         }
+        // Handlers that finish at their first poll never yield: spend the task's budget so a
+        // long backlog still lets the completer and other tasks of this thread run.
+        tokio::task::consume_budget().await;
     }
 }
 

@@ -204,14 +204,15 @@ impl Worker {
             "worker stopping: no new claims"
         );
         stop_claims.cancel();
-        stop_maintenance.cancel();
-        join_all("claim loop", claim_loops).await;
-        // No job starts any more: those still waiting for a slot are released at once, without
-        // spending an attempt (tasks whose job finishes from now on release them too).
+        // No job starts any more: those waiting for a slot are released at once, without
+        // spending an attempt (a claim still in flight releases its own, and tasks whose job
+        // finishes from now on release any they find).
         for waiting in rt.backlogs.drain() {
             leave_unstarted(&rt, waiting, Some(&release_sender));
         }
         drop(release_sender);
+        stop_maintenance.cancel();
+        join_all("claim loop", claim_loops).await;
 
         tracker.close();
         let grace = if fatal {
