@@ -93,9 +93,13 @@ impl Backlog {
         waiting.remove(index)
     }
 
-    /// Takes every waiting job out.
-    pub(crate) fn drain(&self) -> Vec<Waiting> {
-        self.waiting.lock().drain(..).collect()
+    /// Takes every waiting job out and hands each one's write to the completer (see
+    /// [`unstarted_finish`]): the release when shutdown begins.
+    pub(crate) fn release_all(&self, rt: &Runtime, completer: &UnboundedSender<Completion>) {
+        let waiting: Vec<Waiting> = self.waiting.lock().drain(..).collect();
+        for job in waiting {
+            leave_unstarted(rt, &job.shared, Some(completer));
+        }
     }
 }
 
@@ -118,12 +122,13 @@ impl Backlogs {
         Some((waiting, completer.upgrade()))
     }
 
-    /// Every waiting job of every backlog, taken out.
-    pub(crate) fn drain(&self) -> Vec<Waiting> {
-        self.inner
-            .get()
-            .map(|(backlogs, _)| backlogs.iter().flat_map(|b| b.drain()).collect())
-            .unwrap_or_default()
+    /// Releases every waiting job of every backlog ([`Backlog::release_all`]).
+    pub(crate) fn release_all(&self, rt: &Runtime, completer: &UnboundedSender<Completion>) {
+        if let Some((backlogs, _)) = self.inner.get() {
+            for backlog in backlogs {
+                backlog.release_all(rt, completer);
+            }
+        }
     }
 }
 
@@ -140,20 +145,15 @@ pub(crate) fn unstarted_finish(shared: &JobShared) -> Option<Finish> {
     }
 }
 
-/// Hands the write of a job that leaves a backlog without running to the completer.
+/// Hands the write of a job that leaves a backlog without running ([`unstarted_finish`]) to
+/// the completer.
 pub(crate) fn leave_unstarted(
     rt: &Runtime,
-    waiting: Waiting,
+    job: &Arc<JobShared>,
     completer: Option<&UnboundedSender<Completion>>,
 ) {
-    let finish = unstarted_finish(&waiting.shared);
-    hand_over(
-        rt,
-        &waiting.shared,
-        finish,
-        std::time::Duration::ZERO,
-        completer,
-    );
+    let finish = unstarted_finish(job);
+    hand_over(rt, job, finish, std::time::Duration::ZERO, completer);
 }
 
 impl Runtime {
@@ -162,7 +162,7 @@ impl Runtime {
     pub(crate) fn cancel_job(&self, job: &JobShared, reason: CancelReason) {
         job.cancel_with(reason);
         if let Some((waiting, completer)) = self.backlogs.remove(job.job.id) {
-            leave_unstarted(self, waiting, completer.as_ref());
+            leave_unstarted(self, &waiting.shared, completer.as_ref());
         }
     }
 }
@@ -231,6 +231,16 @@ mod tests {
         )
     }
 
+    /// The write of a job cancelled while it waited.
+    fn cancelled_before_start(job: &JobShared) -> (JobId, Finish) {
+        (
+            job.job.id,
+            Finish::Cancelled {
+                message: "cancelled on request before it started".to_owned(),
+            },
+        )
+    }
+
     fn written(rx: &mut UnboundedReceiver<Completion>) -> Vec<(JobId, Finish)> {
         let mut out = Vec::new();
         while let Ok(completion) = rx.try_recv() {
@@ -273,12 +283,7 @@ mod tests {
         assert_eq!(next.job.id, jobs[2].job.id);
         assert_eq!(
             written(&mut rx),
-            vec![(
-                jobs[0].job.id,
-                Finish::Cancelled {
-                    message: "cancelled on request before it started".to_owned()
-                }
-            )],
+            vec![cancelled_before_start(&jobs[0])],
             "a lost lease writes nothing"
         );
         assert!(rt.running.get(&jobs[1].job.id).is_none());
@@ -315,15 +320,7 @@ mod tests {
         rt.backlogs.set(vec![Arc::clone(&backlog)], &tx);
         rt.cancel_job(&jobs[1], CancelReason::CancelRequested);
         assert!(jobs[1].cancel.is_cancelled());
-        assert_eq!(
-            written(&mut rx),
-            vec![(
-                jobs[1].job.id,
-                Finish::Cancelled {
-                    message: "cancelled on request before it started".to_owned()
-                }
-            )]
-        );
+        assert_eq!(written(&mut rx), vec![cancelled_before_start(&jobs[1])]);
         assert_eq!(ahead.available_permits(), 1, "its place went back");
         let (next, held) = backlog.next_for(slot_of(&backlog)).unwrap();
         assert_eq!(next.job.id, jobs[0].job.id);

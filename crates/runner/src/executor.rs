@@ -1,13 +1,13 @@
 //! The executor: a tokio task per job that starts on a free slot, in the worker's
 //! `TaskTracker`; when its job is done it runs the jobs its queue claimed ahead
 //! (`backlog.rs`) on the same slot, one after the other, until none waits. Each job runs
-//! inside a `tracing` span with the job id, kind, queue and attempt (never args). The span is at debug
-//! level (enable `drover_runner=debug` to see it around a handler's own log lines): building
-//! an enabled span costs about a microsecond a job, a noticeable share of a no-op job. It runs the handler
-//! with a [`JobContext`], enforces the kind's timeout, catches panics, aborts a handler that
-//! ignores its cancellation for longer than the cancel grace, hands the outcome to the
-//! completer, then gives the slot to the next waiting job or back (DESIGN.md sections 3, 6
-//! and 9).
+//! inside a `tracing` span with the job id, kind, queue and attempt (never args). The span
+//! is at debug level (enable `drover_runner=debug` to see it around a handler's own log
+//! lines): building an enabled span costs about a microsecond a job, a noticeable share of a
+//! no-op job. It runs the handler with a [`JobContext`], enforces the kind's timeout, catches
+//! panics, aborts a handler that ignores its cancellation for longer than the cancel grace,
+//! hands the outcome to the completer, then gives the slot to the next waiting job or back
+//! (DESIGN.md sections 3, 6 and 9).
 
 use std::any::Any;
 use std::panic::AssertUnwindSafe;
@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::backlog::{leave_unstarted, unstarted_finish, Backlog, Waiting};
+use crate::backlog::{leave_unstarted, Backlog, Waiting};
 use crate::completer::Completion;
 use crate::context::JobContext;
 use crate::handler::Handler;
@@ -205,7 +205,7 @@ impl Starter {
         let Some(backlog) = backlog else {
             // Never: claim-ahead places are reserved only by a loop with a backlog.
             for job in waiting {
-                leave_unstarted(rt, job, Some(&self.completer));
+                leave_unstarted(rt, &job.shared, Some(&self.completer));
             }
             return;
         };
@@ -213,9 +213,7 @@ impl Starter {
         if self.stop_claims.is_cancelled() {
             // Shutdown began while this claim was in flight: the worker's release of waiting
             // jobs may be over already (see `Worker::run`).
-            for job in backlog.drain() {
-                leave_unstarted(rt, job, Some(&self.completer));
-            }
+            backlog.release_all(rt, &self.completer);
             return;
         }
         self.start_waiting(rt, backlog);
@@ -268,8 +266,8 @@ enum Ran {
 }
 
 /// The next job of `backlog` that may start, with `slot`; `None` (the slot given back) when
-/// none waits. A job whose token fired while it waited leaves without running (see
-/// `backlog::unstarted_finish`); once shutdown began, every waiting job is released instead.
+/// none waits. A job whose token fired while it waited leaves without running
+/// (`backlog::leave_unstarted`); once shutdown began, every waiting job leaves that way.
 pub(crate) fn next_startable(
     rt: &Runtime,
     backlog: &Backlog,
@@ -281,18 +279,14 @@ pub(crate) fn next_startable(
         let (job, held) = backlog.next_for(slot)?;
         if stop_claims.is_cancelled() {
             drop(held);
-            let finish = unstarted_finish(&job);
-            hand_over(rt, &job, finish, Duration::ZERO, Some(completer));
-            for waiting in backlog.drain() {
-                leave_unstarted(rt, waiting, Some(completer));
-            }
+            leave_unstarted(rt, &job, Some(completer));
+            backlog.release_all(rt, completer);
             return None;
         }
         if job.reason().is_none() {
             return Some((job, held));
         }
-        let finish = unstarted_finish(&job);
-        hand_over(rt, &job, finish, Duration::ZERO, Some(completer));
+        leave_unstarted(rt, &job, Some(completer));
         slot = held;
     }
 }

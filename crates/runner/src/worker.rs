@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::backlog::{leave_unstarted, Backlog};
+use crate::backlog::Backlog;
 use crate::completer::run_completer;
 use crate::config::WorkerConfig;
 use crate::executor::Starter;
@@ -207,9 +207,7 @@ impl Worker {
         // No job starts any more: those waiting for a slot are released at once, without
         // spending an attempt (a claim still in flight releases its own, and tasks whose job
         // finishes from now on release any they find).
-        for waiting in rt.backlogs.drain() {
-            leave_unstarted(&rt, waiting, Some(&release_sender));
-        }
+        rt.backlogs.release_all(&rt, &release_sender);
         drop(release_sender);
         stop_maintenance.cancel();
         join_all("claim loop", claim_loops).await;
