@@ -83,6 +83,9 @@ def main():
     ap.add_argument("drover_json")
     ap.add_argument("--clients", type=int, default=8,
                     help="pgbench clients matched to Drover's producers (default 8)")
+    ap.add_argument("--floor-latency", default="",
+                    help="JSON line of the commit-latency probe (compare.sh: one-row INSERT "
+                         "per transaction, 1 client, at the latency workload's rate)")
     args = ap.parse_args()
 
     groups = medians(load_peers(args.peers_jsonl))
@@ -173,6 +176,20 @@ def main():
     print(f"{head[0]:<{w[0]}}  {head[1]:>{w[1]}}  {head[2]:>{w[2]}}  {head[3]:<{w[3]}}  {head[4]:>{w[4]}}  {head[5]}")
     for r in rows:
         print(f"{r[0]:<{w[0]}}  {r[1]:>{w[1]}}  {r[2]:>{w[2]}}  {r[3][:w[3]]:<{w[3]}}  {r[4]:>{w[4]}}  {r[5]}")
+
+    floor_lat = load_peers(args.floor_latency)
+    if floor_lat:
+        f = floor_lat[0]
+        print()
+        print(f"commit-latency floor on this disk ({f['config']}, {f['n']} transactions): "
+              f"p50 {f['p50_ms']:.2f} / p90 {f['p90_ms']:.2f} / p99 {f['p99_ms']:.2f} / "
+              f"max {f['max_ms']:.2f} ms.")
+        print("  Enqueue-to-start holds two durable commits in a row (the enqueue's, then the "
+              "claim's),")
+        print(f"  so about 2 x p50 = {2 * f['p50_ms']:.2f} ms is the floor of its p50 here, and "
+              "a p99 under a target")
+        print("  that one commit's own p99 exceeds is out of reach for any queue with default "
+              "durability.")
 
     refs = [(cfg, m) for (peer, cfg), m in groups.items() if peer == FLOOR]
     if refs:

@@ -17,9 +17,10 @@
 #      PEER_SRC (../shared/bench beside the repo), PEERS_DIR (bench/.peers: the peers' copy,
 #      kept between runs so npm packages and Rust builds are reused);
 #      PEERS_JSONL (a peers results file to reuse instead of running the peers);
-#      SKIP_PEERS=1 (Drover only); DROVER_ARGS (extra drover-bench options).
+#      SKIP_PEERS=1 (Drover only); DROVER_ARGS (extra drover-bench options);
+#      LAT_RATE (50: jobs/s of the commit-latency floor probe; drover-bench's default rate).
 # Results: bench/results/<UTC time>/ (gitignored): drover.json, drover.jsonl, peers.jsonl,
-#          comparison.txt, and the logs.
+#          floor-latency.jsonl, comparison.txt, and the logs.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
@@ -28,7 +29,7 @@ export PGHOST=${PGHOST:-127.0.0.1} PGPORT=${PGPORT:-5432} PGUSER=${PGUSER:-postg
 MODE=${1:-full}
 FAILED=""
 N=${N:-20000}; REPS=${REPS:-3}; PGB_C=${PGB_C:-8}
-LAT_JOBS=${LAT_JOBS:-1000}
+LAT_JOBS=${LAT_JOBS:-1000}; LAT_RATE=${LAT_RATE:-50}
 PEER_SRC=${PEER_SRC:-$REPO/../shared/bench}
 PEERS_DIR=${PEERS_DIR:-$REPO/bench/.peers}
 RUN_ALL_ARGS=()
@@ -62,11 +63,40 @@ DB_URL="postgres://$PGUSER:$PGPASSWORD@$PGHOST:$PGPORT/drover_bench"
 log "drover-bench: N=$N REPS=$REPS"
 # shellcheck disable=SC2086  # DROVER_ARGS is a list of options
 DROVER_BENCH_DATABASE_URL=$DB_URL target/release/drover-bench \
-  --jobs "$N" --reps "$REPS" --latency-jobs "$LAT_JOBS" --producers "$PGB_C" \
+  --jobs "$N" --reps "$REPS" --latency-jobs "$LAT_JOBS" --latency-rate "$LAT_RATE" --producers "$PGB_C" \
   --out "$OUT/drover.json" --note "$(sed -n 2p "$OUT/env.txt" | sed 's/^# //')" ${DROVER_ARGS:-} \
   | tee "$OUT/drover.txt" || { FAILED="drover-bench"; log "drover-bench reported a failure (see above)"; }
 grep '^{' "$OUT/drover.txt" > "$OUT/drover.jsonl" || true
 [[ -f $OUT/drover.json ]] || { echo "drover-bench wrote no results file" >&2; exit 1; }
+
+# ---------- commit-latency floor ----------
+# Drover's enqueue-to-start path holds two durable commits (the enqueue's, then the claim's),
+# and no queue that starts a job only once its claim is durable can start it sooner than its
+# enqueue commits. So the latency table is read beside what one commit costs on this disk: a
+# one-row INSERT per transaction, 1 client, at the latency workload's rate and count (pgbench
+# -R, per-transaction log). Its p50/p99 are printed under the table as the machine's floor.
+if command -v pgbench > /dev/null; then
+  log "commit-latency floor: pgbench 1-row INSERT, c=1, $LAT_JOBS transactions at $LAT_RATE/s"
+  FLOOR_DB=bench_floor_latency
+  PGOPTIONS="-c client_min_messages=warning" psql -q -d postgres -c "DROP DATABASE IF EXISTS $FLOOR_DB" -c "CREATE DATABASE $FLOOR_DB" > /dev/null
+  psql -q -d "$FLOOR_DB" -c "CREATE TABLE probe (id bigserial PRIMARY KEY, v int)" > /dev/null
+  echo "INSERT INTO probe (v) VALUES (1);" > "$OUT/floor-latency.sql"
+  (cd "$OUT" && pgbench -n -f floor-latency.sql -c 1 -R "$LAT_RATE" -t "$LAT_JOBS" \
+     -l --log-prefix=floor-latency "$FLOOR_DB" > floor-latency.txt 2>&1) \
+    || log "pgbench commit-latency probe failed (see $OUT/floor-latency.txt)"
+  # Log lines: client transaction latency_us script epoch_s epoch_us schedule_lag_us; under -R
+  # the latency counts from the scheduled start, so the lag is taken off (Drover's latency
+  # counts from the enqueue call). Percentiles by nearest rank.
+  cat "$OUT"/floor-latency.[0-9]* 2>/dev/null | awk '{print $3 - $7}' | sort -n | awk -v rate="$LAT_RATE" '
+    { v[NR] = $1 / 1000 }
+    END { if (NR == 0) exit;
+          r50 = int(NR * 0.50 + 0.999); r90 = int(NR * 0.90 + 0.999); r99 = int(NR * 0.99 + 0.999);
+          printf "{\"peer\":\"pgbench-floor\",\"config\":\"commit latency: insert 1 row/tx c=1 at %s/s\",\"mode\":\"latency\",\"n\":%d,\"p50_ms\":%.3f,\"p90_ms\":%.3f,\"p99_ms\":%.3f,\"max_ms\":%.3f}\n", rate, NR, v[r50], v[r90], v[r99], v[NR] }' \
+    > "$OUT/floor-latency.jsonl"
+  rm -f "$OUT"/floor-latency.[0-9]*
+  psql -q -d postgres -c "DROP DATABASE IF EXISTS $FLOOR_DB" > /dev/null || true
+  cat "$OUT/floor-latency.jsonl" >&2
+fi
 
 # ---------- peers ----------
 if [[ -n ${PEERS_JSONL:-} ]]; then
@@ -103,7 +133,8 @@ fi
 # ---------- comparison ----------
 echo
 PEERS_FILE=""; [[ -f $OUT/peers.jsonl ]] && PEERS_FILE=$OUT/peers.jsonl
-python3 bench/compare.py --clients "$PGB_C" "$PEERS_FILE" "$OUT/drover.json" | tee "$OUT/comparison.txt"
+FLOOR_ARGS=(); [[ -s $OUT/floor-latency.jsonl ]] && FLOOR_ARGS=(--floor-latency "$OUT/floor-latency.jsonl")
+python3 bench/compare.py --clients "$PGB_C" "${FLOOR_ARGS[@]}" "$PEERS_FILE" "$OUT/drover.json" | tee "$OUT/comparison.txt"
 if [[ -f $OUT/peers.jsonl && -f $PEERS_DIR/summarize.py ]]; then
   # Everything in one list too, with the peers' own summarizer (Drover lines carry peer/config).
   cat "$OUT/peers.jsonl" "$OUT/drover.jsonl" > "$OUT/combined.jsonl"
