@@ -75,27 +75,38 @@ grep '^{' "$OUT/drover.txt" > "$OUT/drover.jsonl" || true
 # enqueue commits. So the latency table is read beside what one commit costs on this disk: a
 # one-row INSERT per transaction, 1 client, at the latency workload's rate and count (pgbench
 # -R, per-transaction log). Its p50/p99 are printed under the table as the machine's floor.
-if command -v pgbench > /dev/null; then
-  log "commit-latency floor: pgbench 1-row INSERT, c=1, $LAT_JOBS transactions at $LAT_RATE/s"
-  FLOOR_DB=bench_floor_latency
-  PGOPTIONS="-c client_min_messages=warning" psql -q -d postgres -c "DROP DATABASE IF EXISTS $FLOOR_DB" -c "CREATE DATABASE $FLOOR_DB" > /dev/null
-  psql -q -d "$FLOOR_DB" -c "CREATE TABLE probe (id bigserial PRIMARY KEY, v int)" > /dev/null
+# A reference only: if it fails, the run goes on without it.
+floor_latency() {
+  local db=bench_floor_latency
+  PGOPTIONS="-c client_min_messages=warning" psql -q -d postgres \
+    -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" > /dev/null || return 1
+  psql -q -d "$db" -c "CREATE TABLE probe (id bigserial PRIMARY KEY, v int)" > /dev/null || return 1
   echo "INSERT INTO probe (v) VALUES (1);" > "$OUT/floor-latency.sql"
   (cd "$OUT" && pgbench -n -f floor-latency.sql -c 1 -R "$LAT_RATE" -t "$LAT_JOBS" \
-     -l --log-prefix=floor-latency "$FLOOR_DB" > floor-latency.txt 2>&1) \
-    || log "pgbench commit-latency probe failed (see $OUT/floor-latency.txt)"
+     -l --log-prefix=floor-latency "$db" > floor-latency.txt 2>&1) || return 1
   # Log lines: client transaction latency_us script epoch_s epoch_us schedule_lag_us; under -R
   # the latency counts from the scheduled start, so the lag is taken off (Drover's latency
-  # counts from the enqueue call). Percentiles by nearest rank.
-  cat "$OUT"/floor-latency.[0-9]* 2>/dev/null | awk '{print $3 - $7}' | sort -n | awk -v rate="$LAT_RATE" '
-    { v[NR] = $1 / 1000 }
-    END { if (NR == 0) exit;
-          r50 = int(NR * 0.50 + 0.999); r90 = int(NR * 0.90 + 0.999); r99 = int(NR * 0.99 + 0.999);
-          printf "{\"peer\":\"pgbench-floor\",\"config\":\"commit latency: insert 1 row/tx c=1 at %s/s\",\"mode\":\"latency\",\"n\":%d,\"p50_ms\":%.3f,\"p90_ms\":%.3f,\"p99_ms\":%.3f,\"max_ms\":%.3f}\n", rate, NR, v[r50], v[r90], v[r99], v[NR] }' \
-    > "$OUT/floor-latency.jsonl"
-  rm -f "$OUT"/floor-latency.[0-9]*
-  psql -q -d postgres -c "DROP DATABASE IF EXISTS $FLOOR_DB" > /dev/null || true
+  # counts from the enqueue call). Percentiles by the same rule as drover-bench's and the
+  # peers' (sorted[round(p * (n - 1))]).
+  local logs=("$OUT"/floor-latency.[0-9]*)
+  [[ -f ${logs[0]} ]] || return 1
+  cat "${logs[@]}" | awk '{print ($3 - $7) / 1000}' | sort -g | awk -v rate="$LAT_RATE" '
+    { v[NR - 1] = $1 }
+    END { if (NR == 0) exit 1
+          p50 = v[int(0.50 * (NR - 1) + 0.5)]; p90 = v[int(0.90 * (NR - 1) + 0.5)]
+          p99 = v[int(0.99 * (NR - 1) + 0.5)]
+          printf "{\"peer\":\"pgbench-floor\",\"config\":\"commit latency: insert 1 row/tx c=1 at %s/s\",\"mode\":\"latency\",\"n\":%d,\"p50_ms\":%.3f,\"p90_ms\":%.3f,\"p99_ms\":%.3f,\"max_ms\":%.3f}\n", rate, NR, p50, p90, p99, v[NR - 1] }' \
+    > "$OUT/floor-latency.jsonl" || return 1
+  rm -f "${logs[@]}"
+  psql -q -d postgres -c "DROP DATABASE IF EXISTS $db" > /dev/null || true
   cat "$OUT/floor-latency.jsonl" >&2
+}
+if command -v pgbench > /dev/null; then
+  log "commit-latency floor: pgbench 1-row INSERT, c=1, $LAT_JOBS transactions at $LAT_RATE/s"
+  floor_latency || { rm -f "$OUT/floor-latency.jsonl"
+    log "the commit-latency probe failed (see $OUT/floor-latency.txt); going on without it"; }
+else
+  log "pgbench not found: no commit-latency floor in this run"
 fi
 
 # ---------- peers ----------
