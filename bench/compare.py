@@ -12,6 +12,7 @@ Targets are those of issue #7; "met" compares the median only, so read noisy run
 """
 import argparse
 import json
+import os
 import re
 import statistics as st
 from collections import OrderedDict
@@ -177,7 +178,7 @@ def main():
     for r in rows:
         print(f"{r[0]:<{w[0]}}  {r[1]:>{w[1]}}  {r[2]:>{w[2]}}  {r[3][:w[3]]:<{w[3]}}  {r[4]:>{w[4]}}  {r[5]}")
 
-    floor_lat = load_peers(args.floor_latency)
+    floor_lat = load_peers(args.floor_latency) if os.path.isfile(args.floor_latency) else []
     if floor_lat:
         f = floor_lat[0]
         print()
