@@ -280,7 +280,7 @@ pub struct EnqueueArgs {
     /// The job's kind (omit with --file).
     #[arg(required_unless_present = "file", conflicts_with = "file")]
     pub kind: Option<String>,
-    /// Args as JSON (default {}).
+    /// Args as any JSON value: an object, an array, a string, a number... (default {}).
     #[arg(long, value_name = "JSON", conflicts_with = "file")]
     pub args: Option<String>,
     /// Queue (default `default`).
@@ -320,7 +320,7 @@ pub struct EnqueueArgs {
     /// Tenant (default `default`).
     #[arg(long, conflicts_with = "file")]
     pub tenant: Option<String>,
-    /// Metadata as a JSON object.
+    /// Metadata as a JSON object (unlike args, it must be an object: lists filter on it).
     #[arg(long, value_name = "JSON", conflicts_with = "file")]
     pub meta: Option<String>,
     /// A limit key the job is subject to (repeatable).
@@ -490,7 +490,7 @@ pub enum SchedulesCommand {
         /// Kind of the jobs it enqueues.
         #[arg(long, value_parser = job_kind)]
         kind: JobKind,
-        /// Args as JSON (default {}).
+        /// Args of each job it enqueues, as any JSON value (default {}).
         #[arg(long, value_name = "JSON")]
         args: Option<String>,
         /// Queue (default `default`).
