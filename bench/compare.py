@@ -32,6 +32,19 @@ def load_peers(path):
     return rows
 
 
+def load_latencies(path):
+    """Latencies in ms, one per line, sorted; [] when there is no such file."""
+    if not path or not os.path.isfile(path):
+        return []
+    with open(path) as f:
+        return sorted(float(line) for line in f if line.strip())
+
+
+def nearest_rank(sorted_values, p):
+    """sorted[round(p * (n - 1))], halves rounded up: drover-bench's and the peers' rule."""
+    return sorted_values[int(p * (len(sorted_values) - 1) + 0.5)]
+
+
 def medians(rows):
     """{(peer, config): {"enqueue_per_s": m, "process_per_s": m, "p50_ms": m, ..., "partial": bool}}"""
     groups = OrderedDict()
@@ -85,8 +98,8 @@ def main():
     ap.add_argument("--clients", type=int, default=8,
                     help="pgbench clients matched to Drover's producers (default 8)")
     ap.add_argument("--floor-latency", default="",
-                    help="JSON line of the commit-latency probe (compare.sh: one-row INSERT "
-                         "per transaction, 1 client, at the latency workload's rate)")
+                    help="latencies of the commit-latency probe, ms, one per line (compare.sh: "
+                         "one-row INSERT per transaction, 1 client, at the latency workload's rate)")
     args = ap.parse_args()
 
     groups = medians(load_peers(args.peers_jsonl))
@@ -178,16 +191,17 @@ def main():
     for r in rows:
         print(f"{r[0]:<{w[0]}}  {r[1]:>{w[1]}}  {r[2]:>{w[2]}}  {r[3][:w[3]]:<{w[3]}}  {r[4]:>{w[4]}}  {r[5]}")
 
-    floor_lat = load_peers(args.floor_latency) if os.path.isfile(args.floor_latency) else []
-    if floor_lat:
-        f = floor_lat[0]
+    floor_ms = load_latencies(args.floor_latency)
+    if floor_ms:
+        p50 = nearest_rank(floor_ms, 0.50)
         print()
-        print(f"commit-latency floor on this disk ({f['config']}, {f['n']} transactions): "
-              f"p50 {f['p50_ms']:.2f} / p90 {f['p90_ms']:.2f} / p99 {f['p99_ms']:.2f} / "
-              f"max {f['max_ms']:.2f} ms.")
+        print(f"commit-latency floor on this disk (pgbench one-row INSERT per transaction, 1 "
+              f"client, {len(floor_ms)} transactions): p50 {p50:.2f} / p90 "
+              f"{nearest_rank(floor_ms, 0.90):.2f} / p99 {nearest_rank(floor_ms, 0.99):.2f} / "
+              f"max {floor_ms[-1]:.2f} ms.")
         print("  Enqueue-to-start holds two durable commits in a row (the enqueue's, then the "
               "claim's),")
-        print(f"  so about 2 x p50 = {2 * f['p50_ms']:.2f} ms is the floor of its p50 here, and "
+        print(f"  so about 2 x p50 = {2 * p50:.2f} ms is the floor of its p50 here, and "
               "a p99 under a target")
         print("  that one commit's own p99 exceeds is out of reach for any queue with default "
               "durability.")

@@ -18,9 +18,10 @@
 #      kept between runs so npm packages and Rust builds are reused);
 #      PEERS_JSONL (a peers results file to reuse instead of running the peers);
 #      SKIP_PEERS=1 (Drover only); DROVER_ARGS (extra drover-bench options);
-#      LAT_RATE (50: jobs/s of the commit-latency floor probe; drover-bench's default rate).
+#      LAT_RATE (50: jobs/s of drover-bench's latency workload and of the commit-latency probe).
 # Results: bench/results/<UTC time>/ (gitignored): drover.json, drover.jsonl, peers.jsonl,
-#          floor-latency.jsonl, comparison.txt, and the logs.
+#          floor-latency.ms (the commit-latency probe, ms per transaction), comparison.txt, and
+#          the logs.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
@@ -86,24 +87,17 @@ floor_latency() {
      -l --log-prefix=floor-latency "$db" > floor-latency.txt 2>&1) || return 1
   # Log lines: client transaction latency_us script epoch_s epoch_us schedule_lag_us; under -R
   # the latency counts from the scheduled start, so the lag is taken off (Drover's latency
-  # counts from the enqueue call). Percentiles by the same rule as drover-bench's and the
-  # peers' (sorted[round(p * (n - 1))]).
+  # counts from the enqueue call). One latency in ms per line; compare.py takes percentiles.
   local logs=("$OUT"/floor-latency.[0-9]*)
   [[ -f ${logs[0]} ]] || return 1
-  cat "${logs[@]}" | awk '{print ($3 - $7) / 1000}' | sort -g | awk -v rate="$LAT_RATE" '
-    { v[NR - 1] = $1 }
-    END { if (NR == 0) exit 1
-          p50 = v[int(0.50 * (NR - 1) + 0.5)]; p90 = v[int(0.90 * (NR - 1) + 0.5)]
-          p99 = v[int(0.99 * (NR - 1) + 0.5)]
-          printf "{\"peer\":\"pgbench-floor\",\"config\":\"commit latency: insert 1 row/tx c=1 at %s/s\",\"mode\":\"latency\",\"n\":%d,\"p50_ms\":%.3f,\"p90_ms\":%.3f,\"p99_ms\":%.3f,\"max_ms\":%.3f}\n", rate, NR, p50, p90, p99, v[NR - 1] }' \
-    > "$OUT/floor-latency.jsonl" || return 1
+  awk '{print ($3 - $7) / 1000}' "${logs[@]}" > "$OUT/floor-latency.ms" || return 1
+  [[ -s $OUT/floor-latency.ms ]] || return 1
   rm -f "${logs[@]}"
   psql -q -d postgres -c "DROP DATABASE IF EXISTS $db" > /dev/null || true
-  cat "$OUT/floor-latency.jsonl" >&2
 }
 if command -v pgbench > /dev/null; then
   log "commit-latency floor: pgbench 1-row INSERT, c=1, $LAT_JOBS transactions at $LAT_RATE/s"
-  floor_latency || { rm -f "$OUT/floor-latency.jsonl"
+  floor_latency || { rm -f "$OUT/floor-latency.ms"
     log "the commit-latency probe failed (see $OUT/floor-latency.txt); going on without it"; }
 else
   log "pgbench not found: no commit-latency floor in this run"
@@ -144,7 +138,7 @@ fi
 # ---------- comparison ----------
 echo
 PEERS_FILE=""; [[ -f $OUT/peers.jsonl ]] && PEERS_FILE=$OUT/peers.jsonl
-FLOOR_ARGS=(); [[ -s $OUT/floor-latency.jsonl ]] && FLOOR_ARGS=(--floor-latency "$OUT/floor-latency.jsonl")
+FLOOR_ARGS=(); [[ -s $OUT/floor-latency.ms ]] && FLOOR_ARGS=(--floor-latency "$OUT/floor-latency.ms")
 python3 bench/compare.py --clients "$PGB_C" "${FLOOR_ARGS[@]}" "$PEERS_FILE" "$OUT/drover.json" | tee "$OUT/comparison.txt"
 if [[ -f $OUT/peers.jsonl && -f $PEERS_DIR/summarize.py ]]; then
   # Everything in one list too, with the peers' own summarizer (Drover lines carry peer/config).
