@@ -135,7 +135,7 @@ impl Backlogs {
 /// The write for a job that leaves a backlog without running, by why its token fired:
 /// cancelled before it started, nothing (lease lost: `None`), or released (shutdown, or no
 /// reason: it spends no attempt).
-pub(crate) fn unstarted_finish(shared: &JobShared) -> Option<Finish> {
+fn unstarted_finish(shared: &JobShared) -> Option<Finish> {
     match shared.reason() {
         Some(CancelReason::CancelRequested) => Some(Finish::Cancelled {
             message: "cancelled on request before it started".to_owned(),

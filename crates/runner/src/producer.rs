@@ -12,7 +12,8 @@
 //! jobs for the free slots plus up to `prefetch` more, which wait (leased, heartbeated) for a
 //! slot in claim order in the loop's backlog (`backlog.rs`). For short jobs this keeps the
 //! slots fed while the next claim is in flight and halves the claims per job; long jobs are
-//! never held back from other workers this way. Shutdown releases waiting jobs at once (backlog.rs).
+//! never held back from other workers this way. Shutdown releases waiting jobs at once
+//! (backlog.rs).
 //!
 //! After a claim that filled its request (more jobs are likely waiting) it claims again as
 //! soon as at least half of its slots (claiming ahead: of its claim-ahead places) are free, or
