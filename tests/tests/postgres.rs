@@ -1002,6 +1002,72 @@ pg_test!(
 );
 
 pg_test!(
+    /// The runner's claim (claim_queue.sql) updates the rows it locked through their tuple
+    /// addresses (a TID scan), whatever the size of the table or of the claim: not by a
+    /// primary-key descent per job, and never by a hash join over a sequential scan of the
+    /// whole table (how a large claim joined with its candidates was once planned). The
+    /// statement is prepared as the store prepares it and explained as a generic plan, the
+    /// plan a prepared statement settles on after its first executions.
+    runner_claim_updates_the_locked_rows_by_tuple_address,
+    |factory| {
+        let h = factory.open_pg(unbounded_options()).await;
+        let pool = h.store.pool();
+        sqlx::query(
+            "INSERT INTO drover.jobs (id, kind, queue, tenant, args, run_at, state, max_attempts) \
+             SELECT gen_random_uuid(), 'k', 'default', 'default', '{}', now(), 'queued', 3 \
+             FROM generate_series(1, 5000)",
+        )
+        .execute(pool)
+        .await
+        .unwrap();
+        sqlx::query("ANALYZE drover.jobs").execute(pool).await.unwrap();
+        let mut conn = pool.acquire().await.unwrap();
+        let statement = include_str!("../../crates/store-postgres/src/sql/claim_queue.sql");
+        sqlx::query("SET plan_cache_mode = force_generic_plan")
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        let prepare =
+            format!("PREPARE claim_queue(text, text[], integer, text, bigint) AS {statement}");
+        sqlx::Executor::execute(&mut *conn, prepare.as_str())
+            .await
+            .unwrap();
+        for limit in [1, 288, 1000] {
+            let plan: Vec<String> = sqlx::query_scalar(&format!(
+                "EXPLAIN EXECUTE claim_queue('default', '{{k}}', {limit}, 'w', 60000000)"
+            ))
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap();
+            let plan = plan.join("\n");
+            assert!(plan.contains("Tid Scan on jobs"), "limit {limit}: {plan}");
+            assert!(!plan.contains("Seq Scan on jobs"), "limit {limit}: {plan}");
+            assert!(!plan.contains("jobs_pkey"), "limit {limit}: {plan}");
+        }
+        // The same text claims: the first three jobs in claim order (one run_at, so by id).
+        let answered =
+            sqlx::query("EXECUTE claim_queue('default', '{k}', 3, 'w', 60000000)")
+                .fetch_all(&mut *conn)
+                .await
+                .unwrap();
+        assert_eq!(answered.len(), 3);
+        let running: Vec<Uuid> = sqlx::query_scalar(
+            "SELECT id FROM drover.jobs WHERE state = 'running' AND attempt = 1 \
+             AND fencing_token = 1 AND lease_owner = 'w' ORDER BY id",
+        )
+        .fetch_all(pool)
+        .await
+        .unwrap();
+        let first: Vec<Uuid> =
+            sqlx::query_scalar("SELECT id FROM drover.jobs ORDER BY id LIMIT 3")
+                .fetch_all(pool)
+                .await
+                .unwrap();
+        assert_eq!(running, first);
+    }
+);
+
+pg_test!(
     /// Migration 3: the pending index holds only jobs waiting for a worker (a claim does not
     /// write it), the kind and tenant list indexes are replaced by one GIN index over the
     /// facets, and the planner (with the expression statistics ANALYZE fills) answers a rare

@@ -5,9 +5,14 @@
 -- rows other claimers hold, and starts them: attempt + 1, a new fencing token, the lease from
 -- the database clock.
 --
--- The update finds the locked candidates by primary key (`id = ANY(ARRAY(...))`): joined
--- with the candidates instead, a large claim is planned as a hash join over a sequential scan
--- of the whole table.
+-- The update finds the locked candidates by their tuple address (`ctid = ANY(ARRAY(...))`, a
+-- TID scan): joined with the candidates instead, a large claim is planned as a hash join over
+-- a sequential scan of the whole table, and found by primary key, every job costs one more
+-- B-tree descent (about 10 % of the statement for 288 jobs: BENCHMARKS.md, 2026-12-03 17:49).
+-- Each address is that of a row this statement holds locked, so nothing else can update or
+-- remove it first. (A queued job is never updated while it stays queued; if one were, between
+-- this statement's snapshot and its lock, the update would skip it: it stays queued for a
+-- later claim and is never claimed twice.)
 --
 -- When any limit policy exists it claims nothing and reports `blocked`: the caller then claims
 -- with claim_fast.sql, which admits jobs against the policies. Policies are read in this
@@ -16,7 +21,7 @@
 --
 -- $1 queue text, $2 kinds text[], $3 limit integer, $4 worker text, $5 lease_us bigint.
 WITH candidates AS (
-    SELECT j.id
+    SELECT j.ctid
     FROM drover.jobs j
     WHERE j.state = 'queued'
       AND j.queue = $1
@@ -37,7 +42,7 @@ claimed AS (
         lease_expires_at = now() + $5 * interval '1 microsecond',
         attempted_at = now(),
         cancel_requested = false
-    WHERE j.id = ANY (ARRAY(SELECT c.id FROM candidates c))
+    WHERE j.ctid = ANY (ARRAY(SELECT c.ctid FROM candidates c))
     RETURNING j.*
 )
 SELECT EXISTS (SELECT 1 FROM drover.limits) AS blocked, claimed.*
