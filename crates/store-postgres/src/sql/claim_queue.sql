@@ -6,9 +6,10 @@
 -- the database clock.
 --
 -- The update finds the locked candidates by their tuple address (`ctid = ANY(ARRAY(...))`, a
--- TID scan): joined with the candidates instead, a large claim is planned as a hash join over
--- a sequential scan of the whole table, and found by primary key, every job costs one more
--- B-tree descent (about 10 % of the statement for 288 jobs: BENCHMARKS.md, 2026-12-03 17:49).
+-- TID scan). Joined with the candidates instead, a large claim is planned as a hash join over
+-- a sequential scan of the whole table; found by primary key, every job costs one more B-tree
+-- descent (about 10 % of the statement for 288 jobs: BENCHMARKS.md, the 2026-12-03 17:05 run,
+-- "The runner's claim by tuple address").
 -- Each address is that of a row this statement holds locked, so nothing else can update or
 -- remove it first. (A queued job is never updated while it stays queued; if one were, between
 -- this statement's snapshot and its lock, the update would skip it: it stays queued for a
