@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Set Drover's figures beside its peers' (issue #7, item 2) and print one table.
 
-    python3 bench/compare.py PEERS_JSONL DROVER_JSON [--clients 8]
+    python3 bench/compare.py PEERS_JSONL DROVER_JSON [DROVER_JSON ...] [--clients 8]
 
 PEERS_JSONL: the results file of the peers' run-all.sh (one JSON line per measurement, with
 "peer", "config", and enqueue_per_s / process_per_s / p50_ms ... fields). DROVER_JSON: the file
-drover-bench writes (its "summary" holds medians per store and scenario). Peer figures are
-medians over their repetitions, like the peers' summarize.py. Throughput ratios are
+drover-bench writes (its "summary" holds medians per store and scenario). Given several (compare.sh
+measures Drover before the peers and again after them), Drover's figures are medians over the
+repetitions of all of them, taken the way drover-bench takes its own (each latency percentile:
+the median of the repetitions' values), and the medians of each file are printed too. Peer
+figures are medians over their repetitions, like the peers' summarize.py. Throughput ratios are
 Drover / best peer (higher is better); latency ratios are Drover / best peer (lower is better).
 Targets are those of issue #7; "met" compares the median only, so read noisy runs with care.
 """
@@ -85,6 +88,28 @@ def drover_summary(doc, store, scenario):
     return None
 
 
+def summarize(measurements):
+    """drover-bench's summary (report.rs `summarize`) over `measurements`: per store and
+    scenario in first-seen order, the median, min and max of each throughput, and the median of
+    each latency percentile over the repetitions."""
+    groups = OrderedDict()
+    for m in measurements:
+        groups.setdefault((m.get("store"), m.get("scenario")), []).append(m)
+    out = []
+    for (store, scenario), ms in groups.items():
+        s = {"store": store, "scenario": scenario, "config": ms[0].get("config", "?"),
+             "runs": len(ms)}
+        for field in ("enqueue_per_s", "process_per_s"):
+            xs = [m[field] for m in ms if isinstance(m.get(field), (int, float))]
+            if xs:
+                s[field] = {"median": st.median(xs), "min": min(xs), "max": max(xs)}
+        fields = ("p50_ms", "p90_ms", "p99_ms", "max_ms", "mean_ms")
+        if all(isinstance(m.get(f), (int, float)) for m in ms for f in fields):
+            s["latency"] = {f: st.median([m[f] for m in ms]) for f in fields}
+        out.append(s)
+    return out
+
+
 def spread_median(s, field):
     if not s or not s.get(field):
         return None
@@ -94,7 +119,8 @@ def spread_median(s, field):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("peers_jsonl", nargs="?", default="")
-    ap.add_argument("drover_json")
+    ap.add_argument("drover_json", nargs="+",
+                    help="drover-bench results files; several are pooled (see the module docs)")
     ap.add_argument("--clients", type=int, default=8,
                     help="pgbench clients matched to Drover's producers (default 8)")
     ap.add_argument("--floor-latency", default="",
@@ -103,8 +129,13 @@ def main():
     args = ap.parse_args()
 
     groups = medians(load_peers(args.peers_jsonl))
-    with open(args.drover_json) as f:
-        doc = json.load(f)
+    docs = []
+    for path in args.drover_json:
+        with open(path) as f:
+            docs.append(json.load(f))
+    doc = dict(docs[0])
+    if len(docs) > 1:
+        doc["summary"] = summarize([m for d in docs for m in d.get("measurements", [])])
 
     rows = []  # (workload, drover, peer figure, peer label, ratio text, target text, verdict)
 
@@ -182,7 +213,9 @@ def main():
         settings = pginfo.get("settings", {})
         print(f"{pginfo.get('version', '?').split(' on ')[0]}; fsync={settings.get('fsync')} "
               f"synchronous_commit={settings.get('synchronous_commit')}; "
-              f"Drover n={doc['plan']['jobs']} reps={doc['plan']['reps']}, quotas {doc.get('quotas')}")
+              f"Drover n={doc['plan']['jobs']} reps="
+              + "+".join(str(d.get("plan", {}).get("reps", "?")) for d in docs)
+              + f", quotas {doc.get('quotas')}")
     w = [max(len(r[i]) for r in rows + [("workload", "Drover", "peer", "best peer (config)", "ratio", "")])
          for i in range(6)]
     w[3] = min(w[3], 60)
@@ -190,6 +223,27 @@ def main():
     print(f"{head[0]:<{w[0]}}  {head[1]:>{w[1]}}  {head[2]:>{w[2]}}  {head[3]:<{w[3]}}  {head[4]:>{w[4]}}  {head[5]}")
     for r in rows:
         print(f"{r[0]:<{w[0]}}  {r[1]:>{w[1]}}  {r[2]:>{w[2]}}  {r[3][:w[3]]:<{w[3]}}  {r[4]:>{w[4]}}  {r[5]}")
+
+    if len(docs) > 1:
+        print()
+        print("Drover's figures above are medians over the repetitions of these runs "
+              "(medians of each):")
+        for path, d in zip(args.drover_json, docs):
+            parts = []
+            for s in summarize(d.get("measurements", [])):
+                if s["store"] != "postgres":
+                    continue
+                if s.get("latency"):
+                    parts.append(f"{s['scenario']} p50 {s['latency']['p50_ms']:.2f} / "
+                                 f"p99 {s['latency']['p99_ms']:.2f} ms")
+                for field in ("enqueue_per_s", "process_per_s"):
+                    if s.get(field):
+                        parts.append(f"{s['scenario']} {fmt_num(s[field]['median'])}")
+            print(f"  {os.path.basename(path)} ({d.get('started_at', '?')} - "
+                  f"{d.get('finished_at', '?')}, load at start "
+                  f"{(d.get('machine') or {}).get('load_average_start')}):")
+            for i in range(0, len(parts), 4):
+                print("    " + "; ".join(parts[i:i + 4]))
 
     floor_ms = load_latencies(args.floor_latency)
     if floor_ms:

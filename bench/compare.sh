@@ -3,10 +3,11 @@
 #
 # Builds drover-bench in release, runs it, then runs the peer benchmark scripts of
 # ../shared/bench (pgbench reference scripts, graphile-worker and pg-boss from npm, awa and
-# River for Rust from crates.io) with the same job count, and prints Drover's figures as ratios
-# to the best peer's. See BENCHMARKS.md.
+# River for Rust from crates.io) with the same job count, then Drover's PostgreSQL workloads
+# once more, and prints Drover's figures (medians over both of its runs) as ratios to the best
+# peer's. See BENCHMARKS.md.
 #
-#   bash bench/compare.sh            # full: N=20000 jobs, REPS=3 (about 25 min on 2 cores)
+#   bash bench/compare.sh            # full: N=20000 jobs, REPS=3 (about 40 min on 2 cores)
 #   bash bench/compare.sh quick      # smoke: N=2000, REPS=1 (a few minutes once peers are built)
 #   N=50000 bash bench/compare.sh    # other job count (Drover and peers use the same N)
 #   PEERS_JSONL=bench/results/<run>/peers.jsonl bash bench/compare.sh   # reuse a peers run
@@ -17,9 +18,11 @@
 #      PEER_SRC (../shared/bench beside the repo), PEERS_DIR (bench/.peers: the peers' copy,
 #      kept between runs so npm packages and Rust builds are reused);
 #      PEERS_JSONL (a peers results file to reuse instead of running the peers);
-#      SKIP_PEERS=1 (Drover only); DROVER_ARGS (extra drover-bench options);
+#      SKIP_PEERS=1 (Drover only); AFTER=0 (no second Drover run after the peers);
+#      DROVER_ARGS (extra drover-bench options);
 #      LAT_RATE (50: jobs/s of drover-bench's latency workload and of the commit-latency probe).
-# Results: bench/results/<UTC time>/ (gitignored): drover.json, drover.jsonl, peers.jsonl,
+# Results: bench/results/<UTC time>/ (gitignored): drover.json, drover-after.json (the run after
+#          the peers), drover.jsonl (both runs' lines), peers.jsonl,
 #          floor-latency.ms (the commit-latency probe, ms per transaction), comparison.txt, and
 #          the logs.
 set -euo pipefail
@@ -135,11 +138,32 @@ elif [[ -z ${SKIP_PEERS:-} ]]; then
   cp "$after" "$OUT/peers.jsonl"; cp "$after.env" "$OUT/peers.env" 2>/dev/null || true
 fi
 
+# ---------- Drover again, after the peers ----------
+# The peers take about half an hour, and this machine's speed drifts by a third within that
+# (BENCHMARKS.md, the 21:05 run: Drover measured in a slow quarter of an hour, the peers in a
+# fast one). So when the peers were run here, Drover's PostgreSQL workloads run once more after
+# them, and compare.py takes Drover's medians over both runs' repetitions: Drover is then
+# sampled at both ends of the peers' window rather than only before it. AFTER=0 skips this.
+DROVER_FILES=("$OUT/drover.json")
+if [[ -z ${PEERS_JSONL:-} && -z ${SKIP_PEERS:-} && ${AFTER:-1} != 0 && -f $OUT/peers.jsonl ]]; then
+  log "drover-bench again after the peers (PostgreSQL workloads): N=$N REPS=$REPS"
+  # shellcheck disable=SC2086  # DROVER_ARGS is a list of options
+  if DROVER_BENCH_DATABASE_URL=$DB_URL target/release/drover-bench --store postgres \
+      --jobs "$N" --reps "$REPS" --latency-jobs "$LAT_JOBS" --latency-rate "$LAT_RATE" --producers "$PGB_C" \
+      --out "$OUT/drover-after.json" --note "$(sed -n 2p "$OUT/env.txt" | sed 's/^# //') (after the peers)" ${DROVER_ARGS:-} \
+      | tee "$OUT/drover-after.txt"; then
+    grep '^{' "$OUT/drover-after.txt" >> "$OUT/drover.jsonl" || true
+    DROVER_FILES+=("$OUT/drover-after.json")
+  else
+    FAILED="${FAILED:+$FAILED, }drover-bench after the peers"; log "drover-bench after the peers reported a failure (see above)"
+  fi
+fi
+
 # ---------- comparison ----------
 echo
 PEERS_FILE=""; [[ -f $OUT/peers.jsonl ]] && PEERS_FILE=$OUT/peers.jsonl
 FLOOR_ARGS=(); [[ -s $OUT/floor-latency.ms ]] && FLOOR_ARGS=(--floor-latency "$OUT/floor-latency.ms")
-python3 bench/compare.py --clients "$PGB_C" "${FLOOR_ARGS[@]}" "$PEERS_FILE" "$OUT/drover.json" | tee "$OUT/comparison.txt"
+python3 bench/compare.py --clients "$PGB_C" "${FLOOR_ARGS[@]}" "$PEERS_FILE" "${DROVER_FILES[@]}" | tee "$OUT/comparison.txt"
 if [[ -f $OUT/peers.jsonl && -f $PEERS_DIR/summarize.py ]]; then
   # Everything in one list too, with the peers' own summarizer (Drover lines carry peer/config).
   cat "$OUT/peers.jsonl" "$OUT/drover.jsonl" > "$OUT/combined.jsonl"
