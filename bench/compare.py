@@ -230,7 +230,7 @@ def main():
               "(medians of each):")
         for path, d in zip(args.drover_json, docs):
             parts = []
-            for s in summarize(d.get("measurements", [])):
+            for s in d.get("summary", []):
                 if s["store"] != "postgres":
                     continue
                 if s.get("latency"):

@@ -64,12 +64,18 @@ cargo build --release --quiet -p drover-bench
 # would otherwise compete with PostgreSQL's fsyncs during the first workloads.
 sync
 DB_URL="postgres://$PGUSER:$PGPASSWORD@$PGHOST:$PGPORT/drover_bench"
+# drover_bench NAME NOTE [options]: one drover-bench run with this run's N, repetitions,
+# latency and producer settings, writing $OUT/NAME.json and $OUT/NAME.txt (its output).
+drover_bench() {
+  local name=$1 note=$2; shift 2
+  # shellcheck disable=SC2086  # DROVER_ARGS is a list of options
+  DROVER_BENCH_DATABASE_URL=$DB_URL target/release/drover-bench "$@" \
+    --jobs "$N" --reps "$REPS" --latency-jobs "$LAT_JOBS" --latency-rate "$LAT_RATE" --producers "$PGB_C" \
+    --out "$OUT/$name.json" --note "$(sed -n 2p "$OUT/env.txt" | sed 's/^# //')$note" ${DROVER_ARGS:-} \
+    | tee "$OUT/$name.txt"
+}
 log "drover-bench: N=$N REPS=$REPS"
-# shellcheck disable=SC2086  # DROVER_ARGS is a list of options
-DROVER_BENCH_DATABASE_URL=$DB_URL target/release/drover-bench \
-  --jobs "$N" --reps "$REPS" --latency-jobs "$LAT_JOBS" --latency-rate "$LAT_RATE" --producers "$PGB_C" \
-  --out "$OUT/drover.json" --note "$(sed -n 2p "$OUT/env.txt" | sed 's/^# //')" ${DROVER_ARGS:-} \
-  | tee "$OUT/drover.txt" || { FAILED="drover-bench"; log "drover-bench reported a failure (see above)"; }
+drover_bench drover "" || { FAILED="drover-bench"; log "drover-bench reported a failure (see above)"; }
 grep '^{' "$OUT/drover.txt" > "$OUT/drover.jsonl" || true
 [[ -f $OUT/drover.json ]] || { echo "drover-bench wrote no results file" >&2; exit 1; }
 
@@ -136,6 +142,7 @@ elif [[ -z ${SKIP_PEERS:-} ]]; then
     echo "the peers' run wrote no results file" >&2; exit 1
   fi
   cp "$after" "$OUT/peers.jsonl"; cp "$after.env" "$OUT/peers.env" 2>/dev/null || true
+  PEERS_RAN=1
 fi
 
 # ---------- Drover again, after the peers ----------
@@ -145,13 +152,9 @@ fi
 # them, and compare.py takes Drover's medians over both runs' repetitions: Drover is then
 # sampled at both ends of the peers' window rather than only before it. AFTER=0 skips this.
 DROVER_FILES=("$OUT/drover.json")
-if [[ -z ${PEERS_JSONL:-} && -z ${SKIP_PEERS:-} && ${AFTER:-1} != 0 && -f $OUT/peers.jsonl ]]; then
+if [[ -n ${PEERS_RAN:-} && ${AFTER:-1} != 0 ]]; then
   log "drover-bench again after the peers (PostgreSQL workloads): N=$N REPS=$REPS"
-  # shellcheck disable=SC2086  # DROVER_ARGS is a list of options
-  if DROVER_BENCH_DATABASE_URL=$DB_URL target/release/drover-bench --store postgres \
-      --jobs "$N" --reps "$REPS" --latency-jobs "$LAT_JOBS" --latency-rate "$LAT_RATE" --producers "$PGB_C" \
-      --out "$OUT/drover-after.json" --note "$(sed -n 2p "$OUT/env.txt" | sed 's/^# //') (after the peers)" ${DROVER_ARGS:-} \
-      | tee "$OUT/drover-after.txt"; then
+  if drover_bench drover-after " (after the peers)" --store postgres; then
     grep '^{' "$OUT/drover-after.txt" >> "$OUT/drover.jsonl" || true
     DROVER_FILES+=("$OUT/drover-after.json")
   else
