@@ -431,6 +431,116 @@ async fn a_worker_names_its_queues_and_warns_about_paused_ones() {
     );
 }
 
+/// `drover worker --json` writes its whole stderr as JSON lines, for a log collector: its own
+/// lines (start, warnings, stop) and the runner's log events, each with a time, a level and
+/// a message, the events' fields at the top level.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_given_json_logs_one_json_object_a_line() {
+    let Some(db) = TestDb::migrated("a_worker_given_json_logs_one_json_object_a_line").await else {
+        return;
+    };
+    db.ok(&["queues", "pause", "mail"]).await;
+    let mut worker = db.spawn(&[
+        "worker", "--json", "--log", "info", "--queue", "default", "--queue", "mail",
+    ]);
+    let start = worker.wait_for_line(" started on ", WAIT).await;
+    worker.wait_for_line("queue mail is paused", WAIT).await;
+    worker.signal(Signal::TERM);
+    assert!(worker.wait_exit(WAIT).await.success());
+    let stderr = worker.stderr();
+    let lines: Vec<Value> = stderr
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+        .collect();
+    for line in &lines {
+        let time = line["timestamp"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!(chrono::DateTime::parse_from_rfc3339(time).is_ok(), "{line}");
+        assert!(
+            ["INFO", "WARN"].contains(&line["level"].as_str().unwrap()),
+            "{line}"
+        );
+        assert!(line["message"].is_string(), "{line}");
+    }
+    let start: Value = serde_json::from_str(&start).unwrap();
+    let message = start["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("worker ") && message.contains("queues default, mail"),
+        "{start}"
+    );
+    let id = message.split(' ').nth(1).unwrap();
+    let find = |message: &str| {
+        lines
+            .iter()
+            .find(|line| line["message"] == message)
+            .unwrap_or_else(|| panic!("no line {message:?} in:\n{stderr}"))
+    };
+    let warning = find("queue mail is paused: this worker claims none of its jobs until `drover queues resume mail`");
+    assert_eq!(warning["level"], "WARN");
+    // A runner event: its fields are top-level keys beside the message.
+    let stopped = find("worker stopped");
+    assert_eq!(stopped["worker_id"], id, "{stopped}");
+    assert!(
+        stopped["target"]
+            .as_str()
+            .unwrap()
+            .starts_with("drover_runner"),
+        "{stopped}"
+    );
+    assert!(
+        lines.iter().any(|line| line["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("worker stopped: ")),
+        "{stderr}"
+    );
+}
+
+/// `drover serve --json` writes its lines on stderr as JSON too, the warning about
+/// authentication being off at level WARN.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_given_json_logs_one_json_object_a_line() {
+    let Some(db) = TestDb::migrated("serve_given_json_logs_one_json_object_a_line").await else {
+        return;
+    };
+    let mut server = db.spawn(&[
+        "serve",
+        "--json",
+        "--insecure-no-auth",
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    let api: Value =
+        serde_json::from_str(&server.wait_for_line(" on http://", WAIT).await).unwrap();
+    assert_eq!(api["level"], "INFO", "{api}");
+    assert!(
+        api["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("API on http://127.0.0.1:"),
+        "{api}"
+    );
+    server.signal(Signal::TERM);
+    assert!(server.wait_exit(WAIT).await.success());
+    let lines: Vec<Value> = server
+        .stderr()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+        .collect();
+    let warning = lines
+        .iter()
+        .find(|line| {
+            line["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("authentication is OFF")
+        })
+        .unwrap_or_else(|| panic!("no warning in {lines:?}"));
+    assert_eq!(warning["level"], "WARN");
+    assert_eq!(lines.last().unwrap()["message"], "stopped", "{lines:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits_set_list_clear_round_trip() {
     let Some(db) = TestDb::migrated("limits_set_list_clear_round_trip").await else {

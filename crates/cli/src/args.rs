@@ -86,7 +86,8 @@ pub struct Cli {
     )]
     pub database_url: Option<String>,
 
-    /// Print machine-readable JSON instead of tables.
+    /// Print machine-readable JSON instead of tables (worker and serve: write their log on
+    /// stderr as one JSON object a line).
     #[arg(long, global = true)]
     pub json: bool,
 

@@ -99,7 +99,17 @@ pub fn run_with(extensions: Extensions, args: impl IntoIterator<Item = OsString>
         errln!("drover: {message}");
         return ExitCode::from(2);
     }
-    init_tracing(cli.log.as_deref());
+    // `--json` on the commands that run until stopped: their stderr is a log, written as one
+    // JSON object a line (the other commands print their results as JSON on stdout).
+    let json_logs = cli.json
+        && matches!(
+            cli.command,
+            args::Command::Worker(_) | args::Command::Serve(_)
+        );
+    if json_logs {
+        output::log_json();
+    }
+    init_tracing(cli.log.as_deref(), json_logs);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -115,11 +125,11 @@ pub fn run_with(extensions: Extensions, args: impl IntoIterator<Item = OsString>
         // The reader of stdout went away (`| head`): stop quietly, like a shell filter.
         Err(e) if e.chain().any(|c| c.is::<output::OutputClosed>()) => ExitCode::SUCCESS,
         Err(e) if usage::is_usage(&e) => {
-            errln!("drover: {}", one_line(&e));
+            output::say_failure(&format!("drover: {}", one_line(&e)));
             ExitCode::from(2)
         }
         Err(e) => {
-            errln!("drover: {}", one_line(&e));
+            output::say_failure(&format!("drover: {}", one_line(&e)));
             ExitCode::FAILURE
         }
     }
@@ -138,19 +148,30 @@ pub fn one_line(e: &anyhow::Error) -> String {
     text.replace('\n', " ")
 }
 
-fn init_tracing(filter: Option<&str>) {
+/// Logs to stderr at `filter` (`--log`, else `RUST_LOG`, else `warn`); with `json`, one JSON
+/// object a line with the event's fields at the top level
+/// (`{"timestamp":...,"level":"WARN","message":...,"job_id":...,"target":...}`).
+fn init_tracing(filter: Option<&str>, json: bool) {
     use tracing_subscriber::EnvFilter;
     let filter = filter
         .map(EnvFilter::new)
         .or_else(|| EnvFilter::try_from_default_env().ok())
         .unwrap_or_else(|| EnvFilter::new("warn"));
-    // Colours only on a terminal: log files and journald get plain text.
-    let _ = tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         // A log line that cannot be written (stderr's reader is gone) is dropped: by default
         // tracing reports that with `eprintln!`, which panics in whatever task logged.
-        .log_internal_errors(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+        .log_internal_errors(false);
+    let _ = if json {
+        logs.json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .try_init()
+    } else {
+        // Colours only on a terminal: log files and journald get plain text.
+        logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init()
+    };
 }

@@ -135,9 +135,55 @@ pub(crate) use outln;
 /// run whose stderr reader is gone (`drover worker 2>&1 | head -1`, a closed descriptor)
 /// keeps working instead of panicking on the write, as `eprintln!` does. The crate denies
 /// `eprintln!` and `println!` (clippy's `print_stderr` and `print_stdout`).
+///
+/// After [`log_json`] (`drover worker --json`, `drover serve --json`) each line goes out as
+/// one JSON object instead, in the shape of the log lines (see [`json_line`]).
 pub fn say(line: &str) {
+    say_at(None, line);
+}
+
+/// [`say`] for the message a command fails with: level `ERROR` after [`log_json`].
+pub fn say_failure(line: &str) {
+    say_at(Some("ERROR"), line);
+}
+
+fn say_at(level: Option<&'static str>, line: &str) {
     use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "{line}");
+    if JSON_STDERR.get().copied().unwrap_or(false) {
+        let _ = writeln!(std::io::stderr(), "{}", json_line(line, level, Utc::now()));
+    } else {
+        let _ = writeln!(std::io::stderr(), "{line}");
+    }
+}
+
+/// Set once, by [`log_json`].
+static JSON_STDERR: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// Makes [`say`] write JSON objects from now on: for the long-running commands given
+/// `--json`, whose stderr is a log that a collector reads line by line.
+pub fn log_json() {
+    let _ = JSON_STDERR.set(true);
+}
+
+/// One stderr line as a JSON object in the shape tracing's JSON log lines have (flattened):
+/// `{"timestamp":"2026-12-04T03:43:09.123456Z","level":"INFO","message":"...","target":"drover"}`.
+/// The `drover: ` prefix is dropped; without a `level` given, a line that starts `warning: `
+/// (any case) after it is level `WARN` (that word dropped too) and any other `INFO`.
+pub fn json_line(line: &str, level: Option<&'static str>, at: DateTime<Utc>) -> String {
+    let text = line.strip_prefix("drover: ").unwrap_or(line);
+    let (level, message) = match (level, text.split_once(": ")) {
+        (Some(level), _) => (level, text),
+        (None, Some((word, rest))) if word.eq_ignore_ascii_case("warning") => ("WARN", rest),
+        (None, _) => ("INFO", text),
+    };
+    // Written by hand to keep tracing's key order (serde_json's map would sort the keys).
+    let string = |text: &str| serde_json::Value::from(text).to_string();
+    format!(
+        "{{\"timestamp\":{},\"level\":{},\"message\":{},\"target\":\"drover\"}}",
+        string(&at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
+        string(level),
+        string(message),
+    )
 }
 
 /// `eprintln!` that ignores a failure to write (see [`say`]).
@@ -201,6 +247,44 @@ mod tests {
     use super::*;
 
     const ID: &str = "01a23560-7fa8-73f0-b140-52ceab112f1f";
+
+    fn parsed(line: &str, level: Option<&'static str>) -> serde_json::Value {
+        let at = DateTime::parse_from_rfc3339("2026-12-04T03:43:09.5Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        serde_json::from_str(&json_line(line, level, at)).unwrap()
+    }
+
+    #[test]
+    fn json_lines_carry_time_level_and_the_message_without_its_prefixes() {
+        assert_eq!(
+            parsed("drover: worker w-1 started on db: 2 slot(s)", None),
+            serde_json::json!({
+                "timestamp": "2026-12-04T03:43:09.500000Z",
+                "level": "INFO",
+                "message": "worker w-1 started on db: 2 slot(s)",
+                "target": "drover",
+            })
+        );
+        let warning = parsed("drover: warning: queue mail is paused: \"x\"", None);
+        assert_eq!(warning["level"], "WARN");
+        assert_eq!(warning["message"], "queue mail is paused: \"x\"");
+        assert_eq!(
+            parsed("drover: WARNING: authentication is OFF", None)["level"],
+            "WARN"
+        );
+        let failure = parsed("drover: cannot connect: refused", Some("ERROR"));
+        assert_eq!(failure["level"], "ERROR");
+        assert_eq!(failure["message"], "cannot connect: refused");
+        assert_eq!(parsed("no prefix", None)["message"], "no prefix");
+        let at = DateTime::parse_from_rfc3339("2026-12-04T03:43:09Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert_eq!(
+            json_line("drover: a \"quoted\"\tline", None, at),
+            r#"{"timestamp":"2026-12-04T03:43:09.000000Z","level":"INFO","message":"a \"quoted\"\tline","target":"drover"}"#
+        );
+    }
 
     fn jobs_table(width: u16) -> String {
         let mut t = table(&["id", "kind", "queue", "state", "run at", "error"]).with_width(width);
