@@ -458,7 +458,8 @@ pub enum LimitsCommand {
             value_parser = integer_in::<u32>(0, i128::from(MAX_RUNNING_MAX))
         )]
         max_running: Option<u32>,
-        /// At most N claims per period: N/PERIOD (10/s, 100/1m, 5/30s, 1000/h).
+        /// At most N claims in any window of one period: N/PERIOD (10/s, 100/1m, 5/30s,
+        /// 1000/h); claims are spaced at least PERIOD/N apart (no bursts).
         #[arg(long, value_name = "N/PERIOD", value_parser = rate)]
         rate: Option<Rate>,
     },

@@ -3,9 +3,12 @@
 //!
 //! The admission rule is pure and shared: both stores feed [`Admission`] the policies, the
 //! current running counts and the rate state, and claim only the candidates it admits, in
-//! order, without touching the rest. Rates use GCRA (the generic cell rate algorithm): one
-//! timestamp per policy ("theoretical arrival time"), bursts of up to `count` claims, then one
-//! claim every `period / count`.
+//! order, without touching the rest. Rates use GCRA (the generic cell rate algorithm) without
+//! burst tolerance: one timestamp per policy ("theoretical arrival time"), one claim at most
+//! every `period / count` (rounded up to the microsecond), so that ANY window of one period
+//! holds at most `count` claims, as DESIGN.md section 4 states the rule ("at most N claims per
+//! period"). A burst tolerance would let a full burst at the end of one period be followed by
+//! the steady rate, nearly `2 x count` claims within one period.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -58,40 +61,31 @@ impl Rate {
         Ok(Rate { count, period })
     }
 
-    /// Time between claims at the steady rate: `period / count`.
+    /// Least time between two claims: `period / count` rounded UP to whole microseconds (the
+    /// precision every store keeps instants in), so `count` intervals never add up to less
+    /// than the period.
     pub fn emission_interval(&self) -> chrono::Duration {
-        let nanos = self.period.as_nanos() / u128::from(self.count.max(1));
-        chrono::Duration::nanoseconds(i64::try_from(nanos).unwrap_or(i64::MAX))
+        let micros = self
+            .period
+            .as_micros()
+            .div_ceil(u128::from(self.count.max(1)));
+        chrono::Duration::microseconds(i64::try_from(micros).unwrap_or(i64::MAX))
     }
 
-    fn period_chrono(&self) -> chrono::Duration {
-        chrono::Duration::from_std(self.period).unwrap_or(chrono::Duration::MAX)
-    }
-
-    /// GCRA: if one more claim is allowed at `now` given the stored theoretical arrival time
-    /// `tat`, returns the new `tat` to store; `None` when the rate is exhausted.
+    /// GCRA without burst tolerance: one more claim is allowed at `now` when the stored
+    /// theoretical arrival time `tat` (the earliest instant of the next claim) is not after
+    /// `now`; returns the new `tat` to store (`now` + the emission interval), or `None` when
+    /// the claim must wait.
     pub fn admit(&self, tat: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        let t = self.emission_interval();
-        let tolerance = self.period_chrono() - t;
-        let start = tat.map_or(now, |tat| tat.max(now));
-        if start - now > tolerance {
+        if tat.is_some_and(|tat| tat > now) {
             return None;
         }
-        Some(start + t)
+        Some(now + self.emission_interval())
     }
 
-    /// How many claims the rate allows at `now` given `tat` (for `limits list`).
+    /// How many claims the rate allows at `now` given `tat` (for `limits list`): 1 or 0.
     pub fn available(&self, tat: Option<DateTime<Utc>>, now: DateTime<Utc>) -> u32 {
-        let t = self
-            .emission_interval()
-            .num_nanoseconds()
-            .unwrap_or(i64::MAX)
-            .max(1);
-        let start = tat.map_or(now, |tat| tat.max(now));
-        let used = (start - now).num_nanoseconds().unwrap_or(i64::MAX);
-        let period = self.period_chrono().num_nanoseconds().unwrap_or(i64::MAX);
-        let free = (period - used).max(0) / t;
-        u32::try_from(free).unwrap_or(u32::MAX).min(self.count)
+        u32::from(self.admit(tat, now).is_some())
     }
 }
 
@@ -221,7 +215,8 @@ pub struct LimitStatus {
     pub policy: LimitPolicy,
     /// Jobs with the key running now.
     pub running: u64,
-    /// Claims the rate allows right now (`None` without a rate).
+    /// Claims the rate allows right now, 1 or 0 (claims are spaced `period / count` apart;
+    /// `None` without a rate).
     pub rate_available: Option<u32>,
 }
 
@@ -375,18 +370,57 @@ mod tests {
     }
 
     #[test]
-    fn gcra_allows_a_burst_then_the_steady_rate() {
+    fn gcra_spaces_claims_one_interval_apart() {
         let r = Rate::new(3, Duration::from_secs(3)).unwrap();
-        let mut tat = None;
-        for _ in 0..3 {
-            tat = Some(r.admit(tat, t(0)).expect("burst of 3"));
-        }
-        assert!(r.admit(tat, t(0)).is_none());
-        assert_eq!(r.available(tat, t(0)), 0);
-        assert!(r.admit(tat, t(999)).is_none());
-        let tat2 = r.admit(tat, t(1000)).expect("one per second");
+        assert_eq!(r.available(None, t(0)), 1);
+        let tat = r.admit(None, t(0)).expect("the first claim");
+        assert!(r.admit(Some(tat), t(0)).is_none());
+        assert_eq!(r.available(Some(tat), t(0)), 0);
+        assert!(r.admit(Some(tat), t(999)).is_none());
+        let tat2 = r.admit(Some(tat), t(1000)).expect("one per second");
         assert!(r.admit(Some(tat2), t(1000)).is_none());
-        assert_eq!(r.available(None, t(0)), 3);
+        // A rate unused for a long time still allows one claim, not a burst.
+        let later = r.admit(Some(tat2), t(60_000)).unwrap();
+        assert!(r.admit(Some(later), t(60_000)).is_none());
+    }
+
+    /// The rule of DESIGN.md section 4: whatever the claim times, no window of one period holds
+    /// more than `count` admitted claims (checked by brute force over many rates and arrival
+    /// patterns, periods that `count` does not divide included).
+    #[test]
+    fn no_window_of_one_period_holds_more_than_count_claims() {
+        for (count, period_ms) in [
+            (1, 1000),
+            (3, 1000),
+            (5, 10_000),
+            (7, 1000),
+            (3, 1),
+            (1000, 999),
+        ] {
+            let r = Rate::new(count, Duration::from_millis(period_ms)).unwrap();
+            let period = chrono::Duration::milliseconds(i64::try_from(period_ms).unwrap());
+            for step_us in [1_i64, 7, 333, 1000, 4999] {
+                let mut tat = None;
+                let mut claims = Vec::new();
+                let start = t(0);
+                for i in 0..5000 {
+                    let now = start + chrono::Duration::microseconds(i * step_us);
+                    if let Some(next) = r.admit(tat, now) {
+                        tat = Some(next);
+                        claims.push(now);
+                    }
+                }
+                let n = usize::try_from(count).unwrap();
+                for pair in claims.windows(n + 1) {
+                    assert!(
+                        pair[n] - pair[0] >= period,
+                        "{count}/{period_ms}ms, step {step_us} us: {} claims within {:?}",
+                        n + 1,
+                        pair[n] - pair[0]
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -81,8 +81,9 @@ pub async fn limits_max_running_implicit_queue_key(f: &dyn StoreFactory) {
     );
 }
 
-/// A rate of N per period allows a burst of N claims, then one every period / N.
-pub async fn limits_rate_burst_then_spacing(f: &dyn StoreFactory) {
+/// A rate of N per period allows one claim every period / N, never a burst: no window of one
+/// period holds more than N claims (DESIGN.md section 4).
+pub async fn limits_rate_spaces_claims_period_over_count_apart(f: &dyn StoreFactory) {
     let h = f.open(unbounded()).await;
     let store = h.store();
     store
@@ -93,17 +94,31 @@ pub async fn limits_rate_burst_then_spacing(f: &dyn StoreFactory) {
         .jobs_enqueue((0..8).map(|n| job("api", json!(n))).collect())
         .await
         .unwrap();
-    assert_eq!(claim(&*store, &["api"], 10).await.len(), 2, "the burst");
-    assert!(claim(&*store, &["api"], 10).await.is_empty());
-    h.advance(Duration::from_secs(5)).await;
-    assert_eq!(claim(&*store, &["api"], 10).await.len(), 1, "one per 5 s");
-    assert!(claim(&*store, &["api"], 10).await.is_empty());
-    h.advance(Duration::from_secs(10)).await;
     assert_eq!(
         claim(&*store, &["api"], 10).await.len(),
-        2,
-        "a full period refills the burst"
+        1,
+        "one, not a burst"
     );
+    assert!(claim(&*store, &["api"], 10).await.is_empty());
+    // (Whole seconds: on PostgreSQL the store's clock also runs while the test does.)
+    h.advance(Duration::from_secs(4)).await;
+    assert!(
+        claim(&*store, &["api"], 10).await.is_empty(),
+        "not before 5 s"
+    );
+    h.advance(Duration::from_secs(1)).await;
+    assert_eq!(claim(&*store, &["api"], 10).await.len(), 1, "one per 5 s");
+    assert!(claim(&*store, &["api"], 10).await.is_empty());
+    // An idle minute does not save up claims for a burst: still one, then 5 s.
+    h.advance(Duration::from_secs(60)).await;
+    assert_eq!(
+        claim(&*store, &["api"], 10).await.len(),
+        1,
+        "no saved-up burst"
+    );
+    assert!(claim(&*store, &["api"], 10).await.is_empty());
+    h.advance(Duration::from_secs(5)).await;
+    assert_eq!(claim(&*store, &["api"], 10).await.len(), 1);
 }
 
 /// Jobs a limit holds back keep their place and spend nothing; clearing the policy releases
@@ -214,14 +229,22 @@ pub async fn limits_set_list_replace_clear(f: &dyn StoreFactory) {
         .collect();
     assert_eq!(keys, vec!["aaa", "db"], "listed by key");
     assert_eq!(list[1].policy, both);
-    assert_eq!((list[1].running, list[1].rate_available), (0, Some(3)));
+    assert_eq!((list[1].running, list[1].rate_available), (0, Some(1)));
     assert_eq!(list[0].rate_available, None);
 
     enqueue(&*store, job("k", json!(1)).with_limit_key(limit_key("db"))).await;
     enqueue(&*store, job("k", json!(2)).with_limit_key(limit_key("db"))).await;
-    assert_eq!(claim(&*store, &["k"], 10).await.len(), 2);
+    assert_eq!(
+        claim(&*store, &["k"], 10).await.len(),
+        1,
+        "3/60s: one per 20 s"
+    );
     let db = store.limits_list().await.unwrap().remove(1);
-    assert_eq!((db.running, db.rate_available), (2, Some(1)));
+    assert_eq!((db.running, db.rate_available), (1, Some(0)));
+    h.advance(Duration::from_secs(20)).await;
+    assert_eq!(claim(&*store, &["k"], 10).await.len(), 1);
+    let db = store.limits_list().await.unwrap().remove(1);
+    assert_eq!((db.running, db.rate_available), (2, Some(0)));
 
     let replaced = max_running("db", 5);
     store.limit_set(replaced.clone()).await.unwrap();
