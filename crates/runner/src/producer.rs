@@ -21,8 +21,15 @@
 //! free): claiming the moment one slot frees would make every full claim be followed by
 //! claims of one job, each costing the store a whole round trip and commit. After a claim
 //! that did not fill its request it sleeps until a store event for its queue, a `Resync`, or
-//! the poll interval, and then claims as soon as one place is free. It claims nothing while
-//! the store is unhealthy.
+//! the poll interval, and then claims as soon as one place is free; except that after a claim
+//! that returned some jobs but fewer than it asked for, made after a pause or a poll rather
+//! than on an event, it claims again after [`RECLAIM_AFTER_PARTIAL`], doubling that pause
+//! after each empty claim until it reaches the poll interval. A partial claim is what a limit
+//! policy's rate gives (one job per `period / count`, and no event says when the next is
+//! allowed), so a rate of 10/s is not slowed to one claim per poll interval (only its first
+//! jobs may wait one); after a busy queue drains it costs a few empty claims over about twice
+//! the poll interval, and jobs enqueued now and then (each claim on an event) none. It claims
+//! nothing while the store is unhealthy.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,6 +52,10 @@ use crate::runtime::Runtime;
 /// After a claim that filled its request, the longest a claim loop waits for half of its slots
 /// to be free before claiming with what is free (see the module docs).
 pub(crate) const CLAIM_COOLDOWN: Duration = Duration::from_millis(1);
+
+/// After a claim that returned some jobs but fewer than it asked for, the first pause before
+/// the loop claims again without an event (see the module docs).
+pub(crate) const RECLAIM_AFTER_PARTIAL: Duration = Duration::from_millis(10);
 
 /// One claim loop's fixed settings.
 pub(crate) struct ClaimLoop {
@@ -83,6 +94,11 @@ pub(crate) async fn run_claim_loop(
     let mut retry = RetryDelay::new(rt.config.store_retry_min, rt.config.store_retry_max);
     // Set after a claim that filled its request: gather slots until this deadline.
     let mut gather_until: Option<Instant> = None;
+    // Set after a partial claim: the pause before claiming again without an event, doubled
+    // after each empty claim until it reaches the poll interval.
+    let mut reclaim_after: Option<Duration> = None;
+    // Whether this claim follows a store event for the queue (not a pause or a poll).
+    let mut after_event = false;
     loop {
         if stop.is_cancelled() {
             return;
@@ -120,6 +136,15 @@ pub(crate) async fn run_claim_loop(
             Ok(jobs) => {
                 retry.reset();
                 let filled = !jobs.is_empty() && jobs.len() >= limit;
+                // A partial claim right after an event is the common case of jobs enqueued now
+                // and then (the next event will come); only one after a pause or a poll
+                // starts the short pauses.
+                reclaim_after = if after_event {
+                    None
+                } else {
+                    next_pause(reclaim_after, jobs.len(), filled, rt.config.poll_interval)
+                };
+                after_event = false;
                 starter.start(
                     &rt,
                     jobs,
@@ -131,11 +156,12 @@ pub(crate) async fn run_claim_loop(
                     gather_until = Some(Instant::now() + CLAIM_COOLDOWN);
                     continue;
                 }
+                let pause = reclaim_after.unwrap_or(rt.config.poll_interval);
                 tokio::select! {
                     biased;
                     () = stop.cancelled() => return,
-                    () = spec.wake.notified() => {}
-                    () = tokio::time::sleep(rt.config.poll_interval) => {}
+                    () = spec.wake.notified() => after_event = true,
+                    () = tokio::time::sleep(pause) => {}
                 }
             }
             Err(error) => {
@@ -171,6 +197,26 @@ pub(crate) async fn run_claim_loop(
             }
         }
     }
+}
+
+/// The pause before claiming again without an event after a claim that returned `claimed`
+/// jobs (`filled`: as many as asked), given the current one: [`RECLAIM_AFTER_PARTIAL`] after a
+/// partial claim, doubled after an empty one, `None` (wait for an event or the poll interval)
+/// once it reaches `poll` or after a claim that filled its request.
+fn next_pause(
+    current: Option<Duration>,
+    claimed: usize,
+    filled: bool,
+    poll: Duration,
+) -> Option<Duration> {
+    let next = if filled {
+        return None;
+    } else if claimed > 0 {
+        RECLAIM_AFTER_PARTIAL
+    } else {
+        current? * 2
+    };
+    (next < poll).then_some(next)
 }
 
 /// Whether a claim loop claims ahead now: it has claim-ahead places and its last job ran
@@ -398,5 +444,33 @@ pub(crate) async fn run_events(
             () = stop.cancelled() => return,
             () = tokio::time::sleep(rt.config.poll_interval) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partial_claim_reclaims_soon_and_empty_claims_back_off_to_the_poll_interval() {
+        let poll = Duration::from_millis(100);
+        let first = next_pause(None, 3, false, poll);
+        assert_eq!(first, Some(RECLAIM_AFTER_PARTIAL));
+        let mut pauses = Vec::new();
+        let mut pause = first;
+        while let Some(p) = pause {
+            pauses.push(p.as_millis());
+            pause = next_pause(pause, 0, false, poll);
+        }
+        assert_eq!(pauses, vec![10, 20, 40, 80], "then the poll interval");
+        // Jobs again: back to the short pause; a full claim or an idle loop: no pause.
+        assert_eq!(
+            next_pause(Some(Duration::from_millis(80)), 1, false, poll),
+            Some(RECLAIM_AFTER_PARTIAL)
+        );
+        assert_eq!(next_pause(Some(RECLAIM_AFTER_PARTIAL), 5, true, poll), None);
+        assert_eq!(next_pause(None, 0, false, poll), None);
+        // A poll interval at or under the short pause leaves the poll in charge.
+        assert_eq!(next_pause(None, 1, false, RECLAIM_AFTER_PARTIAL), None);
     }
 }

@@ -3,7 +3,9 @@
 
 use std::collections::BTreeSet;
 
-use drover_core::{JobState, NewJob};
+use std::time::Duration;
+
+use drover_core::{JobState, LimitKey, LimitPolicy, ListJobs, NewJob, Rate};
 use drover_runner::{Outcome, Registry, TransitionEvent};
 use serde::Deserialize;
 use serde_json::json;
@@ -156,4 +158,59 @@ pub async fn runner_only_registered_kinds_are_claimed(f: &dyn StoreFactory) {
     assert_eq!(job.attempt, 0);
     assert_eq!(job.fencing_token.0, 0, "never claimed");
     assert!(job.attempted_at.is_none());
+}
+
+/// A job a rate holds back sends no event when the rate allows it again, so after a claim
+/// that returned fewer jobs than it asked for the claim loop claims again soon, without
+/// waiting for the poll interval (here an hour): three jobs under `1/10s` run one per 10 s of
+/// the store's clock.
+pub async fn runner_jobs_held_by_a_rate_run_without_waiting_for_the_poll(f: &dyn StoreFactory) {
+    let rig = Rig::open(f).await;
+    rig.store
+        .limit_set(
+            LimitPolicy::new(
+                LimitKey::parse("kind:paced").unwrap(),
+                None,
+                Some(Rate::new(1, Duration::from_secs(10)).unwrap()),
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        ids.push(
+            rig.enqueue(NewJob::new(kind("paced"), json!({"n": n})))
+                .await,
+        );
+    }
+    let mut registry = Registry::new();
+    registry.register_fn(kind("paced"), |_ctx| async { Ok::<_, String>(json!(null)) });
+    let mut config = config("w1");
+    config.poll_interval = Duration::from_secs(3600);
+    let running = rig.start(registry, config).await;
+    let mut done = 0;
+    for _ in 0..3 {
+        let finished = rig
+            .wait_list(
+                ListJobs::default(),
+                "the next paced job to succeed",
+                |jobs| {
+                    jobs.iter()
+                        .filter(|j| j.state == JobState::Succeeded)
+                        .count()
+                        > done
+                },
+            )
+            .await;
+        let succeeded = finished
+            .iter()
+            .filter(|j| j.state == JobState::Succeeded)
+            .count();
+        assert_eq!(succeeded, done + 1, "one job per 10 s of the store's clock");
+        done = succeeded;
+        rig.h.advance(Duration::from_secs(10)).await;
+    }
+    let report = running.stop().await;
+    assert_eq!(report.succeeded, 3);
 }
