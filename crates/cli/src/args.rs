@@ -612,7 +612,7 @@ const DEV_DATABASE_FLAGS: [&str; 2] = ["db_connections", "pgbouncer"];
 
 /// A message when the command line gives a flag its command would not use, which a user
 /// would otherwise believe in effect: a worker flag of `drover serve` without `--worker`,
-/// a database flag of `drover dev`. Only flags given on the command line count; a value from
+/// a database flag of `drover dev`, `--json` on `metrics` or `completions`. Only flags given on the command line count; a value from
 /// the environment (`DROVER_MAX_CONCURRENT`) is a setting for whatever runs there.
 pub fn inapplicable(matches: &ArgMatches) -> Option<String> {
     // The worker flags of `m` given on the command line whose ids `pick` selects.
@@ -625,6 +625,23 @@ pub fn inapplicable(matches: &ArgMatches) -> Option<String> {
             .collect()
     };
     let listed = |flags: &[String]| (flags.join(", "), flags.len() == 1);
+    // `--json` is global; a command whose output has one fixed format refuses it.
+    let json_given = |m: &ArgMatches| m.value_source("json") == Some(ValueSource::CommandLine);
+    match matches.subcommand() {
+        Some((command @ ("metrics" | "completions"), m))
+            if json_given(matches) || json_given(m) =>
+        {
+            let format = if command == "metrics" {
+                "Prometheus text (the exposition format scrapers read)"
+            } else {
+                "a shell script"
+            };
+            return Some(format!(
+                "--json does not apply to {command}: it prints {format}"
+            ));
+        }
+        _ => {}
+    }
     match matches.subcommand() {
         Some(("serve", m)) if !m.get_flag("worker") => {
             let flags = given(m, &|id| !SERVE_STORE_FLAGS.contains(&id));

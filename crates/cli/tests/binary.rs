@@ -131,6 +131,27 @@ fn completions_print_a_script() {
     }
 }
 
+/// `--json` (a global flag) on a command whose output has one fixed format is a usage error,
+/// wherever it stands on the line, not a flag silently ignored.
+#[test]
+fn json_is_refused_where_the_output_has_one_format() {
+    for args in [
+        &["metrics", "--json"][..],
+        &["--json", "metrics"],
+        &["completions", "bash", "--json"],
+        &["--json", "completions", "zsh"],
+    ] {
+        let out = drover(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.starts_with("drover: --json does not apply to "),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
 /// Checks one line `drover: ...` on stderr, nothing on stdout, exit code 1, and no panic.
 fn one_line_failure(out: &Output) -> String {
     one_line_exiting(out, 1)
