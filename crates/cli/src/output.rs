@@ -27,9 +27,14 @@ pub struct TextTable {
 }
 
 impl TextTable {
-    /// Adds a row (cells in header order).
-    pub fn add_row<T: Into<Row>>(&mut self, row: T) -> &mut Self {
-        self.table.add_row(row);
+    /// Adds a row (cells in header order), each cell through [`printable`]: text from jobs
+    /// (args, meta, error messages) never drives the operator's terminal.
+    pub fn add_row<S: AsRef<str>>(&mut self, row: impl IntoIterator<Item = S>) -> &mut Self {
+        let cells: Vec<String> = row
+            .into_iter()
+            .map(|cell| printable(cell.as_ref()))
+            .collect();
+        self.table.add_row(Row::from(cells));
         self
     }
 
@@ -74,6 +79,29 @@ impl fmt::Display for TextTable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.fitted().fmt(f)
     }
+}
+
+/// `text` with every character that could drive or mislead a terminal written as a `\u{...}`
+/// escape: control characters other than a line feed (ESC, BEL, CR, ...) and the Unicode
+/// bidirectional controls (U+061C, U+200E, U+200F, U+202A-U+202E, U+2066-U+2069), which can
+/// make a line display in an order other than its own.
+pub fn printable(text: &str) -> String {
+    let hidden = |c: char| {
+        (c.is_control() && c != '\n')
+            || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.chars().any(hidden) {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if hidden(c) {
+            out.push_str(&format!("\\u{{{:04x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// A table with the given header, sized to the terminal without splitting words
@@ -253,6 +281,25 @@ mod tests {
             .unwrap()
             .with_timezone(&Utc);
         serde_json::from_str(&json_line(line, level, at)).unwrap()
+    }
+
+    #[test]
+    fn table_cells_escape_terminal_controls_and_bidi_overrides() {
+        assert_eq!(
+            printable("plain text, é, 日本\nline"),
+            "plain text, é, 日本\nline"
+        );
+        assert_eq!(
+            printable("a\u{1b}[31mred\u{7}\rb\u{202e}cba\u{2066}\u{200f}"),
+            "a\\u{001b}[31mred\\u{0007}\\u{000d}b\\u{202e}cba\\u{2066}\\u{200f}"
+        );
+        let mut t = table(&["k", "v"]).with_width(200);
+        t.add_row(vec!["meta".to_owned(), "{\"m\":\"x\u{202e}y\"}".to_owned()]);
+        let shown = t.to_string();
+        assert!(
+            shown.contains("x\\u{202e}y") && !shown.contains('\u{202e}'),
+            "{shown}"
+        );
     }
 
     #[test]
