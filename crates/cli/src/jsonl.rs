@@ -83,7 +83,10 @@ fn api_message(e: &drover_http::ApiError) -> String {
     }
     let reason = message.strip_prefix("invalid body: ").unwrap_or(message);
     let reason = reason.replace("(line 1, column", "(column");
-    if reason.starts_with("is ") || reason.starts_with("must ") {
+    if ["is ", "must ", "nests "]
+        .iter()
+        .any(|verb| reason.starts_with(verb))
+    {
         format!("the line {reason}")
     } else {
         format!("the line is not a job: {reason}")
@@ -151,6 +154,31 @@ mod tests {
             file.rejected[2].error.contains("kind"),
             "{:?}",
             file.rejected[2]
+        );
+    }
+
+    /// A line nested deeper than serde_json parses (128) is refused with Drover's own rule,
+    /// as one nested 101 deep is, not with the parser's "recursion limit exceeded".
+    #[test]
+    fn a_line_nested_too_deep_is_told_the_depth_rule() {
+        for depth in [101, 127, 128, 200, 5000] {
+            let args = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+            let text = format!("{{\"kind\": \"noop\", \"args\": {args}}}\n");
+            let file = read(text.as_bytes()).unwrap();
+            assert!(file.jobs.is_empty(), "{depth}");
+            let error = &file.rejected[0].error;
+            assert!(
+                error.contains("nests arrays and objects more than 100 deep"),
+                "{depth}: {error}"
+            );
+            assert!(!error.contains("recursion"), "{depth}: {error}");
+        }
+        let flag =
+            crate::commands::json_flag("args", &format!("{}{}", "[".repeat(300), "]".repeat(300)));
+        let message = format!("{:#}", flag.unwrap_err());
+        assert_eq!(
+            message,
+            "invalid --args: nests arrays and objects more than 100 deep; the limit is 100"
         );
     }
 }

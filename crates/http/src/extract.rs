@@ -589,9 +589,29 @@ pub fn string_fault(e: &serde_json::Error, text: &str) -> Option<String> {
     })
 }
 
+/// The nesting rule, when `e` is serde_json's refusal of text nested deeper than its parser
+/// goes (128 levels: "recursion limit exceeded"): such text is valid JSON, and the rule it
+/// breaks is Drover's own, at most [`JSON_DEPTH_MAX`](drover_core::json::JSON_DEPTH_MAX) levels
+/// (`json::check_value`), which is what the caller is told. `None` for any other error. Used
+/// for request bodies, job files and the CLI's `--args` and `--meta`.
+pub fn depth_fault(e: &serde_json::Error) -> Option<String> {
+    use drover_core::json::JSON_DEPTH_MAX;
+    serde_reason(e)
+        .starts_with("recursion limit exceeded")
+        .then(|| {
+            format!(
+                "nests arrays and objects more than {JSON_DEPTH_MAX} deep; the limit is \
+             {JSON_DEPTH_MAX}"
+            )
+        })
+}
+
 /// A serde_json error without its position suffix noise, lowercase.
 fn describe(e: &serde_json::Error) -> String {
     use serde_json::error::Category;
+    if let Some(fault) = depth_fault(e) {
+        return fault;
+    }
     match e.classify() {
         // serde_json's own reason says what is wrong: "number out of range", "recursion limit
         // exceeded" (nesting deeper than 128), "EOF while parsing an object", ...
@@ -663,6 +683,26 @@ mod tests {
             e.field().unwrap_or_default().to_owned(),
             e.message().to_owned(),
         )
+    }
+
+    /// A body nested deeper than the parser goes is told Drover's depth rule, not serde_json's
+    /// "recursion limit exceeded" (it is valid JSON).
+    #[test]
+    fn a_body_nested_past_the_parser_is_told_the_depth_rule() {
+        for depth in [128, 129, 1000] {
+            let body = format!(
+                r#"{{"kind": "a", "args": {}{}}}"#,
+                "[".repeat(depth),
+                "]".repeat(depth)
+            );
+            let (field, message) = refusal(&body);
+            assert_eq!(field, "body");
+            assert_eq!(
+                message,
+                "invalid body: nests arrays and objects more than 100 deep; the limit is 100",
+                "{depth}"
+            );
+        }
     }
 
     #[test]

@@ -59,7 +59,9 @@ pub fn json_flag(flag: &str, text: &str) -> Result<serde_json::Value> {
     let value = serde_json::from_str(text).map_err(|e| {
         // A fault inside a string (a lone surrogate, a bad escape) is named with its rule, as
         // over HTTP.
-        crate::usage::usage(match drover_http::extract::string_fault(&e, text) {
+        let fault = drover_http::extract::string_fault(&e, text)
+            .or_else(|| drover_http::extract::depth_fault(&e));
+        crate::usage::usage(match fault {
             Some(fault) => format!("invalid --{flag}: {fault}"),
             None => format!("invalid --{flag}: not valid JSON: {e}"),
         })
