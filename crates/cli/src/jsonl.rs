@@ -93,15 +93,69 @@ fn api_message(e: &drover_http::ApiError) -> String {
     }
 }
 
+/// Longest line of a job file, in bytes: 4 MiB, four times the HTTP API's default request
+/// body ([`drover_http::MAX_BODY_BYTES_DEFAULT`]), room for args and meta at their size bounds
+/// written with escapes. A longer line is refused with its number, never held in memory whole
+/// (`--file /dev/zero` is one endless line).
+pub const LINE_BYTES_MAX: usize = 4 * drover_http::MAX_BODY_BYTES_DEFAULT;
+
+/// Reads the next line (without its `\n`) into `line`, keeping at most
+/// [`LINE_BYTES_MAX`] bytes: `Some(true)` when the line was longer (its bytes are skipped up to
+/// the next line, and `line` is left empty), `Some(false)` for a line read whole, `None` at
+/// the end of the input.
+fn next_line(reader: &mut impl BufRead, line: &mut Vec<u8>) -> std::io::Result<Option<bool>> {
+    line.clear();
+    let mut too_long = false;
+    let mut read_any = false;
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(available) => available,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            return Ok(read_any.then_some(too_long));
+        }
+        read_any = true;
+        let end = available.iter().position(|&b| b == b'\n');
+        let piece = &available[..end.unwrap_or(available.len())];
+        if !too_long {
+            if line.len() + piece.len() > LINE_BYTES_MAX {
+                too_long = true;
+                line.clear();
+                line.shrink_to_fit();
+            } else {
+                line.extend_from_slice(piece);
+            }
+        }
+        let used = piece.len() + usize::from(end.is_some());
+        reader.consume(used);
+        if end.is_some() {
+            return Ok(Some(too_long));
+        }
+    }
+}
+
 /// Reads a whole file of jobs.
 ///
 /// # Errors
-/// The file cannot be read (a line that is not UTF-8 is rejected, not fatal).
-pub fn read(reader: impl BufRead) -> std::io::Result<JobFile> {
+/// The file cannot be read (a line that is not UTF-8, or longer than [`LINE_BYTES_MAX`], is
+/// rejected, not fatal).
+pub fn read(mut reader: impl BufRead) -> std::io::Result<JobFile> {
     let mut file = JobFile::default();
-    for (index, line) in reader.split(b'\n').enumerate() {
-        let number = index + 1;
-        let bytes = line?;
+    let mut bytes = Vec::new();
+    let mut number = 0;
+    while let Some(too_long) = next_line(&mut reader, &mut bytes)? {
+        number += 1;
+        if too_long {
+            file.rejected.push(RejectedLine {
+                line: number,
+                error: format!(
+                    "the line is longer than {LINE_BYTES_MAX} bytes (4 MiB), the most a job line may be"
+                ),
+            });
+            continue;
+        }
         let Ok(text) = std::str::from_utf8(&bytes) else {
             file.rejected.push(RejectedLine {
                 line: number,
@@ -155,6 +209,37 @@ mod tests {
             "{:?}",
             file.rejected[2]
         );
+    }
+
+    /// A line longer than the bound is refused by number without being held whole, and the
+    /// lines after it still load; the last line may lack its newline.
+    #[test]
+    fn an_overlong_line_is_refused_and_the_rest_still_load() {
+        let mut text = b"{\"kind\": \"noop\"}\n".to_vec();
+        text.extend(std::iter::repeat_n(b'x', LINE_BYTES_MAX + 1));
+        text.extend_from_slice(b"\n{\"kind\": \"sleep\"}\n");
+        text.extend(std::iter::repeat_n(b' ', LINE_BYTES_MAX));
+        text.extend_from_slice(b"\n{\"kind\": \"fail\"}");
+        // A small buffer, so lines arrive in many pieces.
+        let file = read(std::io::BufReader::with_capacity(1000, &text[..])).unwrap();
+        let lines: Vec<usize> = file.jobs.iter().map(|(line, _)| *line).collect();
+        assert_eq!(
+            lines,
+            vec![1, 3, 5],
+            "a blank line of exactly the bound is skipped"
+        );
+        assert_eq!(file.rejected.len(), 1);
+        assert_eq!(file.rejected[0].line, 2);
+        assert!(
+            file.rejected[0].error.contains("longer than 4194304 bytes"),
+            "{:?}",
+            file.rejected
+        );
+        // An endless line ends with the input, refused, in bounded memory.
+        let endless = std::io::Read::take(std::io::repeat(b'{'), 3 * LINE_BYTES_MAX as u64);
+        let file = read(std::io::BufReader::new(endless)).unwrap();
+        assert!(file.jobs.is_empty());
+        assert_eq!(file.rejected.len(), 1);
     }
 
     /// A line nested deeper than serde_json parses (128) is refused with Drover's own rule,
