@@ -550,7 +550,8 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
-    /// File of API tokens, one `token:tenant:role` per line (else DROVER_API_TOKENS).
+    /// File of API tokens, one `token:tenant:role` per line (else DROVER_API_TOKENS); a token
+    /// cannot contain `:`.
     #[arg(long, value_name = "FILE")]
     pub tokens: Option<PathBuf>,
     /// Serve without authentication (development only; every caller is an operator).

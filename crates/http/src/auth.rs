@@ -111,7 +111,9 @@ fn digest(token: &str) -> [u8; 32] {
 
 impl ApiTokens {
     /// Parses `token:tenant:role` entries separated by commas or newlines; blank entries and
-    /// lines starting with `#` are ignored.
+    /// lines starting with `#` are ignored. The token is what comes before the first `:` (a
+    /// token cannot contain `:`), the role what follows the last, the tenant everything
+    /// between (a tenant may contain `:`).
     ///
     /// # Errors
     /// [`Error::InvalidInput`] with field `tokens` naming the entry's position (never its
@@ -126,9 +128,11 @@ impl ApiTokens {
         for (index, item) in items.enumerate() {
             let n = index + 1;
             let bad = |why: &str| Error::invalid("tokens", format!("entry {n}: {why}"));
-            let mut parts = item.rsplitn(3, ':');
-            let (Some(role), Some(tenant), Some(token)) =
-                (parts.next(), parts.next(), parts.next())
+            // The token ends at the first ':' and the role starts after the last, so a tenant
+            // may contain ':' (`org:team`) and is never taken from a token's text.
+            let Some((token, (tenant, role))) = item
+                .split_once(':')
+                .and_then(|(token, rest)| Some((token, rest.rsplit_once(':')?)))
             else {
                 return Err(bad("must look like token:tenant:role"));
             };
@@ -239,9 +243,27 @@ mod tests {
         }
     }
 
+    /// Tenant names may hold `:` (`org:team`), so the token ends at the first `:` and the
+    /// role starts after the last: an entry is never read with part of the token as its
+    /// tenant, or part of the tenant as its token.
     #[test]
-    fn tokens_may_contain_colons() {
-        let tokens = ApiTokens::parse("a:b:c:d:e:f:g:h:i:j:k:l:acme:operator").unwrap();
-        assert!(tokens.authenticate("a:b:c:d:e:f:g:h:i:j:k:l").is_some());
+    fn tenants_may_contain_colons_and_the_token_ends_at_the_first() {
+        let tokens = ApiTokens::parse(
+            "abcdefghijklmnopqrstu:t1:t2:operator\nsupersecrettoken1:acme:eu:producer",
+        )
+        .unwrap();
+        let p = tokens.authenticate("abcdefghijklmnopqrstu").unwrap();
+        assert_eq!(p.scope, TenantScope::One(TenantId::parse("t1:t2").unwrap()));
+        let p = tokens.authenticate("supersecrettoken1").unwrap();
+        assert_eq!(
+            p.scope,
+            TenantScope::One(TenantId::parse("acme:eu").unwrap())
+        );
+        assert!(tokens.authenticate("abcdefghijklmnopqrstu:t1").is_none());
+        assert!(tokens.authenticate("supersecrettoken1:acme").is_none());
+        // Tokens cannot contain ':'. One written with it is read as a shorter token and a
+        // tenant that starts with the rest of it (here refused: the token is too short); it is
+        // never cut down to the entry's last tenant part, which could be a real tenant.
+        assert!(ApiTokens::parse("short:abcdefghijklmnopq:acme:producer").is_err());
     }
 }
