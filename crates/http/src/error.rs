@@ -163,6 +163,16 @@ impl ApiError {
         )
     }
 
+    /// 415: the body is declared with a `Content-Encoding` other than `identity` (gzip, ...):
+    /// the API reads bodies as sent and does not decompress them.
+    pub fn encoded_body() -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "send the body uncompressed: Content-Encoding other than identity (gzip, br, deflate, ...) is not accepted",
+        )
+    }
+
     /// 415: the body is declared in a charset other than UTF-8 (`charset`, as sent, is quoted
     /// back when short).
     pub fn not_utf8(charset: &str) -> Self {

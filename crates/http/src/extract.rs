@@ -99,6 +99,7 @@ impl<T: RequestBody + Send> FromRequest<ApiState> for JsonBody<T> {
                 .get(header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok()),
         )?;
+        check_content_encoding(req.headers())?;
         let limit = state.max_body_bytes();
         // A declared length over the limit is refused before reading anything; a body without
         // one (chunked) is cut off once it passes the limit.
@@ -143,6 +144,28 @@ pub fn check_content_type(value: Option<&str>) -> Result<(), ApiError> {
             .unwrap_or(charset);
         if !unquoted.eq_ignore_ascii_case("utf-8") {
             return Err(ApiError::not_utf8(charset));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a body's `Content-Encoding`: none, or only `identity` (RFC 9110 section 8.4). A
+/// compressed body would be read as its compressed bytes, and a body declared compressed but
+/// sent plain would be accepted under a false header, so both are refused.
+///
+/// # Errors
+/// 415 for any other coding, or a header that is not visible ASCII.
+pub fn check_content_encoding(headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
+    for value in headers.get_all(header::CONTENT_ENCODING) {
+        let Ok(text) = value.to_str() else {
+            return Err(ApiError::encoded_body());
+        };
+        let plain = text
+            .split(',')
+            .map(str::trim)
+            .all(|coding| coding.is_empty() || coding.eq_ignore_ascii_case("identity"));
+        if !plain {
+            return Err(ApiError::encoded_body());
         }
     }
     Ok(())
@@ -820,6 +843,31 @@ mod tests {
             message.starts_with("invalid body: is not valid JSON: "),
             "{message}"
         );
+    }
+
+    #[test]
+    fn a_body_declared_compressed_is_refused_with_415() {
+        use axum::http::{HeaderMap, HeaderValue};
+        let with = |values: &[&str]| {
+            let mut headers = HeaderMap::new();
+            for v in values {
+                headers.append(header::CONTENT_ENCODING, HeaderValue::from_str(v).unwrap());
+            }
+            check_content_encoding(&headers)
+        };
+        assert!(with(&[]).is_ok());
+        assert!(with(&["identity"]).is_ok());
+        assert!(with(&["Identity, identity"]).is_ok());
+        for refused in [
+            &["gzip"][..],
+            &["br"],
+            &["identity, gzip"],
+            &["identity", "deflate"],
+        ] {
+            let e = with(refused).unwrap_err();
+            assert_eq!(e.status().as_u16(), 415, "{refused:?}");
+            assert!(e.message().contains("uncompressed"), "{refused:?}");
+        }
     }
 
     #[test]
