@@ -363,6 +363,19 @@ async fn queues_pause_resume_and_list() {
         list.as_array().unwrap().iter().all(|q| q["name"] != "mial"),
         "{list}"
     );
+    // Pausing a name no job has used works (a queue paused ahead of its first job) but warns
+    // on stderr, as a typo would leave the real queue running; a known queue gets no warning.
+    let out = db.run(&["queues", "pause", "mial"]).await;
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("drover: warning: no job has used queue mial yet")
+            && stderr.contains("drover queues list"),
+        "{stderr}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("queue mial paused"));
+    let out = db.run(&["queues", "pause", "mail"]).await;
+    assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
 }
 
 /// `--file -` reads the job lines from standard input, as a pipe gives them: good lines are

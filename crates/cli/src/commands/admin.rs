@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use crate::args::{LimitsCommand, PruneArgs, QueuesCommand, SchedulesCommand};
 use crate::context::{call, Ctx};
-use crate::output::{self, outln, print_json, table};
+use crate::output::{self, errln, outln, print_json, table};
 use crate::usage::flag_error;
 
 /// `drover migrate`.
@@ -88,7 +88,18 @@ pub async fn queues(ctx: &Ctx, command: QueuesCommand) -> Result<()> {
     let client = drover_runner::Client::new(std::sync::Arc::clone(&store));
     match command {
         QueuesCommand::Pause { name } => {
-            let change = call(ctx, client.queue_pause(name)).await?;
+            // Pausing a queue before its first job is allowed (ahead of a deploy), but a name
+            // no job has used is more often a typo that leaves the real queue running: say so.
+            let known = call(ctx, store.queues_list())
+                .await?
+                .iter()
+                .any(|queue| queue.name == name);
+            let change = call(ctx, client.queue_pause(name.clone())).await?;
+            if !known {
+                errln!(
+                    "drover: warning: no job has used queue {name} yet; it is paused now, so workers will not claim jobs enqueued to it until `drover queues resume {name}` (check the name with `drover queues list`)"
+                );
+            }
             if ctx.json {
                 return print_json(&change);
             }
