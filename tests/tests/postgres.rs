@@ -2074,8 +2074,24 @@ pg_test!(
         for t in producers {
             outcomes.extend(t.await.unwrap());
         }
-        // A cut after the data went out may still commit: let the server finish.
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // A cut after the data went out may still commit: wait until the server has finished
+        // every COPY of this database (a cut one either commits or aborts).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let copying: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                   AND state <> 'idle' AND query LIKE 'COPY drover.jobs%'",
+            )
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+            if copying == 0 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{copying} COPY statement(s) still running after 30 s");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         done.store(true, std::sync::atomic::Ordering::SeqCst);
         let mut ran = 0;
         for t in claimers {

@@ -678,8 +678,19 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     if s.trim_start().starts_with('-') {
         return Err(format!("a duration cannot be negative; {FORMS}"));
     }
-    humantime::parse_duration(s).map_err(|e| format!("{e}; {FORMS}"))
+    let duration = humantime::parse_duration(s).map_err(|e| format!("{e}; {FORMS}"))?;
+    if duration > DURATION_MAX {
+        return Err(format!(
+            "a duration must be at most 100 years (36500d), got {}",
+            s.trim()
+        ));
+    }
+    Ok(duration)
 }
+
+/// Longest duration any flag takes: 100 years (36,500 days). Beyond it a value is a typo, and
+/// printed back it would read like `584542046090years` (found with `prune --older-than`).
+pub const DURATION_MAX: Duration = Duration::from_secs(36_500 * 86_400);
 
 /// Checks a `--log` filter with tracing's own parser (`EnvFilter` directive syntax); keeps the
 /// text as given.
@@ -887,5 +898,31 @@ mod tests {
             .expect_err("--delay=-5s was accepted");
         assert!(error.to_string().contains("cannot be negative"), "{error}");
         assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+    }
+
+    #[test]
+    fn a_duration_over_100_years_is_refused_with_the_bound() {
+        assert_eq!(parse_duration("36500d"), Ok(DURATION_MAX));
+        for value in ["36500d 1s", "101years", "584542046090years"] {
+            let error = parse_duration(value).expect_err(value);
+            assert!(
+                error.starts_with("a duration must be at most 100 years (36500d)"),
+                "{value}: {error}"
+            );
+        }
+        for (command, flag) in [
+            (vec!["prune"], "--older-than"),
+            (vec!["enqueue", "k"], "--delay"),
+            (vec!["worker"], "--shutdown-grace"),
+        ] {
+            let error = parse(&command, flag, "200years")
+                .map(|_| ())
+                .expect_err("200 years was accepted");
+            let text = error.to_string();
+            assert!(
+                text.contains(flag) && text.contains("at most 100 years"),
+                "{text}"
+            );
+        }
     }
 }
