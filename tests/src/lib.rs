@@ -196,6 +196,7 @@ macro_rules! runner_suite {
             runner_reconcile_sweep_resolves_a_rescued_reconciling_job,
             runner_maintenance_waits_its_start_delay,
             runner_schedule_fires_once_per_tick_across_three_workers,
+            runner_schedule_fires_each_tick_a_late_pass_finds,
             runner_claimed_ahead_jobs_wait_for_a_slot_and_are_released_at_shutdown,
             runner_cancel_of_a_claimed_ahead_job_cancels_it_before_it_starts,
             runner_long_jobs_are_not_claimed_ahead,

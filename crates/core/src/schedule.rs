@@ -3,8 +3,12 @@
 //!
 //! Ticks are computed on wall-clock time in the schedule's zone, then mapped to instants:
 //! a wall-clock time that occurs twice (autumn) fires once, at its first occurrence; a time
-//! skipped by a spring gap fires once, at the first instant after the gap. After downtime only
-//! the latest missed tick is due ("at most one catch-up", never a burst).
+//! skipped by a spring gap fires once, at the first instant after the gap.
+//!
+//! Missed ticks: a tick at most [`CATCH_UP_GRACE`] old still fires, oldest first, so a
+//! scheduler pass that runs a little late (passes are about a second apart, with jitter) never
+//! skips the tick of a schedule that fires every second. After longer downtime only the latest
+//! missed tick is due ("at most one catch-up", never a burst).
 
 use std::time::Duration;
 
@@ -22,6 +26,10 @@ use crate::names::{JobKind, QueueName, ScheduleName};
 pub const CRON_MAX_LEN: usize = 256;
 /// Most ticks examined in one computation before giving up (guards pathological patterns).
 const SEARCH_STEPS_MAX: usize = 100_000;
+/// How old a missed tick may be and still fire on its own ([`CronSpec::due`]): 10 s, ten
+/// scheduler passes. Ticks older than this were missed by downtime (no worker, a database
+/// outage, a full quota) and collapse into one catch-up.
+pub const CATCH_UP_GRACE: Duration = Duration::from_secs(10);
 
 /// The stored form of a cron expression: its fields separated by single spaces, without
 /// leading or trailing space.
@@ -223,6 +231,27 @@ impl CronSpec {
         None
     }
 
+    /// The tick to fire at `now` after the last fired one (`after`), if any: the earliest tick
+    /// in `(after, now]` when it is at most `grace` old, so ticks that a late scheduler pass
+    /// would otherwise skip fire one by one, oldest first; otherwise (downtime) the latest tick
+    /// in `(after, now]`, the one catch-up ([`CronSpec::latest_due`]). The scheduler passes
+    /// [`CATCH_UP_GRACE`].
+    pub fn due(
+        &self,
+        after: DateTime<Utc>,
+        now: DateTime<Utc>,
+        grace: Duration,
+    ) -> Option<DateTime<Utc>> {
+        let first = self.next_after(after)?;
+        if first > now {
+            return None;
+        }
+        if crate::clock::since(now, first) <= grace {
+            return Some(first);
+        }
+        self.latest_due(after, now)
+    }
+
     /// The latest tick in `(after, now]`, if any: the one tick to fire now. Older missed
     /// ticks are skipped, so a schedule that was down for a week fires once, not once per
     /// missed tick.
@@ -382,13 +411,14 @@ impl Schedule {
         CronSpec::parse(&self.cron, &self.timezone)
     }
 
-    /// The tick to fire at `now`, if any: the latest tick after both `created_at` and
-    /// `last_tick_at`, at or before `now`.
+    /// The tick to fire at `now`, if any, among the ticks after both `created_at` and
+    /// `last_tick_at`, at or before `now`: the earliest when it is at most [`CATCH_UP_GRACE`]
+    /// old, else the latest ([`CronSpec::due`]). Firing it and asking again gives the next.
     pub fn due_tick(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let after = self
             .last_tick_at
             .map_or(self.created_at, |t| t.max(self.created_at));
-        self.spec().ok()?.latest_due(after, now)
+        self.spec().ok()?.due(after, now, CATCH_UP_GRACE)
     }
 
     /// The next tick after `now` (for `schedules list`).
@@ -515,6 +545,95 @@ mod tests {
         assert_eq!(b, utc("2026-03-29T01:00:00Z"));
         let c = every.next_after(b).unwrap();
         assert_eq!(c, utc("2026-03-29T01:01:00Z"));
+    }
+
+    #[test]
+    fn ticks_missed_within_the_grace_fire_one_by_one_oldest_first() {
+        // A pass at :58.007 after the one that fired :56 (found by a breaker run: :57 was
+        // never enqueued).
+        let seconds = CronSpec::parse("* * * * * *", "UTC").unwrap();
+        let now = utc("2026-05-08T10:12:58.007Z");
+        let mut after = utc("2026-05-08T10:12:56Z");
+        let mut fired = Vec::new();
+        while let Some(tick) = seconds.due(after, now, CATCH_UP_GRACE) {
+            fired.push(tick);
+            after = tick;
+        }
+        assert_eq!(
+            fired,
+            vec![utc("2026-05-08T10:12:57Z"), utc("2026-05-08T10:12:58Z")]
+        );
+        // Exactly at the grace, still one by one; one second more, the latest only.
+        let after = utc("2026-05-08T10:00:00Z");
+        let at_grace = utc("2026-05-08T10:00:11Z");
+        assert_eq!(
+            seconds.due(after, at_grace, CATCH_UP_GRACE),
+            Some(utc("2026-05-08T10:00:01Z"))
+        );
+        let past_grace = utc("2026-05-08T10:00:12Z");
+        assert_eq!(
+            seconds.due(after, past_grace, CATCH_UP_GRACE),
+            Some(past_grace)
+        );
+        // A minute schedule whose pass came half a second late fires that tick.
+        let minutes = CronSpec::parse("* * * * *", "UTC").unwrap();
+        assert_eq!(
+            minutes.due(
+                utc("2026-05-08T10:00:00Z"),
+                utc("2026-05-08T10:01:00.500Z"),
+                CATCH_UP_GRACE
+            ),
+            Some(utc("2026-05-08T10:01:00Z"))
+        );
+        // Nothing due: nothing fires.
+        assert_eq!(
+            minutes.due(
+                utc("2026-05-08T10:01:00Z"),
+                utc("2026-05-08T10:01:59Z"),
+                CATCH_UP_GRACE
+            ),
+            None
+        );
+        // Downtime: a week of hourly ticks collapses into the latest.
+        let hourly = CronSpec::parse("0 * * * *", "UTC").unwrap();
+        assert_eq!(
+            hourly.due(
+                utc("2026-05-01T00:00:00Z"),
+                utc("2026-05-08T10:30:00Z"),
+                CATCH_UP_GRACE
+            ),
+            Some(utc("2026-05-08T10:00:00Z"))
+        );
+    }
+
+    #[test]
+    fn due_tick_fires_every_tick_of_a_late_pass_and_starts_after_creation() {
+        let mut schedule = Schedule {
+            name: ScheduleName::parse("every-second").unwrap(),
+            cron: "* * * * * *".to_owned(),
+            timezone: "UTC".to_owned(),
+            kind: JobKind::parse("noop").unwrap(),
+            args: json!({}),
+            queue: QueueName::parse("default").unwrap(),
+            priority: 0,
+            max_attempts: 1,
+            created_at: utc("2026-05-08T10:00:00.300Z"),
+            last_tick_at: None,
+        };
+        let now = utc("2026-05-08T10:00:03.900Z");
+        let mut fired = Vec::new();
+        while let Some(tick) = schedule.due_tick(now) {
+            fired.push(tick);
+            schedule.last_tick_at = Some(tick);
+        }
+        assert_eq!(
+            fired,
+            vec![
+                utc("2026-05-08T10:00:01Z"),
+                utc("2026-05-08T10:00:02Z"),
+                utc("2026-05-08T10:00:03Z")
+            ]
+        );
     }
 
     #[test]
