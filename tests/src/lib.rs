@@ -181,6 +181,7 @@ macro_rules! runner_suite {
             runner_typed_args_run_and_bad_args_fail_without_retry,
             runner_only_registered_kinds_are_claimed,
             runner_jobs_held_by_a_rate_run_without_waiting_for_the_poll,
+            runner_jobs_held_by_max_running_start_when_the_holder_finishes,
             runner_failures_retry_with_backoff_until_failed,
             runner_snooze_runs_again_later_without_spending_an_attempt,
             runner_panic_is_a_retryable_failure,

@@ -22,14 +22,15 @@
 //! claims of one job, each costing the store a whole round trip and commit. After a claim
 //! that did not fill its request it sleeps until a store event for its queue, a `Resync`, or
 //! the poll interval, and then claims as soon as one place is free; except that after a claim
-//! that returned some jobs but fewer than it asked for, made after a pause or a poll rather
-//! than on an event, it claims again after [`RECLAIM_AFTER_PARTIAL`], doubling that pause
-//! after each empty claim until it reaches the poll interval. A partial claim is what a limit
-//! policy's rate gives (one job per `period / count`, and no event says when the next is
-//! allowed), so a rate of 10/s is not slowed to one claim per poll interval (only its first
-//! jobs may wait one); after a busy queue drains it costs a few empty claims over about twice
-//! the poll interval, and jobs enqueued now and then (each claim on an event) none. It claims
-//! nothing while the store is unhealthy.
+//! that returned some jobs but fewer than it asked for, or none right after one that returned
+//! jobs, made after a pause or a poll rather than on an event, it claims again after
+//! [`RECLAIM_AFTER_PARTIAL`], doubling that pause after each empty claim until it reaches the
+//! poll interval. Such a claim is what a limit policy gives: a rate admits one job per
+//! `period / count`, a `max_running` admits the next job when a running one finishes, and no
+//! event says when; so a rate of 10/s is not slowed to one claim per poll interval (only its
+//! first jobs may wait one), nor are jobs held by `max_running`. After a busy queue drains it
+//! costs a few empty claims over about twice the poll interval, and jobs enqueued now and then
+//! (each claim on an event) none. It claims nothing while the store is unhealthy.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -99,6 +100,8 @@ pub(crate) async fn run_claim_loop(
     let mut reclaim_after: Option<Duration> = None;
     // Whether this claim follows a store event for the queue (not a pause or a poll).
     let mut after_event = false;
+    // Whether the previous claim returned jobs (the queue was busy a moment ago).
+    let mut claimed_before = false;
     loop {
         if stop.is_cancelled() {
             return;
@@ -142,9 +145,16 @@ pub(crate) async fn run_claim_loop(
                 reclaim_after = if after_event {
                     None
                 } else {
-                    next_pause(reclaim_after, jobs.len(), filled, rt.config.poll_interval)
+                    next_pause(
+                        reclaim_after,
+                        jobs.len(),
+                        filled,
+                        claimed_before,
+                        rt.config.poll_interval,
+                    )
                 };
                 after_event = false;
+                claimed_before = !jobs.is_empty();
                 starter.start(
                     &rt,
                     jobs,
@@ -200,21 +210,30 @@ pub(crate) async fn run_claim_loop(
 }
 
 /// The pause before claiming again without an event after a claim that returned `claimed`
-/// jobs (`filled`: as many as asked), given the current one: [`RECLAIM_AFTER_PARTIAL`] after a
-/// partial claim, doubled after an empty one, `None` (wait for an event or the poll interval)
-/// once it reaches `poll` or after a claim that filled its request.
+/// jobs (`filled`: as many as asked; `claimed_before`: the claim before it returned jobs),
+/// given the current one: [`RECLAIM_AFTER_PARTIAL`] after a partial claim or after an empty
+/// claim that follows one that returned jobs (a limit policy may hold the queue's next jobs:
+/// its `max_running` frees when a job finishes, its rate when time passes, and neither sends
+/// an event), doubled after each further empty one, `None` (wait for an event or the poll
+/// interval) once it reaches `poll`, after an empty claim on a queue already idle, or after a
+/// claim that filled its request.
 fn next_pause(
     current: Option<Duration>,
     claimed: usize,
     filled: bool,
+    claimed_before: bool,
     poll: Duration,
 ) -> Option<Duration> {
     let next = if filled {
         return None;
     } else if claimed > 0 {
         RECLAIM_AFTER_PARTIAL
+    } else if let Some(current) = current {
+        current * 2
+    } else if claimed_before {
+        RECLAIM_AFTER_PARTIAL
     } else {
-        current? * 2
+        return None;
     };
     (next < poll).then_some(next)
 }
@@ -454,23 +473,41 @@ mod tests {
     #[test]
     fn a_partial_claim_reclaims_soon_and_empty_claims_back_off_to_the_poll_interval() {
         let poll = Duration::from_millis(100);
-        let first = next_pause(None, 3, false, poll);
+        let first = next_pause(None, 3, false, false, poll);
         assert_eq!(first, Some(RECLAIM_AFTER_PARTIAL));
         let mut pauses = Vec::new();
         let mut pause = first;
+        let mut claimed_before = true;
         while let Some(p) = pause {
             pauses.push(p.as_millis());
-            pause = next_pause(pause, 0, false, poll);
+            pause = next_pause(pause, 0, false, claimed_before, poll);
+            claimed_before = false;
         }
         assert_eq!(pauses, vec![10, 20, 40, 80], "then the poll interval");
         // Jobs again: back to the short pause; a full claim or an idle loop: no pause.
         assert_eq!(
-            next_pause(Some(Duration::from_millis(80)), 1, false, poll),
+            next_pause(Some(Duration::from_millis(80)), 1, false, false, poll),
             Some(RECLAIM_AFTER_PARTIAL)
         );
-        assert_eq!(next_pause(Some(RECLAIM_AFTER_PARTIAL), 5, true, poll), None);
-        assert_eq!(next_pause(None, 0, false, poll), None);
+        assert_eq!(
+            next_pause(Some(RECLAIM_AFTER_PARTIAL), 5, true, true, poll),
+            None
+        );
+        assert_eq!(next_pause(None, 0, false, false, poll), None);
+        // An empty claim right after one that returned jobs (a full one: a limit policy may
+        // hold the rest) starts the short pauses too.
+        assert_eq!(
+            next_pause(None, 0, false, true, poll),
+            Some(RECLAIM_AFTER_PARTIAL)
+        );
         // A poll interval at or under the short pause leaves the poll in charge.
-        assert_eq!(next_pause(None, 1, false, RECLAIM_AFTER_PARTIAL), None);
+        assert_eq!(
+            next_pause(None, 1, false, false, RECLAIM_AFTER_PARTIAL),
+            None
+        );
+        assert_eq!(
+            next_pause(None, 0, false, true, RECLAIM_AFTER_PARTIAL),
+            None
+        );
     }
 }

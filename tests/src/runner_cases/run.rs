@@ -3,13 +3,14 @@
 
 use std::collections::BTreeSet;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use drover_core::{JobState, LimitKey, LimitPolicy, ListJobs, NewJob, Rate};
-use drover_runner::{Outcome, Registry, TransitionEvent};
+use drover_core::{JobState, LimitKey, LimitPolicy, ListJobs, NewJob, QueueName, Rate};
+use drover_runner::{Outcome, PoolConfig, Registry, TransitionEvent};
 use serde::Deserialize;
 use serde_json::json;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
 
 use super::{config, within, Rig, Running};
 use crate::cases::kind;
@@ -211,6 +212,68 @@ pub async fn runner_jobs_held_by_a_rate_run_without_waiting_for_the_poll(f: &dyn
         done = succeeded;
         rig.h.advance(Duration::from_secs(10)).await;
     }
+    let report = running.stop().await;
+    assert_eq!(report.succeeded, 3);
+}
+
+/// A job a `max_running` policy holds back sends no event when a running job under that
+/// policy finishes, so after a claim that filled every slot and an empty one after it (the
+/// slot freed by a quick job, the next job held by the policy), the claim loop claims again
+/// soon, not at the poll interval (here an hour): the held job starts once the job holding
+/// the policy has finished (found by a breaker run: with a `max_running 3` policy, jobs ran
+/// only at each 1 s poll).
+pub async fn runner_jobs_held_by_max_running_start_when_the_holder_finishes(f: &dyn StoreFactory) {
+    let rig = Rig::open(f).await;
+    rig.store
+        .limit_set(LimitPolicy::new(LimitKey::parse("kind:held").unwrap(), Some(1), None).unwrap())
+        .await
+        .unwrap();
+    let holder = rig
+        .enqueue(NewJob::new(kind("held"), json!({"n": 1})))
+        .await;
+    let quick = rig.enqueue(NewJob::new(kind("quick"), json!({}))).await;
+    let held = rig
+        .enqueue(NewJob::new(kind("held"), json!({"n": 2})))
+        .await;
+    // `held` jobs wait for a permit from the test; `quick` succeeds at once.
+    let permits = Arc::new(Semaphore::new(0));
+    let mut registry = Registry::new();
+    let gate = permits.clone();
+    registry.register_fn(kind("held"), move |_ctx| {
+        let gate = gate.clone();
+        async move {
+            gate.acquire().await.expect("open gate").forget();
+            Ok::<_, String>(json!(null))
+        }
+    });
+    registry.register_fn(kind("quick"), |_ctx| async { Ok::<_, String>(json!(null)) });
+    let mut config = config("w1");
+    config.poll_interval = Duration::from_secs(3600);
+    config.pools = vec![
+        PoolConfig::new("main", vec![QueueName::parse("default").unwrap()], 2).with_prefetch(0),
+    ];
+    let running = rig.start(registry, config).await;
+    rig.wait_job(quick, "the quick job to succeed", |j| {
+        j.state == JobState::Succeeded
+    })
+    .await;
+    assert_eq!(
+        rig.job(held).await.state,
+        JobState::Queued,
+        "held back by max_running 1"
+    );
+    permits.add_permits(2);
+    let done = rig
+        .wait_job(held, "the held job to succeed", |j| {
+            j.state == JobState::Succeeded
+        })
+        .await;
+    let first = rig.job(holder).await;
+    assert_eq!(first.state, JobState::Succeeded);
+    assert!(
+        done.attempted_at.expect("started") >= first.finished_at.expect("finished"),
+        "the held job started before the job holding the policy finished"
+    );
     let report = running.stop().await;
     assert_eq!(report.succeeded, 3);
 }
