@@ -479,6 +479,10 @@ pub enum SchedulesCommand {
     #[command(after_help = "Example:\n  drover schedules list")]
     List,
     /// Create or replace a schedule.
+    ///
+    /// Each tick enqueues one job, whichever worker fires it. Ticks missed by up to 10 s (a
+    /// late scheduler pass, a short fault) fire one by one; after longer downtime the missed
+    /// ticks collapse into one catch-up job.
     #[command(
         after_help = "Example:\n  drover schedules add nightly-report --cron '0 2 * * *' --timezone Europe/Berlin --kind report.build --args '{\"scope\":\"all\"}'"
     )]
