@@ -197,7 +197,7 @@ impl Modify for BearerScheme {
 #[openapi(
     info(
         title = "Drover API",
-        description = "Durable background jobs: enqueue, inspect, cancel and retry jobs; pause queues; readiness and metrics."
+        description = "Durable background jobs: enqueue, inspect, cancel and retry jobs; pause queues; readiness and metrics. Each operation lists the statuses the API answers. Before any operation sees a request, the HTTP layer itself answers, with an empty body, 400 to a malformed request line or header, 414 to a URI over 65,534 bytes, and 431 to more than 100 headers or a request head over about 400 KiB."
     ),
     modifiers(&BearerScheme),
     tags(
