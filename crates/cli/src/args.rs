@@ -299,7 +299,7 @@ pub struct EnqueueArgs {
     #[arg(long, value_name = "TIME", conflicts_with_all = ["delay", "file"])]
     pub run_at: Option<String>,
     /// Ready after this delay from the database clock (e.g. 30s, 10m).
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION", conflicts_with = "file")]
+    #[arg(long, value_parser = parse_delay, value_name = "DURATION", conflicts_with = "file")]
     pub delay: Option<Duration>,
     /// Attempt budget, 1..=1000 (default 3).
     #[arg(
@@ -678,11 +678,7 @@ pub fn inapplicable(matches: &ArgMatches) -> Option<String> {
 /// # Errors
 /// A message naming the accepted forms.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    const FORMS: &str = "use forms like 500ms, 30s, 10m, 1h30m, 7d";
-    if s.trim_start().starts_with('-') {
-        return Err(format!("a duration cannot be negative; {FORMS}"));
-    }
-    let duration = humantime::parse_duration(s).map_err(|e| format!("{e}; {FORMS}"))?;
+    let duration = parse_delay(s)?;
     if duration > DURATION_MAX {
         return Err(format!(
             "a duration must be at most 100 years (36500d), got {}",
@@ -692,7 +688,17 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
-/// Longest duration any flag takes: 100 years (36,500 days). Beyond it a value is a typo, and
+/// A duration as [`parse_duration`] reads it, without its bound: `--delay`, whose bound
+/// (`drover_core::job::DELAY_MAX`, the same 36,500 days) the job's own check states in days.
+pub fn parse_delay(s: &str) -> Result<Duration, String> {
+    const FORMS: &str = "use forms like 500ms, 30s, 10m, 1h30m, 7d";
+    if s.trim_start().starts_with('-') {
+        return Err(format!("a duration cannot be negative; {FORMS}"));
+    }
+    humantime::parse_duration(s).map_err(|e| format!("{e}; {FORMS}"))
+}
+
+/// Longest duration any flag but `--delay` takes: 100 years (36,500 days). Beyond it a value is a typo, and
 /// printed back it would read like `584542046090years` (found with `prune --older-than`).
 pub const DURATION_MAX: Duration = Duration::from_secs(36_500 * 86_400);
 
@@ -916,7 +922,7 @@ mod tests {
         }
         for (command, flag) in [
             (vec!["prune"], "--older-than"),
-            (vec!["enqueue", "k"], "--delay"),
+            (vec!["dev"], "--max-wait"),
             (vec!["worker"], "--shutdown-grace"),
         ] {
             let error = parse(&command, flag, "200years")
