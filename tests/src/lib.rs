@@ -182,6 +182,7 @@ macro_rules! runner_suite {
             runner_only_registered_kinds_are_claimed,
             runner_jobs_held_by_a_rate_run_without_waiting_for_the_poll,
             runner_jobs_held_by_max_running_start_when_the_holder_finishes,
+            runner_an_event_does_not_leave_rate_held_jobs_to_the_poll,
             runner_failures_retry_with_backoff_until_failed,
             runner_snooze_runs_again_later_without_spending_an_attempt,
             runner_panic_is_a_retryable_failure,

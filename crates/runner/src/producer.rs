@@ -30,7 +30,8 @@
 //! event says when; so a rate of 10/s is not slowed to one claim per poll interval (only its
 //! first jobs may wait one), nor are jobs held by `max_running`. After a busy queue drains it
 //! costs a few empty claims over about twice the poll interval, and jobs enqueued now and then
-//! (each claim on an event) none. It claims nothing while the store is unhealthy.
+//! (each claim on an event) none. An event does not end short pauses under way. It claims
+//! nothing while the store is unhealthy.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -141,8 +142,10 @@ pub(crate) async fn run_claim_loop(
                 let filled = !jobs.is_empty() && jobs.len() >= limit;
                 // A partial claim right after an event is the common case of jobs enqueued now
                 // and then (the next event will come); only one after a pause or a poll
-                // starts the short pauses.
-                reclaim_after = if after_event {
+                // starts the short pauses. An event does not stop short pauses under way:
+                // jobs a limit holds get no event of their own, and an unrelated enqueue
+                // would leave them to the poll interval.
+                reclaim_after = if after_event && reclaim_after.is_none() {
                     None
                 } else {
                     next_pause(

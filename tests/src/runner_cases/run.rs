@@ -277,3 +277,56 @@ pub async fn runner_jobs_held_by_max_running_start_when_the_holder_finishes(f: &
     let report = running.stop().await;
     assert_eq!(report.succeeded, 3);
 }
+
+/// An event does not end the short re-claim pauses under way: while a rate holds a job, a job
+/// of another kind enqueued on the same queue wakes the loop and is claimed, and the held job
+/// still runs once the rate allows it, without waiting for the poll interval (here an hour).
+/// The claim after that event returned fewer jobs than it asked for, which alone would leave
+/// the loop waiting for the next event.
+pub async fn runner_an_event_does_not_leave_rate_held_jobs_to_the_poll(f: &dyn StoreFactory) {
+    let rig = Rig::open(f).await;
+    rig.store
+        .limit_set(
+            LimitPolicy::new(
+                LimitKey::parse("kind:paced").unwrap(),
+                None,
+                Some(Rate::new(1, Duration::from_secs(10)).unwrap()),
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let first = rig
+        .enqueue(NewJob::new(kind("paced"), json!({"n": 0})))
+        .await;
+    let held = rig
+        .enqueue(NewJob::new(kind("paced"), json!({"n": 1})))
+        .await;
+    let mut registry = Registry::new();
+    registry.register_fn(kind("paced"), |_ctx| async { Ok::<_, String>(json!(null)) });
+    registry.register_fn(kind("other"), |_ctx| async { Ok::<_, String>(json!(null)) });
+    let mut config = config("w1");
+    config.poll_interval = Duration::from_secs(3600);
+    let running = rig.start(registry, config).await;
+    rig.wait_job(first, "the first paced job to succeed", |j| {
+        j.state == JobState::Succeeded
+    })
+    .await;
+    let other = rig.enqueue(NewJob::new(kind("other"), json!({}))).await;
+    rig.wait_job(other, "the job of the event to succeed", |j| {
+        j.state == JobState::Succeeded
+    })
+    .await;
+    assert_eq!(
+        rig.job(held).await.state,
+        JobState::Queued,
+        "held by the rate"
+    );
+    rig.h.advance(Duration::from_secs(10)).await;
+    rig.wait_job(held, "the held job to succeed", |j| {
+        j.state == JobState::Succeeded
+    })
+    .await;
+    let report = running.stop().await;
+    assert_eq!(report.succeeded, 3);
+}
