@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, SubsecRound, Utc};
 use drover_core::{
     ClaimJobs, Error, HeartbeatItem, HeartbeatJobs, HeartbeatReply, Job, JobId, JobState, ListJobs,
-    NewJob, NewSchedule, Resolution, RunAt, ScheduleName,
+    NewJob, NewSchedule, Resolution, RunAt, Schedule, ScheduleName,
 };
 use drover_runner::{Outcome, Reconciler, Registry, TransitionEvent};
 use serde_json::json;
@@ -250,6 +250,20 @@ fn tick_of(job: &Job) -> DateTime<Utc> {
         .with_timezone(&Utc)
 }
 
+/// Creates the schedule both schedule cases use: `every-second`, firing each second (6-field
+/// cron), enqueuing jobs of kind `tick`.
+async fn every_second(rig: &Rig) -> Schedule {
+    rig.store
+        .schedule_upsert(NewSchedule::new(
+            ScheduleName::parse("every-second").expect("valid schedule name"),
+            "* * * * * *",
+            kind("tick"),
+            json!({}),
+        ))
+        .await
+        .expect("upsert schedule")
+}
+
 /// A per-second schedule with three workers (separate processes) competing to fire it: the
 /// store's clock is moved to three successive whole seconds and each brings a tick; every
 /// tick enqueues exactly one job, whichever worker fires it, so the ticks of the jobs are
@@ -259,16 +273,7 @@ fn tick_of(job: &Job) -> DateTime<Utc> {
 /// `advance` does not shift.
 pub async fn runner_schedule_fires_once_per_tick_across_three_workers(f: &dyn StoreFactory) {
     let rig = Rig::open(f).await;
-    let schedule = rig
-        .store
-        .schedule_upsert(NewSchedule::new(
-            ScheduleName::parse("every-second").expect("valid schedule name"),
-            "* * * * * *",
-            kind("tick"),
-            json!({}),
-        ))
-        .await
-        .expect("upsert schedule");
+    let schedule = every_second(&rig).await;
     let mut workers = Vec::new();
     for name in ["s1", "s2", "s3"] {
         let mut registry = Registry::new();
@@ -332,16 +337,7 @@ pub async fn runner_schedule_fires_once_per_tick_across_three_workers(f: &dyn St
 /// little late skipped a tick of a per-second schedule).
 pub async fn runner_schedule_fires_each_tick_a_late_pass_finds(f: &dyn StoreFactory) {
     let rig = Rig::open(f).await;
-    let schedule = rig
-        .store
-        .schedule_upsert(NewSchedule::new(
-            ScheduleName::parse("every-second").expect("valid schedule name"),
-            "* * * * * *",
-            kind("tick"),
-            json!({}),
-        ))
-        .await
-        .expect("upsert schedule");
+    let schedule = every_second(&rig).await;
     let first = schedule.created_at.trunc_subsecs(0) + chrono::Duration::seconds(1);
     let expected: Vec<DateTime<Utc>> = (0..4)
         .map(|n| first + chrono::Duration::seconds(n))

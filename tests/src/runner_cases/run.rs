@@ -161,12 +161,8 @@ pub async fn runner_only_registered_kinds_are_claimed(f: &dyn StoreFactory) {
     assert!(job.attempted_at.is_none());
 }
 
-/// A job a rate holds back sends no event when the rate allows it again, so after a claim
-/// that returned fewer jobs than it asked for the claim loop claims again soon, without
-/// waiting for the poll interval (here an hour): three jobs under `1/10s` run one per 10 s of
-/// the store's clock.
-pub async fn runner_jobs_held_by_a_rate_run_without_waiting_for_the_poll(f: &dyn StoreFactory) {
-    let rig = Rig::open(f).await;
+/// Sets the policy both rate cases use: jobs of kind `paced` at most one per 10 s.
+async fn pace_one_per_10s(rig: &Rig) {
     rig.store
         .limit_set(
             LimitPolicy::new(
@@ -178,6 +174,15 @@ pub async fn runner_jobs_held_by_a_rate_run_without_waiting_for_the_poll(f: &dyn
         )
         .await
         .unwrap();
+}
+
+/// A job a rate holds back sends no event when the rate allows it again, so after a claim
+/// that returned fewer jobs than it asked for the claim loop claims again soon, without
+/// waiting for the poll interval (here an hour): three jobs under `1/10s` run one per 10 s of
+/// the store's clock.
+pub async fn runner_jobs_held_by_a_rate_run_without_waiting_for_the_poll(f: &dyn StoreFactory) {
+    let rig = Rig::open(f).await;
+    pace_one_per_10s(&rig).await;
     let mut ids = Vec::new();
     for n in 0..3 {
         ids.push(
@@ -253,21 +258,14 @@ pub async fn runner_jobs_held_by_max_running_start_when_the_holder_finishes(f: &
         PoolConfig::new("main", vec![QueueName::parse("default").unwrap()], 2).with_prefetch(0),
     ];
     let running = rig.start(registry, config).await;
-    rig.wait_job(quick, "the quick job to succeed", |j| {
-        j.state == JobState::Succeeded
-    })
-    .await;
+    rig.wait_state(quick, JobState::Succeeded).await;
     assert_eq!(
         rig.job(held).await.state,
         JobState::Queued,
         "held back by max_running 1"
     );
     permits.add_permits(2);
-    let done = rig
-        .wait_job(held, "the held job to succeed", |j| {
-            j.state == JobState::Succeeded
-        })
-        .await;
+    let done = rig.wait_state(held, JobState::Succeeded).await;
     let first = rig.job(holder).await;
     assert_eq!(first.state, JobState::Succeeded);
     assert!(
@@ -285,17 +283,7 @@ pub async fn runner_jobs_held_by_max_running_start_when_the_holder_finishes(f: &
 /// the loop waiting for the next event.
 pub async fn runner_an_event_does_not_leave_rate_held_jobs_to_the_poll(f: &dyn StoreFactory) {
     let rig = Rig::open(f).await;
-    rig.store
-        .limit_set(
-            LimitPolicy::new(
-                LimitKey::parse("kind:paced").unwrap(),
-                None,
-                Some(Rate::new(1, Duration::from_secs(10)).unwrap()),
-            )
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    pace_one_per_10s(&rig).await;
     let first = rig
         .enqueue(NewJob::new(kind("paced"), json!({"n": 0})))
         .await;
@@ -308,25 +296,16 @@ pub async fn runner_an_event_does_not_leave_rate_held_jobs_to_the_poll(f: &dyn S
     let mut config = config("w1");
     config.poll_interval = Duration::from_secs(3600);
     let running = rig.start(registry, config).await;
-    rig.wait_job(first, "the first paced job to succeed", |j| {
-        j.state == JobState::Succeeded
-    })
-    .await;
+    rig.wait_state(first, JobState::Succeeded).await;
     let other = rig.enqueue(NewJob::new(kind("other"), json!({}))).await;
-    rig.wait_job(other, "the job of the event to succeed", |j| {
-        j.state == JobState::Succeeded
-    })
-    .await;
+    rig.wait_state(other, JobState::Succeeded).await;
     assert_eq!(
         rig.job(held).await.state,
         JobState::Queued,
         "held by the rate"
     );
     rig.h.advance(Duration::from_secs(10)).await;
-    rig.wait_job(held, "the held job to succeed", |j| {
-        j.state == JobState::Succeeded
-    })
-    .await;
+    rig.wait_state(held, JobState::Succeeded).await;
     let report = running.stop().await;
     assert_eq!(report.succeeded, 3);
 }
