@@ -140,22 +140,14 @@ pub(crate) async fn run_claim_loop(
             Ok(jobs) => {
                 retry.reset();
                 let filled = !jobs.is_empty() && jobs.len() >= limit;
-                // A partial claim right after an event is the common case of jobs enqueued now
-                // and then (the next event will come); only one after a pause or a poll
-                // starts the short pauses. An event does not stop short pauses under way:
-                // jobs a limit holds get no event of their own, and an unrelated enqueue
-                // would leave them to the poll interval.
-                reclaim_after = if after_event && reclaim_after.is_none() {
-                    None
-                } else {
-                    next_pause(
-                        reclaim_after,
-                        jobs.len(),
-                        filled,
-                        claimed_before,
-                        rt.config.poll_interval,
-                    )
-                };
+                reclaim_after = next_pause(
+                    reclaim_after,
+                    jobs.len(),
+                    filled,
+                    after_event,
+                    claimed_before,
+                    rt.config.poll_interval,
+                );
                 after_event = false;
                 claimed_before = !jobs.is_empty();
                 starter.start(
@@ -213,21 +205,25 @@ pub(crate) async fn run_claim_loop(
 }
 
 /// The pause before claiming again without an event after a claim that returned `claimed`
-/// jobs (`filled`: as many as asked; `claimed_before`: the claim before it returned jobs),
-/// given the current one: [`RECLAIM_AFTER_PARTIAL`] after a partial claim or after an empty
-/// claim that follows one that returned jobs (a limit policy may hold the queue's next jobs:
-/// its `max_running` frees when a job finishes, its rate when time passes, and neither sends
-/// an event), doubled after each further empty one, `None` (wait for an event or the poll
-/// interval) once it reaches `poll`, after an empty claim on a queue already idle, or after a
-/// claim that filled its request.
+/// jobs (`filled`: as many as asked; `after_event`: made on a store event, not after a pause
+/// or a poll; `claimed_before`: the claim before it returned jobs), given the current one:
+/// [`RECLAIM_AFTER_PARTIAL`] after a partial claim or after an empty claim that follows one
+/// that returned jobs (a limit policy may hold the queue's next jobs: its `max_running` frees
+/// when a job finishes, its rate when time passes, and neither sends an event), doubled after
+/// each further empty one, `None` (wait for an event or the poll interval) once it reaches
+/// `poll`, after an empty claim on a queue already idle, or after a claim that filled its
+/// request. A claim on an event starts no short pauses (jobs enqueued now and then: the next
+/// event will come) but does not end those under way (an unrelated enqueue would otherwise
+/// leave jobs a limit holds to the poll interval).
 fn next_pause(
     current: Option<Duration>,
     claimed: usize,
     filled: bool,
+    after_event: bool,
     claimed_before: bool,
     poll: Duration,
 ) -> Option<Duration> {
-    let next = if filled {
+    let next = if filled || (after_event && current.is_none()) {
         return None;
     } else if claimed > 0 {
         RECLAIM_AFTER_PARTIAL
@@ -476,40 +472,58 @@ mod tests {
     #[test]
     fn a_partial_claim_reclaims_soon_and_empty_claims_back_off_to_the_poll_interval() {
         let poll = Duration::from_millis(100);
-        let first = next_pause(None, 3, false, false, poll);
+        let first = next_pause(None, 3, false, false, false, poll);
         assert_eq!(first, Some(RECLAIM_AFTER_PARTIAL));
         let mut pauses = Vec::new();
         let mut pause = first;
         let mut claimed_before = true;
         while let Some(p) = pause {
             pauses.push(p.as_millis());
-            pause = next_pause(pause, 0, false, claimed_before, poll);
+            pause = next_pause(pause, 0, false, false, claimed_before, poll);
             claimed_before = false;
         }
         assert_eq!(pauses, vec![10, 20, 40, 80], "then the poll interval");
         // Jobs again: back to the short pause; a full claim or an idle loop: no pause.
         assert_eq!(
-            next_pause(Some(Duration::from_millis(80)), 1, false, false, poll),
+            next_pause(
+                Some(Duration::from_millis(80)),
+                1,
+                false,
+                false,
+                false,
+                poll
+            ),
             Some(RECLAIM_AFTER_PARTIAL)
         );
         assert_eq!(
-            next_pause(Some(RECLAIM_AFTER_PARTIAL), 5, true, true, poll),
+            next_pause(Some(RECLAIM_AFTER_PARTIAL), 5, true, false, true, poll),
             None
         );
-        assert_eq!(next_pause(None, 0, false, false, poll), None);
+        assert_eq!(next_pause(None, 0, false, false, false, poll), None);
         // An empty claim right after one that returned jobs (a full one: a limit policy may
         // hold the rest) starts the short pauses too.
         assert_eq!(
-            next_pause(None, 0, false, true, poll),
+            next_pause(None, 0, false, false, true, poll),
+            Some(RECLAIM_AFTER_PARTIAL)
+        );
+        // A claim on an event starts no short pauses, and ends none under way.
+        assert_eq!(next_pause(None, 1, false, true, false, poll), None);
+        assert_eq!(next_pause(None, 0, false, true, true, poll), None);
+        assert_eq!(
+            next_pause(Some(Duration::from_millis(20)), 0, false, true, true, poll),
+            Some(Duration::from_millis(40))
+        );
+        assert_eq!(
+            next_pause(Some(Duration::from_millis(20)), 1, false, true, false, poll),
             Some(RECLAIM_AFTER_PARTIAL)
         );
         // A poll interval at or under the short pause leaves the poll in charge.
         assert_eq!(
-            next_pause(None, 1, false, false, RECLAIM_AFTER_PARTIAL),
+            next_pause(None, 1, false, false, false, RECLAIM_AFTER_PARTIAL),
             None
         );
         assert_eq!(
-            next_pause(None, 0, false, true, RECLAIM_AFTER_PARTIAL),
+            next_pause(None, 0, false, false, true, RECLAIM_AFTER_PARTIAL),
             None
         );
     }
