@@ -249,7 +249,7 @@ impl CronSpec {
         if crate::clock::since(now, first) <= grace {
             return Some(first);
         }
-        self.latest_due(after, now)
+        Some(self.latest_from(first, after, now))
     }
 
     /// The latest tick in `(after, now]`, if any: the one tick to fire now. Older missed
@@ -260,6 +260,17 @@ impl CronSpec {
         if first > now {
             return None;
         }
+        Some(self.latest_from(first, after, now))
+    }
+
+    /// The latest tick in `(after, now]`, given `first`, the first tick after `after`, which
+    /// is at or before `now`.
+    fn latest_from(
+        &self,
+        first: DateTime<Utc>,
+        after: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> DateTime<Utc> {
         // Search a window before `now` that widens until it holds a tick; the first window
         // with one gives the latest tick after a short forward walk.
         for window in [
@@ -272,14 +283,14 @@ impl CronSpec {
         ] {
             let start = crate::clock::sub(now, window).max(after);
             if let Some(latest) = self.walk_to(start, now) {
-                return Some(latest);
+                return latest;
             }
             if start == after {
                 break;
             }
         }
         self.walk_to(first - chrono::Duration::nanoseconds(1), now)
-            .or(Some(first))
+            .unwrap_or(first)
     }
 
     /// The last tick in `(start, now]` found by walking forward, `None` when there is none.
