@@ -140,6 +140,7 @@ macro_rules! contract_suite {
             limits_max_running_implicit_kind_key,
             limits_max_running_implicit_queue_key,
             limits_rate_spaces_claims_period_over_count_apart,
+            limits_claim_answer_says_when_a_rate_admits_the_next_job,
             limits_skipped_jobs_keep_order_and_spend_nothing,
             limits_refused_claim_spends_no_other_rate,
             limits_replace_keeps_rate_state,

@@ -610,7 +610,7 @@ pg_test!(
                     let jobs = store
                         .jobs_claim(claim_params(&format!("w{c}"), 100))
                         .await
-                        .unwrap();
+                        .unwrap().jobs;
                     if jobs.is_empty() {
                         return seen;
                     }
@@ -759,7 +759,7 @@ pg_test!(
                 let mut done = 0;
                 let mut idle = 0;
                 while idle < 50 {
-                    let jobs = store.jobs_claim(claim_params(&format!("w{c}"), 2)).await.unwrap();
+                    let jobs = store.jobs_claim(claim_params(&format!("w{c}"), 2)).await.unwrap().jobs;
                     if jobs.is_empty() {
                         idle += 1;
                         tokio::task::yield_now().await;
@@ -822,7 +822,7 @@ pg_test!(
             }
         }
         h.store.job_enqueue(new_job("work")).await.unwrap();
-        let job = h.store.jobs_claim(claim_params("w", 1)).await.unwrap().remove(0);
+        let job = h.store.jobs_claim(claim_params("w", 1)).await.unwrap().jobs.remove(0);
         let replies = h
             .store
             .jobs_heartbeat(drover_core::HeartbeatJobs {
@@ -1385,7 +1385,7 @@ pg_test!(
             .await;
         let mut events = h.store.subscribe().await.unwrap();
         let job = h.store.job_enqueue(new_job("work").with_unique_key("u")).await.unwrap().job;
-        let claimed = h.store.jobs_claim(claim_params("w", 5)).await.unwrap();
+        let claimed = h.store.jobs_claim(claim_params("w", 5)).await.unwrap().jobs;
         assert_eq!(claimed[0].id, job.id);
         h.store
             .job_finish(job.id, claimed[0].fencing_token, drover_core::Finish::Succeeded { result: Some(json!(1)) })
@@ -1462,7 +1462,7 @@ pg_test!(
         let got: Vec<JobId> = store
             .jobs_claim(claim_params("w", 3))
             .await
-            .unwrap()
+            .unwrap().jobs
             .into_iter()
             .map(|j| j.id)
             .collect();
@@ -1470,7 +1470,7 @@ pg_test!(
         let got: Vec<JobId> = store
             .jobs_claim(claim_params("w", 10))
             .await
-            .unwrap()
+            .unwrap().jobs
             .into_iter()
             .map(|j| j.id)
             .collect();
@@ -1494,7 +1494,7 @@ pg_test!(
                 .await
                 .unwrap()
                 .job;
-            let running = h.store.jobs_claim(claim_params("w", 1)).await.unwrap().remove(0);
+            let running = h.store.jobs_claim(claim_params("w", 1)).await.unwrap().jobs.remove(0);
             assert_eq!(running.id, holder.id);
             let finisher = {
                 let store = h.store.clone();
@@ -1949,7 +1949,7 @@ pg_test!(
             h.store.job_enqueue(new_job("work")).await.unwrap();
             let small: Vec<NewJob> = (0..5).map(|n| NewJob::new(kind("work"), json!(n))).collect();
             h.store.jobs_enqueue(small).await.unwrap();
-            let claimed = h.store.jobs_claim(claim_params("w", 50)).await.unwrap();
+            let claimed = h.store.jobs_claim(claim_params("w", 50)).await.unwrap().jobs;
             assert_eq!(claimed.len(), 50);
         }
         assert_eq!(count_in_state(h.store.pool(), "queued").await + count_in_state(h.store.pool(), "running").await, 20 * 256);
@@ -2023,7 +2023,7 @@ pg_test!(
                 loop {
                     let mut params = claim_params(&format!("w{c}"), 200);
                     params.kinds = vec![kind("cut")];
-                    let jobs = store.jobs_claim(params).await.unwrap_or_else(|e| panic!("claim: {e}"));
+                    let jobs = store.jobs_claim(params).await.unwrap_or_else(|e| panic!("claim: {e}")).jobs;
                     if jobs.is_empty() {
                         if done.load(std::sync::atomic::Ordering::SeqCst) {
                             idle_after_done += 1;

@@ -493,7 +493,11 @@ async fn store_battery(store: &dyn JobStore) -> BTreeSet<String> {
         limit: 10,
         lease: Duration::from_secs(30),
     };
-    let claimed = store.jobs_claim(edge_claim("edge.past")).await.unwrap();
+    let claimed = store
+        .jobs_claim(edge_claim("edge.past"))
+        .await
+        .unwrap()
+        .jobs;
     assert_eq!(
         claimed.iter().map(|j| j.id).collect::<Vec<_>>(),
         vec![past.id],
@@ -504,6 +508,7 @@ async fn store_battery(store: &dyn JobStore) -> BTreeSet<String> {
             .jobs_claim(edge_claim("edge.future"))
             .await
             .unwrap()
+            .jobs
             .is_empty(),
         "9999 is not ready"
     );

@@ -316,7 +316,8 @@ mod tests {
                 lease: Duration::from_secs(60),
             })
             .await
-            .unwrap();
+            .unwrap()
+            .jobs;
         let items = claimed
             .iter()
             .map(|job| FinishItem {

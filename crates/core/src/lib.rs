@@ -32,7 +32,7 @@ pub use state::{apply, Event, JobState, Resolution, Retry, Transition};
 #[cfg(feature = "mock")]
 pub use store::MockJobStore;
 pub use store::{
-    CancelEffect, CancelOutcome, ClaimJobs, ClaimReconciling, EventStream, Finish, FinishItem,
-    FinishReply, FireSchedule, HeartbeatItem, HeartbeatJobs, HeartbeatReply, JobPage, JobStore,
-    ListJobs, PruneJobs, Quotas, RescueExpired, Rescued, StoreConfig, StoreEvent,
+    CancelEffect, CancelOutcome, ClaimJobs, ClaimReconciling, Claimed, EventStream, Finish,
+    FinishItem, FinishReply, FireSchedule, HeartbeatItem, HeartbeatJobs, HeartbeatReply, JobPage,
+    JobStore, ListJobs, PruneJobs, Quotas, RescueExpired, Rescued, StoreConfig, StoreEvent,
 };

@@ -241,6 +241,7 @@ pub struct Admission {
     now: DateTime<Utc>,
     states: HashMap<LimitKey, LimitState>,
     touched: Vec<LimitKey>,
+    retry_at: Option<DateTime<Utc>>,
 }
 
 impl Admission {
@@ -253,6 +254,7 @@ impl Admission {
                 .map(|s| (s.policy.key.clone(), s))
                 .collect(),
             touched: Vec::new(),
+            retry_at: None,
         }
     }
 
@@ -268,23 +270,34 @@ impl Admission {
 
     /// Admits a candidate whose effective keys are `keys` if every applicable policy allows one
     /// more claim now, and counts it; otherwise leaves every state unchanged and returns false.
+    /// A candidate refused only by rates (no full `max_running` on its keys) becomes admissible
+    /// at the latest of their GCRA times; [`Admission::retry_at`] keeps the earliest such time.
     pub fn try_admit(&mut self, keys: &[LimitKey]) -> bool {
         let mut new_tats: Vec<(&LimitKey, DateTime<Utc>)> = Vec::new();
+        let mut running_full = false;
+        let mut rate_wait: Option<DateTime<Utc>> = None;
         for key in keys {
             let Some(state) = self.states.get(key) else {
                 continue;
             };
             if let Some(max) = state.policy.max_running {
                 if state.running >= u64::from(max) {
-                    return false;
+                    running_full = true;
                 }
             }
             if let Some(rate) = state.policy.rate {
                 match rate.admit(state.rate_tat, self.now) {
                     Some(tat) => new_tats.push((key, tat)),
-                    None => return false,
+                    None => rate_wait = rate_wait.max(state.rate_tat),
                 }
             }
+        }
+        if running_full {
+            return false;
+        }
+        if let Some(at) = rate_wait {
+            self.retry_at = Some(self.retry_at.map_or(at, |earliest| earliest.min(at)));
+            return false;
         }
         for key in keys {
             if let Some(state) = self.states.get_mut(key) {
@@ -300,6 +313,21 @@ impl Admission {
             }
         }
         true
+    }
+
+    /// The earliest instant at which a candidate [`Admission::try_admit`] refused becomes
+    /// admissible by its rates, over the candidates refused only by rates; `None` when there
+    /// was none. Candidates a full `max_running` held are not counted: they wait for a running
+    /// job to finish, which no clock predicts. The claim answer's `retry_after`
+    /// ([`crate::store::Claimed`]) is this minus the admission's `now`.
+    pub fn retry_at(&self) -> Option<DateTime<Utc>> {
+        self.retry_at
+    }
+
+    /// [`Admission::retry_at`] as a duration from the admission's `now` (zero or more).
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_at
+            .map(|at| (at - self.now).to_std().unwrap_or_default())
     }
 
     /// The states of policies that admitted at least one candidate, to write back.
@@ -446,6 +474,41 @@ mod tests {
         assert!(touched
             .iter()
             .all(|s| s.running == u64::from(s.policy.max_running.unwrap())));
+    }
+
+    #[test]
+    fn retry_at_is_the_earliest_time_a_rate_held_candidate_is_admissible() {
+        let state =
+            |k: &str, max: Option<u32>, rate: Option<(u32, u64)>, tat: Option<i64>| LimitState {
+                policy: LimitPolicy::new(
+                    key(k),
+                    max,
+                    rate.map(|(n, s)| Rate::new(n, Duration::from_secs(s)).unwrap()),
+                )
+                .unwrap(),
+                running: 0,
+                rate_tat: tat.map(t),
+            };
+        let mut adm = Admission::new(
+            t(0),
+            [
+                state("fast", None, Some((1, 1)), None),
+                state("slow", None, Some((1, 60)), Some(30_000)),
+                state("full", Some(0), Some((1, 1)), Some(5_000)),
+            ],
+        );
+        assert_eq!(adm.retry_at(), None, "nothing refused yet");
+        assert!(adm.try_admit(&[key("fast")]));
+        // Refused by `fast` (1 s) and by `slow` (30 s): admissible when both allow.
+        assert!(!adm.try_admit(&[key("fast"), key("slow")]));
+        assert_eq!(adm.retry_at(), Some(t(30_000)));
+        // A full max_running gives no time, even with a rate that would.
+        assert!(!adm.try_admit(&[key("full")]));
+        assert_eq!(adm.retry_at(), Some(t(30_000)));
+        // The earliest candidate wins.
+        assert!(!adm.try_admit(&[key("fast")]));
+        assert_eq!(adm.retry_at(), Some(t(1_000)));
+        assert_eq!(adm.retry_after(), Some(Duration::from_secs(1)));
     }
 
     #[test]

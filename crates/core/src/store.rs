@@ -97,6 +97,31 @@ pub struct ClaimJobs {
     pub lease: Duration,
 }
 
+/// The answer to a claim ([`JobStore::jobs_claim`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Claimed {
+    /// The claimed jobs, running under the claim's lease, in claim order.
+    pub jobs: Vec<Job>,
+    /// When rate limits held back ready jobs this claim could have taken: how long from the
+    /// store's now until the earliest of them is admissible by its rates
+    /// ([`crate::Admission::retry_after`]), so a claim loop can claim again then rather than
+    /// guess (a held job sends no event). `None` when no job was held back by a rate alone; a
+    /// job a full `max_running` holds is not counted (it waits for a running job to finish).
+    /// Measured on the store's clock: a caller should treat it as a hint, not sleep past its
+    /// own next claim for it.
+    pub retry_after: Option<Duration>,
+}
+
+impl Claimed {
+    /// Just these jobs, nothing held back.
+    pub fn jobs(jobs: Vec<Job>) -> Self {
+        Claimed {
+            jobs,
+            retry_after: None,
+        }
+    }
+}
+
 /// One running job's heartbeat.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HeartbeatItem {
@@ -401,11 +426,13 @@ pub trait JobStore: Send + Sync + 'static {
     /// Claims up to `limit` ready jobs, in order of priority (smaller first), then `run_at`,
     /// then id, from unpaused queues, of registered kinds, that every applicable limit policy
     /// admits. Jobs skipped for limits keep their place and spend nothing. Each claimed job is
-    /// returned running, with attempt + 1, a new fencing token and the lease.
+    /// returned running, with attempt + 1, a new fencing token and the lease. When rates held
+    /// back jobs the claim had room for, the answer says how long until the earliest of them
+    /// is admissible ([`Claimed::retry_after`]).
     ///
     /// # Errors
     /// `InvalidInput` for a limit of 0 or above 10,000 or a bad lease.
-    async fn jobs_claim(&self, claim: ClaimJobs) -> Result<Vec<Job>>;
+    async fn jobs_claim(&self, claim: ClaimJobs) -> Result<Claimed>;
 
     /// Extends leases and saves meta/progress; answers per item in input order.
     ///

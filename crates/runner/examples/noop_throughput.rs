@@ -72,7 +72,8 @@ async fn main() -> Result<(), drover_core::Error> {
                     limit: slots as u32,
                     lease: Duration::from_secs(60),
                 })
-                .await?;
+                .await?
+                .jobs;
             let items = claimed
                 .iter()
                 .map(|job| drover_core::FinishItem {

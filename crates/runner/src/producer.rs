@@ -27,8 +27,11 @@
 //! [`RECLAIM_AFTER_PARTIAL`], doubling that pause after each empty claim until it reaches the
 //! poll interval. Such a claim is what a limit policy gives: a rate admits one job per
 //! `period / count`, a `max_running` admits the next job when a running one finishes, and no
-//! event says when; so a rate of 10/s is not slowed to one claim per poll interval (only its
-//! first jobs may wait one), nor are jobs held by `max_running`. After a busy queue drains it
+//! event says when; so a rate of 10/s is not slowed to one claim per poll interval, nor are
+//! jobs held by `max_running`. When the store says when a job a rate held back becomes
+//! admissible (the claim's `retry_after`), the loop claims again then if that comes before its
+//! next pause or poll, so a rate runs at its configured pace (even when the claim was made on
+//! an event). After a busy queue drains it
 //! costs a few empty claims over about twice the poll interval, and jobs enqueued now and then
 //! (each claim on an event) none. An event does not end short pauses under way. It claims
 //! nothing while the store is unhealthy.
@@ -38,7 +41,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use drover_core::{ClaimJobs, JobKind, QueueName, StoreEvent};
+use drover_core::{ClaimJobs, Claimed, JobKind, QueueName, StoreEvent};
 use futures::StreamExt;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
@@ -137,7 +140,7 @@ pub(crate) async fn run_claim_loop(
             lease: rt.config.lease,
         };
         match rt.store.jobs_claim(claim).await {
-            Ok(jobs) => {
+            Ok(Claimed { jobs, retry_after }) => {
                 retry.reset();
                 let filled = !jobs.is_empty() && jobs.len() >= limit;
                 reclaim_after = next_pause(
@@ -161,7 +164,7 @@ pub(crate) async fn run_claim_loop(
                     gather_until = Some(Instant::now() + CLAIM_COOLDOWN);
                     continue;
                 }
-                let pause = reclaim_after.unwrap_or(rt.config.poll_interval);
+                let pause = claim_pause(reclaim_after, retry_after, rt.config.poll_interval);
                 tokio::select! {
                     biased;
                     () = stop.cancelled() => return,
@@ -235,6 +238,23 @@ fn next_pause(
         return None;
     };
     (next < poll).then_some(next)
+}
+
+/// How long a claim loop sleeps (unless an event comes first) after a claim that did not fill
+/// its request: the re-claim pause from [`next_pause`], the time until a job a rate held back
+/// is admissible (the claim's `retry_after`), or the poll interval, whichever is shortest. The
+/// rate's time makes the loop claim a rate-held job when the rate admits it instead of at the
+/// next step of the doubling pauses (which gave a rate of 4/s claims ~333 ms apart, not 250);
+/// the doubling pauses stay, for `max_running`, and because `retry_after` runs on the store's
+/// clock.
+fn claim_pause(
+    reclaim_after: Option<Duration>,
+    retry_after: Option<Duration>,
+    poll: Duration,
+) -> Duration {
+    reclaim_after
+        .unwrap_or(poll)
+        .min(retry_after.unwrap_or(poll))
 }
 
 /// Whether a claim loop claims ahead now: it has claim-ahead places and its last job ran
@@ -526,5 +546,29 @@ mod tests {
             next_pause(None, 0, false, false, true, RECLAIM_AFTER_PARTIAL),
             None
         );
+    }
+
+    #[test]
+    fn a_rate_held_job_is_claimed_again_when_the_rate_admits_it() {
+        let poll = Duration::from_secs(1);
+        let ms = Duration::from_millis;
+        // Doubling pauses 10, 20, 40, 80, 160 ms would claim at 10, 30, 70, 150, 310 ms for a
+        // job a 4/s rate admits at 250 ms: the rate's time cuts the pause that would overshoot.
+        let mut at = ms(0);
+        let mut pause = next_pause(None, 1, false, false, false, poll);
+        let admitted = ms(250);
+        while at < admitted {
+            let wait = claim_pause(pause, Some(admitted - at), poll);
+            at += wait;
+            pause = next_pause(pause, 0, false, false, false, poll);
+        }
+        assert_eq!(at, admitted, "claimed when the rate admits, not after");
+        // No pause under way (a claim on an event): the rate's time alone, under the poll.
+        assert_eq!(claim_pause(None, Some(ms(250)), poll), ms(250));
+        assert_eq!(claim_pause(None, Some(ms(5_000)), poll), poll);
+        // A shorter re-claim pause (for max_running) still comes first.
+        assert_eq!(claim_pause(Some(ms(10)), Some(ms(250)), poll), ms(10));
+        assert_eq!(claim_pause(Some(ms(40)), None, poll), ms(40));
+        assert_eq!(claim_pause(None, None, poll), poll);
     }
 }

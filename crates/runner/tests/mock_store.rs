@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use chrono::Utc;
 use drover_core::{
-    Error, FinishItem, FinishReply, HeartbeatJobs, HeartbeatReply, Job, JobId, JobKind, JobState,
-    MockJobStore, NewJob, QueueName, StoreConfig, StoreEvent, WorkerInfo, WorkerRegistration,
+    Claimed, Error, FinishItem, FinishReply, HeartbeatJobs, HeartbeatReply, Job, JobId, JobKind,
+    JobState, MockJobStore, NewJob, QueueName, StoreConfig, StoreEvent, WorkerInfo,
+    WorkerRegistration,
 };
 use drover_runner::{
     CancelReason, Outcome, PoolConfig, Registry, Worker, WorkerConfig, WorkerReport,
@@ -136,9 +137,11 @@ async fn heartbeat_lease_lost_cancels_the_handler_and_nothing_is_finished() {
     let job_id = job.id;
     let mut store = base_store();
     let pending = Mutex::new(Some(job));
-    store
-        .expect_jobs_claim()
-        .returning(move |_| Ok(pending.lock().unwrap().take().into_iter().collect()));
+    store.expect_jobs_claim().returning(move |_| {
+        Ok(Claimed::jobs(
+            pending.lock().unwrap().take().into_iter().collect(),
+        ))
+    });
     store.expect_jobs_heartbeat().returning(|heartbeat| {
         Ok(heartbeat
             .jobs
@@ -203,7 +206,7 @@ async fn unavailable_claim_pauses_claims_until_a_heartbeat_succeeds() {
             Err(Error::unavailable("connection reset"))
         } else {
             log.push(Call::Claim);
-            Ok(vec![])
+            Ok(Claimed::default())
         }
     });
     store.expect_jobs_heartbeat().returning(|_| Ok(vec![]));
@@ -249,7 +252,7 @@ async fn unavailable_heartbeat_pauses_claims_until_a_heartbeat_succeeds() {
     let log = Arc::clone(&calls);
     store.expect_jobs_claim().returning(move |_| {
         log.lock().unwrap().push(Call::Claim);
-        Ok(vec![])
+        Ok(Claimed::default())
     });
     store.expect_jobs_heartbeat().returning(|_| Ok(vec![]));
     let log = Arc::clone(&calls);
@@ -394,11 +397,13 @@ async fn a_claim_after_a_short_job_takes_claim_ahead_places() {
     store.expect_jobs_claim().returning(move |claim| {
         let _ = limits_tx.send(claim.limit);
         // One job in all, so the loop's first claim comes back short of its request.
-        Ok(if handed_out.fetch_add(1, Ordering::SeqCst) == 0 {
-            vec![claimed("work", "default")]
-        } else {
-            vec![]
-        })
+        Ok(Claimed::jobs(
+            if handed_out.fetch_add(1, Ordering::SeqCst) == 0 {
+                vec![claimed("work", "default")]
+            } else {
+                vec![]
+            },
+        ))
     });
     let (finished_tx, mut finished_rx) = mpsc::unbounded_channel::<()>();
     store.expect_jobs_finish().returning(move |items| {
@@ -485,7 +490,7 @@ async fn capacity_case(prefetch: usize) {
         let give = limit.min(TOTAL - state.claimed).min(if state.claimed % 7 == 0 { 1 } else { limit });
         state.claimed += give;
         *state.held.entry(queue_name.clone()).or_default() += give;
-        Ok((0..give).map(|_| claimed("work", &queue_name)).collect())
+        Ok(Claimed::jobs((0..give).map(|_| claimed("work", &queue_name)).collect()))
     });
     store
         .expect_jobs_heartbeat()
@@ -564,9 +569,11 @@ async fn outcomes_are_kept_and_written_again_after_unavailable() {
     let job_id = job.id;
     let mut store = base_store();
     let pending = Mutex::new(Some(job));
-    store
-        .expect_jobs_claim()
-        .returning(move |_| Ok(pending.lock().unwrap().take().into_iter().collect()));
+    store.expect_jobs_claim().returning(move |_| {
+        Ok(Claimed::jobs(
+            pending.lock().unwrap().take().into_iter().collect(),
+        ))
+    });
     store.expect_jobs_heartbeat().returning(|_| Ok(vec![]));
     store.expect_worker_heartbeat().returning(|_| Ok(()));
     let writes: Arc<Mutex<Vec<Vec<JobId>>>> = Arc::default();
@@ -621,7 +628,9 @@ async fn a_pruned_worker_registers_again() {
     store.expect_schedules_list().returning(|| Ok(vec![]));
     store.expect_jobs_prune().returning(|_| Ok(0));
     store.expect_workers_prune().returning(|_| Ok(0));
-    store.expect_jobs_claim().returning(|_| Ok(vec![]));
+    store
+        .expect_jobs_claim()
+        .returning(|_| Ok(Claimed::default()));
     store.expect_jobs_heartbeat().returning(|_| Ok(vec![]));
     store.expect_worker_heartbeat().returning(|id| {
         Err(Error::NotFound {
@@ -643,4 +652,64 @@ async fn a_pruned_worker_registers_again() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     stop(shutdown, handle).await.unwrap();
+}
+
+/// A claim loop claims a job a rate held back when the store says the rate admits it (the
+/// claim's `retry_after`), not at the next of its doubling re-claim pauses: under a rate of one
+/// job per 250 ms the store hands out jobs exactly 250 ms apart (the pauses alone, 10, 20, 40,
+/// 80, 160 ms, claimed 310 ms apart: a rate of 4/s ran at 3.2/s). Tokio's clock is paused, so
+/// the times are exact and the test takes no real time.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_rate_held_job_is_claimed_when_the_store_says_the_rate_admits_it() {
+    const INTERVAL: Duration = Duration::from_millis(250);
+    const ADMITTED: usize = 4;
+    let mut store = base_store();
+    store.expect_worker_heartbeat().returning(|_| Ok(()));
+    store
+        .expect_jobs_heartbeat()
+        .returning(|heartbeat| Ok(extended(&heartbeat)));
+    store
+        .expect_jobs_finish()
+        .returning(|items| Ok(recorded(&items)));
+    // The store's rate: the instant the next job is admissible, and when each was claimed.
+    let next: Arc<Mutex<Option<tokio::time::Instant>>> = Arc::default();
+    let (admitted_tx, mut admitted_rx) = mpsc::unbounded_channel::<tokio::time::Instant>();
+    store.expect_jobs_claim().returning(move |_| {
+        let now = tokio::time::Instant::now();
+        let mut next = next.lock().unwrap();
+        match *next {
+            Some(at) if now < at => Ok(Claimed {
+                jobs: vec![],
+                retry_after: Some(at - now),
+            }),
+            _ => {
+                *next = Some(now + INTERVAL);
+                let _ = admitted_tx.send(now);
+                Ok(Claimed {
+                    jobs: vec![claimed("work", "default")],
+                    retry_after: Some(INTERVAL),
+                })
+            }
+        }
+    });
+    let mut registry = Registry::new();
+    registry.register_fn(kind("work"), |_| async { Outcome::success() });
+    let mut config = fast_config();
+    config.poll_interval = Duration::from_secs(600);
+    config.pools = vec![PoolConfig::new("main", vec![queue("default")], 4).with_prefetch(0)];
+    let worker = Worker::new(Arc::new(store), Arc::new(registry), config).unwrap();
+    let shutdown = CancellationToken::new();
+    let handle = tokio::spawn(worker.run(shutdown.clone()));
+    let mut claimed_at = Vec::new();
+    for _ in 0..ADMITTED {
+        claimed_at.push(admitted_rx.recv().await.expect("a claim"));
+    }
+    let gaps: Vec<Duration> = claimed_at.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        gaps.iter()
+            .all(|gap| *gap >= INTERVAL && *gap <= INTERVAL + Duration::from_millis(2)),
+        "jobs claimed {gaps:?} apart, the rate admits one per {INTERVAL:?}"
+    );
+    let report = stop(shutdown, handle).await.unwrap();
+    assert!(report.claimed >= ADMITTED as u64);
 }

@@ -51,7 +51,7 @@ async fn main() {
                 };
                 let mut done = 0usize;
                 loop {
-                    let claimed = store.jobs_claim(claim.clone()).await.expect("claim");
+                    let claimed = store.jobs_claim(claim.clone()).await.expect("claim").jobs;
                     if claimed.is_empty() {
                         return done;
                     }

@@ -7,6 +7,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use drover_core::limits::LimitState;
@@ -15,7 +16,7 @@ use drover_core::{
     NewJob, QueueInfo, QueueName, Quota, Quotas, Schedule, ScheduleName, TenantId, Transition,
     WorkerId, WorkerInfo,
 };
-use drover_core::{ClaimJobs, Result};
+use drover_core::{ClaimJobs, Claimed, Result};
 use uuid::Uuid;
 
 use crate::index::{id_of, key_time, FastMap, Indexes, JobTable, Placement, ReadyKey};
@@ -331,10 +332,10 @@ impl Inner {
 
     /// Claims up to `claim.limit` ready jobs (see `JobStore::jobs_claim`); arguments already
     /// validated.
-    pub fn claim(&mut self, claim: &ClaimJobs, now: DateTime<Utc>) -> Vec<Job> {
+    pub fn claim(&mut self, claim: &ClaimJobs, now: DateTime<Utc>) -> Claimed {
         self.idx.promote(&self.jobs, now);
         let limit = usize::try_from(claim.limit).unwrap_or(usize::MAX);
-        let chosen = self.choose(claim, limit, now);
+        let (chosen, retry_after) = self.choose(claim, limit, now);
         let mut claimed = Vec::with_capacity(chosen.len());
         for id in chosen {
             let event = Event::Claim {
@@ -345,12 +346,21 @@ impl Inner {
                 claimed.push(job.clone());
             }
         }
-        claimed
+        Claimed {
+            jobs: claimed,
+            retry_after,
+        }
     }
 
     /// Picks the jobs a claim takes, in claim order, counting them against limit policies
-    /// (whose rate state is written back).
-    fn choose(&mut self, claim: &ClaimJobs, limit: usize, now: DateTime<Utc>) -> Vec<JobId> {
+    /// (whose rate state is written back), and how long until a job a rate held back is
+    /// admissible ([`Admission::retry_after`]).
+    fn choose(
+        &mut self,
+        claim: &ClaimJobs,
+        limit: usize,
+        now: DateTime<Utc>,
+    ) -> (Vec<JobId>, Option<Duration>) {
         let mut admission = if self.limits.is_empty() {
             None
         } else {
@@ -420,14 +430,16 @@ impl Inner {
         }
         drop(sources);
 
+        let mut retry_after = None;
         if let Some(admission) = admission {
+            retry_after = admission.retry_after();
             for state in admission.into_touched() {
                 if let Some(stored) = self.limits.get_mut(&state.policy.key) {
                     stored.rate_tat = state.rate_tat;
                 }
             }
         }
-        chosen
+        (chosen, retry_after)
     }
 
     /// Deletes up to `limit` terminal jobs finished before `cutoff`, with their idempotency

@@ -12,8 +12,8 @@ use chrono::{DateTime, Utc};
 use drover_core::store::CLAIM_LIMIT_MAX;
 use drover_core::FencingToken;
 use drover_core::{
-    clock, json, lease, CancelEffect, CancelOutcome, ClaimJobs, ClaimReconciling, Clock, Enqueued,
-    Entity, Error, Event, EventStream, Finish, FinishItem, FinishReply, FireSchedule,
+    clock, json, lease, CancelEffect, CancelOutcome, ClaimJobs, ClaimReconciling, Claimed, Clock,
+    Enqueued, Entity, Error, Event, EventStream, Finish, FinishItem, FinishReply, FireSchedule,
     HeartbeatJobs, HeartbeatReply, Job, JobId, JobPage, JobState, JobStore, LimitKey, LimitPolicy,
     LimitStatus, ListJobs, NewJob, NewSchedule, PruneJobs, QueueChange, QueueInfo, QueueName,
     QueueSnapshot, RescueExpired, Rescued, Resolution, Result, Schedule, ScheduleName, Snapshot,
@@ -199,7 +199,7 @@ impl JobStore for MemoryStore {
         Ok(JobPage { jobs, next })
     }
 
-    async fn jobs_claim(&self, claim: ClaimJobs) -> Result<Vec<Job>> {
+    async fn jobs_claim(&self, claim: ClaimJobs) -> Result<Claimed> {
         if claim.limit == 0 || claim.limit > CLAIM_LIMIT_MAX {
             return Err(Error::invalid(
                 "limit",
@@ -782,7 +782,7 @@ mod tests {
                 })
                 .collect();
             store.jobs_enqueue(jobs).await.unwrap();
-            let claimed = store.jobs_claim(claim(&["a", "b"])).await.unwrap();
+            let claimed = store.jobs_claim(claim(&["a", "b"])).await.unwrap().jobs;
             let items = claimed
                 .iter()
                 .enumerate()

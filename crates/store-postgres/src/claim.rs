@@ -24,7 +24,7 @@ use chrono::{DateTime, Utc};
 use drover_core::lease::check_lease;
 use drover_core::store::CLAIM_LIMIT_MAX;
 use drover_core::{
-    Admission, ClaimJobs, Error, Job, JobKind, LimitKey, LimitState, QueueName, WorkerId,
+    Admission, ClaimJobs, Claimed, Error, Job, JobKind, LimitKey, LimitState, QueueName, WorkerId,
 };
 use sqlx::postgres::PgRow;
 use sqlx::{Connection, PgConnection, Row};
@@ -92,10 +92,10 @@ fn validate(claim: &ClaimJobs) -> Result<(), Error> {
 }
 
 /// Claims up to `claim.limit` ready jobs; see the module docs.
-pub(crate) async fn claim(conn: &mut PgConnection, claim: ClaimJobs) -> Result<Vec<Job>, Error> {
+pub(crate) async fn claim(conn: &mut PgConnection, claim: ClaimJobs) -> Result<Claimed, Error> {
     validate(&claim)?;
     if claim.queues.is_empty() || claim.kinds.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Claimed::default());
     }
     // Each queue once: claim_fast.sql scans per queue and limits the merged candidates.
     let mut queues: Vec<&str> = claim.queues.iter().map(QueueName::as_str).collect();
@@ -115,7 +115,9 @@ pub(crate) async fn claim(conn: &mut PgConnection, claim: ClaimJobs) -> Result<V
             .await
             .store_err()?;
         if !rows.first().is_some_and(|r| r.blocked) {
-            return sorted(rows.into_iter().filter_map(|r| r.job).collect());
+            return Ok(Claimed::jobs(sorted(
+                rows.into_iter().filter_map(|r| r.job).collect(),
+            )?));
         }
     }
     let rows = sqlx::query_as::<_, FastClaimRow>(sql::CLAIM_FAST)
@@ -132,13 +134,16 @@ pub(crate) async fn claim(conn: &mut PgConnection, claim: ClaimJobs) -> Result<V
     let claimed = records.len();
     let mut jobs = sorted(records)?;
     if !blocked || claimed >= usize::try_from(claim.limit).unwrap_or(usize::MAX) {
-        return Ok(jobs);
+        return Ok(Claimed::jobs(jobs));
     }
     let rest = claim.limit - u32::try_from(claimed).unwrap_or(claim.limit);
-    jobs.extend(
-        claim_with_limits(&mut *conn, &claim.worker, rest, &queues, &kinds, lease_us).await?,
-    );
-    Ok(jobs)
+    let more =
+        claim_with_limits(&mut *conn, &claim.worker, rest, &queues, &kinds, lease_us).await?;
+    jobs.extend(more.jobs);
+    Ok(Claimed {
+        jobs,
+        retry_after: more.retry_after,
+    })
 }
 
 /// A row of claim_fast.sql: whether a job subject to a limit stopped the claim, and the claimed
@@ -166,7 +171,8 @@ fn sorted(records: Vec<JobRecord>) -> Result<Vec<Job>, Error> {
     Ok(jobs)
 }
 
-/// The slow path: admission under locked policies, in one transaction.
+/// The slow path: admission under locked policies, in one transaction. The answer's
+/// `retry_after` comes from the admission, on the database's clock.
 async fn claim_with_limits(
     conn: &mut PgConnection,
     worker: &WorkerId,
@@ -174,7 +180,7 @@ async fn claim_with_limits(
     queues: &[&str],
     kinds: &[&str],
     lease_us: i64,
-) -> Result<Vec<Job>, Error> {
+) -> Result<Claimed, Error> {
     let mut tx = conn.begin().await.store_err()?;
     let result = claim_with_limits_in(&mut tx, worker, limit, queues, kinds, lease_us).await;
     settle(tx, result).await
@@ -187,7 +193,7 @@ async fn claim_with_limits_in(
     queues: &[&str],
     kinds: &[&str],
     lease_us: i64,
-) -> Result<Vec<Job>, Error> {
+) -> Result<Claimed, Error> {
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
     let policies = sqlx::query_as::<_, LockedPolicy>(sql::CLAIM_POLICIES)
         .fetch_all(&mut *conn)
@@ -242,8 +248,12 @@ async fn claim_with_limits_in(
         }
         cursor = candidates.last().map(|c| (c.priority, c.run_at, c.id));
     }
+    let retry_after = admission.retry_after();
     if admitted.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Claimed {
+            jobs: Vec::new(),
+            retry_after,
+        });
     }
     let mut tat_keys = Vec::new();
     let mut tats = Vec::new();
@@ -262,7 +272,10 @@ async fn claim_with_limits_in(
         .fetch_all(&mut *conn)
         .await
         .store_err()?;
-    sorted(records)
+    Ok(Claimed {
+        jobs: sorted(records)?,
+        retry_after,
+    })
 }
 
 /// Running jobs per limit key (limits_running.sql), for `keys`.

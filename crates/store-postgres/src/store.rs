@@ -9,11 +9,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use drover_core::{
-    CancelOutcome, ClaimJobs, ClaimReconciling, Enqueued, Error, EventStream, FencingToken,
-    FinishItem, FinishReply, FireSchedule, HeartbeatJobs, HeartbeatReply, Job, JobId, JobPage,
-    JobStore, LimitKey, LimitPolicy, LimitStatus, ListJobs, NewJob, NewSchedule, PruneJobs,
-    QueueChange, QueueInfo, QueueName, RescueExpired, Rescued, Resolution, Schedule, ScheduleName,
-    Snapshot, StoreConfig, Transition, WorkerId, WorkerInfo, WorkerRegistration,
+    CancelOutcome, ClaimJobs, ClaimReconciling, Claimed, Enqueued, Error, EventStream,
+    FencingToken, FinishItem, FinishReply, FireSchedule, HeartbeatJobs, HeartbeatReply, Job, JobId,
+    JobPage, JobStore, LimitKey, LimitPolicy, LimitStatus, ListJobs, NewJob, NewSchedule,
+    PruneJobs, QueueChange, QueueInfo, QueueName, RescueExpired, Rescued, Resolution, Schedule,
+    ScheduleName, Snapshot, StoreConfig, Transition, WorkerId, WorkerInfo, WorkerRegistration,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgConnection, PgPool};
@@ -285,7 +285,7 @@ impl JobStore for PgStore {
         conn.done(result)
     }
 
-    async fn jobs_claim(&self, claim: ClaimJobs) -> Result<Vec<Job>, Error> {
+    async fn jobs_claim(&self, claim: ClaimJobs) -> Result<Claimed, Error> {
         let mut conn = self.connections.acquire().await?;
         let result = claim::claim(&mut conn, claim).await;
         conn.done(result)

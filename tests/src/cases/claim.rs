@@ -188,7 +188,7 @@ pub async fn claim_sets_lease(f: &dyn StoreFactory) {
         limit: 1,
         lease: Duration::from_secs(45),
     };
-    let got = store.jobs_claim(claim).await.unwrap().remove(0);
+    let got = store.jobs_claim(claim).await.unwrap().jobs.remove(0);
     assert_eq!(got.state, JobState::Running);
     assert_eq!(got.lease_owner, Some(worker("host-1:42")));
     let attempted = got.attempted_at.expect("attempted_at set");
@@ -236,7 +236,7 @@ pub async fn claim_concurrent_claimers_take_each_job_once(f: &dyn StoreFactory) 
                 let mut params = claim_params(&["k"], 37);
                 params.worker = worker(&format!("w{i}"));
                 loop {
-                    let got = store.jobs_claim(params.clone()).await.expect("claim");
+                    let got = store.jobs_claim(params.clone()).await.expect("claim").jobs;
                     if got.is_empty() {
                         return mine;
                     }

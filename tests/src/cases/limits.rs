@@ -121,6 +121,89 @@ pub async fn limits_rate_spaces_claims_period_over_count_apart(f: &dyn StoreFact
     assert_eq!(claim(&*store, &["api"], 10).await.len(), 1);
 }
 
+/// The claim answer's `retry_after` (`Claimed::retry_after`): after a rate held back a job
+/// the claim had room for, how long until the earliest such job is admissible; no time for
+/// jobs only a full `max_running` holds (no clock says when a running job finishes) or when
+/// nothing was held. A claim loop sleeps that long instead of guessing, so a rate runs at its
+/// pace (with guessed pauses 4/s ran ~3/s).
+pub async fn limits_claim_answer_says_when_a_rate_admits_the_next_job(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let seconds = |claimed: &drover_core::Claimed| {
+        claimed
+            .retry_after
+            .map(|d| d.as_secs_f64())
+            .expect("a time until the rate admits the next job")
+    };
+    store
+        .limit_set(rate("kind:api", 1, Duration::from_secs(10)))
+        .await
+        .unwrap();
+    store
+        .limit_set(rate("slow", 1, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    store.limit_set(max_running("hold", 0)).await.unwrap();
+    store
+        .jobs_enqueue((0..3).map(|n| job("api", json!(n))).collect())
+        .await
+        .unwrap();
+    // (On PostgreSQL the store's clock also runs while the test does: bounds, not values.)
+    let first = store.jobs_claim(claim_params(&["api"], 10)).await.unwrap();
+    assert_eq!(first.jobs.len(), 1);
+    let wait = seconds(&first);
+    assert!(wait > 8.0 && wait <= 10.0, "one per 10 s: {wait} s");
+    h.advance(Duration::from_secs(4)).await;
+    let none = store.jobs_claim(claim_params(&["api"], 10)).await.unwrap();
+    assert!(none.jobs.is_empty());
+    let wait = seconds(&none);
+    assert!(
+        wait > 4.0 && wait <= 6.0,
+        "10 s less the 4 that passed: {wait} s"
+    );
+    h.advance(Duration::from_secs(6)).await;
+    let second = store.jobs_claim(claim_params(&["api"], 10)).await.unwrap();
+    assert_eq!(second.jobs.len(), 1, "admitted when the answer said");
+
+    // The earliest of several held jobs: `both` jobs wait for `slow` (60 s), `api` for 10 s.
+    store
+        .jobs_enqueue(
+            (0..2)
+                .map(|n| job("both", json!(n)).with_limit_key(limit_key("slow")))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let mixed = store
+        .jobs_claim(claim_params(&["api", "both"], 10))
+        .await
+        .unwrap();
+    assert_eq!(mixed.jobs.len(), 1, "the first `both` job");
+    let wait = seconds(&mixed);
+    assert!(
+        wait > 8.0 && wait <= 10.0,
+        "the api job's 10 s, not 60: {wait} s"
+    );
+    let both = store.jobs_claim(claim_params(&["both"], 10)).await.unwrap();
+    assert!(both.jobs.is_empty());
+    let wait = seconds(&both);
+    assert!(wait > 58.0 && wait <= 60.0, "held by `slow`: {wait} s");
+
+    // Held by a full max_running only, or nothing held: no time.
+    enqueue(
+        &*store,
+        job("held", json!(1)).with_limit_key(limit_key("hold")),
+    )
+    .await;
+    let held = store.jobs_claim(claim_params(&["held"], 10)).await.unwrap();
+    assert!(held.jobs.is_empty());
+    assert_eq!(held.retry_after, None, "max_running gives no time");
+    enqueue(&*store, job("free", json!(1))).await;
+    let free = store.jobs_claim(claim_params(&["free"], 10)).await.unwrap();
+    assert_eq!(free.jobs.len(), 1);
+    assert_eq!(free.retry_after, None, "nothing held");
+}
+
 /// Jobs a limit holds back keep their place and spend nothing; clearing the policy releases
 /// them to the next claim.
 pub async fn limits_skipped_jobs_keep_order_and_spend_nothing(f: &dyn StoreFactory) {
@@ -307,7 +390,7 @@ pub async fn limits_concurrent_claimers_respect_max_running(f: &dyn StoreFactory
                 params.worker = worker(&format!("w{i}"));
                 let mut mine = HashSet::new();
                 while done.load(Ordering::SeqCst) < JOBS {
-                    let got = store.jobs_claim(params.clone()).await.expect("claim");
+                    let got = store.jobs_claim(params.clone()).await.expect("claim").jobs;
                     if got.is_empty() {
                         tokio::task::yield_now().await;
                         continue;

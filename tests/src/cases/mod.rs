@@ -120,6 +120,7 @@ pub async fn claim(store: &dyn JobStore, kinds: &[&str], limit: u32) -> Vec<Job>
         .jobs_claim(claim_params(kinds, limit))
         .await
         .expect("claim")
+        .jobs
 }
 
 /// Claims up to `limit` jobs of `kinds` from `queues`.
@@ -131,7 +132,7 @@ pub async fn claim_from(
 ) -> Vec<Job> {
     let mut params = claim_params(kinds, limit);
     params.queues = queues.iter().map(|q| queue(q)).collect();
-    store.jobs_claim(params).await.expect("claim")
+    store.jobs_claim(params).await.expect("claim").jobs
 }
 
 /// Enqueues one job and expects it to be created.

@@ -66,6 +66,7 @@ pub async fn runner_retention_prunes_old_terminal_jobs_and_never_live_ones(f: &d
         })
         .await
         .expect("claim")
+        .jobs
         .remove(0);
     assert_eq!(orphan.id, orphan_id);
 

@@ -572,7 +572,8 @@ impl TestApi {
                 lease: Duration::from_secs(60),
             })
             .await
-            .expect("claim");
+            .expect("claim")
+            .jobs;
         let claimed = claimed
             .into_iter()
             .find(|j| j.id == job.id)

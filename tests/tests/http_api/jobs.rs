@@ -222,7 +222,8 @@ pub(crate) async fn get_cancel_and_retry(env: &Env) {
             lease: Duration::from_secs(60),
         })
         .await
-        .unwrap();
+        .unwrap()
+        .jobs;
     assert_eq!(claimed.len(), 1);
     let cancel = api.post_empty(Some(PRODUCER_A), &cancel_path).await;
     assert_eq!(cancel.status, 200, "{}", cancel.text);
