@@ -1,7 +1,7 @@
 //! Opening stores for commands, and turning store errors into one line that says what to do.
 
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
@@ -13,12 +13,14 @@ use crate::env;
 use crate::usage::{flag_error, usage};
 
 /// What every command gets: the database URL (if any) and the output format.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Ctx {
     /// `--database-url` or `DROVER_DATABASE_URL`.
     pub database_url: Option<String>,
     /// `--json`.
     pub json: bool,
+    /// Stores opened by [`Ctx::store`], closed by [`Ctx::close`] when the command ends.
+    opened: Arc<Mutex<Vec<PgStore>>>,
 }
 
 /// Host, port and database of a URL, without user or password, for messages.
@@ -35,6 +37,28 @@ pub fn describe_url(url: &str) -> String {
 }
 
 impl Ctx {
+    /// A context for a command line's database URL and `--json`.
+    pub fn new(database_url: Option<String>, json: bool) -> Self {
+        Ctx {
+            database_url,
+            json,
+            opened: Arc::default(),
+        }
+    }
+
+    /// Closes every store [`Ctx::store`] opened: first sends the wake-ups their enqueues,
+    /// retries and resumes left pending (the store sends them after the commit, from a task:
+    /// a process that exited without this lost them, and idle workers found the jobs only at
+    /// their next poll, up to `--poll-interval` later), then closes the connections. The
+    /// dispatcher calls it once the command has returned, whether it succeeded or not.
+    pub async fn close(&self) {
+        let stores =
+            std::mem::take(&mut *self.opened.lock().unwrap_or_else(PoisonError::into_inner));
+        for store in stores {
+            store.close().await;
+        }
+    }
+
     /// The database URL, or a usage error saying how to give one.
     pub fn url(&self) -> Result<&str> {
         self.database_url.as_deref().ok_or_else(|| {
@@ -81,6 +105,10 @@ impl Ctx {
     /// As [`Ctx::postgres`], plus a missing schema ("run `drover migrate`").
     pub async fn store(&self) -> Result<Arc<dyn JobStore>> {
         let store = self.postgres(4, false).await?;
+        self.opened
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(store.clone());
         store.check_ready().await.map_err(|e| self.explain(e))?;
         Ok(Arc::new(store))
     }

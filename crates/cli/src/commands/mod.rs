@@ -19,25 +19,29 @@ use crate::Extensions;
 /// # Errors
 /// Whatever the command reports; the caller prints it as one line.
 pub async fn dispatch(cli: Cli, extensions: Extensions) -> Result<()> {
-    let ctx = Ctx {
-        database_url: cli.database_url.clone(),
-        json: cli.json,
-    };
+    let ctx = Ctx::new(cli.database_url.clone(), cli.json);
+    let result = run(&ctx, cli, extensions).await;
+    ctx.close().await;
+    result
+}
+
+/// Runs the command of `cli` with `ctx` (which [`dispatch`] closes afterwards).
+async fn run(ctx: &Ctx, cli: Cli, extensions: Extensions) -> Result<()> {
     match cli.command {
-        Command::Migrate => admin::migrate(&ctx).await,
-        Command::Migrations(_) => admin::migrations_list(&ctx).await,
-        Command::Worker(args) => worker::run(&ctx, args, extensions).await,
-        Command::Enqueue(args) => enqueue::run(&ctx, args).await,
-        Command::Jobs(command) => jobs::run(&ctx, command).await,
-        Command::Queues(command) => admin::queues(&ctx, command).await,
-        Command::Workers(_) => admin::workers_list(&ctx).await,
-        Command::Limits(command) => admin::limits(&ctx, command).await,
-        Command::Schedules(command) => admin::schedules(&ctx, command).await,
-        Command::Snapshot => admin::snapshot(&ctx).await,
-        Command::Metrics => admin::metrics(&ctx).await,
-        Command::Prune(args) => admin::prune(&ctx, args).await,
-        Command::Serve(args) => serve::run(&ctx, args, extensions).await,
-        Command::Dev(args) => dev::run(&ctx, args, extensions).await,
+        Command::Migrate => admin::migrate(ctx).await,
+        Command::Migrations(_) => admin::migrations_list(ctx).await,
+        Command::Worker(args) => worker::run(ctx, args, extensions).await,
+        Command::Enqueue(args) => enqueue::run(ctx, args).await,
+        Command::Jobs(command) => jobs::run(ctx, command).await,
+        Command::Queues(command) => admin::queues(ctx, command).await,
+        Command::Workers(_) => admin::workers_list(ctx).await,
+        Command::Limits(command) => admin::limits(ctx, command).await,
+        Command::Schedules(command) => admin::schedules(ctx, command).await,
+        Command::Snapshot => admin::snapshot(ctx).await,
+        Command::Metrics => admin::metrics(ctx).await,
+        Command::Prune(args) => admin::prune(ctx, args).await,
+        Command::Serve(args) => serve::run(ctx, args, extensions).await,
+        Command::Dev(args) => dev::run(ctx, args, extensions).await,
         Command::Completions { shell } => {
             let mut command = Cli::command();
             let mut script = Vec::new();
