@@ -144,6 +144,7 @@ macro_rules! contract_suite {
             limits_skipped_jobs_keep_order_and_spend_nothing,
             limits_refused_claim_spends_no_other_rate,
             limits_replace_keeps_rate_state,
+            limits_changed_rate_spaces_the_next_claim_from_the_last_one,
             limits_new_policy_counts_jobs_already_running,
             limits_set_list_replace_clear,
             limits_rate_period_is_kept_in_whole_milliseconds,

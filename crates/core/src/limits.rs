@@ -83,6 +83,26 @@ impl Rate {
         Some(now + self.emission_interval())
     }
 
+    /// The GCRA time a policy keeps when its rate changes from `old` to `self` (`limits set` on
+    /// an existing key): the last counted claim (`tat` less the old interval) plus the new
+    /// interval, so the next claim comes one new interval after the last one whichever way the
+    /// rate changed (kept as it was, a change from 1/h to 10/s held the key's jobs for up to an
+    /// hour, and one from 10/s to 1/h let one more claim through 100 ms later). When the policy
+    /// had no rate, a time left from an earlier one is kept but cut to `now` + the new
+    /// interval. `None` (no claim counted yet) stays `None`. Both stores apply this rule.
+    pub fn replacing(
+        &self,
+        old: Option<Rate>,
+        tat: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) -> Option<DateTime<Utc>> {
+        let tat = tat?;
+        Some(match old {
+            Some(old) => tat - old.emission_interval() + self.emission_interval(),
+            None => tat.min(now + self.emission_interval()),
+        })
+    }
+
     /// How many claims the rate allows at `now` given `tat` (for `limits list`): 1 or 0.
     pub fn available(&self, tat: Option<DateTime<Utc>>, now: DateTime<Utc>) -> u32 {
         u32::from(self.admit(tat, now).is_some())
@@ -509,6 +529,31 @@ mod tests {
         assert!(!adm.try_admit(&[key("fast")]));
         assert_eq!(adm.retry_at(), Some(t(1_000)));
         assert_eq!(adm.retry_after(), Some(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn a_replaced_rate_spaces_the_next_claim_from_the_last_one() {
+        let per = |n: u32, s: u64| Rate::new(n, Duration::from_secs(s)).unwrap();
+        // Last claim at 0 under 1/h: tat 3,600 s. Now 10/s: next claim at 0.1 s.
+        let hourly = per(1, 3600);
+        let fast = per(10, 1);
+        assert_eq!(
+            fast.replacing(Some(hourly), Some(t(3_600_000)), t(5_000)),
+            Some(t(100))
+        );
+        // And back: one hour after the last claim, not 0.1 s.
+        assert_eq!(
+            hourly.replacing(Some(fast), Some(t(100)), t(50)),
+            Some(t(3_600_000))
+        );
+        // Same rate: unchanged. No claim counted: none. No old rate: cut to now + interval.
+        assert_eq!(hourly.replacing(Some(hourly), Some(t(7)), t(0)), Some(t(7)));
+        assert_eq!(fast.replacing(Some(hourly), None, t(0)), None);
+        assert_eq!(
+            fast.replacing(None, Some(t(3_600_000)), t(1_000)),
+            Some(t(1_100))
+        );
+        assert_eq!(fast.replacing(None, Some(t(500)), t(1_000)), Some(t(500)));
     }
 
     #[test]

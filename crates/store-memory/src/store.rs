@@ -615,10 +615,16 @@ impl JobStore for MemoryStore {
 
     async fn limit_set(&self, policy: LimitPolicy) -> Result<LimitPolicy> {
         let policy = LimitPolicy::new(policy.key, policy.max_running, policy.rate)?;
+        let now = self.clock_now();
         let mut inner = self.inner.lock();
         let inner = &mut *inner;
         match inner.limits.get_mut(&policy.key) {
-            Some(stored) => stored.policy = policy.clone(),
+            Some(stored) => {
+                if let Some(rate) = policy.rate {
+                    stored.rate_tat = rate.replacing(stored.policy.rate, stored.rate_tat, now);
+                }
+                stored.policy = policy.clone();
+            }
             None => {
                 inner.idx.track_limit_key(&policy.key, &inner.jobs);
                 inner.limits.insert(

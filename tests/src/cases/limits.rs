@@ -274,6 +274,45 @@ pub async fn limits_replace_keeps_rate_state(f: &dyn StoreFactory) {
     );
 }
 
+/// A rate changed on an existing policy spaces the next claim one NEW interval after the last
+/// one, whichever way it changed (`Rate::replacing`): from 1/h to 10/s the held jobs go within
+/// 0.1 s (they waited up to the hour: found by a breaker run), and from 10/s back to 1/h the
+/// next claim waits the hour (one more used to slip through 0.1 s later).
+pub async fn limits_changed_rate_spaces_the_next_claim_from_the_last_one(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let hourly = || rate("kind:k", 1, Duration::from_secs(3600));
+    store.limit_set(hourly()).await.unwrap();
+    store
+        .jobs_enqueue((0..4).map(|n| job("k", json!(n))).collect())
+        .await
+        .unwrap();
+    assert_eq!(claim(&*store, &["k"], 10).await.len(), 1);
+    store
+        .limit_set(rate("kind:k", 10, Duration::from_secs(1)))
+        .await
+        .unwrap();
+    h.advance(Duration::from_secs(1)).await;
+    assert_eq!(
+        claim(&*store, &["k"], 10).await.len(),
+        1,
+        "10/s admits a job 0.1 s after the last claim, not an hour"
+    );
+    store.limit_set(hourly()).await.unwrap();
+    h.advance(Duration::from_secs(1)).await;
+    let held = store.jobs_claim(claim_params(&["k"], 10)).await.unwrap();
+    assert!(
+        held.jobs.is_empty(),
+        "1/h: the next claim an hour after the last"
+    );
+    let wait = held.retry_after.expect("held by the rate").as_secs();
+    assert!((3590..=3600).contains(&wait), "{wait} s");
+    assert_eq!(
+        store.limits_list().await.unwrap()[0].rate_available,
+        Some(0)
+    );
+}
+
 /// A policy created while jobs with its key already run counts them at once.
 pub async fn limits_new_policy_counts_jobs_already_running(f: &dyn StoreFactory) {
     let h = f.open(unbounded()).await;
