@@ -384,6 +384,10 @@ pub enum StoreEvent {
     },
     /// Events may have been missed (reconnect, lagging subscriber): poll everything once.
     Resync,
+    /// A limit policy was set or cleared: jobs it held back may be claimable now (a cleared
+    /// policy, a faster rate, a higher `max_running`) in any queue, so every claim loop claims
+    /// once instead of waiting for its next re-claim pause or poll.
+    LimitsChanged,
 }
 
 /// The store contract (DESIGN.md section 4). Implementations: `drover-store-memory`,
@@ -531,10 +535,13 @@ pub trait JobStore: Send + Sync + 'static {
     /// Limit policies with their current usage, by key.
     async fn limits_list(&self) -> Result<Vec<LimitStatus>>;
 
-    /// Creates or replaces a limit policy (keeps its rate state when the key existed).
+    /// Creates or replaces a limit policy. A replaced rate keeps its state, the next claim
+    /// coming one new interval after the last one ([`crate::Rate::replacing`]). Emits
+    /// [`StoreEvent::LimitsChanged`].
     async fn limit_set(&self, policy: LimitPolicy) -> Result<LimitPolicy>;
 
-    /// Removes a limit policy; jobs it held become claimable.
+    /// Removes a limit policy; jobs it held become claimable. Emits
+    /// [`StoreEvent::LimitsChanged`].
     ///
     /// # Errors
     /// `NotFound` when no policy has the key.

@@ -471,7 +471,7 @@ pub(crate) async fn run_events(
                         }
                     }
                 }
-                Some(StoreEvent::Resync) => wake_all(),
+                Some(StoreEvent::Resync | StoreEvent::LimitsChanged) => wake_all(),
                 None => break,
             }
         }

@@ -616,8 +616,8 @@ impl JobStore for MemoryStore {
     async fn limit_set(&self, policy: LimitPolicy) -> Result<LimitPolicy> {
         let policy = LimitPolicy::new(policy.key, policy.max_running, policy.rate)?;
         let now = self.clock_now();
-        let mut inner = self.inner.lock();
-        let inner = &mut *inner;
+        let mut guard = self.inner.lock();
+        let inner = &mut *guard;
         match inner.limits.get_mut(&policy.key) {
             Some(stored) => {
                 if let Some(rate) = policy.rate {
@@ -636,6 +636,8 @@ impl JobStore for MemoryStore {
                 );
             }
         }
+        drop(guard);
+        self.publish(StoreEvent::LimitsChanged);
         Ok(policy)
     }
 
@@ -644,6 +646,8 @@ impl JobStore for MemoryStore {
         match inner.limits.remove(&key) {
             Some(_) => {
                 inner.idx.untrack_limit_key(&key);
+                drop(inner);
+                self.publish(StoreEvent::LimitsChanged);
                 Ok(())
             }
             None => Err(Error::NotFound {

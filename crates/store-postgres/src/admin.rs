@@ -338,12 +338,12 @@ pub(crate) async fn limit_set(
 
 /// Removes a limit policy; `NotFound` when none has the key.
 pub(crate) async fn limit_clear(conn: &mut PgConnection, key: LimitKey) -> Result<(), Error> {
-    let done = sqlx::query(sql::LIMIT_CLEAR)
+    let removed = sqlx::query(sql::LIMIT_CLEAR)
         .bind(key.as_str())
-        .execute(&mut *conn)
+        .fetch_optional(&mut *conn)
         .await
         .store_err()?;
-    if done.rows_affected() == 0 {
+    if removed.is_none() {
         return Err(Error::NotFound {
             entity: Entity::Limit,
             id: key.to_string(),

@@ -24,6 +24,10 @@ use crate::error::SqlxResultExt;
 
 /// Channel of "jobs became ready in this queue" notifications.
 pub const JOBS_CHANNEL: &str = "drover_jobs";
+
+/// The payload on [`JOBS_CHANNEL`] that limit_set.sql and limit_clear.sql send: no queue name
+/// can be `*`, so it is read as [`StoreEvent::LimitsChanged`].
+pub const LIMITS_CHANGED_PAYLOAD: &str = "*";
 /// Channel of "cancel requested for this running job" notifications.
 pub const CANCEL_CHANNEL: &str = "drover_cancel";
 /// Events buffered per subscriber before it is sent a `Resync` instead.
@@ -62,6 +66,9 @@ pub(crate) async fn subscribe(pool: &PgPool) -> Result<EventStream, Error> {
 /// Maps a notification to an event; unknown channels and bad payloads are ignored.
 fn event(notification: &PgNotification) -> Option<StoreEvent> {
     match notification.channel() {
+        JOBS_CHANNEL if notification.payload() == LIMITS_CHANGED_PAYLOAD => {
+            Some(StoreEvent::LimitsChanged)
+        }
         JOBS_CHANNEL => QueueName::parse(notification.payload())
             .ok()
             .map(|queue| StoreEvent::JobsAvailable { queue }),

@@ -101,6 +101,36 @@ pub async fn events_jobs_available_after_resume(f: &dyn StoreFactory) {
     .await;
 }
 
+/// Setting and clearing a limit policy wake subscribers with `LimitsChanged`: jobs the policy
+/// held may be claimable now, in any queue, and no other event would say so (found by a
+/// fresh-user run: after `limits set K --rate 10/s` replaced 1/h, a held job waited up to the
+/// 1 s poll).
+pub async fn events_limits_changed_after_limit_set_and_clear(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let mut events = store.subscribe().await.unwrap();
+    let policy = drover_core::LimitPolicy::new(
+        drover_core::LimitKey::parse("kind:k").unwrap(),
+        Some(1),
+        None,
+    )
+    .unwrap();
+    store.limit_set(policy.clone()).await.unwrap();
+    wait_for(
+        &mut events,
+        |e| *e == StoreEvent::LimitsChanged,
+        "LimitsChanged after limit_set",
+    )
+    .await;
+    store.limit_clear(policy.key).await.unwrap();
+    wait_for(
+        &mut events,
+        |e| *e == StoreEvent::LimitsChanged,
+        "LimitsChanged after limit_clear",
+    )
+    .await;
+}
+
 /// A cancel of a running job sends `CancelRequested` with its id.
 pub async fn events_cancel_requested_after_cancel_of_running_job(f: &dyn StoreFactory) {
     let h = f.open(unbounded()).await;

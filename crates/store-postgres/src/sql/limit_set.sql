@@ -5,7 +5,11 @@
 -- new interval). An interval is period / count rounded up to whole microseconds
 -- (Rate::emission_interval). A policy without a rate keeps rate_tat as it is.
 --
+-- Wakes every worker (NOTIFY drover_jobs '*', StoreEvent::LimitsChanged): jobs the old policy
+-- held may be claimable now. Sent in this statement's transaction: a rare operator change.
+--
 -- $1 key text, $2 max_running integer, $3 rate_count integer, $4 rate_period_ms bigint.
+WITH policy AS (
 INSERT INTO drover.limits AS l (key, max_running, rate_count, rate_period_ms)
 VALUES ($1, $2, $3, $4)
 ON CONFLICT (key) DO UPDATE
@@ -25,3 +29,6 @@ SET max_running = EXCLUDED.max_running,
                / EXCLUDED.rate_count) * interval '1 microsecond'
     END
 RETURNING l.key, l.max_running, l.rate_count, l.rate_period_ms, l.rate_tat
+)
+SELECT policy.*, pg_notify('drover_jobs', '*')::text AS wake
+FROM policy
