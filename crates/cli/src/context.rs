@@ -13,7 +13,7 @@ use crate::env;
 use crate::usage::{flag_error, usage};
 
 /// What every command gets: the database URL (if any) and the output format.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Ctx {
     /// `--database-url` or `DROVER_DATABASE_URL`.
     pub database_url: Option<String>,
