@@ -162,6 +162,7 @@ macro_rules! contract_suite {
             events_jobs_available_after_batch_enqueue,
             events_jobs_available_after_resume,
             events_limits_changed_after_limit_set_and_clear,
+            events_jobs_available_when_a_job_under_max_running_finishes,
             events_cancel_requested_after_cancel_of_running_job,
             events_jobs_available_after_release,
             events_jobs_available_after_retry,

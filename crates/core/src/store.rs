@@ -372,7 +372,10 @@ pub type EventStream = Pin<Box<dyn Stream<Item = StoreEvent> + Send + 'static>>;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "event")]
 pub enum StoreEvent {
-    /// Jobs became ready in this queue (enqueue, retry, release, resume).
+    /// Jobs became ready in this queue (enqueue, retry, release, resume), or a job of this queue
+    /// that ran under a limit policy with a `max_running` bound finished, freeing a place the
+    /// queue's held jobs may be waiting for (jobs of other queues under the same key are not
+    /// announced: their claim loops find the place at their next re-claim pause or poll).
     JobsAvailable {
         /// The queue.
         queue: QueueName,

@@ -104,6 +104,19 @@ impl MemoryStore {
     }
 }
 
+/// Whether a job that just stopped running, whose effective limit keys are `keys`, was subject
+/// to a limit policy with a `max_running` bound: its finish frees a place that jobs of
+/// its queue may be waiting for, so its queue is announced (`JobsAvailable`) as the PostgreSQL
+/// store does (finish.sql, finish_succeeded.sql).
+fn frees_running_place(inner: &Inner, keys: &[LimitKey]) -> bool {
+    keys.iter().any(|key| {
+        inner
+            .limits
+            .get(key)
+            .is_some_and(|limit| limit.policy.max_running.is_some())
+    })
+}
+
 /// Validates a batch and computes request hashes, outside the lock.
 fn prepare(mut jobs: Vec<NewJob>, config: &StoreConfig) -> Result<Vec<Prepared>> {
     let hashes = drover_core::job::prepare_batch(&mut jobs, &config.sizes)?;
@@ -276,6 +289,7 @@ impl JobStore for MemoryStore {
         let replies = {
             let mut inner = self.inner.lock();
             let now = self.clock_now();
+            let limited = !inner.limits.is_empty();
             items
                 .into_iter()
                 .map(|item| {
@@ -297,8 +311,13 @@ impl JobStore for MemoryStore {
                     };
                     match inner.transition(id, event, now) {
                         Ok((transition, job)) => {
-                            if job.is_ready(now) && !ready.contains(&job.queue) {
-                                ready.push(job.queue.clone());
+                            let ready_now = job.is_ready(now);
+                            let keys = (!ready_now && limited).then(|| job.effective_limit_keys());
+                            let queue = job.queue.clone();
+                            let wakes = ready_now
+                                || keys.is_some_and(|keys| frees_running_place(&inner, &keys));
+                            if wakes && !ready.contains(&queue) {
+                                ready.push(queue);
                             }
                             FinishReply::Recorded {
                                 id,

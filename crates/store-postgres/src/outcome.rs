@@ -101,7 +101,7 @@ pub(crate) async fn heartbeat(
 async fn finish_succeeded(
     conn: &mut PgConnection,
     items: &[FinishItem],
-) -> Result<Option<Vec<FinishReply>>, Error> {
+) -> Result<Option<Finished>, Error> {
     let len = items.len();
     let mut ids = Vec::with_capacity(len);
     let mut tokens = Vec::with_capacity(len);
@@ -119,37 +119,62 @@ async fn finish_succeeded(
     if sorted.windows(2).any(|pair| pair[0] == pair[1]) {
         return Ok(None);
     }
-    let rows: Vec<Uuid> = sqlx::query_scalar(sql::FINISH_SUCCEEDED)
+    let rows: Vec<(Uuid, Option<String>)> = sqlx::query_as(sql::FINISH_SUCCEEDED)
         .bind(&ids)
         .bind(&tokens)
         .bind(&results)
         .fetch_all(&mut *conn)
         .await
         .store_err()?;
-    let recorded: HashSet<Uuid> = rows.into_iter().collect();
-    Ok(Some(
-        items
-            .iter()
-            .map(|item| {
-                if recorded.contains(&item.id.as_uuid()) {
-                    FinishReply::Recorded {
-                        id: item.id,
-                        to: JobState::Succeeded,
-                    }
-                } else {
-                    FinishReply::LeaseLost { id: item.id }
+    let mut freed_queues = Vec::new();
+    let mut recorded = HashSet::with_capacity(rows.len());
+    for (id, freed) in rows {
+        recorded.insert(id);
+        add_queue(&mut freed_queues, freed);
+    }
+    let replies = items
+        .iter()
+        .map(|item| {
+            if recorded.contains(&item.id.as_uuid()) {
+                FinishReply::Recorded {
+                    id: item.id,
+                    to: JobState::Succeeded,
                 }
-            })
-            .collect(),
-    ))
+            } else {
+                FinishReply::LeaseLost { id: item.id }
+            }
+        })
+        .collect();
+    Ok(Some(Finished {
+        replies,
+        freed_queues,
+    }))
 }
 
-/// Records finished runs; answers per item in input order.
+/// What a finish recorded: answers per item in input order, and the queues of the recorded
+/// jobs that ran under a `max_running` bound (each once), which the store wakes after commit.
+pub(crate) struct Finished {
+    /// Per item, in input order.
+    pub(crate) replies: Vec<FinishReply>,
+    /// Queues whose jobs freed a place of a `max_running` bound (finish.sql's `freed_queue`).
+    pub(crate) freed_queues: Vec<String>,
+}
+
+/// Adds `queue` to `queues` unless it is `None` or already there (a batch names few queues).
+fn add_queue(queues: &mut Vec<String>, queue: Option<String>) {
+    if let Some(queue) = queue {
+        if !queues.contains(&queue) {
+            queues.push(queue);
+        }
+    }
+}
+
+/// Records finished runs; answers per item in input order, with the queues to wake.
 pub(crate) async fn finish(
     conn: &mut PgConnection,
     config: &StoreConfig,
     items: Vec<FinishItem>,
-) -> Result<Vec<FinishReply>, Error> {
+) -> Result<Finished, Error> {
     let many = items.len() > 1;
     for (i, item) in items.iter().enumerate() {
         if let Finish::Succeeded {
@@ -164,10 +189,13 @@ pub(crate) async fn finish(
         }
     }
     if items.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Finished {
+            replies: Vec::new(),
+            freed_queues: Vec::new(),
+        });
     }
-    if let Some(replies) = finish_succeeded(&mut *conn, &items).await? {
-        return Ok(replies);
+    if let Some(finished) = finish_succeeded(&mut *conn, &items).await? {
+        return Ok(finished);
     }
     let len = items.len();
     let mut ids = Vec::with_capacity(len);
@@ -201,7 +229,7 @@ pub(crate) async fn finish(
         messages.push(message);
         delays.push(delay);
     }
-    let rows: Vec<(Uuid, String)> = sqlx::query_as(sql::FINISH)
+    let rows: Vec<(Uuid, String, Option<String>)> = sqlx::query_as(sql::FINISH)
         .bind(&ids)
         .bind(&tokens)
         .bind(&outcomes)
@@ -212,8 +240,13 @@ pub(crate) async fn finish(
         .fetch_all(&mut *conn)
         .await
         .store_err()?;
-    let mut recorded: HashMap<Uuid, String> = rows.into_iter().collect();
-    items
+    let mut freed_queues = Vec::new();
+    let mut recorded = HashMap::with_capacity(rows.len());
+    for (id, state, freed) in rows {
+        recorded.insert(id, state);
+        add_queue(&mut freed_queues, freed);
+    }
+    let replies = items
         .iter()
         .map(|item| {
             // Of repeated ids only the first item is recorded (finish.sql keeps the first).
@@ -227,5 +260,9 @@ pub(crate) async fn finish(
                 }),
             }
         })
-        .collect()
+        .collect::<Result<Vec<_>, Error>>()?;
+    Ok(Finished {
+        replies,
+        freed_queues,
+    })
 }

@@ -300,7 +300,13 @@ impl JobStore for PgStore {
     async fn jobs_finish(&self, items: Vec<FinishItem>) -> Result<Vec<FinishReply>, Error> {
         let mut conn = self.connections.acquire().await?;
         let result = outcome::finish(&mut conn, &self.options.config, items).await;
-        conn.done(result)
+        let finished = conn.done(result)?;
+        if !finished.freed_queues.is_empty() {
+            // Jobs a max_running bound held may be claimable now (finish.sql, freed_queue).
+            self.notifier
+                .notify(finished.freed_queues.iter().map(String::as_str));
+        }
+        Ok(finished.replies)
     }
 
     async fn job_cancel(&self, id: JobId) -> Result<CancelOutcome, Error> {

@@ -12,7 +12,9 @@
 --   released  -> cancelled if a cancel was requested; else queued now, attempt given back;
 --   cancelled -> error appended, cancelled.
 -- Every outcome clears the lease; terminal outcomes set finished_at. The error list keeps the
--- newest $7 entries. Jobs that became ready again wake idle workers (NOTIFY with the queue).
+-- newest $7 entries. Jobs that became ready again wake idle workers (NOTIFY with the queue);
+-- a job under a max_running bound answers its queue (freed_queue), which the store wakes after
+-- commit.
 --
 -- $1 id uuid[], $2 token bigint[], $3 outcome text[], $4 result jsonb[], $5 message text[],
 -- $6 delay_us bigint[] (failed: NULL means do not retry), $7 errors kept integer.
@@ -74,11 +76,27 @@ updated AS (
       -- cached as a generic plan, rescan the whole input for each of them (time proportional to
       -- running jobs x batch). Hidden, the only path is a primary-key lookup per input row.
       AND CASE WHEN j.state = 'running' THEN j.lease_expires_at > now() ELSE false END
-    RETURNING j.id, j.state, j.queue, j.run_at
+    RETURNING j.id, j.state, j.queue, j.run_at,
+        -- The job's queue when it ran under a limit policy with a max_running bound (on one of
+        -- its effective keys: limit_keys, kind:<kind>, queue:<queue>): its finish frees a place
+        -- that held jobs may be waiting for, and the store wakes that queue after commit (the
+        -- notifier, not a NOTIFY here, which would serialise commits: notify.rs). The first test
+        -- is an InitPlan, run once per statement: without such policies no row looks further.
+        CASE
+            WHEN NOT (SELECT EXISTS (SELECT 1 FROM drover.limits WHERE max_running IS NOT NULL))
+                THEN NULL
+            WHEN EXISTS (
+                SELECT 1
+                FROM drover.limits l
+                WHERE l.max_running IS NOT NULL
+                  AND l.key = ANY (j.limit_keys || ARRAY['kind:' || j.kind, 'queue:' || j.queue])
+            ) THEN j.queue
+        END AS freed_queue
 ),
 notified AS (
     SELECT pg_notify('drover_jobs', q.queue)
     FROM (SELECT DISTINCT queue FROM updated WHERE state = 'queued' AND run_at <= now()) AS q
 )
-SELECT updated.id, updated.state, (SELECT count(*) FROM notified) AS notified_queues
+SELECT updated.id, updated.state, updated.freed_queue,
+       (SELECT count(*) FROM notified) AS notified_queues
 FROM updated

@@ -5,7 +5,8 @@
 -- `state::apply` for complete (DESIGN.md section 3): succeeded, result stored, lease cleared,
 -- finished_at set; attempt, run_at, errors and cancel_requested unchanged (a success is
 -- recorded even when a cancel was requested, DESIGN.md section 9). Nothing becomes ready, so
--- nothing is notified. Simpler than finish.sql, so it is cheaper to plan and to run.
+-- nothing is notified here; a job under a max_running bound answers its queue (freed_queue).
+-- Simpler than finish.sql, so it is cheaper to plan and to run.
 --
 -- $1 id uuid[], $2 token bigint[], $3 result jsonb[].
 UPDATE drover.jobs j
@@ -23,4 +24,19 @@ WHERE j.id = i.id
   -- cached as a generic plan, rescan the whole input for each of them (time proportional to
   -- running jobs x batch). Hidden, the only path is a primary-key lookup per input row.
   AND CASE WHEN j.state = 'running' THEN j.lease_expires_at > now() ELSE false END
-RETURNING j.id
+RETURNING j.id,
+    -- The job's queue when it ran under a limit policy with a max_running bound (on one of
+    -- its effective keys: limit_keys, kind:<kind>, queue:<queue>): its finish frees a place
+    -- that held jobs may be waiting for, and the store wakes that queue after commit (the
+    -- notifier, not a NOTIFY here, which would serialise commits: notify.rs). The first test
+    -- is an InitPlan, run once per statement: without such policies no row looks further.
+    CASE
+        WHEN NOT (SELECT EXISTS (SELECT 1 FROM drover.limits WHERE max_running IS NOT NULL))
+            THEN NULL
+        WHEN EXISTS (
+            SELECT 1
+            FROM drover.limits l
+            WHERE l.max_running IS NOT NULL
+              AND l.key = ANY (j.limit_keys || ARRAY['kind:' || j.kind, 'queue:' || j.queue])
+        ) THEN j.queue
+    END AS freed_queue
