@@ -82,6 +82,8 @@ macro_rules! contract_suite {
             outcome_expired_lease_changes_nothing,
             outcome_batch_answers_per_item,
             outcome_result_over_size_is_refused,
+            outcome_delete_succeeded_deletes_only_successes,
+            outcome_delete_succeeded_frees_idempotency_key,
             cancel_queued_job,
             cancel_running_then_fail_ends_cancelled,
             cancel_running_then_complete_ends_succeeded,

@@ -1244,6 +1244,36 @@ async fn stock_worker_runs_builtin_kinds_and_cancel_stops_a_running_job() {
     );
 }
 
+/// `drover worker --delete-succeeded`: a job its handler completes is deleted (counted
+/// succeeded by the worker, then "not found"), a failed job is kept as always.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_given_delete_succeeded_keeps_no_succeeded_jobs() {
+    let Some(db) =
+        TestDb::migrated("a_worker_given_delete_succeeded_keeps_no_succeeded_jobs").await
+    else {
+        return;
+    };
+    let noop = db.enqueue("noop", "{}", &[]).await;
+    let fail_always = db
+        .enqueue("fail", r#"{"fail_times": 5}"#, &["--max-attempts", "1"])
+        .await;
+    let mut worker = db.spawn(&["worker", "--slots", "1", "--delete-succeeded"]);
+    worker.worker_started().await;
+    // One slot, claim order: the noop job finishes before the failing one is claimed.
+    db.wait_jobs(&[&fail_always], "failed", None, WAIT).await;
+    worker.signal(Signal::TERM);
+    assert!(worker.wait_exit(WAIT).await.success());
+    let stopped = worker.wait_for_line("worker stopped", WAIT).await;
+    assert!(
+        stopped.contains("succeeded 1") && stopped.contains("failed 1"),
+        "{stopped}"
+    );
+    let gone = db.fails(&["jobs", "get", &noop]).await;
+    assert!(gone.contains("not found"), "{gone}");
+    assert_eq!(db.count("succeeded").await, 0);
+    assert_eq!(db.count("failed").await, 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exec_runs_only_on_a_worker_started_with_allow_exec() {
     let Some(db) = TestDb::migrated("exec_runs_only_on_a_worker_started_with_allow_exec").await

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use drover_core::SucceededJobs;
 use serde::Serialize;
 
 /// Environment variable holding the PostgreSQL URL; the parent passes it to its worker
@@ -143,6 +144,12 @@ pub struct RunArgs {
     /// Smoke-test sizes: 2,000 jobs, 1 repetition, 100 latency jobs (explicit flags win).
     #[arg(long)]
     pub quick: bool,
+    /// Stores delete each job as its success is recorded (`SucceededJobs::Delete`, the
+    /// worker's `--delete-succeeded`) instead of keeping it: processing scenarios are then
+    /// named `..._delete` (graphile-worker deletes every completed job; Drover keeps them by
+    /// default).
+    #[arg(long)]
+    pub delete_succeeded: bool,
     /// Where to write the JSON file (default bench/results/drover-bench-<UTC time>.json).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -157,6 +164,9 @@ pub struct WorkerArgs {
     /// Slots of the worker's one pool.
     #[arg(long, default_value_t = 32)]
     pub slots: usize,
+    /// Its store deletes succeeded jobs.
+    #[arg(long)]
+    pub delete_succeeded: bool,
 }
 
 /// A run's resolved settings, recorded in the JSON file.
@@ -186,6 +196,8 @@ pub struct Plan {
     pub latency_rate: f64,
     /// `--quick` was given.
     pub quick: bool,
+    /// What stores do with succeeded jobs (`--delete-succeeded`).
+    pub succeeded_jobs: SucceededJobs,
 }
 
 impl Plan {
@@ -229,6 +241,11 @@ impl Plan {
             latency_jobs: pick(args.latency_jobs, LATENCY_JOBS_DEFAULT, LATENCY_JOBS_QUICK),
             latency_rate: args.latency_rate,
             quick: args.quick,
+            succeeded_jobs: if args.delete_succeeded {
+                SucceededJobs::Delete
+            } else {
+                SucceededJobs::Keep
+            },
         };
         plan.check()?;
         Ok(plan)
@@ -241,12 +258,16 @@ impl Plan {
 
     /// The scenario name of processing with `workers` workers of `slots` slots:
     /// `process_<w>w` at 32 slots (issue #7's reference configuration, and the names of earlier
-    /// runs), `process_<w>w_<s>s` otherwise.
-    pub fn process_scenario(workers: usize, slots: usize) -> String {
-        if slots == 32 {
+    /// runs), `process_<w>w_<s>s` otherwise; `_delete` added when stores delete succeeded jobs.
+    pub fn process_scenario(&self, workers: usize, slots: usize) -> String {
+        let name = if slots == 32 {
             format!("process_{workers}w")
         } else {
             format!("process_{workers}w_{slots}s")
+        };
+        match self.succeeded_jobs {
+            SucceededJobs::Keep => name,
+            SucceededJobs::Delete => format!("{name}_delete"),
         }
     }
 

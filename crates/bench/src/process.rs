@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use drover_core::{Error, JobKind, JobStore, QueueName};
+use drover_core::{Error, JobKind, JobStore, QueueName, SucceededJobs};
 use drover_runner::{
     CancellationToken, JobContext, JobOutcome, Metrics, Outcome, PoolConfig, Registry, Worker,
     WorkerConfig,
@@ -26,7 +26,7 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::{mpsc, Notify};
 
 use crate::options::{DATABASE_URL_ENV, KIND, QUEUE};
-use crate::target::{succeeded, wait_succeeded, PgTarget};
+use crate::target::{done, wait_succeeded, PgTarget};
 
 /// How often the store's count is polled when it lags the workers' reports.
 const VERIFY_INTERVAL: Duration = Duration::from_millis(5);
@@ -123,6 +123,7 @@ pub async fn in_process(
     n: usize,
     workers: usize,
     slots: usize,
+    succeeded_jobs: SucceededJobs,
 ) -> Result<Duration, Error> {
     let counter = Arc::new(SucceededCounter::new(n as u64));
     let built = (0..workers)
@@ -145,10 +146,11 @@ pub async fn in_process(
     let mut finished = Instant::now();
     let outcome = match waited {
         Ok(()) => {
-            if succeeded(store.as_ref()).await? < n as u64 {
+            if done(store.as_ref(), n as u64, succeeded_jobs).await? < n as u64 {
                 finished = wait_succeeded(
                     store.as_ref(),
                     n as u64,
+                    succeeded_jobs,
                     VERIFY_INTERVAL,
                     Duration::from_secs(60),
                 )
@@ -241,6 +243,9 @@ pub async fn processes(
             .arg("worker")
             .arg("--slots")
             .arg(slots.to_string())
+            .args(
+                (target.succeeded_jobs() == SucceededJobs::Delete).then_some("--delete-succeeded"),
+            )
             .env(DATABASE_URL_ENV, target.url())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -268,7 +273,7 @@ pub async fn processes(
     }
     drop(tx);
 
-    let result = drive(&mut children, &mut rx, store, n).await;
+    let result = drive(&mut children, &mut rx, store, n, target.succeeded_jobs()).await;
     for child in &mut children {
         // A child that already exited cannot be told anything; it is reaped below.
         let _ = child.say("stop").await;
@@ -298,6 +303,7 @@ async fn drive(
     rx: &mut mpsc::UnboundedReceiver<(usize, ChildLine)>,
     store: &dyn JobStore,
     n: usize,
+    succeeded_jobs: SucceededJobs,
 ) -> Result<Duration, Error> {
     let mut ready = 0;
     while ready < children.len() {
@@ -342,9 +348,15 @@ async fn drive(
         }
     }
     let mut finished = Instant::now();
-    if succeeded(store).await? < n as u64 {
-        finished =
-            wait_succeeded(store, n as u64, VERIFY_INTERVAL, Duration::from_secs(60)).await?;
+    if done(store, n as u64, succeeded_jobs).await? < n as u64 {
+        finished = wait_succeeded(
+            store,
+            n as u64,
+            succeeded_jobs,
+            VERIFY_INTERVAL,
+            Duration::from_secs(60),
+        )
+        .await?;
     }
     Ok(finished.duration_since(started))
 }
@@ -389,8 +401,26 @@ mod tests {
     async fn in_process_workers_finish_every_job_on_the_memory_store() {
         let store = memory_store();
         batches(store.as_ref(), 500, 100).await.unwrap();
-        let elapsed = in_process(Arc::clone(&store), 500, 2, 8).await.unwrap();
+        let elapsed = in_process(Arc::clone(&store), 500, 2, 8, SucceededJobs::Keep)
+            .await
+            .unwrap();
         assert!(elapsed > Duration::ZERO);
-        assert_eq!(succeeded(store.as_ref()).await.unwrap(), 500);
+        assert_eq!(crate::target::succeeded(store.as_ref()).await.unwrap(), 500);
+    }
+
+    #[tokio::test]
+    async fn in_process_workers_finish_every_job_on_a_store_that_deletes_them() {
+        let store = crate::target::memory_store_with(SucceededJobs::Delete);
+        batches(store.as_ref(), 500, 100).await.unwrap();
+        in_process(Arc::clone(&store), 500, 2, 8, SucceededJobs::Delete)
+            .await
+            .unwrap();
+        assert_eq!(crate::target::succeeded(store.as_ref()).await.unwrap(), 0);
+        assert_eq!(
+            done(store.as_ref(), 500, SucceededJobs::Delete)
+                .await
+                .unwrap(),
+            500
+        );
     }
 }

@@ -9,14 +9,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{SecondsFormat, Utc};
-use drover_core::{Error, JobStore};
+use drover_core::{Error, JobStore, SucceededJobs};
 
 use crate::child::EXTRA_CONNECTIONS;
 use crate::machine::{load_average, Machine};
 use crate::options::{Plan, RunArgs, StoreKind, WorkerMode, Workload};
 use crate::report::{summarize, table, thousands, Measurement, RunFile, QUOTAS};
 use crate::stats::{per_second, Percentiles};
-use crate::target::{memory_store, PgInfo, PgTarget};
+use crate::target::{memory_store_with, PgInfo, PgTarget};
 use crate::{enqueue, latency, process};
 
 /// Runs the plan of `args`, prints JSON lines and the table, writes the JSON file.
@@ -30,7 +30,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     let machine = Machine::read();
     let started_at = Utc::now();
     let postgres = if plan.stores.contains(&StoreKind::Postgres) {
-        let target = PgTarget::parse(&args.database_url)?;
+        let target = PgTarget::parse(&args.database_url)?.with_succeeded_jobs(plan.succeeded_jobs);
         let info = target.info().await?;
         Some((target, info))
     } else {
@@ -219,8 +219,15 @@ fn describe(
             };
             let mut m = Measurement::new(
                 store,
-                Plan::process_scenario(w, slots),
-                format!("{w} {noun} x {} slots", thousands(slots as f64)),
+                plan.process_scenario(w, slots),
+                format!(
+                    "{w} {noun} x {} slots{}",
+                    thousands(slots as f64),
+                    match plan.succeeded_jobs {
+                        SucceededJobs::Keep => "",
+                        SucceededJobs::Delete => ", succeeded jobs deleted",
+                    }
+                ),
             );
             m.workers = Some(w);
             m.slots = Some(slots);
@@ -281,7 +288,7 @@ async fn measure(
                     (Arc::new(store.clone()) as Arc<dyn JobStore>, Some(store))
                 })
             }
-            None => Ok((memory_store(), None)),
+            None => Ok((memory_store_with(plan.succeeded_jobs), None)),
         }
     };
     match workload {
@@ -309,7 +316,9 @@ async fn measure(
                 (Some(target), WorkerMode::Process) => {
                     process::processes(target, handle.as_ref(), n, w, slots).await
                 }
-                _ => process::in_process(Arc::clone(&handle), n, w, slots).await,
+                _ => {
+                    process::in_process(Arc::clone(&handle), n, w, slots, plan.succeeded_jobs).await
+                }
             };
             close(pool).await;
             let took = took?;

@@ -11,7 +11,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use drover_core::{Error, JobState, JobStore, QueueName, Quotas, StoreConfig};
+use drover_core::{Error, JobState, JobStore, QueueName, Quotas, StoreConfig, SucceededJobs};
 use drover_store_memory::MemoryStore;
 use drover_store_postgres::sqlx::postgres::PgConnectOptions;
 use drover_store_postgres::sqlx::{self, ConnectOptions, Connection, PgConnection};
@@ -34,17 +34,25 @@ pub const RECORDED_SETTINGS: [&str; 10] = [
     "max_wal_size",
 ];
 
-/// The store configuration of every benchmark: quotas off, default size bounds.
-pub fn bench_store_config() -> StoreConfig {
+/// The store configuration of every benchmark: quotas off, default size bounds, succeeded jobs
+/// kept or deleted as `succeeded_jobs` says (`--delete-succeeded`).
+pub fn bench_store_config(succeeded_jobs: SucceededJobs) -> StoreConfig {
     StoreConfig {
         quotas: Quotas::unbounded(),
+        succeeded_jobs,
         ..StoreConfig::default()
     }
 }
 
-/// A new memory store with quotas off.
+/// A new memory store with quotas off that keeps succeeded jobs.
+#[cfg(test)]
 pub fn memory_store() -> Arc<dyn JobStore> {
-    Arc::new(MemoryStore::new(bench_store_config()))
+    memory_store_with(SucceededJobs::Keep)
+}
+
+/// A new memory store with quotas off that keeps or deletes succeeded jobs.
+pub fn memory_store_with(succeeded_jobs: SucceededJobs) -> Arc<dyn JobStore> {
+    Arc::new(MemoryStore::new(bench_store_config(succeeded_jobs)))
 }
 
 /// The PostgreSQL server and the benchmark database on it.
@@ -58,6 +66,8 @@ pub struct PgTarget {
     admin: PgConnectOptions,
     /// The benchmark database's name.
     name: String,
+    /// What its stores do with succeeded jobs.
+    succeeded_jobs: SucceededJobs,
 }
 
 /// What the bench records about the server.
@@ -114,6 +124,7 @@ impl PgTarget {
             database,
             admin,
             name,
+            succeeded_jobs: SucceededJobs::Keep,
         })
     }
 
@@ -150,6 +161,17 @@ impl PgTarget {
         Ok(())
     }
 
+    /// The same target whose stores keep or delete succeeded jobs as `succeeded_jobs` says.
+    pub fn with_succeeded_jobs(mut self, succeeded_jobs: SucceededJobs) -> PgTarget {
+        self.succeeded_jobs = succeeded_jobs;
+        self
+    }
+
+    /// What its stores do with succeeded jobs.
+    pub fn succeeded_jobs(&self) -> SucceededJobs {
+        self.succeeded_jobs
+    }
+
     /// A store on the benchmark database with quotas off and a pool of at most
     /// `max_connections` (opened lazily).
     ///
@@ -160,7 +182,7 @@ impl PgTarget {
             self.database.clone(),
             PgOptions {
                 max_connections,
-                config: bench_store_config(),
+                config: bench_store_config(self.succeeded_jobs),
                 ..PgOptions::default()
             },
         )
@@ -231,7 +253,31 @@ pub async fn succeeded(store: &dyn JobStore) -> Result<u64, Error> {
         .map_or(0, |q| q.count(JobState::Succeeded)))
 }
 
-/// Waits until the store counts `expected` succeeded jobs of the `bench` queue, checking every
+/// Of `n` jobs enqueued on the `bench` queue, how many are done: recorded succeeded, or, when
+/// the store deletes succeeded jobs, gone (`n` minus the jobs left in any state).
+///
+/// # Errors
+/// Those of `queue_snapshot`.
+pub async fn done(
+    store: &dyn JobStore,
+    n: u64,
+    succeeded_jobs: SucceededJobs,
+) -> Result<u64, Error> {
+    if succeeded_jobs == SucceededJobs::Keep {
+        return succeeded(store).await;
+    }
+    let queue = QueueName::parse(QUEUE)?;
+    let snapshot = store.queue_snapshot().await?;
+    let left: u64 = snapshot
+        .queues
+        .iter()
+        .filter(|q| q.queue == queue)
+        .flat_map(|q| q.counts.values())
+        .sum();
+    Ok(n.saturating_sub(left))
+}
+
+/// Waits until `expected` jobs of the `bench` queue are done ([`done`]), checking every
 /// `interval`; returns the instant it first saw them all.
 ///
 /// # Errors
@@ -239,12 +285,13 @@ pub async fn succeeded(store: &dyn JobStore) -> Result<u64, Error> {
 pub async fn wait_succeeded(
     store: &dyn JobStore,
     expected: u64,
+    succeeded_jobs: SucceededJobs,
     interval: Duration,
     deadline: Duration,
 ) -> Result<Instant, Error> {
     let started = Instant::now();
     loop {
-        let count = succeeded(store).await?;
+        let count = done(store, expected, succeeded_jobs).await?;
         if count >= expected {
             return Ok(Instant::now());
         }
@@ -296,6 +343,53 @@ mod tests {
         assert!(!info.durable());
     }
 
+    /// A store that deletes succeeded jobs counts as done the jobs that are gone: 2 of 3
+    /// finished leaves one queued job, so 2 are done (and none is counted succeeded).
+    #[tokio::test]
+    async fn done_counts_deleted_jobs_of_a_store_that_keeps_none() {
+        use drover_core::{ClaimJobs, Finish, FinishItem, JobKind, NewJob, WorkerId};
+        let store = memory_store_with(SucceededJobs::Delete);
+        let queue = QueueName::parse(QUEUE).unwrap();
+        let kind = JobKind::parse("noop").unwrap();
+        let jobs = (0..3)
+            .map(|_| NewJob::new(kind.clone(), serde_json::json!({})).with_queue(queue.clone()))
+            .collect();
+        store.jobs_enqueue(jobs).await.unwrap();
+        assert_eq!(
+            done(store.as_ref(), 3, SucceededJobs::Delete)
+                .await
+                .unwrap(),
+            0
+        );
+        let claimed = store
+            .jobs_claim(ClaimJobs {
+                worker: WorkerId::parse("w").unwrap(),
+                queues: vec![queue],
+                kinds: vec![kind],
+                limit: 2,
+                lease: Duration::from_secs(60),
+            })
+            .await
+            .unwrap()
+            .jobs;
+        let items = claimed
+            .iter()
+            .map(|job| FinishItem {
+                id: job.id,
+                token: job.fencing_token,
+                finish: Finish::Succeeded { result: None },
+            })
+            .collect();
+        store.jobs_finish(items).await.unwrap();
+        assert_eq!(succeeded(store.as_ref()).await.unwrap(), 0);
+        assert_eq!(
+            done(store.as_ref(), 3, SucceededJobs::Delete)
+                .await
+                .unwrap(),
+            2
+        );
+    }
+
     #[tokio::test]
     async fn succeeded_counts_the_bench_queue_of_a_memory_store() {
         use drover_core::{ClaimJobs, Finish, FinishItem, JobKind, NewJob, WorkerId};
@@ -328,9 +422,14 @@ mod tests {
             .collect();
         store.jobs_finish(items).await.unwrap();
         assert_eq!(succeeded(store.as_ref()).await.unwrap(), 2);
+        assert_eq!(
+            done(store.as_ref(), 3, SucceededJobs::Keep).await.unwrap(),
+            2
+        );
         let error = wait_succeeded(
             store.as_ref(),
             3,
+            SucceededJobs::Keep,
             Duration::from_millis(1),
             Duration::from_millis(5),
         )

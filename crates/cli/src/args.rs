@@ -9,7 +9,9 @@ use clap::parser::ValueSource;
 use clap::{ArgGroup, ArgMatches, Args, Parser, Subcommand, ValueEnum};
 use drover_core::limits::MAX_RUNNING_MAX;
 use drover_core::store::LIST_LIMIT_MAX;
-use drover_core::{JobId, JobKind, JobState, LimitKey, QueueName, Rate, ScheduleName, TenantId};
+use drover_core::{
+    JobId, JobKind, JobState, LimitKey, QueueName, Rate, ScheduleName, SucceededJobs, TenantId,
+};
 use drover_runner::{PoolConfig, PREFETCH_MAX, PRUNE_LIMIT_MAX, SLOTS_MAX};
 
 /// Largest `--db-connections`: a bound far above what one PostgreSQL server accepts
@@ -244,6 +246,13 @@ pub struct WorkerArgs {
     #[arg(long, value_parser = positive_duration, value_name = "DURATION")]
     pub retention: Option<Duration>,
 
+    /// Delete each job as its handler's success is recorded, instead of keeping it succeeded
+    /// until --retention prunes it (failed and cancelled jobs are kept as always). Less
+    /// database work per job; `jobs get` then answers "not found" for a job that succeeded,
+    /// and its idempotency key is free again at once.
+    #[arg(long)]
+    pub delete_succeeded: bool,
+
     /// Most finished jobs deleted per retention pass, 1..=100000 (default 1000).
     #[arg(
         long,
@@ -273,6 +282,17 @@ pub struct WorkerArgs {
     /// Turn off prepared-statement caching and LISTEN, for PgBouncer in transaction mode.
     #[arg(long)]
     pub pgbouncer: bool,
+}
+
+impl WorkerArgs {
+    /// What the worker's store does with a job whose handler succeeded (`--delete-succeeded`).
+    pub fn succeeded_jobs(&self) -> SucceededJobs {
+        if self.delete_succeeded {
+            SucceededJobs::Delete
+        } else {
+            SucceededJobs::Keep
+        }
+    }
 }
 
 /// `drover enqueue ...`

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
-use drover_core::{Error, JobStore};
+use drover_core::{Error, JobStore, StoreConfig, SucceededJobs};
 use drover_store_postgres::{PgOptions, PgStore};
 use sqlx::postgres::PgConnectOptions;
 
@@ -74,6 +74,21 @@ impl Ctx {
     /// Usage errors: no URL; a URL that is not a PostgreSQL URL (not quoted: it may hold a
     /// password). Others: the database unreachable (one line saying what to check).
     pub async fn postgres(&self, connections: u32, pgbouncer: bool) -> Result<PgStore> {
+        self.postgres_with(connections, pgbouncer, SucceededJobs::Keep)
+            .await
+    }
+
+    /// As [`Ctx::postgres`], for a worker: its store deletes or keeps the jobs its handlers
+    /// complete as `succeeded_jobs` says (`--delete-succeeded`).
+    ///
+    /// # Errors
+    /// As [`Ctx::postgres`].
+    pub async fn postgres_with(
+        &self,
+        connections: u32,
+        pgbouncer: bool,
+        succeeded_jobs: SucceededJobs,
+    ) -> Result<PgStore> {
         let url = self.url()?;
         drover_store_postgres::connect_options(url).map_err(|e| {
             flag_error(
@@ -82,7 +97,10 @@ impl Ctx {
             )
         })?;
         let mut options = PgOptions {
-            config: env::store_config()?,
+            config: StoreConfig {
+                succeeded_jobs,
+                ..env::store_config()?
+            },
             ..PgOptions::default()
         };
         options.max_connections = connections;

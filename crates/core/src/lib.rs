@@ -35,4 +35,5 @@ pub use store::{
     CancelEffect, CancelOutcome, ClaimJobs, ClaimReconciling, Claimed, EventStream, Finish,
     FinishItem, FinishReply, FireSchedule, HeartbeatItem, HeartbeatJobs, HeartbeatReply, JobPage,
     JobStore, ListJobs, PruneJobs, Quotas, RescueExpired, Rescued, StoreConfig, StoreEvent,
+    SucceededJobs,
 };

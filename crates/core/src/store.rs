@@ -80,6 +80,32 @@ pub struct StoreConfig {
     pub quotas: Quotas,
     /// Size bounds on args, meta and results.
     pub sizes: SizeLimits,
+    /// What becomes of a job whose handler succeeded: kept (the default) or deleted at once.
+    #[serde(default)]
+    pub succeeded_jobs: SucceededJobs,
+}
+
+/// What a store does with a job when it records the job's success through
+/// [`JobStore::jobs_finish`] (a handler completed it; DESIGN.md section 3, complete).
+///
+/// Failed and cancelled jobs are always kept until retention prunes them, and so are jobs a
+/// reconcile resolves; only a handler's success can skip the kept `succeeded` row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SucceededJobs {
+    /// The job becomes `succeeded` with its result and is kept until retention prunes it
+    /// (default 7 days, DESIGN.md section 1): `jobs get` shows it, lists and counts include
+    /// it, and its idempotency key answers replays meanwhile.
+    #[default]
+    Keep,
+    /// The job is deleted as its success is recorded, as if retention pruned it at once: the
+    /// finish still answers `Recorded` with state `succeeded` (outcome counters and hooks see
+    /// the success), but the result is not stored, `jobs get` answers `NotFound`, and a replay
+    /// of its idempotency key enqueues a new job. The choice of queues that keep no finished
+    /// jobs (graphile-worker deletes every completed job; Solid Queue's
+    /// `preserve_finished_jobs = false`): a finish then writes no new row version and no
+    /// index entry, so PostgreSQL does about a quarter less work per job.
+    Delete,
 }
 
 /// Claim a batch of ready jobs (DESIGN.md section 3, claim).
@@ -450,7 +476,9 @@ pub trait JobStore: Send + Sync + 'static {
     async fn jobs_heartbeat(&self, heartbeat: HeartbeatJobs) -> Result<Vec<HeartbeatReply>>;
 
     /// Records finished runs; answers per item in input order. An item with a stale token or
-    /// an expired lease is answered `LeaseLost` and changes nothing.
+    /// an expired lease is answered `LeaseLost` and changes nothing. Of repeated ids only the
+    /// first item counts (the others are answered `LeaseLost`). With
+    /// [`SucceededJobs::Delete`] a recorded success deletes the job.
     ///
     /// # Errors
     /// `InvalidInput` when a result is larger than the size bound (nothing is recorded).

@@ -455,22 +455,30 @@ impl Inner {
             .collect();
         let mut pruned = 0;
         for id in doomed {
-            let Some(job) = self.jobs.remove(&id) else {
-                continue;
-            };
-            self.idx.removed(&job);
-            if let Some(key) = &job.idempotency_key {
-                if let Some(keys) = self.idempotency.get_mut(&job.tenant) {
-                    if keys.get(key).is_some_and(|e| e.job == id) {
-                        keys.remove(key);
-                    }
-                    if keys.is_empty() {
-                        self.idempotency.remove(&job.tenant);
-                    }
-                }
+            if self.remove(id) {
+                pruned += 1;
             }
-            pruned += 1;
         }
         pruned
+    }
+
+    /// Deletes job `id` from the jobs, every index and the idempotency keys (prune, and a
+    /// success under `SucceededJobs::Delete`); `false` if there was no such job.
+    pub fn remove(&mut self, id: JobId) -> bool {
+        let Some(job) = self.jobs.remove(&id) else {
+            return false;
+        };
+        self.idx.removed(&job);
+        if let Some(key) = &job.idempotency_key {
+            if let Some(keys) = self.idempotency.get_mut(&job.tenant) {
+                if keys.get(key).is_some_and(|e| e.job == id) {
+                    keys.remove(key);
+                }
+                if keys.is_empty() {
+                    self.idempotency.remove(&job.tenant);
+                }
+            }
+        }
+        true
     }
 }

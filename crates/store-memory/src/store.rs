@@ -17,7 +17,8 @@ use drover_core::{
     HeartbeatJobs, HeartbeatReply, Job, JobId, JobPage, JobState, JobStore, LimitKey, LimitPolicy,
     LimitStatus, ListJobs, NewJob, NewSchedule, PruneJobs, QueueChange, QueueInfo, QueueName,
     QueueSnapshot, RescueExpired, Rescued, Resolution, Result, Schedule, ScheduleName, Snapshot,
-    StoreConfig, StoreEvent, SystemClock, Transition, WorkerId, WorkerInfo, WorkerRegistration,
+    StoreConfig, StoreEvent, SucceededJobs, SystemClock, Transition, WorkerId, WorkerInfo,
+    WorkerRegistration,
 };
 use parking_lot::Mutex;
 use tokio::sync::broadcast;
@@ -290,6 +291,7 @@ impl JobStore for MemoryStore {
             let mut inner = self.inner.lock();
             let now = self.clock_now();
             let limited = !inner.limits.is_empty();
+            let delete = self.config.succeeded_jobs == SucceededJobs::Delete;
             items
                 .into_iter()
                 .map(|item| {
@@ -318,6 +320,9 @@ impl JobStore for MemoryStore {
                                 || keys.is_some_and(|keys| frees_running_place(&inner, &keys));
                             if wakes && !ready.contains(&queue) {
                                 ready.push(queue);
+                            }
+                            if delete && transition.to == JobState::Succeeded {
+                                inner.remove(id);
                             }
                             FinishReply::Recorded {
                                 id,

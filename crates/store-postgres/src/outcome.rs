@@ -1,7 +1,8 @@
 //! Worker writes on running jobs, batched and fenced (DESIGN.md section 3; ADR 0001):
 //! `jobs_heartbeat` and `jobs_finish`, one statement each over `unnest` arrays, whatever the
 //! batch size (a finish whose items all succeeded, the common batch, uses the simpler
-//! finish_succeeded.sql). An item is applied only while its job is running under the presented fencing
+//! finish_succeeded.sql, or finish_succeeded_delete.sql when the store keeps no succeeded
+//! jobs: `SucceededJobs::Delete`; a mixed batch then costs two statements). An item is applied only while its job is running under the presented fencing
 //! token with an unexpired lease by the database clock; every other item is answered
 //! `LeaseLost` and changes nothing.
 
@@ -13,7 +14,7 @@ use drover_core::json::check_value;
 use drover_core::lease::check_lease;
 use drover_core::{
     Error, Finish, FinishItem, FinishReply, HeartbeatItem, HeartbeatJobs, HeartbeatReply, JobId,
-    JobState, Retry, StoreConfig,
+    JobState, Retry, StoreConfig, SucceededJobs,
 };
 use serde_json::Value;
 use sqlx::PgConnection;
@@ -96,11 +97,13 @@ pub(crate) async fn heartbeat(
         .collect())
 }
 
-/// The common batch, every item a success with a distinct id, with finish_succeeded.sql;
-/// `None` (nothing written) for any other batch.
+/// The common batch, every item a success with a distinct id, with finish_succeeded.sql, or
+/// with `delete` finish_succeeded_delete.sql (`SucceededJobs::Delete`); `None` (nothing
+/// written) for any other batch.
 async fn finish_succeeded(
     conn: &mut PgConnection,
     items: &[FinishItem],
+    delete: bool,
 ) -> Result<Option<Finished>, Error> {
     let len = items.len();
     let mut ids = Vec::with_capacity(len);
@@ -119,13 +122,18 @@ async fn finish_succeeded(
     if sorted.windows(2).any(|pair| pair[0] == pair[1]) {
         return Ok(None);
     }
-    let rows: Vec<(Uuid, Option<String>)> = sqlx::query_as(sql::FINISH_SUCCEEDED)
-        .bind(&ids)
-        .bind(&tokens)
-        .bind(&results)
-        .fetch_all(&mut *conn)
-        .await
-        .store_err()?;
+    let query = if delete {
+        // The results are not stored: the job is gone with them.
+        sqlx::query_as(sql::FINISH_SUCCEEDED_DELETE)
+            .bind(&ids)
+            .bind(&tokens)
+    } else {
+        sqlx::query_as(sql::FINISH_SUCCEEDED)
+            .bind(&ids)
+            .bind(&tokens)
+            .bind(&results)
+    };
+    let rows: Vec<(Uuid, Option<String>)> = query.fetch_all(&mut *conn).await.store_err()?;
     let mut freed_queues = Vec::new();
     let mut recorded = HashSet::with_capacity(rows.len());
     for (id, freed) in rows {
@@ -194,8 +202,65 @@ pub(crate) async fn finish(
             freed_queues: Vec::new(),
         });
     }
-    if let Some(finished) = finish_succeeded(&mut *conn, &items).await? {
+    let delete = config.succeeded_jobs == SucceededJobs::Delete;
+    if let Some(finished) = finish_succeeded(&mut *conn, &items, delete).await? {
         return Ok(finished);
+    }
+    let succeeded = |item: &FinishItem| matches!(item.finish, Finish::Succeeded { .. });
+    if !delete || !items.iter().any(succeeded) {
+        return finish_any(&mut *conn, &items).await;
+    }
+    // A mixed batch whose successes delete their jobs: the first item of each id that is a
+    // success goes to finish_succeeded_delete.sql, every other item (repeats included, which
+    // then find their job gone or already finished: LeaseLost) to finish.sql afterwards.
+    let mut seen = HashSet::with_capacity(items.len());
+    let deleting: Vec<bool> = items
+        .iter()
+        .map(|item| seen.insert(item.id) && succeeded(item))
+        .collect();
+    let mut deletes = Vec::new();
+    let mut others = Vec::new();
+    for (item, deleting) in items.into_iter().zip(deleting.iter().copied()) {
+        if deleting {
+            deletes.push(item);
+        } else {
+            others.push(item);
+        }
+    }
+    let deleted = finish_succeeded(&mut *conn, &deletes, true)
+        .await?
+        .ok_or_else(|| Error::fatal("a batch of distinct successes was refused"))?;
+    let finished = finish_any(&mut *conn, &others).await?;
+    let mut freed_queues = deleted.freed_queues;
+    for queue in finished.freed_queues {
+        add_queue(&mut freed_queues, Some(queue));
+    }
+    let mut deleted = deleted.replies.into_iter();
+    let mut finished = finished.replies.into_iter();
+    let replies = deleting
+        .into_iter()
+        .map(|deleting| {
+            if deleting {
+                deleted.next()
+            } else {
+                finished.next()
+            }
+            .ok_or_else(|| Error::fatal("a finish answered fewer items than it was given"))
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    Ok(Finished {
+        replies,
+        freed_queues,
+    })
+}
+
+/// Any batch with finish.sql (every outcome; of repeated ids the first item counts).
+async fn finish_any(conn: &mut PgConnection, items: &[FinishItem]) -> Result<Finished, Error> {
+    if items.is_empty() {
+        return Ok(Finished {
+            replies: Vec::new(),
+            freed_queues: Vec::new(),
+        });
     }
     let len = items.len();
     let mut ids = Vec::with_capacity(len);
@@ -204,7 +269,7 @@ pub(crate) async fn finish(
     let mut results: Vec<Option<&Value>> = Vec::with_capacity(len);
     let mut messages: Vec<Option<String>> = Vec::with_capacity(len);
     let mut delays: Vec<Option<i64>> = Vec::with_capacity(len);
-    for item in &items {
+    for item in items {
         ids.push(item.id.as_uuid());
         tokens.push(item.token.0);
         let (outcome, result, message, delay) = match &item.finish {

@@ -45,6 +45,8 @@ statements! {
     FINISH = "finish.sql";
     /// Batch finish of successes only, distinct ids.
     FINISH_SUCCEEDED = "finish_succeeded.sql";
+    /// Batch finish of successes only, distinct ids, deleting the jobs (`SucceededJobs::Delete`).
+    FINISH_SUCCEEDED_DELETE = "finish_succeeded_delete.sql";
     /// Write back jobs changed by `apply`.
     JOBS_WRITE = "jobs_write.sql";
     /// Lock one job.

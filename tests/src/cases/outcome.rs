@@ -4,11 +4,14 @@
 use std::time::Duration;
 
 use drover_core::job::SizeLimits;
-use drover_core::{Finish, FinishItem, FinishReply, Job, JobState, JobStore, Retry, StoreConfig};
+use drover_core::{
+    Finish, FinishItem, FinishReply, Job, JobState, JobStore, Retry, StoreConfig, SucceededJobs,
+};
 use serde_json::json;
 
 use super::{
-    claim, expect_invalid, expect_lease_lost, finish, job, stale, start, unbounded, LEASE,
+    claim, expect_invalid, expect_lease_lost, expect_not_found, finish, job, queue, stale, start,
+    unbounded, LEASE,
 };
 use crate::StoreFactory;
 
@@ -370,4 +373,140 @@ pub async fn outcome_result_over_size_is_refused(f: &dyn StoreFactory) {
     expect_invalid(result, "jobs[1].result");
     assert_eq!(store.job_get(a.id).await.unwrap().state, JobState::Running);
     assert_eq!(store.job_get(b.id).await.unwrap().state, JobState::Running);
+}
+
+/// A store configured to keep no succeeded jobs (`SucceededJobs::Delete`) deletes a job as it
+/// records the job's success, answering `Recorded` with state `succeeded`, and keeps every
+/// other outcome as the default does: failed and cancelled jobs stay terminal, snoozed jobs
+/// queued. A stale token deletes nothing. In a mixed batch each item is answered in order, and
+/// a repeated id counts once (its first item), whichever outcome comes first.
+pub async fn outcome_delete_succeeded_deletes_only_successes(f: &dyn StoreFactory) {
+    let config = StoreConfig {
+        succeeded_jobs: SucceededJobs::Delete,
+        ..unbounded()
+    };
+    let h = f.open(config).await;
+    let store = h.store();
+
+    let done = start(&*store, job("k", json!(1)).with_queue(queue("one"))).await;
+    assert_eq!(
+        finish(
+            &*store,
+            &done,
+            Finish::Succeeded {
+                result: Some(json!({"kept": false}))
+            }
+        )
+        .await,
+        JobState::Succeeded
+    );
+    expect_not_found(store.job_get(done.id).await);
+
+    let stale_one = start(&*store, job("k", json!(2)).with_queue(queue("two"))).await;
+    let replies = store
+        .jobs_finish(vec![FinishItem {
+            id: stale_one.id,
+            token: stale(stale_one.fencing_token),
+            finish: Finish::Succeeded { result: None },
+        }])
+        .await
+        .unwrap();
+    assert_eq!(replies, vec![FinishReply::LeaseLost { id: stale_one.id }]);
+    assert_eq!(
+        store.job_get(stale_one.id).await.unwrap().state,
+        JobState::Running,
+        "a stale success deleted the job"
+    );
+
+    // One batch: a success, a failure, a snooze, a success repeated, a failure then a success
+    // of one id.
+    let a = start(&*store, job("k", json!(3)).with_queue(queue("a"))).await;
+    let b = start(&*store, job("k", json!(4)).with_queue(queue("b"))).await;
+    let c = start(&*store, job("k", json!(5)).with_queue(queue("c"))).await;
+    let d = start(&*store, job("k", json!(6)).with_queue(queue("d"))).await;
+    let e = start(&*store, job("k", json!(7)).with_queue(queue("e"))).await;
+    let item = |job: &Job, finish: Finish| FinishItem {
+        id: job.id,
+        token: job.fencing_token,
+        finish,
+    };
+    let success = || Finish::Succeeded { result: None };
+    let failure = || Finish::Failed {
+        message: "boom".into(),
+        retry: Retry::Never,
+    };
+    let replies = store
+        .jobs_finish(vec![
+            item(&a, success()),
+            item(&b, failure()),
+            item(
+                &c,
+                Finish::Snoozed {
+                    delay: Duration::from_secs(60),
+                },
+            ),
+            item(&d, success()),
+            item(&d, success()),
+            item(&e, failure()),
+            item(&e, success()),
+            item(
+                &stale_one,
+                Finish::Cancelled {
+                    message: "stop".into(),
+                },
+            ),
+        ])
+        .await
+        .unwrap();
+    let recorded = |job: &Job, to| FinishReply::Recorded { id: job.id, to };
+    assert_eq!(
+        replies,
+        vec![
+            recorded(&a, JobState::Succeeded),
+            recorded(&b, JobState::Failed),
+            recorded(&c, JobState::Queued),
+            recorded(&d, JobState::Succeeded),
+            FinishReply::LeaseLost { id: d.id },
+            recorded(&e, JobState::Failed),
+            FinishReply::LeaseLost { id: e.id },
+            recorded(&stale_one, JobState::Cancelled),
+        ]
+    );
+    expect_not_found(store.job_get(a.id).await);
+    expect_not_found(store.job_get(d.id).await);
+    assert_eq!(store.job_get(b.id).await.unwrap().state, JobState::Failed);
+    assert_eq!(store.job_get(c.id).await.unwrap().state, JobState::Queued);
+    assert_eq!(store.job_get(e.id).await.unwrap().state, JobState::Failed);
+    assert_eq!(
+        store.job_get(stale_one.id).await.unwrap().state,
+        JobState::Cancelled
+    );
+
+    // What is left: the failed, cancelled and snoozed jobs, no succeeded one.
+    let snapshot = store.queue_snapshot().await.unwrap();
+    let succeeded: u64 = snapshot
+        .queues
+        .iter()
+        .map(|q| q.counts.get(&JobState::Succeeded).copied().unwrap_or(0))
+        .sum();
+    assert_eq!(succeeded, 0, "a succeeded job was kept: {snapshot:?}");
+}
+
+/// A job deleted on success frees its idempotency key, as a prune does: a replay of the key
+/// enqueues a new job.
+pub async fn outcome_delete_succeeded_frees_idempotency_key(f: &dyn StoreFactory) {
+    let config = StoreConfig {
+        succeeded_jobs: SucceededJobs::Delete,
+        ..unbounded()
+    };
+    let h = f.open(config).await;
+    let store = h.store();
+    let running = start(&*store, job("k", json!(1)).with_idempotency_key("key")).await;
+    finish(&*store, &running, Finish::Succeeded { result: None }).await;
+    let again = store
+        .job_enqueue(job("k", json!(1)).with_idempotency_key("key"))
+        .await
+        .unwrap();
+    assert_eq!(again.status, drover_core::EnqueueStatus::Created);
+    assert_ne!(again.job.id, running.id);
 }

@@ -93,13 +93,20 @@ pub async fn run(ctx: &Ctx, args: ServeArgs, extensions: Extensions) -> Result<(
                     .min(64)
             });
             let pg = ctx
-                .postgres(connections, args.worker_args.pgbouncer)
+                .postgres_with(
+                    connections,
+                    args.worker_args.pgbouncer,
+                    args.worker_args.succeeded_jobs(),
+                )
                 .await?;
             (Arc::new(pg.clone()), Some(pg))
         }
         None => {
             errln!("drover: in-memory development mode: no database URL given, nothing persists after exit");
-            let memory = drover_store_memory::MemoryStore::new(env::store_config()?);
+            let memory = drover_store_memory::MemoryStore::new(drover_core::StoreConfig {
+                succeeded_jobs: args.worker_args.succeeded_jobs(),
+                ..env::store_config()?
+            });
             (Arc::new(memory), None)
         }
     };

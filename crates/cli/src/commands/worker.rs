@@ -390,7 +390,9 @@ pub async fn run(ctx: &Ctx, args: WorkerArgs, extensions: Extensions) -> Result<
     if let Some(warning) = warning {
         errln!("drover: warning: {warning}");
     }
-    let pg = ctx.postgres(connections, args.pgbouncer).await?;
+    let pg = ctx
+        .postgres_with(connections, args.pgbouncer, args.succeeded_jobs())
+        .await?;
     let store: Arc<dyn JobStore> = Arc::new(pg.clone());
     store.check_ready().await.map_err(|e| ctx.explain(e))?;
     let metrics = ProcessMetrics::default();
