@@ -19,10 +19,12 @@
 #      kept between runs so npm packages and Rust builds are reused);
 #      PEERS_JSONL (a peers results file to reuse instead of running the peers);
 #      SKIP_PEERS=1 (Drover only); AFTER=0 (no second Drover run after the peers);
+#      DELETE=0 (no run of the processing workload with --delete-succeeded);
 #      DROVER_ARGS (extra drover-bench options);
 #      LAT_RATE (50: jobs/s of drover-bench's latency workload and of the commit-latency probe).
-# Results: bench/results/<UTC time>/ (gitignored): drover.json, drover-after.json (the run after
-#          the peers), drover.jsonl (both runs' lines), peers.jsonl,
+# Results: bench/results/<UTC time>/ (gitignored): drover.json, drover-delete.json (processing
+#          with succeeded jobs deleted, scenarios process_*_delete), drover-after.json (the run
+#          after the peers), drover.jsonl (every run's lines), peers.jsonl,
 #          floor-latency.ms (the commit-latency probe, ms per transaction), comparison.txt, and
 #          the logs.
 set -euo pipefail
@@ -78,6 +80,21 @@ log "drover-bench: N=$N REPS=$REPS"
 drover_bench drover "" || { FAILED="drover-bench"; log "drover-bench reported a failure (see above)"; }
 grep '^{' "$OUT/drover.txt" > "$OUT/drover.jsonl" || true
 [[ -f $OUT/drover.json ]] || { echo "drover-bench wrote no results file" >&2; exit 1; }
+# Drover keeps every succeeded job until retention prunes it (a finish writes a new row version
+# and its index entries); graphile-worker deletes each completed job. The opt-in
+# --delete-succeeded (StoreConfig::succeeded_jobs = Delete) does the same, so it is measured
+# too, in rows of its own (config "..., succeeded jobs deleted"): the default rows stay the
+# headline.
+DELETE_FILES=()
+if [[ ${DELETE:-1} != 0 ]]; then
+  log "drover-bench, processing with --delete-succeeded: N=$N REPS=$REPS"
+  if drover_bench drover-delete " (--delete-succeeded)" --store postgres --workload process --delete-succeeded; then
+    grep '^{' "$OUT/drover-delete.txt" >> "$OUT/drover.jsonl" || true
+    DELETE_FILES=("$OUT/drover-delete.json")
+  else
+    FAILED="${FAILED:+$FAILED, }drover-bench --delete-succeeded"; log "drover-bench --delete-succeeded reported a failure (see above)"
+  fi
+fi
 
 # ---------- commit-latency floor ----------
 # Drover's enqueue-to-start path holds two durable commits (the enqueue's, then the claim's),
@@ -151,7 +168,7 @@ fi
 # fast one). So when the peers were run here, Drover's PostgreSQL workloads run once more after
 # them, and compare.py takes Drover's medians over both runs' repetitions: Drover is then
 # sampled at both ends of the peers' window rather than only before it. AFTER=0 skips this.
-DROVER_FILES=("$OUT/drover.json")
+DROVER_FILES=("$OUT/drover.json" "${DELETE_FILES[@]}")
 if [[ -n ${PEERS_RAN:-} && ${AFTER:-1} != 0 ]]; then
   log "drover-bench again after the peers (PostgreSQL workloads): N=$N REPS=$REPS"
   if drover_bench drover-after " (after the peers)" --store postgres; then

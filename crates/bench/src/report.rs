@@ -235,9 +235,18 @@ pub fn summarize(measurements: &[Measurement]) -> Vec<Summary> {
 /// The human table of `summaries`.
 pub fn table(summaries: &[Summary]) -> String {
     let mut out = String::new();
+    // The scenario and config columns are as wide as their longest entry (at least 15 and 38).
+    let scenario_width = summaries
+        .iter()
+        .map(|s| s.scenario.len())
+        .fold(15, usize::max);
+    let config_width = summaries
+        .iter()
+        .map(|s| s.config.chars().count())
+        .fold(38, usize::max);
     let _ = writeln!(
         out,
-        "{:<9} {:<15} {:<38} {:>26} {:>26} {:>34} {:>4}",
+        "{:<9} {:<scenario_width$} {:<config_width$} {:>26} {:>26} {:>34} {:>4}",
         "store",
         "scenario",
         "config",
@@ -258,7 +267,7 @@ pub fn table(summaries: &[Summary]) -> String {
         );
         let _ = writeln!(
             out,
-            "{:<9} {:<15} {:<38} {:>26} {:>26} {:>34} {:>4}",
+            "{:<9} {:<scenario_width$} {:<config_width$} {:>26} {:>26} {:>34} {:>4}",
             s.store,
             s.scenario,
             s.config,
