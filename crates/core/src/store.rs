@@ -399,9 +399,8 @@ pub type EventStream = Pin<Box<dyn Stream<Item = StoreEvent> + Send + 'static>>;
 #[serde(rename_all = "snake_case", tag = "event")]
 pub enum StoreEvent {
     /// Jobs became ready in this queue (enqueue, retry, release, resume), or a job of this queue
-    /// that ran under a limit policy with a `max_running` bound finished, freeing a place the
-    /// queue's held jobs may be waiting for (jobs of other queues under the same key are not
-    /// announced: their claim loops find the place at their next re-claim pause or poll).
+    /// that ran under the queue's own `max_running` bound (policy `queue:<queue>`) finished,
+    /// freeing a place only this queue's jobs can wait for.
     JobsAvailable {
         /// The queue.
         queue: QueueName,
@@ -413,9 +412,10 @@ pub enum StoreEvent {
     },
     /// Events may have been missed (reconnect, lagging subscriber): poll everything once.
     Resync,
-    /// A limit policy was set or cleared: jobs it held back may be claimable now (a cleared
-    /// policy, a faster rate, a higher `max_running`) in any queue, so every claim loop claims
-    /// once instead of waiting for its next re-claim pause or poll.
+    /// A limit policy was set or cleared, or a job that ran under a `max_running` bound of a
+    /// kind's or an explicit key's policy finished: jobs held back may be claimable now (a
+    /// cleared policy, a faster rate, a higher `max_running`, a freed place) in any queue, so
+    /// every claim loop claims once instead of waiting for its next re-claim pause or poll.
     LimitsChanged,
 }
 

@@ -27,8 +27,8 @@
 //! [`RECLAIM_AFTER_PARTIAL`], doubling that pause after each empty claim until it reaches the
 //! poll interval. Such a claim is what a limit policy gives: a rate admits one job per
 //! `period / count` and no event says when; a `max_running` admits the next job when a running
-//! one finishes, which the store announces for the finished job's queue (`JobsAvailable`) but
-//! not for other queues whose jobs share its key. So a rate of 10/s is not slowed to one claim
+//! one finishes, which the store announces (`JobsAvailable` for a queue's own policy,
+//! `LimitsChanged` for others). So a rate of 10/s is not slowed to one claim
 //! per poll interval, nor are jobs held by `max_running`. When the store says when a job a rate held back becomes
 //! admissible (the claim's `retry_after`), the loop claims again then if that comes before its
 //! next pause or poll, so a rate runs at its configured pace (even when the claim was made on
@@ -213,8 +213,8 @@ pub(crate) async fn run_claim_loop(
 /// or a poll; `claimed_before`: the claim before it returned jobs), given the current one:
 /// [`RECLAIM_AFTER_PARTIAL`] after a partial claim or after an empty claim that follows one
 /// that returned jobs (a limit policy may hold the queue's next jobs: its rate frees when time
-/// passes, with no event; its `max_running` when a job finishes, announced only for that job's
-/// queue), doubled after
+/// passes, with no event; its `max_running` when a job finishes, announced by the store),
+/// doubled after
 /// each further empty one, `None` (wait for an event or the poll interval) once it reaches
 /// `poll`, after an empty claim on a queue already idle, or after a claim that filled its
 /// request. A claim on an event starts no short pauses (jobs enqueued now and then: the next

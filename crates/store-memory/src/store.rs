@@ -105,17 +105,29 @@ impl MemoryStore {
     }
 }
 
-/// Whether a job that just stopped running, whose effective limit keys are `keys`, was subject
-/// to a limit policy with a `max_running` bound: its finish frees a place that jobs of
-/// its queue may be waiting for, so its queue is announced (`JobsAvailable`) as the PostgreSQL
-/// store does (finish.sql, finish_succeeded.sql).
-fn frees_running_place(inner: &Inner, keys: &[LimitKey]) -> bool {
-    keys.iter().any(|key| {
+/// Whom a job that just stopped running wakes, given its queue and effective limit keys
+/// `keys`, as the PostgreSQL store does (finish.sql's `freed_queue`): nobody unless a policy
+/// with a `max_running` bound covers it, whose place it frees; its queue when only its queue's
+/// policy (`queue:<queue>`) does, since only that queue's jobs can wait for that place; every
+/// claim loop (`LimitsChanged`) when a kind's or an explicit key's policy does, since jobs of
+/// any queue may wait for those.
+fn freed_place(inner: &Inner, queue: &QueueName, keys: &[LimitKey]) -> Option<StoreEvent> {
+    let bounded = |key: &LimitKey| {
         inner
             .limits
             .get(key)
             .is_some_and(|limit| limit.policy.max_running.is_some())
-    })
+    };
+    let queue_key = LimitKey::for_queue(queue);
+    if keys.iter().any(|key| *key != queue_key && bounded(key)) {
+        Some(StoreEvent::LimitsChanged)
+    } else if bounded(&queue_key) {
+        Some(StoreEvent::JobsAvailable {
+            queue: queue.clone(),
+        })
+    } else {
+        None
+    }
 }
 
 /// Validates a batch and computes request hashes, outside the lock.
@@ -286,7 +298,7 @@ impl JobStore for MemoryStore {
                     .map_err(|e| in_item(e, i, many))?;
             }
         }
-        let mut ready = Vec::new();
+        let mut wakes: Vec<StoreEvent> = Vec::new();
         let replies = {
             let mut inner = self.inner.lock();
             let now = self.clock_now();
@@ -313,13 +325,19 @@ impl JobStore for MemoryStore {
                     };
                     match inner.transition(id, event, now) {
                         Ok((transition, job)) => {
-                            let ready_now = job.is_ready(now);
-                            let keys = (!ready_now && limited).then(|| job.effective_limit_keys());
                             let queue = job.queue.clone();
-                            let wakes = ready_now
-                                || keys.is_some_and(|keys| frees_running_place(&inner, &keys));
-                            if wakes && !ready.contains(&queue) {
-                                ready.push(queue);
+                            let freed = if job.is_ready(now) {
+                                Some(StoreEvent::JobsAvailable { queue })
+                            } else if limited {
+                                let keys = job.effective_limit_keys();
+                                freed_place(&inner, &queue, &keys)
+                            } else {
+                                None
+                            };
+                            if let Some(event) = freed {
+                                if !wakes.contains(&event) {
+                                    wakes.push(event);
+                                }
                             }
                             if delete && transition.to == JobState::Succeeded {
                                 inner.remove(id);
@@ -334,7 +352,9 @@ impl JobStore for MemoryStore {
                 })
                 .collect()
         };
-        self.publish_ready(ready);
+        for event in wakes {
+            self.publish(event);
+        }
         Ok(replies)
     }
 

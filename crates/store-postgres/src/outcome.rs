@@ -159,12 +159,14 @@ async fn finish_succeeded(
     }))
 }
 
-/// What a finish recorded: answers per item in input order, and the queues of the recorded
-/// jobs that ran under a `max_running` bound (each once), which the store wakes after commit.
+/// What a finish recorded: answers per item in input order, and whom the recorded jobs that ran
+/// under a `max_running` bound wake (each once) after commit.
 pub(crate) struct Finished {
     /// Per item, in input order.
     pub(crate) replies: Vec<FinishReply>,
-    /// Queues whose jobs freed a place of a `max_running` bound (finish.sql's `freed_queue`).
+    /// Queues whose jobs freed a place of a `max_running` bound keyed by their queue, and `*`
+    /// (`LIMITS_CHANGED_PAYLOAD`: every claim loop) for one keyed by kind or explicit key
+    /// (finish.sql's `freed_queue`).
     pub(crate) freed_queues: Vec<String>,
 }
 

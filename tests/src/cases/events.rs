@@ -131,47 +131,70 @@ pub async fn events_limits_changed_after_limit_set_and_clear(f: &dyn StoreFactor
     .await;
 }
 
-/// A job that ran under a limit policy with a `max_running` bound wakes its queue when it
-/// finishes, whatever the outcome: the place it frees may admit a job the bound held, and
-/// nothing else would say so (before, such a job waited for the claim loop's doubling
-/// re-claim pauses: 131 ms to 2.2 s measured). The bound may come from the queue's policy or
-/// from an explicit limit key. A job under no such bound wakes nobody when it finishes.
+/// A job that ran under a limit policy with a `max_running` bound wakes, when it finishes
+/// (whatever the outcome), the claim loops that may hold a job waiting for the place it frees:
+/// its queue's (`JobsAvailable`) when the bound is its queue's own policy, every one
+/// (`LimitsChanged`) when it is a kind's or an explicit key's policy, which jobs of other
+/// queues may share. Before, such jobs waited for the claim loops' doubling re-claim pauses
+/// (131 ms to 2.2 s measured; a queue sharing a key with a busy one waited for it to drain). A
+/// job under no such bound wakes nobody when it finishes.
 pub async fn events_jobs_available_when_a_job_under_max_running_finishes(f: &dyn StoreFactory) {
     let h = f.open(unbounded()).await;
     let store = h.store();
     let mut events = store.subscribe().await.unwrap();
-    let bound = |key: &str, max: u32| {
-        drover_core::LimitPolicy::new(drover_core::LimitKey::parse(key).unwrap(), Some(max), None)
-            .unwrap()
-    };
-    store.limit_set(bound("queue:held", 1)).await.unwrap();
-    store.limit_set(bound("team:x", 3)).await.unwrap();
+    for (key, max) in [("queue:held", 1), ("team:x", 3), ("kind:limited", 2)] {
+        let key = drover_core::LimitKey::parse(key).unwrap();
+        let policy = drover_core::LimitPolicy::new(key, Some(max), None).unwrap();
+        store.limit_set(policy).await.unwrap();
+        // Take the policy's own LimitsChanged, so a later one is a finish's.
+        wait_for(
+            &mut events,
+            |e| *e == StoreEvent::LimitsChanged,
+            "LimitsChanged after limit_set",
+        )
+        .await;
+    }
     let available = |name: &'static str| move |e: &StoreEvent| matches!(e, StoreEvent::JobsAvailable { queue } if queue.as_str() == name);
+    let everyone = |e: &StoreEvent| *e == StoreEvent::LimitsChanged;
 
-    // Each job: enqueue, take the enqueue's own wake-up, claim, finish, expect the next one.
-    let finishes = [
+    // Each job: enqueue, take the enqueue's own wake-up, claim, finish, expect the finish's.
+    let succeed = || Finish::Succeeded { result: None };
+    let cases: [(drover_core::NewJob, &'static str, &str, Finish, bool); 4] = [
         (
             job("k", json!(1)).with_queue(queue("held")),
             "held",
-            Finish::Succeeded { result: None },
+            "k",
+            succeed(),
+            false,
         ),
         (
             job("k", json!(2)).with_queue(queue("held")),
             "held",
+            "k",
             Finish::Failed {
                 message: "boom".into(),
                 retry: drover_core::Retry::Never,
             },
+            false,
         ),
         (
             job("k", json!(3))
                 .with_queue(queue("keyed"))
                 .with_limit_key(drover_core::LimitKey::parse("team:x").unwrap()),
             "keyed",
-            Finish::Succeeded { result: None },
+            "k",
+            succeed(),
+            true,
+        ),
+        (
+            job("limited", json!(4)).with_queue(queue("bykind")),
+            "bykind",
+            "limited",
+            succeed(),
+            true,
         ),
     ];
-    for (new, name, outcome) in finishes {
+    for (new, name, kind, outcome, wakes_everyone) in cases {
         enqueue(&*store, new).await;
         wait_for(
             &mut events,
@@ -179,15 +202,24 @@ pub async fn events_jobs_available_when_a_job_under_max_running_finishes(f: &dyn
             "JobsAvailable after the enqueue",
         )
         .await;
-        let running = claim_from(&*store, &[name], &["k"], 1).await;
+        let running = claim_from(&*store, &[name], &[kind], 1).await;
         assert_eq!(running.len(), 1, "the job in {name} is claimable");
         let to = finish(&*store, &running[0], outcome).await;
-        wait_for(
-            &mut events,
-            available(name),
-            &format!("JobsAvailable for {name} after a finish to {to:?}"),
-        )
-        .await;
+        if wakes_everyone {
+            wait_for(
+                &mut events,
+                everyone,
+                &format!("LimitsChanged after a finish in {name} to {to:?}"),
+            )
+            .await;
+        } else {
+            wait_for(
+                &mut events,
+                available(name),
+                &format!("JobsAvailable for {name} after a finish to {to:?}"),
+            )
+            .await;
+        }
     }
 
     // No bound: the finish announces nothing, so the next announcement is a later enqueue's.

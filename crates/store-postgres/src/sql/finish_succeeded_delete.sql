@@ -6,7 +6,7 @@
 -- (vacuum removes the dead row and its entries later), where the UPDATE of
 -- finish_succeeded.sql writes a row version and the entries of every finished-job index.
 -- Nothing becomes ready, so nothing is notified here; a job under a max_running bound answers
--- its queue (freed_queue).
+-- whom to wake (freed_queue).
 --
 -- $1 id uuid[], $2 token bigint[].
 DELETE FROM drover.jobs j
@@ -17,11 +17,13 @@ WHERE j.id = i.id
   -- reason finish_succeeded.sql gives: a primary-key lookup per input row is the only path).
   AND CASE WHEN j.state = 'running' THEN j.lease_expires_at > now() ELSE false END
 RETURNING j.id,
-    -- The job's queue when it ran under a limit policy with a max_running bound (on one of
-    -- its effective keys: limit_keys, kind:<kind>, queue:<queue>): its finish frees a place
-    -- that held jobs may be waiting for, and the store wakes that queue after commit (the
-    -- notifier, not a NOTIFY here, which would serialise commits: notify.rs). The first test
-    -- is an InitPlan, run once per statement: without such policies no row looks further.
+    -- Whom the finish wakes when the job ran under a limit policy with a max_running bound,
+    -- whose place it frees (the store sends it after commit through its notifier, not as a
+    -- NOTIFY here, which would serialise commits: notify.rs): the job's queue when only the
+    -- policy queue:<queue> bounds it (only that queue's jobs can wait for the place); '*',
+    -- every claim loop (StoreEvent::LimitsChanged), when a kind:<kind> or explicit key's
+    -- policy does (jobs of any queue may wait for those); NULL otherwise. The first test is
+    -- an InitPlan, run once per statement: without such policies no row looks further.
     CASE
         WHEN NOT (SELECT EXISTS (SELECT 1 FROM drover.limits WHERE max_running IS NOT NULL))
             THEN NULL
@@ -29,6 +31,12 @@ RETURNING j.id,
             SELECT 1
             FROM drover.limits l
             WHERE l.max_running IS NOT NULL
-              AND l.key = ANY (j.limit_keys || ARRAY['kind:' || j.kind, 'queue:' || j.queue])
+              AND l.key = ANY (j.limit_keys || ('kind:' || j.kind))
+              AND l.key <> 'queue:' || j.queue
+        ) THEN '*'
+        WHEN EXISTS (
+            SELECT 1
+            FROM drover.limits l
+            WHERE l.max_running IS NOT NULL AND l.key = 'queue:' || j.queue
         ) THEN j.queue
     END AS freed_queue
