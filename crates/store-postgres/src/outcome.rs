@@ -2,7 +2,7 @@
 //! `jobs_heartbeat` and `jobs_finish`, one statement each over `unnest` arrays, whatever the
 //! batch size (a finish whose items all succeeded, the common batch, uses the simpler
 //! finish_succeeded.sql, or finish_succeeded_delete.sql when the store keeps no succeeded
-//! jobs: `SucceededJobs::Delete`; a mixed batch then costs two statements). An item is applied only while its job is running under the presented fencing
+//! jobs: `SucceededJobs::Delete`; a mixed batch then costs two statements in one transaction). An item is applied only while its job is running under the presented fencing
 //! token with an unexpired lease by the database clock; every other item is answered
 //! `LeaseLost` and changes nothing.
 
@@ -17,7 +17,7 @@ use drover_core::{
     JobState, Retry, StoreConfig, SucceededJobs,
 };
 use serde_json::Value;
-use sqlx::PgConnection;
+use sqlx::{Connection, PgConnection};
 use uuid::Uuid;
 
 use crate::error::SqlxResultExt;
@@ -214,7 +214,8 @@ pub(crate) async fn finish(
     }
     // A mixed batch whose successes delete their jobs: the first item of each id that is a
     // success goes to finish_succeeded_delete.sql, every other item (repeats included, which
-    // then find their job gone or already finished: LeaseLost) to finish.sql afterwards.
+    // then find their job gone or already finished: LeaseLost) to finish.sql afterwards, in
+    // the same transaction.
     let mut seen = HashSet::with_capacity(items.len());
     let deleting: Vec<bool> = items
         .iter()
@@ -229,10 +230,15 @@ pub(crate) async fn finish(
             others.push(item);
         }
     }
-    let deleted = finish_succeeded(&mut *conn, &deletes, true)
+    // One transaction, so a fault between the two statements cannot leave the successes
+    // deleted and the rest unrecorded (a retry of the batch would then answer the deleted
+    // ones LeaseLost).
+    let mut tx = Connection::begin(&mut *conn).await.store_err()?;
+    let deleted = finish_succeeded(&mut tx, &deletes, true)
         .await?
         .ok_or_else(|| Error::fatal("a batch of distinct successes was refused"))?;
-    let finished = finish_any(&mut *conn, &others).await?;
+    let finished = finish_any(&mut tx, &others).await?;
+    tx.commit().await.store_err()?;
     let mut freed_queues = deleted.freed_queues;
     for queue in finished.freed_queues {
         add_queue(&mut freed_queues, Some(queue));
