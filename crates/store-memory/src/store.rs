@@ -298,7 +298,9 @@ impl JobStore for MemoryStore {
                     .map_err(|e| in_item(e, i, many))?;
             }
         }
-        let mut wakes: Vec<StoreEvent> = Vec::new();
+        let mut ready = Vec::new();
+        // A finish under a kind's or an explicit key's max_running bound wakes every loop.
+        let mut wake_all = false;
         let replies = {
             let mut inner = self.inner.lock();
             let now = self.clock_now();
@@ -325,19 +327,24 @@ impl JobStore for MemoryStore {
                     };
                     match inner.transition(id, event, now) {
                         Ok((transition, job)) => {
-                            let queue = job.queue.clone();
                             let freed = if job.is_ready(now) {
-                                Some(StoreEvent::JobsAvailable { queue })
+                                Some(StoreEvent::JobsAvailable {
+                                    queue: job.queue.clone(),
+                                })
                             } else if limited {
-                                let keys = job.effective_limit_keys();
+                                let (queue, keys) = (job.queue.clone(), job.effective_limit_keys());
                                 freed_place(&inner, &queue, &keys)
                             } else {
                                 None
                             };
-                            if let Some(event) = freed {
-                                if !wakes.contains(&event) {
-                                    wakes.push(event);
+                            match freed {
+                                Some(StoreEvent::JobsAvailable { queue })
+                                    if !ready.contains(&queue) =>
+                                {
+                                    ready.push(queue);
                                 }
+                                Some(StoreEvent::LimitsChanged) => wake_all = true,
+                                _ => {}
                             }
                             if delete && transition.to == JobState::Succeeded {
                                 inner.remove(id);
@@ -352,8 +359,9 @@ impl JobStore for MemoryStore {
                 })
                 .collect()
         };
-        for event in wakes {
-            self.publish(event);
+        self.publish_ready(ready);
+        if wake_all {
+            self.publish(StoreEvent::LimitsChanged);
         }
         Ok(replies)
     }

@@ -161,6 +161,7 @@ async fn finish_succeeded(
 
 /// What a finish recorded: answers per item in input order, and whom the recorded jobs that ran
 /// under a `max_running` bound wake (each once) after commit.
+#[derive(Default)]
 pub(crate) struct Finished {
     /// Per item, in input order.
     pub(crate) replies: Vec<FinishReply>,
@@ -199,10 +200,7 @@ pub(crate) async fn finish(
         }
     }
     if items.is_empty() {
-        return Ok(Finished {
-            replies: Vec::new(),
-            freed_queues: Vec::new(),
-        });
+        return Ok(Finished::default());
     }
     let delete = config.succeeded_jobs == SucceededJobs::Delete;
     if let Some(finished) = finish_succeeded(&mut *conn, &items, delete).await? {
@@ -265,10 +263,7 @@ pub(crate) async fn finish(
 /// Any batch with finish.sql (every outcome; of repeated ids the first item counts).
 async fn finish_any(conn: &mut PgConnection, items: &[FinishItem]) -> Result<Finished, Error> {
     if items.is_empty() {
-        return Ok(Finished {
-            replies: Vec::new(),
-            freed_queues: Vec::new(),
-        });
+        return Ok(Finished::default());
     }
     let len = items.len();
     let mut ids = Vec::with_capacity(len);
