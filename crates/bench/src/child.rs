@@ -29,11 +29,8 @@ pub const EXTRA_CONNECTIONS: usize = 4;
 pub async fn run_worker(args: WorkerArgs) -> Result<(), Error> {
     let url = std::env::var(DATABASE_URL_ENV)
         .map_err(|_| Error::invalid(DATABASE_URL_ENV, "must hold the database URL"))?;
-    let target = PgTarget::parse(&url)?.with_succeeded_jobs(if args.delete_succeeded {
-        SucceededJobs::Delete
-    } else {
-        SucceededJobs::Keep
-    });
+    let target =
+        PgTarget::parse(&url)?.with_succeeded_jobs(SucceededJobs::delete_if(args.delete_succeeded));
     let connections = u32::try_from(args.slots + EXTRA_CONNECTIONS).unwrap_or(u32::MAX);
     let store = target.store(connections).await?;
     let counter = Arc::new(SucceededCounter::new(u64::MAX));

@@ -241,11 +241,7 @@ impl Plan {
             latency_jobs: pick(args.latency_jobs, LATENCY_JOBS_DEFAULT, LATENCY_JOBS_QUICK),
             latency_rate: args.latency_rate,
             quick: args.quick,
-            succeeded_jobs: if args.delete_succeeded {
-                SucceededJobs::Delete
-            } else {
-                SucceededJobs::Keep
-            },
+            succeeded_jobs: SucceededJobs::delete_if(args.delete_succeeded),
         };
         plan.check()?;
         Ok(plan)

@@ -307,7 +307,10 @@ pub async fn wait_succeeded(
 
 #[cfg(test)]
 mod tests {
+    use drover_core::{ClaimJobs, Finish, FinishItem, JobKind, NewJob, WorkerId};
+
     use super::*;
+    use crate::options::KIND;
 
     #[test]
     fn only_bench_databases_may_be_dropped() {
@@ -343,29 +346,24 @@ mod tests {
         assert!(!info.durable());
     }
 
-    /// A store that deletes succeeded jobs counts as done the jobs that are gone: 2 of 3
-    /// finished leaves one queued job, so 2 are done (and none is counted succeeded).
-    #[tokio::test]
-    async fn done_counts_deleted_jobs_of_a_store_that_keeps_none() {
-        use drover_core::{ClaimJobs, Finish, FinishItem, JobKind, NewJob, WorkerId};
-        let store = memory_store_with(SucceededJobs::Delete);
-        let queue = QueueName::parse(QUEUE).unwrap();
-        let kind = JobKind::parse("noop").unwrap();
+    /// Enqueues three noop jobs on the `bench` queue.
+    async fn enqueue_three(store: &dyn JobStore) {
         let jobs = (0..3)
-            .map(|_| NewJob::new(kind.clone(), serde_json::json!({})).with_queue(queue.clone()))
+            .map(|_| {
+                NewJob::new(JobKind::parse(KIND).unwrap(), serde_json::json!({}))
+                    .with_queue(QueueName::parse(QUEUE).unwrap())
+            })
             .collect();
         store.jobs_enqueue(jobs).await.unwrap();
-        assert_eq!(
-            done(store.as_ref(), 3, SucceededJobs::Delete)
-                .await
-                .unwrap(),
-            0
-        );
+    }
+
+    /// Claims two jobs of the `bench` queue and records their success.
+    async fn succeed_two(store: &dyn JobStore) {
         let claimed = store
             .jobs_claim(ClaimJobs {
                 worker: WorkerId::parse("w").unwrap(),
-                queues: vec![queue],
-                kinds: vec![kind],
+                queues: vec![QueueName::parse(QUEUE).unwrap()],
+                kinds: vec![JobKind::parse(KIND).unwrap()],
                 limit: 2,
                 lease: Duration::from_secs(60),
             })
@@ -381,6 +379,21 @@ mod tests {
             })
             .collect();
         store.jobs_finish(items).await.unwrap();
+    }
+
+    /// A store that deletes succeeded jobs counts as done the jobs that are gone: 2 of 3
+    /// finished leaves one queued job, so 2 are done (and none is counted succeeded).
+    #[tokio::test]
+    async fn done_counts_deleted_jobs_of_a_store_that_keeps_none() {
+        let store = memory_store_with(SucceededJobs::Delete);
+        enqueue_three(store.as_ref()).await;
+        assert_eq!(
+            done(store.as_ref(), 3, SucceededJobs::Delete)
+                .await
+                .unwrap(),
+            0
+        );
+        succeed_two(store.as_ref()).await;
         assert_eq!(succeeded(store.as_ref()).await.unwrap(), 0);
         assert_eq!(
             done(store.as_ref(), 3, SucceededJobs::Delete)
@@ -392,35 +405,10 @@ mod tests {
 
     #[tokio::test]
     async fn succeeded_counts_the_bench_queue_of_a_memory_store() {
-        use drover_core::{ClaimJobs, Finish, FinishItem, JobKind, NewJob, WorkerId};
         let store = memory_store();
-        let queue = QueueName::parse(QUEUE).unwrap();
-        let kind = JobKind::parse("noop").unwrap();
-        let jobs = (0..3)
-            .map(|_| NewJob::new(kind.clone(), serde_json::json!({})).with_queue(queue.clone()))
-            .collect();
-        store.jobs_enqueue(jobs).await.unwrap();
+        enqueue_three(store.as_ref()).await;
         assert_eq!(succeeded(store.as_ref()).await.unwrap(), 0);
-        let claimed = store
-            .jobs_claim(ClaimJobs {
-                worker: WorkerId::parse("w").unwrap(),
-                queues: vec![queue],
-                kinds: vec![kind],
-                limit: 2,
-                lease: Duration::from_secs(60),
-            })
-            .await
-            .unwrap()
-            .jobs;
-        let items = claimed
-            .iter()
-            .map(|job| FinishItem {
-                id: job.id,
-                token: job.fencing_token,
-                finish: Finish::Succeeded { result: None },
-            })
-            .collect();
-        store.jobs_finish(items).await.unwrap();
+        succeed_two(store.as_ref()).await;
         assert_eq!(succeeded(store.as_ref()).await.unwrap(), 2);
         assert_eq!(
             done(store.as_ref(), 3, SucceededJobs::Keep).await.unwrap(),

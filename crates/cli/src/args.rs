@@ -287,11 +287,7 @@ pub struct WorkerArgs {
 impl WorkerArgs {
     /// What the worker's store does with a job whose handler succeeded (`--delete-succeeded`).
     pub fn succeeded_jobs(&self) -> SucceededJobs {
-        if self.delete_succeeded {
-            SucceededJobs::Delete
-        } else {
-            SucceededJobs::Keep
-        }
+        SucceededJobs::delete_if(self.delete_succeeded)
     }
 }
 

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
-use drover_core::{Error, JobStore, StoreConfig, SucceededJobs};
+use drover_core::{Error, JobStore, SucceededJobs};
 use drover_store_postgres::{PgOptions, PgStore};
 use sqlx::postgres::PgConnectOptions;
 
@@ -97,10 +97,7 @@ impl Ctx {
             )
         })?;
         let mut options = PgOptions {
-            config: StoreConfig {
-                succeeded_jobs,
-                ..env::store_config()?
-            },
+            config: env::store_config_with(succeeded_jobs)?,
             ..PgOptions::default()
         };
         options.max_connections = connections;

@@ -5,7 +5,7 @@
 
 use anyhow::Result;
 use drover_core::store::{MAX_PENDING_DEFAULT, MAX_TENANT_PENDING_DEFAULT};
-use drover_core::{Quotas, StoreConfig};
+use drover_core::{Quotas, StoreConfig, SucceededJobs};
 
 use crate::usage::usage;
 
@@ -38,11 +38,21 @@ fn quota(name: &str, default: u64) -> Result<Option<u64>> {
 /// # Errors
 /// A usage error: a variable that is not a whole number.
 pub fn store_config() -> Result<StoreConfig> {
+    store_config_with(SucceededJobs::Keep)
+}
+
+/// [`store_config`] for a worker's store, which keeps or deletes succeeded jobs as
+/// `succeeded_jobs` says (`--delete-succeeded`).
+///
+/// # Errors
+/// As [`store_config`].
+pub fn store_config_with(succeeded_jobs: SucceededJobs) -> Result<StoreConfig> {
     Ok(StoreConfig {
         quotas: Quotas {
             max_pending: quota("DROVER_MAX_PENDING", MAX_PENDING_DEFAULT)?,
             max_tenant_pending: quota("DROVER_MAX_TENANT_PENDING", MAX_TENANT_PENDING_DEFAULT)?,
         },
+        succeeded_jobs,
         ..StoreConfig::default()
     })
 }

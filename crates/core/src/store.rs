@@ -108,6 +108,18 @@ pub enum SucceededJobs {
     Delete,
 }
 
+impl SucceededJobs {
+    /// [`SucceededJobs::Delete`] when `delete` (a `--delete-succeeded` flag), else
+    /// [`SucceededJobs::Keep`].
+    pub fn delete_if(delete: bool) -> SucceededJobs {
+        if delete {
+            SucceededJobs::Delete
+        } else {
+            SucceededJobs::Keep
+        }
+    }
+}
+
 /// Claim a batch of ready jobs (DESIGN.md section 3, claim).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimJobs {

@@ -196,10 +196,8 @@ pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()>
         None => (demo_jobs(), Vec::new()),
     };
     errln!("drover: in-memory development mode: nothing persists after exit");
-    let memory = drover_store_memory::MemoryStore::new(drover_core::StoreConfig {
-        succeeded_jobs: args.worker_args.succeeded_jobs(),
-        ..env::store_config()?
-    });
+    let config = env::store_config_with(args.worker_args.succeeded_jobs())?;
+    let memory = drover_store_memory::MemoryStore::new(config);
     let store: Arc<dyn JobStore> = Arc::new(memory);
 
     let mut queues: Vec<QueueName> = jobs.iter().map(|(_, j)| j.queue.clone()).collect();

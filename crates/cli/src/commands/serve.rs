@@ -103,10 +103,8 @@ pub async fn run(ctx: &Ctx, args: ServeArgs, extensions: Extensions) -> Result<(
         }
         None => {
             errln!("drover: in-memory development mode: no database URL given, nothing persists after exit");
-            let memory = drover_store_memory::MemoryStore::new(drover_core::StoreConfig {
-                succeeded_jobs: args.worker_args.succeeded_jobs(),
-                ..env::store_config()?
-            });
+            let config = env::store_config_with(args.worker_args.succeeded_jobs())?;
+            let memory = drover_store_memory::MemoryStore::new(config);
             (Arc::new(memory), None)
         }
     };
