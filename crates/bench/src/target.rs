@@ -20,8 +20,10 @@ use serde::Serialize;
 
 use crate::options::QUEUE;
 
-/// PostgreSQL settings the bench records (issue #7 plus those the peer scripts record).
-pub const RECORDED_SETTINGS: [&str; 10] = [
+/// PostgreSQL settings the bench records (issue #7 plus those the peer scripts record, and
+/// two that change a queue table's figures without touching durability: `autovacuum`, which
+/// clears the dead index entries claims walk over, and `jit`).
+pub const RECORDED_SETTINGS: [&str; 12] = [
     "fsync",
     "synchronous_commit",
     "shared_buffers",
@@ -32,6 +34,8 @@ pub const RECORDED_SETTINGS: [&str; 10] = [
     "wal_sync_method",
     "commit_delay",
     "max_wal_size",
+    "autovacuum",
+    "jit",
 ];
 
 /// The store configuration of every benchmark: quotas off, default size bounds, succeeded jobs
