@@ -172,6 +172,47 @@ pub async fn in_process(
     outcome
 }
 
+/// How a multi-process run went, measured from the start signal: its total time and when the
+/// parent heard of the first recorded job, of a tenth and of nine tenths of them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Processed {
+    /// Start signal -> last job recorded succeeded (the figure of the run).
+    pub took: Duration,
+    /// Start signal -> the first job recorded: the workers' start-up (connections, first
+    /// statements) plus one claim and one finish.
+    pub first_job: Option<Duration>,
+    /// Start signal -> a tenth of the jobs recorded.
+    pub tenth: Option<Duration>,
+    /// Start signal -> nine tenths of the jobs recorded.
+    pub nine_tenths: Option<Duration>,
+}
+
+impl Processed {
+    /// A run whose milestones were not watched.
+    pub fn total(took: Duration) -> Processed {
+        Processed {
+            took,
+            first_job: None,
+            tenth: None,
+            nine_tenths: None,
+        }
+    }
+
+    /// Jobs per second between a tenth and nine tenths of the `n` jobs recorded: the rate
+    /// once every worker runs, without the start-up and the last jobs' drain. `None` when
+    /// either milestone is missing or both were heard at once.
+    pub fn middle_per_s(&self, n: usize) -> Option<f64> {
+        let span = self.nine_tenths?.checked_sub(self.tenth?)?.as_secs_f64();
+        let jobs = milestone(n, 9) - milestone(n, 1);
+        (span > 0.0).then(|| jobs as f64 / span)
+    }
+}
+
+/// The job count of `tenths` tenths of `n` (rounded up, at least 1).
+fn milestone(n: usize, tenths: usize) -> u64 {
+    ((n * tenths).div_ceil(10)).max(1) as u64
+}
+
 /// A line from a worker process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum ChildLine {
@@ -231,7 +272,7 @@ pub async fn processes(
     n: usize,
     workers: usize,
     slots: usize,
-) -> Result<Duration, Error> {
+) -> Result<Processed, Error> {
     let exe = std::env::current_exe().map_err(|error| Error::Fatal {
         message: "cannot find the drover-bench executable to spawn workers".to_owned(),
         source: Some(Box::new(error)),
@@ -304,7 +345,7 @@ async fn drive(
     store: &dyn JobStore,
     n: usize,
     succeeded_jobs: SucceededJobs,
-) -> Result<Duration, Error> {
+) -> Result<Processed, Error> {
     let mut ready = 0;
     while ready < children.len() {
         match tokio::time::timeout(READY_TIMEOUT, rx.recv()).await {
@@ -329,9 +370,22 @@ async fn drive(
     }
     let deadline = started + deadline_for(n);
     let mut counts = vec![0u64; children.len()];
+    let (mut first_job, mut tenth, mut nine_tenths) = (None, None, None);
     while counts.iter().sum::<u64>() < n as u64 {
         match tokio::time::timeout_at(deadline.into(), rx.recv()).await {
-            Ok(Some((index, ChildLine::Succeeded(count)))) => counts[index] = count,
+            Ok(Some((index, ChildLine::Succeeded(count)))) => {
+                counts[index] = count;
+                let sum = counts.iter().sum::<u64>();
+                for (seen, at) in [
+                    (&mut first_job, 1),
+                    (&mut tenth, milestone(n, 1)),
+                    (&mut nine_tenths, milestone(n, 9)),
+                ] {
+                    if seen.is_none() && sum >= at {
+                        *seen = Some(started.elapsed());
+                    }
+                }
+            }
             Ok(Some((index, ChildLine::Closed))) => {
                 return Err(Error::fatal(format!(
                     "worker process {index} exited during the run (see its stderr above)"
@@ -358,7 +412,12 @@ async fn drive(
         )
         .await?;
     }
-    Ok(finished.duration_since(started))
+    Ok(Processed {
+        took: finished.duration_since(started),
+        first_job,
+        tenth,
+        nine_tenths,
+    })
 }
 
 #[cfg(test)]
@@ -375,6 +434,28 @@ mod tests {
             ChildLine::parse("succeeded x"),
             ChildLine::Other("succeeded x".to_owned())
         );
+    }
+
+    #[test]
+    fn the_middle_rate_counts_the_jobs_between_a_tenth_and_nine_tenths() {
+        let ms = Duration::from_millis;
+        let run = Processed {
+            took: ms(1_000),
+            first_job: Some(ms(10)),
+            tenth: Some(ms(100)),
+            nine_tenths: Some(ms(500)),
+        };
+        // 1,000 jobs: 900 - 100 = 800 recorded in 0.4 s.
+        assert_eq!(run.middle_per_s(1_000), Some(2_000.0));
+        let at_once = Processed {
+            nine_tenths: Some(ms(100)),
+            ..run
+        };
+        assert_eq!(at_once.middle_per_s(1_000), None);
+        assert_eq!(Processed::total(ms(1_000)).middle_per_s(1_000), None);
+        // Rounded up, never 0: a milestone is a count the parent can reach.
+        assert_eq!((milestone(15, 1), milestone(15, 9)), (2, 14));
+        assert_eq!(milestone(1, 1), 1);
     }
 
     #[test]

@@ -66,6 +66,15 @@ pub struct Measurement {
     /// Processing throughput, jobs per second.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub process_per_s: Option<f64>,
+    /// Worker processes only: start signal -> the first job recorded succeeded, seconds (the
+    /// workers' start-up: connections, first statements, one claim and one finish).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_job_s: Option<f64>,
+    /// Worker processes only: jobs per second between a tenth and nine tenths of the jobs
+    /// recorded, without the start-up and the drain (a diagnostic; `process_per_s` is the
+    /// figure).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub middle_per_s: Option<f64>,
     /// Enqueue rate of the latency scenario, jobs per second.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rate_per_s: Option<f64>,
@@ -103,6 +112,8 @@ impl Measurement {
             enqueue_per_s: None,
             process_s: None,
             process_per_s: None,
+            first_job_s: None,
+            middle_per_s: None,
             rate_per_s: None,
             latency: None,
             quotas: QUOTAS,

@@ -312,18 +312,20 @@ async fn measure(
             };
             // Prefill, untimed, in batches of 1,000 (or --batch).
             enqueue::batches(handle.as_ref(), n, plan.batch).await?;
-            let took = match (pg, plan.worker_mode) {
+            let processed = match (pg, plan.worker_mode) {
                 (Some(target), WorkerMode::Process) => {
                     process::processes(target, handle.as_ref(), n, w, slots).await
                 }
-                _ => {
-                    process::in_process(Arc::clone(&handle), n, w, slots, plan.succeeded_jobs).await
-                }
+                _ => process::in_process(Arc::clone(&handle), n, w, slots, plan.succeeded_jobs)
+                    .await
+                    .map(process::Processed::total),
             };
             close(pool).await;
-            let took = took?;
-            m.process_s = Some(seconds(took));
-            m.process_per_s = Some(per_second(n, took.as_secs_f64()));
+            let processed = processed?;
+            m.process_s = Some(seconds(processed.took));
+            m.process_per_s = Some(per_second(n, processed.took.as_secs_f64()));
+            m.first_job_s = processed.first_job.map(seconds);
+            m.middle_per_s = processed.middle_per_s(n).map(f64::round);
         }
         Workload::Latency => {
             let slots = plan.latency_slots();
