@@ -1,16 +1,20 @@
-//! The SQL statements of the store, one `.sql` file each under `src/sql/`, compiled in with
+//! The SQL statements of the store, one `.sql` file each under `src/sql/` (or several joined in
+//! order, where statements share a part: the finishes' `freed_queue` column), compiled in with
 //! `include_str!`. Every statement takes bind parameters only (never text built from user
 //! data), so SQL injection is impossible; sqlx prepares and caches each one per connection
 //! unless the statement cache is off (PgBouncer).
 
 macro_rules! statements {
-    ($($(#[$doc:meta])* $name:ident = $file:literal;)*) => {
+    ($($(#[$doc:meta])* $name:ident = $file:literal $(+ $part:literal)*;)*) => {
         $(
             $(#[$doc])*
-            pub(crate) const $name: &str = include_str!(concat!("sql/", $file));
+            pub(crate) const $name: &str = concat!(
+                include_str!(concat!("sql/", $file))
+                $(, include_str!(concat!("sql/", $part)))*
+            );
         )*
 
-        /// Every statement with its file name, for tests.
+        /// Every statement with its (first) file name, for tests.
         #[cfg(test)]
         pub(crate) const ALL: &[(&str, &str)] = &[$(($file, $name)),*];
     };
@@ -42,11 +46,11 @@ statements! {
     /// Batch heartbeat.
     HEARTBEAT = "heartbeat.sql";
     /// Batch finish.
-    FINISH = "finish.sql";
+    FINISH = "finish.sql" + "freed_queue.sql" + "finish_end.sql";
     /// Batch finish of successes only, distinct ids.
-    FINISH_SUCCEEDED = "finish_succeeded.sql";
+    FINISH_SUCCEEDED = "finish_succeeded.sql" + "freed_queue.sql";
     /// Batch finish of successes only, distinct ids, deleting the jobs (`SucceededJobs::Delete`).
-    FINISH_SUCCEEDED_DELETE = "finish_succeeded_delete.sql";
+    FINISH_SUCCEEDED_DELETE = "finish_succeeded_delete.sql" + "freed_queue.sql";
     /// Write back jobs changed by `apply`.
     JOBS_WRITE = "jobs_write.sql";
     /// Lock one job.

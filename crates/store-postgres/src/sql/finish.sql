@@ -77,34 +77,4 @@ updated AS (
       -- running jobs x batch). Hidden, the only path is a primary-key lookup per input row.
       AND CASE WHEN j.state = 'running' THEN j.lease_expires_at > now() ELSE false END
     RETURNING j.id, j.state, j.queue, j.run_at,
-        -- Whom the finish wakes when the job ran under a limit policy with a max_running bound,
-        -- whose place it frees (the store sends it after commit through its notifier, not as a
-        -- NOTIFY here, which would serialise commits: notify.rs): the job's queue when only the
-        -- policy queue:<queue> bounds it (only that queue's jobs can wait for the place); '*',
-        -- every claim loop (StoreEvent::LimitsChanged), when a kind:<kind> or explicit key's
-        -- policy does (jobs of any queue may wait for those); NULL otherwise. The first test is
-        -- an InitPlan, run once per statement: without such policies no row looks further.
-        CASE
-            WHEN NOT (SELECT EXISTS (SELECT 1 FROM drover.limits WHERE max_running IS NOT NULL))
-                THEN NULL
-            WHEN EXISTS (
-                SELECT 1
-                FROM drover.limits l
-                WHERE l.max_running IS NOT NULL
-                  AND l.key = ANY (j.limit_keys || ('kind:' || j.kind))
-                  AND l.key <> 'queue:' || j.queue
-            ) THEN '*'
-            WHEN EXISTS (
-                SELECT 1
-                FROM drover.limits l
-                WHERE l.max_running IS NOT NULL AND l.key = 'queue:' || j.queue
-            ) THEN j.queue
-        END AS freed_queue
-),
-notified AS (
-    SELECT pg_notify('drover_jobs', q.queue)
-    FROM (SELECT DISTINCT queue FROM updated WHERE state = 'queued' AND run_at <= now()) AS q
-)
-SELECT updated.id, updated.state, updated.freed_queue,
-       (SELECT count(*) FROM notified) AS notified_queues
-FROM updated
+        -- freed_queue: sql/freed_queue.sql, appended here by sql.rs.
