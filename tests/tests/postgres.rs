@@ -1976,6 +1976,54 @@ pg_test!(
 );
 
 pg_test!(
+    /// A COPY-sized batch (200+ ready jobs, no keys, no quota) holding one invalid job is
+    /// refused as InvalidInput naming that job's field, stores nothing, and leaves the
+    /// connection usable (its validation overlaps the read of the store's clock, copy.rs); with
+    /// the database unreachable the same batch is still InvalidInput, a valid one Unavailable.
+    copy_batch_with_an_invalid_job_is_invalid_input_and_stores_nothing,
+    |factory| {
+        let h = factory.open_pg(PgOptions { max_connections: 1, ..unbounded_options() }).await;
+        let with_bad = |n: usize, bad: usize| -> Vec<NewJob> {
+            (0..n)
+                .map(|i| {
+                    let args = if i == bad { json!({"a": "x\u{0}y"}) } else { json!({"seq": i}) };
+                    NewJob::new(kind("work"), args)
+                })
+                .collect()
+        };
+        for (n, bad) in [(200usize, 0usize), (1000, 999), (5000, 2500)] {
+            match h.store.jobs_enqueue(with_bad(n, bad)).await {
+                Err(Error::InvalidInput { field, .. }) => assert_eq!(field, format!("jobs[{bad}].args")),
+                other => panic!("{n} jobs, job {bad} bad: expected InvalidInput, got {other:?}"),
+            }
+            let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM drover.jobs")
+                .fetch_one(h.store.pool())
+                .await
+                .unwrap();
+            assert_eq!(stored, 0, "{n} jobs: a refused batch leaves no row");
+        }
+        // The one connection is still in step: a valid COPY batch follows.
+        let answers = h.store.jobs_enqueue(with_bad(300, usize::MAX)).await.unwrap();
+        assert_eq!(answers.len(), 300);
+        assert_eq!(h.store.job_get(answers[299].job.id).await.unwrap(), answers[299].job);
+
+        // Port 1 on this host: nothing listens there.
+        let pool = PgPoolOptions::new()
+            .acquire_timeout(Duration::from_millis(300))
+            .connect_lazy_with(h.connect.clone().port(1));
+        let down = PgStore::from_pool(pool, unbounded_options());
+        match down.jobs_enqueue(with_bad(250, 7)).await {
+            Err(Error::InvalidInput { field, .. }) => assert_eq!(field, "jobs[7].args"),
+            other => panic!("database down, job 7 bad: expected InvalidInput, got {other:?}"),
+        }
+        match down.jobs_enqueue(with_bad(250, usize::MAX)).await {
+            Err(Error::Unavailable { .. }) => {}
+            other => panic!("database down, valid batch: expected Unavailable, got {other:?}"),
+        }
+    }
+);
+
+pg_test!(
     /// A worker waiting on a queue (subscribed) is woken promptly by every COPY batch, also when
     /// batches follow each other quickly on several queues.
     copy_batches_wake_subscribers_promptly,

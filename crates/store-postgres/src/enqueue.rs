@@ -33,7 +33,6 @@ use sqlx::postgres::PgRow;
 use sqlx::{Connection, PgConnection, Row};
 use uuid::Uuid;
 
-use crate::copy::COPY_MIN_JOBS;
 use crate::error::SqlxResultExt;
 use crate::records::{micros, JobRecord};
 use crate::sql;
@@ -100,18 +99,6 @@ impl Batch {
     /// The ids assigned to the jobs, in order.
     pub(crate) fn ids(&self) -> &[Uuid] {
         &self.ids
-    }
-
-    /// Whether the store's own enqueue may store this batch with COPY (copy.rs): at least
-    /// [`COPY_MIN_JOBS`] jobs, no quota to check, and every job ready at once without an
-    /// idempotency or unique key (nothing can conflict, and one instant of the store's clock
-    /// dates every job: run_at = created_at).
-    pub(crate) fn copyable(&self, config: &StoreConfig) -> bool {
-        self.len() >= COPY_MIN_JOBS
-            && config.quotas.is_unbounded()
-            && self.jobs.iter().all(|job| {
-                job.run_at.is_none() && job.idempotency_key.is_none() && job.unique_key.is_none()
-            })
     }
 
     /// The answers of a batch stored by COPY: every job created, ready and dated `now`; the

@@ -255,19 +255,30 @@ impl PgStore {
 #[async_trait]
 impl JobStore for PgStore {
     async fn jobs_enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>, Error> {
-        let grouped = self.combiner.accepts(&jobs);
-        let batch = Batch::prepare(jobs, &self.options.config)?;
-        if grouped {
+        let config = &self.options.config;
+        if self.combiner.accepts(&jobs) {
+            let batch = Batch::prepare(jobs, config)?;
             return Ok(vec![self.combiner.enqueue(batch).await?]);
         }
-        let mut conn = self.connections.acquire().await?;
-        let result = if batch.copyable(&self.options.config) {
-            conn.close_unless_done();
-            copy::copy(&mut conn, batch).await
+        let result = if copy::copyable(&jobs, config) {
+            // Validated by copy::enqueue while the store's clock is read.
+            let mut conn = match self.connections.acquire().await {
+                Ok(conn) => conn,
+                Err(e) => {
+                    // A bad batch is told as such, whatever the database's state.
+                    Batch::prepare(jobs, config)?;
+                    return Err(e);
+                }
+            };
+            let result = copy::enqueue(&mut conn, jobs, config).await;
+            conn.done(result)
         } else {
-            enqueue::enqueue(&mut conn, &self.options.config, batch, Wake::AfterCommit).await
+            let batch = Batch::prepare(jobs, config)?;
+            let mut conn = self.connections.acquire().await?;
+            let result = enqueue::enqueue(&mut conn, config, batch, Wake::AfterCommit).await;
+            conn.done(result)
         };
-        let enqueue = conn.done(result)?;
+        let enqueue = result?;
         self.notifier
             .notify(enqueue.ready_queues.iter().map(String::as_str));
         Ok(enqueue.answers)
