@@ -27,7 +27,7 @@ use drover_core::{
 use drover_store_postgres::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use drover_store_postgres::sqlx::types::Uuid;
 use drover_store_postgres::sqlx::{self, Connection, PgPool};
-use drover_store_postgres::{migrations, PgOptions, PgStore};
+use drover_store_postgres::{migrations, PgOptions, PgStore, COPY_MIN_JOBS};
 use drover_tests::{Harness, StoreFactory};
 use futures::StreamExt;
 use serde_json::json;
@@ -1725,8 +1725,9 @@ pg_test!(
 );
 
 // ---------------------------------------------------------------------------------------------
-// Attempts to break the COPY path of `jobs_enqueue` (copy.rs): batches of 200+ ready jobs
-// without keys under no quota go through binary COPY, smaller ones through the UNNEST insert.
+// Attempts to break the COPY path of `jobs_enqueue` (copy.rs): batches of COPY_MIN_JOBS (64) or
+// more ready jobs without keys under no quota go through binary COPY, smaller ones through the
+// UNNEST insert.
 
 /// Jobs exercising every value the core validation accepts that an encoder could get wrong:
 /// numbers jsonb rewrites, unicode (astral plane, U+2028/2029, noncharacters), every control
@@ -1844,18 +1845,19 @@ async fn stored_text(
 }
 
 pg_test!(
-    /// The same jobs stored by the INSERT (199 jobs) and by COPY (398 jobs: the 199 twice) are
-    /// stored alike, byte for byte in PostgreSQL's text form, and every answer equals job_get
-    /// and the list API's copy of the job.
+    /// The same jobs stored by the INSERT (COPY_MIN_JOBS - 1 jobs) and by COPY (the same jobs
+    /// twice) are stored alike, byte for byte in PostgreSQL's text form, and every answer
+    /// equals job_get and the list API's copy of the job.
     copy_and_insert_store_edge_values_alike,
     |factory| {
         let h = factory.open_pg(unbounded_options()).await;
-        let jobs = edge_jobs(199);
-        let inserted = h.store.jobs_enqueue(jobs.clone()).await.expect("199 jobs: INSERT");
+        let small = COPY_MIN_JOBS - 1;
+        let jobs = edge_jobs(small);
+        let inserted = h.store.jobs_enqueue(jobs.clone()).await.expect("a small batch: INSERT");
         let mut twice = jobs.clone();
         twice.extend(jobs.clone());
-        let copied = h.store.jobs_enqueue(twice).await.expect("398 jobs: COPY");
-        assert_eq!((inserted.len(), copied.len()), (199, 398));
+        let copied = h.store.jobs_enqueue(twice).await.expect("the batch twice: COPY");
+        assert_eq!((inserted.len(), copied.len()), (small, 2 * small));
         let mut listed = std::collections::HashMap::new();
         let mut before = None;
         loop {
@@ -1872,15 +1874,15 @@ pg_test!(
                 None => break,
             }
         }
-        assert_eq!(listed.len(), 597);
+        assert_eq!(listed.len(), 3 * small);
         for (i, a) in inserted.iter().chain(&copied).enumerate() {
             let got = h.store.job_get(a.job.id).await.unwrap();
             assert_eq!(got, a.job, "job {i}: job_get differs from the answer");
             assert_eq!(listed[&a.job.id], a.job, "job {i}: list differs from the answer");
         }
-        for i in 0..199 {
+        for i in 0..small {
             let by_insert = stored_text(h.store.pool(), inserted[i].job.id).await;
-            for c in [i, i + 199] {
+            for c in [i, i + small] {
                 let by_copy = stored_text(h.store.pool(), copied[c].job.id).await;
                 assert_eq!(by_copy, by_insert, "job {i}: COPY stored it otherwise than INSERT");
             }
@@ -1963,7 +1965,7 @@ pg_test!(
     |factory| {
         let connect = bare_database(factory).await;
         let store = PgStore::connect_with(connect, unbounded_options()).await.unwrap();
-        for n in [199usize, 200, 1000] {
+        for n in [COPY_MIN_JOBS - 1, COPY_MIN_JOBS, 1000] {
             for _ in 0..3 {
                 let batch: Vec<NewJob> = (0..n).map(|i| NewJob::new(kind("work"), json!(i))).collect();
                 match store.jobs_enqueue(batch).await {
@@ -1976,7 +1978,7 @@ pg_test!(
 );
 
 pg_test!(
-    /// A COPY-sized batch (200+ ready jobs, no keys, no quota) holding one invalid job is
+    /// A COPY-sized batch (COPY_MIN_JOBS+ ready jobs, no keys, no quota) holding one invalid job is
     /// refused as InvalidInput naming that job's field, stores nothing, and leaves the
     /// connection usable (its validation overlaps the read of the store's clock, copy.rs); with
     /// the database unreachable the same batch is still InvalidInput, a valid one Unavailable.
@@ -2194,7 +2196,7 @@ pg_test!(
             Err(Error::Unavailable { message, .. }) => format!("Unavailable({message})"),
             Err(e) => format!("{e:?}"),
         };
-        for n in [199usize, 200, 20_000] {
+        for n in [COPY_MIN_JOBS - 1, COPY_MIN_JOBS, 20_000] {
             for bad_at in [0, n - 1] {
                 let batch: Vec<NewJob> = (0..n)
                     .map(|i| NewJob::new(kind("refused"), if i == bad_at { json!({"bad": 1}) } else { json!({"ok": i}) }))
@@ -2222,7 +2224,7 @@ pg_test!(
         let mut locker = sqlx::PgConnection::connect_with(&h.connect).await.unwrap();
         sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
         sqlx::query("LOCK TABLE drover.jobs IN SHARE MODE").execute(&mut locker).await.unwrap();
-        for n in [199usize, 200] {
+        for n in [COPY_MIN_JOBS - 1, COPY_MIN_JOBS] {
             let batch: Vec<NewJob> = (0..n).map(|i| NewJob::new(kind("locked"), json!(i))).collect();
             let said = describe(&store.jobs_enqueue(batch).await);
             assert!(said.starts_with("Unavailable(lock not available"), "{n} jobs under a lock: {said}");

@@ -38,12 +38,15 @@ use crate::connections::Conn;
 use crate::enqueue::{is_empty_object, Batch, Enqueue};
 use crate::error::SqlxResultExt;
 
-/// Smallest batch stored with COPY. Below it the INSERT's single round trip costs less than
-/// COPY's two extra ones. Measured on the bench machine (BENCHMARKS.md, 2026-12-02; the
-/// `enqueue-batch` workload, one producer, medians of 3 alternations): 100-job batches
-/// 19,400 jobs/s with COPY against 21,700 with the INSERT, 250-job batches 48,300 against
-/// 43,700, 1,000-job batches 62,100 against 53,500.
-pub(crate) const COPY_MIN_JOBS: usize = 200;
+/// Smallest batch the store's own enqueue stores with COPY (when [`copyable`]); smaller ones
+/// take the INSERT (enqueue.rs), whose single round trip costs less than COPY's extra ones.
+/// Measured on the bench machine (BENCHMARKS.md, 2026-12-04 23:30 UTC; the `enqueue-batch`
+/// workload with `--batch`, one producer, 20,000-30,000 jobs, medians of 3, INSERT against
+/// COPY): 20-job batches 33,600-34,000 jobs/s against 29,000-29,900, 30 jobs 40,300-41,200
+/// against 35,300-39,000, 50 and 64 jobs even (53,200-63,900 against 54,100-61,400), 80 jobs
+/// 64,900-65,100 against 69,600-74,200, 100 jobs 73,900 against 84,100, 150 jobs 81,200
+/// against 95,100.
+pub const COPY_MIN_JOBS: usize = 64;
 
 /// The columns every row carries, in the order [`encode`] writes them; `meta` and then
 /// `limit_keys` follow when some job of the batch has one. Four fixed statements (no SQL is

@@ -53,6 +53,7 @@ mod sql;
 mod store;
 mod transaction;
 
+pub use copy::COPY_MIN_JOBS;
 pub use listen::{CANCEL_CHANNEL, EVENT_BUFFER, JOBS_CHANNEL};
 pub use migrate::{applied_versions, migrate, migrations, AppliedMigration, Migration};
 pub use store::{
