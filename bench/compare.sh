@@ -7,13 +7,14 @@
 # once more, and prints Drover's figures (medians over both of its runs) as ratios to the best
 # peer's. See BENCHMARKS.md.
 #
-#   bash bench/compare.sh            # full: N=20000 jobs, REPS=3 (about 40 min on 2 cores)
+#   bash bench/compare.sh            # full: N=50000 jobs, REPS=3 (about 40 min on 2 cores)
 #   bash bench/compare.sh quick      # smoke: N=2000, REPS=1 (a few minutes once peers are built)
-#   N=50000 bash bench/compare.sh    # other job count (Drover and peers use the same N)
+#   N=20000 bash bench/compare.sh    # other job count (Drover and peers use the same N; 20,000
+#                                    # is the peers' own default)
 #   PEERS_JSONL=bench/results/<run>/peers.jsonl bash bench/compare.sh   # reuse a peers run
 #
 # Env: PGHOST PGPORT PGUSER PGPASSWORD (default 127.0.0.1 5432 postgres postgres);
-#      N (20000), REPS (3), PEERS (run-all.sh's list, default all: "floor gw pgboss awa river");
+#      N (50000: issue #7's 50,000 no-op jobs), REPS (3), PEERS (run-all.sh's list, default all: "floor gw pgboss awa river");
 #      PGB_C (8: pgbench clients, as many as Drover's producers), PGB_T (pgbench seconds);
 #      PEER_SRC (../shared/bench beside the repo), PEERS_DIR (bench/.peers: the peers' copy,
 #      kept between runs so npm packages and Rust builds are reused);
@@ -34,7 +35,7 @@ cd "$REPO"
 export PGHOST=${PGHOST:-127.0.0.1} PGPORT=${PGPORT:-5432} PGUSER=${PGUSER:-postgres} PGPASSWORD=${PGPASSWORD:-postgres}
 MODE=${1:-full}
 FAILED=""
-N=${N:-20000}; REPS=${REPS:-3}; PGB_C=${PGB_C:-8}
+N=${N:-50000}; REPS=${REPS:-3}; PGB_C=${PGB_C:-8}
 LAT_JOBS=${LAT_JOBS:-1000}; LAT_RATE=${LAT_RATE:-50}
 PEER_SRC=${PEER_SRC:-$REPO/../shared/bench}
 PEERS_DIR=${PEERS_DIR:-$REPO/bench/.peers}
