@@ -84,11 +84,15 @@ async fn sigkill_of_a_worker_mid_job_loses_no_job() {
     b.worker_started().await;
     let ids = db.enqueue_records(200, 150, 10).await;
 
-    // Mid-job: A runs jobs (its handlers have started) while others already finished.
+    // Mid-job: A runs jobs (its handlers have started) while others already finished. Checked
+    // with A frozen outside any statement, and killed frozen: nothing A does can record those
+    // jobs between the check and the kill (checked live, its completer could record them in
+    // between, and the kill would interrupt nothing).
     wait_until(
         "A's handlers to run jobs while others succeeded",
         WAIT,
         || async {
+            freeze_outside_a_transaction(&db, &a).await;
             let started_on_a: i64 = sqlx::query_scalar(
                 "SELECT count(*) FROM side_effects s JOIN drover.jobs j ON j.id = s.job_id \
              WHERE s.pid = $1 AND j.state = 'running' AND j.lease_owner = $2 \
@@ -99,7 +103,11 @@ async fn sigkill_of_a_worker_mid_job_loses_no_job() {
             .fetch_one(db.pool())
             .await
             .unwrap();
-            (started_on_a >= 2 && db.count("succeeded").await >= 10).then_some(())
+            if started_on_a >= 2 && db.count("succeeded").await >= 10 {
+                return Some(());
+            }
+            a.signal(Signal::CONT);
+            None
         },
     )
     .await;
