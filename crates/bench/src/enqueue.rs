@@ -29,8 +29,8 @@ pub fn bench_jobs(n: usize) -> Result<Vec<NewJob>, Error> {
 }
 
 /// Enqueues `n` jobs one per `job_enqueue` call from `producers` concurrent tasks (the first
-/// `n % producers` take one job more); returns the time from the common start until the last
-/// call returned. Jobs are built before the start.
+/// `n % producers` take one job more); returns the time from the first producer's start until
+/// the last call returned. Jobs are built before the start.
 ///
 /// # Errors
 /// The first enqueue error.
@@ -39,30 +39,52 @@ pub async fn single(
     n: usize,
     producers: usize,
 ) -> Result<Duration, Error> {
+    concurrent_calls(n, producers, move |job| {
+        let store = Arc::clone(&store);
+        async move { store.job_enqueue(job).await.map(drop) }
+    })
+    .await
+}
+
+/// [`single`]'s measurement with the call given: `n` jobs, one per `call`, from `producers`
+/// tasks released together. Each producer reads the clock when it is released and after its
+/// last call; the result runs from the earliest start to the latest end. (The releasing task
+/// reading the clock after the release would miss the work producers did before it was
+/// scheduled again: with a fast store, whole producers' shares.)
+async fn concurrent_calls<F, Fut>(n: usize, producers: usize, call: F) -> Result<Duration, Error>
+where
+    F: Fn(NewJob) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), Error>> + Send,
+{
     let producers = producers.clamp(1, n.max(1));
     let mut jobs = bench_jobs(n)?.into_iter();
-    let start = Arc::new(Barrier::new(producers + 1));
+    let start = Arc::new(Barrier::new(producers));
     let mut tasks = Vec::with_capacity(producers);
     for p in 0..producers {
         let share = n / producers + usize::from(p < n % producers);
         let mine: Vec<NewJob> = jobs.by_ref().take(share).collect();
-        let store = Arc::clone(&store);
+        let call = call.clone();
         let start = Arc::clone(&start);
         tasks.push(tokio::spawn(async move {
             start.wait().await;
+            let started = Instant::now();
             for job in mine {
-                store.job_enqueue(job).await?;
+                call(job).await?;
             }
-            Ok::<(), Error>(())
+            Ok::<(Instant, Instant), Error>((started, Instant::now()))
         }));
     }
-    start.wait().await;
-    let started = Instant::now();
+    let mut span: Option<(Instant, Instant)> = None;
     for task in tasks {
-        task.await
+        let (started, finished) = task
+            .await
             .map_err(|error| Error::fatal(format!("a producer task failed: {error}")))??;
+        span = Some(match span {
+            None => (started, finished),
+            Some((first, last)) => (first.min(started), last.max(finished)),
+        });
     }
-    Ok(started.elapsed())
+    Ok(span.map_or(Duration::ZERO, |(first, last)| last.duration_since(first)))
 }
 
 /// Enqueues `n` jobs in calls of `batch` jobs, one after another from one producer; returns
@@ -135,6 +157,33 @@ mod tests {
         let store = memory_store();
         batches(store.as_ref(), 2_500, 1_000).await.unwrap();
         assert_eq!(queued(store.as_ref()).await, (0..2_500).collect::<Vec<_>>());
+    }
+
+    /// A call that takes `duration` without yielding (a store that answers at once, like the
+    /// memory store, never yields either).
+    fn busy_for(duration: Duration) {
+        let until = Instant::now() + duration;
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn single_counts_the_work_producers_do_before_the_caller_runs_again() {
+        // On one thread the producer released last runs all its calls before any other task:
+        // all 40 calls run one after another, and the measurement must hold every one of
+        // them (read by the releasing task, it held none of the first producer's).
+        let per_call = Duration::from_millis(1);
+        let took = concurrent_calls(40, 2, move |_job| async move {
+            busy_for(per_call);
+            Ok(())
+        })
+        .await
+        .unwrap();
+        assert!(
+            took >= per_call * 40,
+            "measured {took:?} for 40 calls of {per_call:?}"
+        );
     }
 
     #[test]
