@@ -39,11 +39,21 @@ pub async fn single(
     n: usize,
     producers: usize,
 ) -> Result<Duration, Error> {
-    concurrent_calls(n, producers, move |job| {
-        let store = Arc::clone(&store);
-        async move { store.job_enqueue(job).await.map(drop) }
-    })
-    .await
+    concurrent_calls(n, producers, store).await
+}
+
+/// One call of the one-job-per-call workload: what [`concurrent_calls`] measures. Each producer
+/// holds a clone; a call borrows it, so nothing is cloned per job.
+trait EnqueueCall: Clone + Send + Sync + 'static {
+    /// Enqueues `job`.
+    fn call(&self, job: NewJob)
+        -> impl std::future::Future<Output = Result<(), Error>> + Send + '_;
+}
+
+impl EnqueueCall for Arc<dyn JobStore> {
+    async fn call(&self, job: NewJob) -> Result<(), Error> {
+        self.job_enqueue(job).await.map(drop)
+    }
 }
 
 /// [`single`]'s measurement with the call given: `n` jobs, one per `call`, from `producers`
@@ -51,11 +61,11 @@ pub async fn single(
 /// last call; the result runs from the earliest start to the latest end. (The releasing task
 /// reading the clock after the release would miss the work producers did before it was
 /// scheduled again: with a fast store, whole producers' shares.)
-async fn concurrent_calls<F, Fut>(n: usize, producers: usize, call: F) -> Result<Duration, Error>
-where
-    F: Fn(NewJob) -> Fut + Clone + Send + 'static,
-    Fut: std::future::Future<Output = Result<(), Error>> + Send,
-{
+async fn concurrent_calls(
+    n: usize,
+    producers: usize,
+    call: impl EnqueueCall,
+) -> Result<Duration, Error> {
     let producers = producers.clamp(1, n.max(1));
     let mut jobs = bench_jobs(n)?.into_iter();
     let start = Arc::new(Barrier::new(producers));
@@ -69,7 +79,7 @@ where
             start.wait().await;
             let started = Instant::now();
             for job in mine {
-                call(job).await?;
+                call.call(job).await?;
             }
             Ok::<(Instant, Instant), Error>((started, Instant::now()))
         }));
@@ -159,12 +169,18 @@ mod tests {
         assert_eq!(queued(store.as_ref()).await, (0..2_500).collect::<Vec<_>>());
     }
 
-    /// A call that takes `duration` without yielding (a store that answers at once, like the
-    /// memory store, never yields either).
-    fn busy_for(duration: Duration) {
-        let until = Instant::now() + duration;
-        while Instant::now() < until {
-            std::hint::spin_loop();
+    /// A call that takes its duration without yielding (a store that answers at once, like
+    /// the memory store, never yields either).
+    #[derive(Clone)]
+    struct Busy(Duration);
+
+    impl EnqueueCall for Busy {
+        async fn call(&self, _job: NewJob) -> Result<(), Error> {
+            let until = Instant::now() + self.0;
+            while Instant::now() < until {
+                std::hint::spin_loop();
+            }
+            Ok(())
         }
     }
 
@@ -174,12 +190,7 @@ mod tests {
         // all 40 calls run one after another, and the measurement must hold every one of
         // them (read by the releasing task, it held none of the first producer's).
         let per_call = Duration::from_millis(1);
-        let took = concurrent_calls(40, 2, move |_job| async move {
-            busy_for(per_call);
-            Ok(())
-        })
-        .await
-        .unwrap();
+        let took = concurrent_calls(40, 2, Busy(per_call)).await.unwrap();
         assert!(
             took >= per_call * 40,
             "measured {took:?} for 40 calls of {per_call:?}"
