@@ -1286,6 +1286,70 @@ pg_test!(
 );
 
 pg_test!(
+    /// A claim is dated after every change it saw: a slow-path claim (a `max_running` policy)
+    /// whose transaction began before the job holding the policy finished, and which admitted
+    /// the next job because it saw that finish, stamps the claimed job's attempted_at after the
+    /// holder's finished_at (stamped with the transaction's start, it came before it).
+    claim_after_a_finish_it_saw_is_dated_after_that_finish,
+    |factory| {
+        let h = factory.open_pg(unbounded_options()).await;
+        h.store
+            .limit_set(LimitPolicy::new(LimitKey::parse("kind:work").unwrap(), Some(1), None).unwrap())
+            .await
+            .unwrap();
+        h.store.job_enqueue(new_job("work")).await.unwrap();
+        let holder = h.store.jobs_claim(claim_params("w1", 1)).await.unwrap().jobs.remove(0);
+        let held = h.store.job_enqueue(new_job("work")).await.unwrap().job;
+        // Another session holds the policy row, so the next claim's transaction begins and
+        // then waits for the policy lock.
+        let blocker_options = h.connect.clone().application_name("drover-test-blocker");
+        let mut blocker = sqlx::PgConnection::connect_with(&blocker_options).await.unwrap();
+        let mut blocker_tx = blocker.begin().await.unwrap();
+        sqlx::query("SELECT 1 FROM drover.limits FOR UPDATE")
+            .execute(&mut *blocker_tx)
+            .await
+            .unwrap();
+        let store = h.store.clone();
+        let claim = tokio::spawn(async move { store.jobs_claim(claim_params("w2", 1)).await });
+        let database = h.database.clone();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            sqlx::query("SELECT pg_stat_clear_snapshot()")
+                .execute(&mut *blocker_tx)
+                .await
+                .unwrap();
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'drover' AND wait_event_type = 'Lock'",
+            )
+            .bind(&database)
+            .fetch_one(&mut *blocker_tx)
+            .await
+            .unwrap();
+            if waiting > 0 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the claim never waited for the policy lock");
+            tokio::task::yield_now().await;
+        }
+        // The holder finishes while the claim waits; then the policy lock is released.
+        h.store
+            .job_finish(holder.id, holder.fencing_token, drover_core::Finish::Succeeded { result: None })
+            .await
+            .unwrap();
+        blocker_tx.rollback().await.unwrap();
+        let claimed = claim.await.unwrap().unwrap().jobs;
+        assert_eq!(claimed.iter().map(|j| j.id).collect::<Vec<_>>(), vec![held.id]);
+        let finished_at = h.store.job_get(holder.id).await.unwrap().finished_at.unwrap();
+        let attempted_at = claimed[0].attempted_at.unwrap();
+        assert!(
+            attempted_at >= finished_at,
+            "the claim admitted by the finish is dated {attempted_at}, before the finish at {finished_at}"
+        );
+        assert!(claimed[0].lease_expires_at.unwrap() >= finished_at + chrono::Duration::seconds(60));
+    }
+);
+
+pg_test!(
     /// Terminating the store's connections (one of them blocked mid-call) gives Unavailable to
     /// the interrupted call; the next call succeeds on fresh connections.
     terminated_connections_are_unavailable_then_recover,

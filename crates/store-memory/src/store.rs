@@ -667,8 +667,8 @@ impl JobStore for MemoryStore {
 
     async fn limit_set(&self, policy: LimitPolicy) -> Result<LimitPolicy> {
         let policy = LimitPolicy::new(policy.key, policy.max_running, policy.rate)?;
-        let now = self.clock_now();
         let mut guard = self.inner.lock();
+        let now = self.clock_now();
         let inner = &mut *guard;
         match inner.limits.get_mut(&policy.key) {
             Some(stored) => {

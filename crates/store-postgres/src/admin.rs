@@ -294,7 +294,7 @@ pub(crate) async fn limits_list(conn: &mut PgConnection) -> Result<Vec<LimitStat
         return Ok(Vec::new());
     }
     let keys: Vec<&str> = rows.iter().map(|r| r.limit.key.as_str()).collect();
-    let running = running_counts(conn, &keys).await?;
+    let running = running_counts(conn, &keys).await?.running;
     rows.iter()
         .map(|row| {
             let policy = row.limit.policy()?;

@@ -8,7 +8,9 @@
 //!
 //! Slow path, one transaction, taken only when the fast path stopped at such a job before
 //! filling the claim: lock every policy row
-//! (key order), count running jobs per policy key, read candidates page by page in claim order
+//! (key order), count running jobs per policy key and read the clock after counting (the
+//! admission's time: the claimed jobs' attempted_at and lease start, and the readiness of
+//! candidates), read candidates page by page in claim order
 //! `FOR UPDATE SKIP LOCKED`, admit them in order with core's [`Admission`] (the same math as the
 //! memory store), then start the admitted jobs and store the policies' new GCRA times in one
 //! statement. Holding the policy locks until commit makes concurrent claimers see each other's
@@ -37,14 +39,6 @@ use crate::transaction::settle;
 
 /// Most candidates the slow path reads in one claim before giving up on filling it.
 const SCAN_MAX: usize = 10_000;
-
-/// A policy row locked by claim_policies.sql, with the database clock.
-#[derive(sqlx::FromRow)]
-struct LockedPolicy {
-    #[sqlx(flatten)]
-    limit: LimitRecord,
-    db_now: DateTime<Utc>,
-}
 
 /// A claim candidate (claim_candidates.sql).
 #[derive(sqlx::FromRow)]
@@ -195,25 +189,23 @@ async fn claim_with_limits_in(
     lease_us: i64,
 ) -> Result<Claimed, Error> {
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-    let policies = sqlx::query_as::<_, LockedPolicy>(sql::CLAIM_POLICIES)
+    let policies = sqlx::query_as::<_, LimitRecord>(sql::CLAIM_POLICIES)
         .fetch_all(&mut *conn)
         .await
         .store_err()?;
-    let now = match policies.first() {
-        Some(p) => p.db_now,
-        None => sqlx::query_scalar(sql::DB_NOW)
-            .fetch_one(&mut *conn)
-            .await
-            .store_err()?,
-    };
-    let keys: Vec<&str> = policies.iter().map(|p| p.limit.key.as_str()).collect();
-    let running = running_counts(conn, &keys).await?;
+    let keys: Vec<&str> = policies.iter().map(|p| p.key.as_str()).collect();
+    // The admission's clock is read after the counts, so the claimed jobs are dated after
+    // every finish the counts saw (the transaction's start can precede them).
+    let RunningCounts {
+        running,
+        db_now: now,
+    } = running_counts(conn, &keys).await?;
     let mut states = Vec::with_capacity(policies.len());
     for p in &policies {
         states.push(LimitState {
-            policy: p.limit.policy()?,
-            running: running.get(p.limit.key.as_str()).copied().unwrap_or(0),
-            rate_tat: p.limit.rate_tat,
+            policy: p.policy()?,
+            running: running.get(p.key.as_str()).copied().unwrap_or(0),
+            rate_tat: p.rate_tat,
         });
     }
     let mut admission = Admission::new(now, states);
@@ -230,6 +222,7 @@ async fn claim_with_limits_in(
             .bind(cursor.map(|c| c.0))
             .bind(cursor.map(|c| c.1))
             .bind(cursor.map(|c| c.2))
+            .bind(now)
             .fetch_all(&mut *conn)
             .await
             .store_err()?;
@@ -269,6 +262,7 @@ async fn claim_with_limits_in(
         .bind(lease_us)
         .bind(&tat_keys)
         .bind(&tats)
+        .bind(now)
         .fetch_all(&mut *conn)
         .await
         .store_err()?;
@@ -278,21 +272,29 @@ async fn claim_with_limits_in(
     })
 }
 
-/// Running jobs per limit key (limits_running.sql), for `keys`.
+/// Running jobs per limit key, and the database clock read after counting them.
+pub(crate) struct RunningCounts {
+    /// Running jobs per key; keys without running jobs are absent.
+    pub(crate) running: HashMap<String, u64>,
+    /// `clock_timestamp()` after the counts.
+    pub(crate) db_now: DateTime<Utc>,
+}
+
+/// Running jobs per limit key (limits_running.sql), for `keys`, in one round trip.
 pub(crate) async fn running_counts(
     conn: &mut sqlx::PgConnection,
     keys: &[&str],
-) -> Result<HashMap<String, u64>, Error> {
-    if keys.is_empty() {
-        return Ok(HashMap::new());
-    }
-    let rows: Vec<(String, i64)> = sqlx::query_as(sql::LIMITS_RUNNING)
-        .bind(keys)
-        .fetch_all(conn)
-        .await
-        .store_err()?;
-    Ok(rows
+) -> Result<RunningCounts, Error> {
+    let (names, counts, db_now): (Vec<String>, Vec<i64>, DateTime<Utc>) =
+        sqlx::query_as(sql::LIMITS_RUNNING)
+            .bind(keys)
+            .fetch_one(conn)
+            .await
+            .store_err()?;
+    let running = names
         .into_iter()
+        .zip(counts)
         .map(|(k, n)| (k, u64::try_from(n).unwrap_or(0)))
-        .collect())
+        .collect();
+    Ok(RunningCounts { running, db_now })
 }

@@ -2,6 +2,9 @@
 -- kinds in claim order (priority, run_at, id), skipping rows other claimers hold, and start
 -- them: attempt + 1, a new fencing token, the lease from the database clock. One index scan per
 -- queue (jobs_claim_idx) feeds the merge.
+-- The claim's time (attempted_at, the lease's start) is read from the clock once, while the
+-- statement runs, after its snapshot: `now()` is the transaction's start and can precede a
+-- change the claim saw.
 --
 -- Limits: a candidate subject to a limit policy (one of its effective keys, explicit
 -- limit_keys, kind:<kind> and queue:<queue>, has a policy) must be admitted atomically with the
@@ -11,7 +14,8 @@
 -- claimed, a row whose job columns are NULL carries `blocked`.
 --
 -- $1 queues text[], $2 kinds text[], $3 limit integer, $4 worker text, $5 lease_us bigint.
-WITH open_queues AS (
+WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS at),
+open_queues AS (
     SELECT q.name
     FROM unnest($1::text[]) AS q(name)
     WHERE NOT EXISTS (SELECT 1 FROM drover.queues p WHERE p.name = q.name AND p.paused)
@@ -51,8 +55,8 @@ claimed AS (
         attempt = j.attempt + 1,
         fencing_token = j.fencing_token + 1,
         lease_owner = $4,
-        lease_expires_at = now() + $5 * interval '1 microsecond',
-        attempted_at = now(),
+        lease_expires_at = (SELECT at FROM clock) + $5 * interval '1 microsecond',
+        attempted_at = (SELECT at FROM clock),
         cancel_requested = false
     FROM candidates c
     WHERE j.id = c.id

@@ -1,8 +1,9 @@
 -- Slow-path claim, step 3: start the admitted jobs (locked by claim_candidates.sql) and store
--- the policies' new GCRA times, in one statement.
+-- the policies' new GCRA times, in one statement. The jobs are dated by the admission's clock
+-- ($6, read after the running counts), not by the transaction's start.
 --
 -- $1 ids uuid[], $2 worker text, $3 lease_us bigint, $4 policy keys text[],
--- $5 new rate_tat timestamptz[].
+-- $5 new rate_tat timestamptz[], $6 admission time timestamptz.
 WITH tats AS (
     UPDATE drover.limits l
     SET rate_tat = u.tat
@@ -14,8 +15,8 @@ SET state = 'running',
     attempt = j.attempt + 1,
     fencing_token = j.fencing_token + 1,
     lease_owner = $2,
-    lease_expires_at = now() + $3 * interval '1 microsecond',
-    attempted_at = now(),
+    lease_expires_at = $6::timestamptz + $3 * interval '1 microsecond',
+    attempted_at = $6::timestamptz,
     cancel_requested = false
 WHERE j.id = ANY($1::uuid[]) AND j.state = 'queued'
 RETURNING j.*

@@ -4,6 +4,9 @@
 -- it is paused) and of the registered kinds in claim order (priority, run_at, id), skipping
 -- rows other claimers hold, and starts them: attempt + 1, a new fencing token, the lease from
 -- the database clock.
+-- The claim's time (attempted_at, the lease's start) is read from the clock once, while the
+-- statement runs, after its snapshot: `now()` is the transaction's start and can precede a
+-- change the claim saw.
 --
 -- The update finds the locked candidates by their tuple address (`ctid = ANY(ARRAY(...))`, a
 -- TID scan). Joined with the candidates instead, a large claim is planned as a hash join over
@@ -21,7 +24,8 @@
 -- nothing was claimed, a row whose job columns are NULL carries `blocked`.
 --
 -- $1 queue text, $2 kinds text[], $3 limit integer, $4 worker text, $5 lease_us bigint.
-WITH candidates AS (
+WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS at),
+candidates AS (
     SELECT j.ctid
     FROM drover.jobs j
     WHERE j.state = 'queued'
@@ -40,8 +44,8 @@ claimed AS (
         attempt = j.attempt + 1,
         fencing_token = j.fencing_token + 1,
         lease_owner = $4,
-        lease_expires_at = now() + $5 * interval '1 microsecond',
-        attempted_at = now(),
+        lease_expires_at = (SELECT at FROM clock) + $5 * interval '1 microsecond',
+        attempted_at = (SELECT at FROM clock),
         cancel_requested = false
     WHERE j.ctid = ANY (ARRAY(SELECT c.ctid FROM candidates c))
     RETURNING j.*
