@@ -1196,6 +1196,63 @@ async fn workers_list_shows_a_running_worker_until_it_stops() {
         .contains("no workers registered"));
 }
 
+/// The seed's scenario: `--queue lq --slots 1 --pool long:lq:1:sleep` with three long `sleep`
+/// jobs queued ahead of three `noop` jobs. The pool reserves `sleep` in `lq`, so the general
+/// pool's slot runs the `noop` jobs at once while one `sleep` runs in the reserved pool and the
+/// other two wait for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_reserving_a_kind_leaves_the_general_slots_to_the_other_kinds() {
+    let Some(db) = TestDb::migrated("pool_reserving_a_kind_leaves_general_slots").await else {
+        return;
+    };
+    let mut sleeps = Vec::new();
+    for _ in 0..3 {
+        // Far longer than the test: a sleep that finished would mean it ran in the general
+        // pool's slot and the noop jobs waited for it.
+        sleeps.push(
+            db.enqueue("sleep", r#"{"ms": 600000}"#, &["--queue", "lq"])
+                .await,
+        );
+    }
+    let mut noops = Vec::new();
+    for _ in 0..3 {
+        noops.push(db.enqueue("noop", "{}", &["--queue", "lq"]).await);
+    }
+    let mut worker = db.spawn(&[
+        "worker",
+        "--queue",
+        "lq",
+        "--slots",
+        "1",
+        "--pool",
+        "long:lq:1:sleep",
+        "--shutdown-grace",
+        "0s",
+    ]);
+    worker.worker_started().await;
+    db.wait_jobs(&noops, "succeeded", None, WAIT).await;
+    let mut states = Vec::new();
+    for id in &sleeps {
+        states.push(db.job_row(id).await.state);
+    }
+    states.sort();
+    assert_eq!(
+        states,
+        ["queued", "queued", "running"],
+        "{}",
+        worker.stderr()
+    );
+
+    // Stopped without grace: the running sleep is released without spending its attempt.
+    worker.signal(Signal::TERM);
+    assert!(
+        worker.wait_exit(WAIT).await.success(),
+        "{}",
+        worker.stderr()
+    );
+    db.wait_jobs(&sleeps, "queued", None, WAIT).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stock_worker_runs_builtin_kinds_and_cancel_stops_a_running_job() {
     let Some(db) =

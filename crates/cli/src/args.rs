@@ -200,8 +200,9 @@ pub struct WorkerArgs {
     pub prefetch: Option<usize>,
 
     /// An extra pool NAME:QUEUE[,QUEUE...]:SLOTS[:KIND[,KIND...]] (repeatable; SLOTS 1..=10000),
-    /// e.g. `long:reports:1:report.build` reserves one slot for a long-running kind. With --pool
-    /// and no --queue the worker serves only its pools (--slots applies to --queue).
+    /// e.g. `long:reports:1:report.build` reserves one slot for a long-running kind; pools
+    /// without KIND (--queue) then leave that kind in those queues to it. With --pool and no
+    /// --queue the worker serves only its pools (--slots applies to --queue).
     #[arg(long = "pool", value_name = "SPEC", value_parser = pool_spec)]
     pub pools: Vec<PoolConfig>,
 

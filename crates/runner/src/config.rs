@@ -73,8 +73,9 @@ pub const STORE_RETRY_MAX_DEFAULT: Duration = Duration::from_secs(10);
 ///
 /// Each queue of the pool gets its own claim loop with `slots_per_queue` slots, so a pool with
 /// `--slots 8 --queue default --queue mail` runs up to 16 jobs at once. A long-running kind can
-/// get its own pool (`kinds: Some(vec![kind])`, and the other pools list the remaining kinds)
-/// so it never starves the rest.
+/// get its own pool (`kinds: Some(vec![kind])`) so it never starves the rest: a pool with a
+/// kind filter reserves its kinds in its queues, and the general pools (no filter) of the same
+/// worker do not claim them there ([`WorkerConfig::kinds_to_claim`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PoolConfig {
@@ -84,7 +85,9 @@ pub struct PoolConfig {
     pub queues: Vec<QueueName>,
     /// Slots of each queue, 1..=10,000.
     pub slots_per_queue: usize,
-    /// Kinds this pool runs; `None` runs every registered kind. Each must be registered.
+    /// Kinds this pool runs; each must be registered. `None`: every registered kind except,
+    /// in each queue, the kinds that a pool of the same worker with a kind filter reserves
+    /// there.
     pub kinds: Option<Vec<JobKind>>,
     /// Claim-ahead of each queue: how many jobs beyond its free slots a claim may take while
     /// the queue's jobs are short (the last one ran under [`PREFETCH_RUN_MAX`]), 0..=10,000;
@@ -274,17 +277,53 @@ impl WorkerConfig {
             .collect()
     }
 
+    /// The kinds the claim loop of `pool` in `queue` claims, in registry order: a pool with a
+    /// kind filter claims the registered kinds it lists; a general pool (no filter) claims every
+    /// registered kind except those that a pool with a kind filter reserves in `queue`. So a
+    /// kind reserved in one queue is still claimed by general pools in the other queues, and
+    /// another process without the reserving pool claims it as usual.
+    pub fn kinds_to_claim(
+        &self,
+        pool: &PoolConfig,
+        queue: &QueueName,
+        registered: &[JobKind],
+    ) -> Vec<JobKind> {
+        match &pool.kinds {
+            Some(filter) => registered
+                .iter()
+                .filter(|kind| filter.contains(kind))
+                .cloned()
+                .collect(),
+            None => {
+                let reserved: HashSet<&JobKind> = self
+                    .pools
+                    .iter()
+                    .filter(|other| other.queues.contains(queue))
+                    .filter_map(|other| other.kinds.as_ref())
+                    .flatten()
+                    .collect();
+                registered
+                    .iter()
+                    .filter(|kind| !reserved.contains(kind))
+                    .cloned()
+                    .collect()
+            }
+        }
+    }
+
     /// Checks the configuration against the registry.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] naming the field: no pools; a pool without a name or queues,
-    /// with zero (or more than 10,000) slots, a prefetch above 10,000, with a repeated queue,
-    /// an empty kind filter, a kind filter naming an unregistered kind, or no registered kind
-    /// to claim at all; two pools with one name; `max_concurrent` outside 1..=1,000,000; a lease outside 100 ms..=24 h or not longer
-    /// than the heartbeat interval; a zero interval; `prune_limit` outside 1..=100,000;
-    /// `completer_batch` outside 1..=10,000; `worker_stale_after` not longer than the
-    /// heartbeat interval; `store_retry_min` above `store_retry_max`; a kind whose timeout
-    /// is zero.
+    /// [`Error::InvalidInput`] naming the field:
+    /// - pools: none; a pool without a name or queues, with zero (or more than 10,000) slots,
+    ///   a prefetch above 10,000, a repeated queue, an empty kind filter, a kind filter naming
+    ///   an unregistered kind, or no registered kind to claim (a general pool: in one of its
+    ///   queues, because pools with a kind filter reserve every registered kind there); two
+    ///   pools with one name;
+    /// - `max_concurrent` outside 1..=1,000,000; a lease outside 100 ms..=24 h or not longer
+    ///   than the heartbeat interval; a zero interval; `prune_limit` outside 1..=100,000; `completer_batch` outside 1..=10,000;
+    ///   `worker_stale_after` not longer than the heartbeat interval; `store_retry_min` above
+    ///   `store_retry_max`; a kind whose timeout is zero.
     pub fn validate(&self, registry: &Registry) -> Result<(), Error> {
         if self.pools.is_empty() {
             return Err(Error::invalid("pools", "at least one pool is needed"));
@@ -355,6 +394,25 @@ impl WorkerConfig {
                     field("kinds"),
                     format!(
                         "pool {:?} has no kind to claim: register a handler first",
+                        pool.name
+                    ),
+                ));
+            }
+        }
+        let registered = registry.kinds();
+        for (i, pool) in self.pools.iter().enumerate() {
+            if pool.kinds.is_some() {
+                continue;
+            }
+            if let Some(queue) = pool
+                .queues
+                .iter()
+                .find(|queue| self.kinds_to_claim(pool, queue, &registered).is_empty())
+            {
+                return Err(Error::invalid(
+                    format!("pools[{i}].queues"),
+                    format!(
+                        "pool {:?} has no kind to claim in queue {queue}: pools with a kind filter reserve every registered kind there",
                         pool.name
                     ),
                 ));
@@ -575,5 +633,44 @@ mod tests {
         let c = WorkerConfig::default();
         let empty = Registry::new();
         assert!(c.validate(&empty).is_err());
+
+        // A general pool left with no kind in one of its queues.
+        let c = WorkerConfig::with_pools(vec![
+            PoolConfig::new("general", vec![QueueName::default_queue()], 1),
+            PoolConfig::new("long", vec![QueueName::default_queue()], 1)
+                .with_kinds(vec![kind("a")]),
+        ]);
+        let err = c.validate(&registry()).unwrap_err().to_string();
+        assert!(
+            err.contains("pools[0].queues")
+                && err.contains("no kind to claim in queue default")
+                && err.contains("reserve every registered kind"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_kind_filter_reserves_its_kinds_in_its_queues_only() {
+        let registered = vec![kind("long"), kind("short"), kind("other")];
+        let (lq, mail) = (
+            QueueName::parse("lq").unwrap(),
+            QueueName::parse("mail").unwrap(),
+        );
+        let c = WorkerConfig::with_pools(vec![
+            PoolConfig::new("general", vec![lq.clone(), mail.clone()], 1),
+            PoolConfig::new("long", vec![lq.clone()], 1).with_kinds(vec![kind("long")]),
+            PoolConfig::new("both", vec![lq.clone()], 1)
+                .with_kinds(vec![kind("long"), kind("other")]),
+        ]);
+        let kinds =
+            |pool: usize, queue: &QueueName| c.kinds_to_claim(&c.pools[pool], queue, &registered);
+        assert_eq!(kinds(0, &lq), vec![kind("short")]);
+        assert_eq!(kinds(0, &mail), registered, "nothing is reserved in mail");
+        assert_eq!(kinds(1, &lq), vec![kind("long")]);
+        assert_eq!(
+            kinds(2, &lq),
+            vec![kind("long"), kind("other")],
+            "pools with filters may share a kind"
+        );
     }
 }

@@ -715,6 +715,10 @@ mod tests {
             (&["--queue", "x", "--queue", "x"], "invalid --queue: pool \"main\" lists queue x twice"),
             (&["--pool", "a:q,q:1"], "invalid --pool: pool \"a\" lists queue q twice"),
             (
+                &["--queue", "lq", "--pool", "long:lq:1:fail,noop,sleep"],
+                "invalid --queue: pool \"main\" has no kind to claim in queue lq: pools with a kind filter reserve every registered kind there",
+            ),
+            (
                 &["--pool", "a:q:1:email.send"],
                 "invalid --pool: pool \"a\" names kind email.send, which has no registered handler (kinds: fail, noop, sleep)",
             ),
@@ -725,6 +729,7 @@ mod tests {
         }
         check(&["--lease", "2s", "--heartbeat", "500ms"]).expect("valid");
         check(&["--queue", "x", "--pool", "other:q:1:sleep"]).expect("valid");
+        check(&["--queue", "lq", "--pool", "long:lq:1:sleep"]).expect("valid");
 
         // A registry without handlers is the embedding application's fault, not the flags'.
         let cli = Cli::try_parse_from(["drover", "worker"]).unwrap();
