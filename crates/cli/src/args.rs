@@ -224,11 +224,12 @@ pub struct WorkerArgs {
     #[arg(long = "allow-exec", value_name = "PROGRAM", value_parser = crate::builtin::parse_allow_exec)]
     pub allow_exec: Vec<PathBuf>,
 
-    /// Lease length, 100ms..=24h, longer than the heartbeat interval (default 60s).
+    /// Lease length, 100ms..=24h, at least three heartbeat intervals (default 60s).
     #[arg(long, value_parser = lease_duration, value_name = "DURATION")]
     pub lease: Option<Duration>,
 
-    /// Heartbeat interval, longer than zero and shorter than the lease (default 15s).
+    /// Heartbeat interval, longer than zero and at most a third of the lease, so one late
+    /// heartbeat never lets a running job's lease expire (default 15s).
     #[arg(long, value_parser = positive_duration, value_name = "DURATION")]
     pub heartbeat: Option<Duration>,
 
