@@ -360,6 +360,12 @@ pub struct EnqueueArgs {
         value_parser = integer_in::<usize>(1, BATCH_SIZE_MAX as i128)
     )]
     pub batch_size: usize,
+    /// With --file: when a pending quota (DROVER_MAX_PENDING, DROVER_MAX_TENANT_PENDING) is
+    /// full, wait for room as workers finish jobs and load the rest in file order, instead of
+    /// rejecting those lines. A stop signal (Ctrl-C) ends the load before the next line,
+    /// saying where to resume.
+    #[arg(long, requires = "file")]
+    pub wait_for_room: bool,
 }
 
 /// `drover jobs ...`

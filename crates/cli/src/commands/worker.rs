@@ -215,6 +215,8 @@ pub enum Finishing {
     RunningJobs,
     /// Only the HTTP API runs: it finishes the requests in flight.
     Requests,
+    /// `drover enqueue --file --wait-for-room`: it sends no further line.
+    Load,
 }
 
 /// Cancels `token` on SIGTERM or Ctrl-C; a second signal exits at once (exit code 130).
@@ -232,6 +234,11 @@ pub fn shutdown_on_signals(token: CancellationToken, finishing: Finishing) {
             "; unfinished jobs are rescued after their lease expires",
         ),
         Finishing::Requests => ("requests in flight", "", ""),
+        Finishing::Load => (
+            "the batch in flight",
+            "no further line is sent; ",
+            "; the batch in flight may or may not be stored",
+        ),
     };
     tokio::spawn(async move {
         signals.next().await;
