@@ -223,7 +223,7 @@ pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()>
     let registry = Arc::new(registry);
 
     let counter = Arc::new(DevCounter::default());
-    let process = ProcessMetrics::default();
+    let process = ProcessMetrics::new(registry.kinds());
     let metrics = Arc::new(DevMetrics {
         counter: counter.clone(),
         process: process.clone(),

@@ -410,7 +410,7 @@ pub async fn run(ctx: &Ctx, args: WorkerArgs, extensions: Extensions) -> Result<
         .await?;
     let store: Arc<dyn JobStore> = Arc::new(pg.clone());
     store.check_ready().await.map_err(|e| ctx.explain(e))?;
-    let metrics = ProcessMetrics::default();
+    let metrics = ProcessMetrics::new(registry.kinds());
     let shutdown = CancellationToken::new();
     shutdown_on_signals(shutdown.clone(), Finishing::RunningJobs);
     let server = match args.metrics_listen {
