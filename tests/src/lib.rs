@@ -199,6 +199,7 @@ macro_rules! runner_suite {
             runner_late_completion_after_lease_loss_is_rejected,
             runner_progress_and_meta_are_saved_by_heartbeats,
             runner_long_kind_in_its_own_pool_cannot_starve_the_others,
+            runner_a_kind_reserved_by_a_pool_is_left_to_it_by_the_general_pool,
             runner_max_concurrent_caps_executions_over_all_pools,
             runner_retention_prunes_old_terminal_jobs_and_never_live_ones,
             runner_reconcile_sweep_resolves_a_rescued_reconciling_job,

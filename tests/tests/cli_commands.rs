@@ -760,25 +760,29 @@ async fn snapshot_and_metrics_count_per_queue_and_state() {
         "{table}"
     );
 
+    // No worker serves mail or later: their jobs are summed under queue="(other)".
     let metrics = db.ok(&["metrics"]).await;
-    assert!(metrics.contains("drover_jobs{"), "{metrics}");
-    assert!(
-        metrics.contains(r#"drover_jobs{queue="mail",state="queued"} 2"#),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains(r#"drover_jobs{queue="later",state="cancelled"} 1"#),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains(r#"drover_queue_paused{queue="mail"} 0"#),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains("drover_queue_lag_seconds{queue=\"mail\"}"),
-        "{metrics}"
-    );
+    for line in [
+        r#"drover_jobs{queue="(other)",state="queued"} 3"#,
+        r#"drover_jobs{queue="(other)",state="cancelled"} 1"#,
+        r#"drover_queue_paused{queue="(other)"} 0"#,
+        "drover_queue_lag_seconds{queue=\"(other)\"}",
+    ] {
+        assert!(metrics.contains(line), "{line} in\n{metrics}");
+    }
+    assert!(!metrics.contains(r#"queue="mail""#), "{metrics}");
     assert!(metrics.trim_end().ends_with("# EOF"), "{metrics}");
+    // A paused queue has series of its own.
+    db.ok(&["queues", "pause", "later"]).await;
+    let metrics = db.ok(&["metrics"]).await;
+    for line in [
+        r#"drover_jobs{queue="(other)",state="queued"} 2"#,
+        r#"drover_jobs{queue="later",state="queued"} 1"#,
+        r#"drover_jobs{queue="later",state="cancelled"} 1"#,
+        r#"drover_queue_paused{queue="later"} 1"#,
+    ] {
+        assert!(metrics.contains(line), "{line} in\n{metrics}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -884,6 +888,104 @@ async fn bulk_enqueue_reports_bad_lines_and_loads_the_rest() {
         .run(&["enqueue", "--file", file.arg(), "--queue", "mail"])
         .await;
     assert_eq!(out.status.code(), Some(2), "a usage error");
+}
+
+/// A file larger than the tenant's quota: the refused lines are reported in one line per rule
+/// (the first line numbers and a count), not one line each; with `--wait-for-room` a stop
+/// signal while the load waits ends it with the line to resume from, and with a worker making
+/// room the whole file loads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_larger_than_a_quota_is_summarised_or_loaded_as_room_frees() {
+    let Some(db) = TestDb::migrated("a_file_larger_than_a_quota").await else {
+        return;
+    };
+    let lines: Vec<String> = (1..=200)
+        .map(|n| format!(r#"{{"kind": "noop", "meta": {{"line": {n}}}}}"#))
+        .collect();
+    let file = TempFile::new("over_quota.jsonl", &(lines.join("\n") + "\n"));
+    let under_quota = |args: &[&str]| {
+        let mut command = db.command(args);
+        command
+            .env("DROVER_MAX_TENANT_PENDING", "50")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        command
+    };
+
+    // Refused lines: one summary line for the quota, with what to do about it.
+    let out = under_quota(&["enqueue", "--file", file.arg(), "--batch-size", "20"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout.contains("50 enqueued, 0 replayed, 0 duplicate, 150 rejected"),
+        "{stdout}"
+    );
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "a summary and the exit message:\n{stderr}");
+    assert!(
+        lines[0].starts_with(
+            "drover: lines 51, 52, 53, 54, 55 and 145 more (150 lines): quota exceeded: max_tenant_pending of tenant default allows 50 pending jobs"
+        ) && lines[0].ends_with("(--wait-for-room loads such lines as jobs finish and make room)"),
+        "{stderr}"
+    );
+    assert!(lines[1].contains("150 line(s) of"), "{stderr}");
+    assert_eq!(db.count("queued").await, 50);
+    sqlx::query("DELETE FROM drover.jobs")
+        .execute(db.pool())
+        .await
+        .unwrap();
+
+    // Waiting for room with no worker: the first 50 load, then a stop signal ends the wait.
+    let args = ["enqueue", "--file", file.arg(), "--wait-for-room"];
+    let mut load = cli_support::Process::spawn(under_quota(&args), &args);
+    wait_until("50 jobs loaded", WAIT, || async {
+        (db.count("queued").await == 50).then_some(())
+    })
+    .await;
+    load.signal(Signal::INT);
+    let status = load.wait_exit(WAIT).await;
+    assert_eq!(status.code(), Some(1), "{}", load.stderr());
+    let stderr = load.stderr();
+    assert!(
+        stderr.contains(&format!(
+            "interrupted at line 51 of {}: every line before 51 is settled",
+            file.arg()
+        )) && stderr.contains(&format!(
+            "tail -n +51 {} | drover enqueue --file - --wait-for-room",
+            file.arg()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(db.count("queued").await, 50, "nothing more was sent");
+
+    // With a worker making room, the whole file loads (and no bar is drawn on a pipe).
+    let mut worker = db.spawn(&["worker", "--queue", "default"]);
+    worker.worker_started().await;
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        under_quota(&["enqueue", "--file", file.arg(), "--wait-for-room"]).output(),
+    )
+    .await
+    .expect("the load ends")
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("200 enqueued, 0 replayed, 0 duplicate, 0 rejected"),
+        "{stdout}"
+    );
+    assert!(stderr.is_empty(), "{stderr}");
+    wait_until("every job to succeed", WAIT, || async {
+        (db.count("succeeded").await == 250).then_some(())
+    })
+    .await;
+    worker.signal(Signal::TERM);
+    assert!(worker.wait_exit(WAIT).await.success());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1194,6 +1296,63 @@ async fn workers_list_shows_a_running_worker_until_it_stops() {
         .ok(&["workers", "list"])
         .await
         .contains("no workers registered"));
+}
+
+/// The seed's scenario: `--queue lq --slots 1 --pool long:lq:1:sleep` with three long `sleep`
+/// jobs queued ahead of three `noop` jobs. The pool reserves `sleep` in `lq`, so the general
+/// pool's slot runs the `noop` jobs at once while one `sleep` runs in the reserved pool and the
+/// other two wait for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_reserving_a_kind_leaves_the_general_slots_to_the_other_kinds() {
+    let Some(db) = TestDb::migrated("pool_reserving_a_kind_leaves_general_slots").await else {
+        return;
+    };
+    let mut sleeps = Vec::new();
+    for _ in 0..3 {
+        // Far longer than the test: a sleep that finished would mean it ran in the general
+        // pool's slot and the noop jobs waited for it.
+        sleeps.push(
+            db.enqueue("sleep", r#"{"ms": 600000}"#, &["--queue", "lq"])
+                .await,
+        );
+    }
+    let mut noops = Vec::new();
+    for _ in 0..3 {
+        noops.push(db.enqueue("noop", "{}", &["--queue", "lq"]).await);
+    }
+    let mut worker = db.spawn(&[
+        "worker",
+        "--queue",
+        "lq",
+        "--slots",
+        "1",
+        "--pool",
+        "long:lq:1:sleep",
+        "--shutdown-grace",
+        "0s",
+    ]);
+    worker.worker_started().await;
+    db.wait_jobs(&noops, "succeeded", None, WAIT).await;
+    let mut states = Vec::new();
+    for id in &sleeps {
+        states.push(db.job_row(id).await.state);
+    }
+    states.sort();
+    assert_eq!(
+        states,
+        ["queued", "queued", "running"],
+        "{}",
+        worker.stderr()
+    );
+
+    // Stopped without grace: the running sleep is released without spending its attempt.
+    worker.signal(Signal::TERM);
+    assert!(
+        worker.wait_exit(WAIT).await.success(),
+        "{}",
+        worker.stderr()
+    );
+    db.wait_jobs(&sleeps, "queued", None, WAIT).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

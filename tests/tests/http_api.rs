@@ -106,6 +106,7 @@ http_cases!(
         workers_are_listed,
         ready_and_openapi_need_no_token,
         metrics_need_a_token_of_every_tenant,
+        metrics_label_sets_do_not_grow_with_what_producers_enqueue,
         global_quota_answers_429,
         tenant_quota_answers_429,
         retry_rechecks_quotas,

@@ -830,6 +830,7 @@ proptest::proptest! {
             limit_keys: limit_key.into_iter().collect(),
             file: None,
             batch_size: 1000,
+            wait_for_room: false,
         };
         match drover_cli::commands::enqueue::job_from_flags(&enqueue) {
             Ok(job) => {

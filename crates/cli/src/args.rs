@@ -200,8 +200,9 @@ pub struct WorkerArgs {
     pub prefetch: Option<usize>,
 
     /// An extra pool NAME:QUEUE[,QUEUE...]:SLOTS[:KIND[,KIND...]] (repeatable; SLOTS 1..=10000),
-    /// e.g. `long:reports:1:report.build` reserves one slot for a long-running kind. With --pool
-    /// and no --queue the worker serves only its pools (--slots applies to --queue).
+    /// e.g. `long:reports:1:report.build` reserves one slot for a long-running kind; pools
+    /// without KIND (--queue) then leave that kind in those queues to it. With --pool and no
+    /// --queue the worker serves only its pools (--slots applies to --queue).
     #[arg(long = "pool", value_name = "SPEC", value_parser = pool_spec)]
     pub pools: Vec<PoolConfig>,
 
@@ -223,11 +224,12 @@ pub struct WorkerArgs {
     #[arg(long = "allow-exec", value_name = "PROGRAM", value_parser = crate::builtin::parse_allow_exec)]
     pub allow_exec: Vec<PathBuf>,
 
-    /// Lease length, 100ms..=24h, longer than the heartbeat interval (default 60s).
+    /// Lease length, 100ms..=24h, at least three heartbeat intervals (default 60s).
     #[arg(long, value_parser = lease_duration, value_name = "DURATION")]
     pub lease: Option<Duration>,
 
-    /// Heartbeat interval, longer than zero and shorter than the lease (default 15s).
+    /// Heartbeat interval, longer than zero and at most a third of the lease, so one late
+    /// heartbeat never lets a running job's lease expire (default 15s).
     #[arg(long, value_parser = positive_duration, value_name = "DURATION")]
     pub heartbeat: Option<Duration>,
 
@@ -358,6 +360,12 @@ pub struct EnqueueArgs {
         value_parser = integer_in::<usize>(1, BATCH_SIZE_MAX as i128)
     )]
     pub batch_size: usize,
+    /// With --file: when a pending quota (DROVER_MAX_PENDING, DROVER_MAX_TENANT_PENDING) is
+    /// full, wait for room as workers finish jobs and load the rest in file order, instead of
+    /// rejecting those lines. A stop signal (Ctrl-C) ends the load before the next line,
+    /// saying where to resume.
+    #[arg(long, requires = "file")]
+    pub wait_for_room: bool,
 }
 
 /// `drover jobs ...`

@@ -47,6 +47,85 @@ pub struct RejectedLine {
     pub line: usize,
     /// Why.
     pub error: String,
+    /// The rule the line broke, for grouping lines refused for the same reason (see
+    /// [`report_rejected`]): the message itself, except where the message carries counts
+    /// that change from line to line (a quota's pending jobs).
+    #[serde(skip)]
+    pub rule: String,
+}
+
+impl RejectedLine {
+    /// Line `line`, rejected for `error`.
+    pub fn new(line: usize, error: impl Into<String>) -> Self {
+        let error = error.into();
+        RejectedLine {
+            line,
+            rule: error.clone(),
+            error,
+        }
+    }
+
+    /// Line `line`, which the store refused with `error`: refusals by one quota share a rule
+    /// whatever the counts in their messages.
+    pub fn refused(line: usize, error: &drover_core::Error) -> Self {
+        let mut rejected = RejectedLine::new(line, error.to_string());
+        if let drover_core::Error::QuotaExceeded { quota, max, .. } = error {
+            rejected.rule = format!("quota {quota} {max}");
+        }
+        rejected
+    }
+}
+
+/// How many line numbers [`report_rejected`] shows for a rule that many lines broke.
+pub const REJECTED_LINES_SHOWN: usize = 5;
+
+/// The rejected lines as one message per rule they broke, in the order of each rule's first
+/// line: `line 7: REASON` for a rule one line broke, else `lines 51, 52, 53, 54, 55 and 145
+/// more (150 lines): REASON` (the first [`REJECTED_LINES_SHOWN`] numbers; REASON is the first
+/// line's message). `hint` says what to do about a rule, when there is something to say.
+pub fn report_rejected(
+    rejected: &[RejectedLine],
+    hint: impl Fn(&RejectedLine) -> Option<String>,
+) -> Vec<String> {
+    let mut sorted: Vec<&RejectedLine> = rejected.iter().collect();
+    sorted.sort_by_key(|r| r.line);
+    let mut groups: Vec<(&RejectedLine, Vec<usize>)> = Vec::new();
+    let mut by_rule: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for r in sorted {
+        match by_rule.get(r.rule.as_str()) {
+            Some(&group) => groups[group].1.push(r.line),
+            None => {
+                by_rule.insert(r.rule.as_str(), groups.len());
+                groups.push((r, vec![r.line]));
+            }
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(first, lines)| {
+            let hint = hint(first).map(|h| format!(" ({h})")).unwrap_or_default();
+            if let [line] = lines[..] {
+                return format!("line {line}: {}{hint}", first.error);
+            }
+            let shown: Vec<String> = lines
+                .iter()
+                .take(REJECTED_LINES_SHOWN)
+                .map(ToString::to_string)
+                .collect();
+            let more = lines.len().saturating_sub(REJECTED_LINES_SHOWN);
+            let more = if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            };
+            format!(
+                "lines {}{more} ({} lines): {}{hint}",
+                shown.join(", "),
+                lines.len(),
+                first.error
+            )
+        })
+        .collect()
 }
 
 /// A parsed file: the jobs with their line numbers, and the rejected lines.
@@ -148,19 +227,17 @@ pub fn read(mut reader: impl BufRead) -> std::io::Result<JobFile> {
     while let Some(too_long) = next_line(&mut reader, &mut bytes)? {
         number += 1;
         if too_long {
-            file.rejected.push(RejectedLine {
-                line: number,
-                error: format!(
+            file.rejected.push(RejectedLine::new(
+                number,
+                format!(
                     "the line is longer than {LINE_BYTES_MAX} bytes (4 MiB), the most a job line may be"
                 ),
-            });
+            ));
             continue;
         }
         let Ok(text) = std::str::from_utf8(&bytes) else {
-            file.rejected.push(RejectedLine {
-                line: number,
-                error: "not valid UTF-8".to_owned(),
-            });
+            file.rejected
+                .push(RejectedLine::new(number, "not valid UTF-8"));
             continue;
         };
         let text = text.trim();
@@ -169,10 +246,7 @@ pub fn read(mut reader: impl BufRead) -> std::io::Result<JobFile> {
         }
         match parse_line(text) {
             Ok(job) => file.jobs.push((number, job)),
-            Err(error) => file.rejected.push(RejectedLine {
-                line: number,
-                error,
-            }),
+            Err(error) => file.rejected.push(RejectedLine::new(number, error)),
         }
     }
     Ok(file)
@@ -181,6 +255,36 @@ pub fn read(mut reader: impl BufRead) -> std::io::Result<JobFile> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lines_refused_by_one_rule_are_reported_once() {
+        let quota = |current| drover_core::Error::QuotaExceeded {
+            quota: drover_core::Quota::Tenant("acme".to_owned()),
+            current,
+            max: 50,
+        };
+        let mut rejected = vec![RejectedLine::new(3, "not valid UTF-8")];
+        // The counts in the quota's message change from line to line; the rule does not.
+        rejected.extend(
+            (51..=200).map(|line| RejectedLine::refused(line, &quota(50 + line as u64 % 2))),
+        );
+        rejected.push(RejectedLine::new(9, "not valid UTF-8"));
+        rejected.push(RejectedLine::new(4, "invalid kind"));
+        let hint = |r: &RejectedLine| r.error.contains("quota").then(|| "wait".to_owned());
+        let report = report_rejected(&rejected, hint);
+        assert_eq!(
+            report,
+            vec![
+                "lines 3, 9 (2 lines): not valid UTF-8".to_owned(),
+                "line 4: invalid kind".to_owned(),
+                format!(
+                    "lines 51, 52, 53, 54, 55 and 145 more (150 lines): {} (wait)",
+                    quota(51)
+                ),
+            ]
+        );
+        assert!(report_rejected(&[], hint).is_empty());
+    }
 
     #[test]
     fn reports_bad_lines_and_keeps_the_rest() {

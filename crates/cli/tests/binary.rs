@@ -326,7 +326,30 @@ fn usage_errors_exit_2() {
         ),
         (
             &["worker", "--lease", "10s"],
-            &["--lease 10s must be longer than --heartbeat 15s"],
+            &["--heartbeat 15s (the default) must be at most a third of --lease 10s"],
+        ),
+        (
+            &["worker", "--heartbeat", "30s"],
+            &[
+                "--heartbeat 30s must be at most a third of --lease 1m (the default) (at most 20s)",
+                "one late heartbeat can let the lease expire",
+            ],
+        ),
+        (
+            &[
+                "serve",
+                "--insecure-no-auth",
+                "--worker",
+                "--lease",
+                "2s",
+                "--heartbeat",
+                "1s",
+            ],
+            &["--heartbeat 1s must be at most a third of --lease 2s"],
+        ),
+        (
+            &["dev", "--lease", "90s", "--heartbeat", "31s"],
+            &["--heartbeat 31s must be at most a third of --lease 1m 30s"],
         ),
         (
             &["worker", "--heartbeat", "0s"],

@@ -3,15 +3,25 @@
 //!
 //! Labels are queue names, states, kinds and outcomes only: never args, results or tenants.
 //!
+//! Queue and kind names come from callers (any producer may enqueue to a new queue or kind),
+//! so those labels are bounded; every other value is counted under [`OTHER_LABEL`]:
+//!
+//! | Label | Own series | Source |
+//! |---|---|---|
+//! | `queue` | `default`, queues that a registered worker serves, paused queues | [`scrape`] |
+//! | `kind` | kinds this process registers ([`ProcessMetrics::new`]) | [`ProcessMetrics`] |
+//!
+//! and at most [`LABEL_VALUES_MAX`] values each (the first in name order).
+//!
 //! The text is deterministic: the same state renders the same bytes. Metric families come in
 //! a fixed order, each series' labels in a fixed order (the fields of its label struct), and
 //! the series of a family sorted by their label values (`SortedFamily`; prometheus-client's
 //! own `Family` keeps them in a `HashMap`, whose order changes from one process to the next).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, PoisonError, RwLock};
 
-use drover_core::{JobState, Snapshot};
+use drover_core::{JobKind, JobState, JobStore, QueueName, QueueSnapshot, Snapshot, WorkerInfo};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -22,6 +32,37 @@ use prometheus_client::registry::Registry;
 
 /// The content type of [`render`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The label value that stands for every queue (or kind) without a series of its own. No
+/// queue or kind can be named so (names cannot hold parentheses).
+pub const OTHER_LABEL: &str = "(other)";
+
+/// Most values of one label (`queue`, `kind`) with series of their own; beyond it the values
+/// last in name order are counted under [`OTHER_LABEL`] too.
+pub const LABEL_VALUES_MAX: usize = 1_000;
+
+/// The values a label may take (at most [`LABEL_VALUES_MAX`], the first in name order); any
+/// other value is counted under [`OTHER_LABEL`]. Cheap to clone (shared).
+#[derive(Debug, Clone, Default)]
+struct LabelValues(Arc<HashSet<String>>);
+
+impl LabelValues {
+    fn new(values: impl IntoIterator<Item = String>) -> Self {
+        let sorted: BTreeSet<String> = values.into_iter().collect();
+        LabelValues(Arc::new(
+            sorted.into_iter().take(LABEL_VALUES_MAX).collect(),
+        ))
+    }
+
+    /// `value` when it has series of its own, else [`OTHER_LABEL`].
+    fn label<'a>(&self, value: &'a str) -> &'a str {
+        if self.0.contains(value) {
+            value
+        } else {
+            OTHER_LABEL
+        }
+    }
+}
 
 /// A family of series keyed by label set, like prometheus-client's `Family`, but encoded in
 /// the order of its label sets (their fields compared in declaration order), so a render
@@ -123,12 +164,17 @@ fn duration_histogram() -> Histogram {
 
 /// Counters of one process's job activity, exported with the queue gauges. Cheap to clone
 /// (shared); safe to use from many tasks.
+///
+/// The `kind` label names only the kinds given to [`ProcessMetrics::new`] (the kinds this
+/// process registers): a job of any other kind (enqueued through the API, rescued from
+/// another worker) is counted under `kind="(other)"`, so callers cannot grow the label set.
 #[derive(Clone)]
 pub struct ProcessMetrics {
     inner: Arc<ProcessInner>,
 }
 
 struct ProcessInner {
+    kinds: LabelValues,
     outcomes: SortedFamily<KindOutcomeLabels, Counter>,
     enqueued: SortedFamily<KindLabels, Counter>,
     started: SortedFamily<KindLabels, Counter>,
@@ -137,9 +183,19 @@ struct ProcessInner {
 }
 
 impl Default for ProcessMetrics {
+    /// Counters that name no kind: every job is counted under `kind="(other)"`.
     fn default() -> Self {
+        ProcessMetrics::new(Vec::new())
+    }
+}
+
+impl ProcessMetrics {
+    /// Counters whose `kind` label names `kinds` (at most [`LABEL_VALUES_MAX`]; give the kinds
+    /// this process registers) and counts every other kind under `kind="(other)"`.
+    pub fn new(kinds: impl IntoIterator<Item = JobKind>) -> Self {
         ProcessMetrics {
             inner: Arc::new(ProcessInner {
+                kinds: LabelValues::new(kinds.into_iter().map(|kind| kind.as_str().to_owned())),
                 outcomes: SortedFamily::default(),
                 enqueued: SortedFamily::default(),
                 started: SortedFamily::default(),
@@ -157,52 +213,46 @@ impl std::fmt::Debug for ProcessMetrics {
 }
 
 impl ProcessMetrics {
+    /// The `kind` label of `kind`: itself when it has series of its own, else `(other)`.
+    fn kind_labels(&self, kind: &str) -> KindLabels {
+        KindLabels {
+            kind: self.inner.kinds.label(kind).to_owned(),
+        }
+    }
+
     /// Counts a job of `kind` ending a run with `outcome` (`succeeded`, `retried`, `failed`,
     /// `cancelled`, `snoozed`, `released`, `lease_lost`) after `seconds` of handler time.
     pub fn record_outcome(&self, kind: &str, outcome: &str, seconds: f64) {
+        let labels = self.kind_labels(kind);
+        self.inner.durations.with(&labels, |h| h.observe(seconds));
         self.inner.outcomes.with(
             &KindOutcomeLabels {
-                kind: kind.to_owned(),
+                kind: labels.kind,
                 outcome: outcome.to_owned(),
             },
             |c| c.inc(),
-        );
-        self.inner.durations.with(
-            &KindLabels {
-                kind: kind.to_owned(),
-            },
-            |h| h.observe(seconds),
         );
     }
 
     /// Counts an enqueued job.
     pub fn record_enqueued(&self, kind: &str) {
-        self.inner.enqueued.with(
-            &KindLabels {
-                kind: kind.to_owned(),
-            },
-            |c| c.inc(),
-        );
+        self.inner
+            .enqueued
+            .with(&self.kind_labels(kind), |c| c.inc());
     }
 
     /// Counts a started run.
     pub fn record_started(&self, kind: &str) {
-        self.inner.started.with(
-            &KindLabels {
-                kind: kind.to_owned(),
-            },
-            |c| c.inc(),
-        );
+        self.inner
+            .started
+            .with(&self.kind_labels(kind), |c| c.inc());
     }
 
     /// Counts a rescued lease.
     pub fn record_rescued(&self, kind: &str) {
-        self.inner.rescued.with(
-            &KindLabels {
-                kind: kind.to_owned(),
-            },
-            |c| c.inc(),
-        );
+        self.inner
+            .rescued
+            .with(&self.kind_labels(kind), |c| c.inc());
     }
 
     fn register(&self, registry: &mut Registry) {
@@ -263,38 +313,111 @@ impl drover_runner::Metrics for ProcessMetrics {
     }
 }
 
+/// The queues with series of their own on a metrics page (see the module doc): `default`,
+/// the queues `workers` serve, and the queues `snapshot` shows paused; at most
+/// [`LABEL_VALUES_MAX`] of them, the first in name order.
+pub fn labelled_queues(snapshot: &Snapshot, workers: &[WorkerInfo]) -> BTreeSet<QueueName> {
+    let mut queues: BTreeSet<QueueName> = workers
+        .iter()
+        .flat_map(|worker| worker.queues.iter().cloned())
+        .chain(
+            snapshot
+                .queues
+                .iter()
+                .filter(|q| q.paused)
+                .map(|q| q.queue.clone()),
+        )
+        .collect();
+    queues.insert(QueueName::default_queue());
+    queues.into_iter().take(LABEL_VALUES_MAX).collect()
+}
+
+/// Reads the snapshot and the worker list from `store` and renders them with `process`
+/// ([`render`], with the queues of [`labelled_queues`]): what `GET /metrics` and
+/// `drover metrics` answer.
+///
+/// # Errors
+/// The store's error.
+pub async fn scrape(
+    store: &dyn JobStore,
+    process: Option<&ProcessMetrics>,
+) -> Result<String, drover_core::Error> {
+    let snapshot = store.queue_snapshot().await?;
+    let workers = store.workers_list().await?;
+    Ok(render(
+        &snapshot,
+        &labelled_queues(&snapshot, &workers),
+        process,
+    ))
+}
+
+/// One queue's gauges, or the sum of several queues' under [`OTHER_LABEL`].
+#[derive(Default)]
+struct QueueGauges {
+    counts: BTreeMap<JobState, u64>,
+    ready: u64,
+    running: u64,
+    /// The oldest ready job's age (the largest of the queues').
+    lag_ms: Option<u64>,
+    /// 1 when the queue (any of the queues) is paused.
+    paused: bool,
+}
+
+impl QueueGauges {
+    fn add(&mut self, q: &QueueSnapshot) {
+        for (state, count) in &q.counts {
+            *self.counts.entry(*state).or_default() += count;
+        }
+        self.ready += q.ready;
+        self.running += q.running;
+        self.lag_ms = self.lag_ms.max(q.oldest_ready_age_ms);
+        self.paused |= q.paused;
+    }
+}
+
 /// Renders the queue gauges of `snapshot` (`drover_jobs{queue,state}`,
 /// `drover_queue_lag_seconds{queue}`, `drover_jobs_running{queue}`,
 /// `drover_queue_paused{queue}`, `drover_jobs_ready{queue}`) and, when given, the process
-/// counters, as OpenMetrics text.
-pub fn render(snapshot: &Snapshot, process: Option<&ProcessMetrics>) -> String {
+/// counters, as OpenMetrics text. Queues outside `labelled` are summed under
+/// `queue="(other)"` (their largest lag; paused when any is).
+pub fn render(
+    snapshot: &Snapshot,
+    labelled: &BTreeSet<QueueName>,
+    process: Option<&ProcessMetrics>,
+) -> String {
+    let mut by_label: BTreeMap<&str, QueueGauges> = BTreeMap::new();
+    for q in &snapshot.queues {
+        let label = if labelled.contains(&q.queue) {
+            q.queue.as_str()
+        } else {
+            OTHER_LABEL
+        };
+        by_label.entry(label).or_default().add(q);
+    }
     let mut registry = Registry::default();
     let jobs = SortedFamily::<QueueStateLabels, Gauge>::default();
     let lag = SortedFamily::<QueueLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
     let running = SortedFamily::<QueueLabels, Gauge>::default();
     let ready = SortedFamily::<QueueLabels, Gauge>::default();
     let paused = SortedFamily::<QueueLabels, Gauge>::default();
-    for q in &snapshot.queues {
-        let queue = q.queue.to_string();
+    let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    for (queue, q) in &by_label {
         for state in JobState::ALL {
             let labels = QueueStateLabels {
-                queue: queue.clone(),
+                queue: (*queue).to_owned(),
                 state: state.as_str().to_owned(),
             };
-            jobs.with(&labels, |g| {
-                g.set(i64::try_from(q.count(state)).unwrap_or(i64::MAX))
-            });
+            let count = q.counts.get(&state).copied().unwrap_or(0);
+            jobs.with(&labels, |g| g.set(gauge(count)));
         }
-        let labels = QueueLabels { queue };
+        let labels = QueueLabels {
+            queue: (*queue).to_owned(),
+        };
         lag.with(&labels, |g| {
-            g.set(q.oldest_ready_age_ms.map_or(0.0, |ms| ms as f64 / 1000.0))
+            g.set(q.lag_ms.map_or(0.0, |ms| ms as f64 / 1000.0))
         });
-        running.with(&labels, |g| {
-            g.set(i64::try_from(q.running).unwrap_or(i64::MAX))
-        });
-        ready.with(&labels, |g| {
-            g.set(i64::try_from(q.ready).unwrap_or(i64::MAX))
-        });
+        running.with(&labels, |g| g.set(gauge(q.running)));
+        ready.with(&labels, |g| g.set(gauge(q.ready)));
         paused.with(&labels, |g| g.set(i64::from(q.paused)));
     }
     registry.register("drover_jobs", "Jobs per queue and state", jobs);
@@ -336,6 +459,17 @@ mod tests {
         }
     }
 
+    fn kind(name: &str) -> JobKind {
+        JobKind::parse(name).unwrap()
+    }
+
+    fn queues(names: &[&str]) -> BTreeSet<QueueName> {
+        names
+            .iter()
+            .map(|n| QueueName::parse(*n).unwrap())
+            .collect()
+    }
+
     /// The label values of the samples of `metric` (lines `metric{...} value`), in text order.
     fn series_of(text: &str, metric: &str) -> Vec<String> {
         text.lines()
@@ -360,8 +494,10 @@ mod tests {
                 .map(|(i, n)| queue_snapshot(n, i as u64))
                 .collect(),
         };
-        let process = ProcessMetrics::default();
-        for kind in ["email.send", "a.kind", "report.build", "exec", "b", "noop"] {
+        let kinds = ["email.send", "a.kind", "report.build", "exec", "b", "noop"];
+        let labelled = queues(&names);
+        let process = ProcessMetrics::new(kinds.map(kind));
+        for kind in kinds {
             for outcome in ["succeeded", "retried", "failed", "cancelled"] {
                 process.record_outcome(kind, outcome, 0.01);
             }
@@ -369,12 +505,12 @@ mod tests {
             process.record_started(kind);
             process.record_rescued(kind);
         }
-        let first = render(&snapshot, Some(&process));
+        let first = render(&snapshot, &labelled, Some(&process));
         for _ in 0..20 {
-            assert_eq!(render(&snapshot, Some(&process)), first);
+            assert_eq!(render(&snapshot, &labelled, Some(&process)), first);
         }
         // Another process (new maps, new hash seeds) with the same counts renders the same.
-        let other = ProcessMetrics::default();
+        let other = ProcessMetrics::new(kinds.map(kind).into_iter().rev());
         for kind in ["noop", "b", "exec", "report.build", "a.kind", "email.send"] {
             for outcome in ["cancelled", "failed", "retried", "succeeded"] {
                 other.record_outcome(kind, outcome, 0.01);
@@ -385,7 +521,7 @@ mod tests {
         }
         let mut reversed = snapshot.clone();
         reversed.queues.reverse();
-        assert_eq!(render(&reversed, Some(&other)), first);
+        assert_eq!(render(&reversed, &labelled, Some(&other)), first);
 
         // Series sorted by their labels, labels in a fixed order (queue before state, kind
         // before outcome).
@@ -446,9 +582,9 @@ mod tests {
                 oldest_ready_age_ms: Some(1500),
             }],
         };
-        let process = ProcessMetrics::default();
+        let process = ProcessMetrics::new([kind("email.send")]);
         process.record_outcome("email.send", "succeeded", 0.01);
-        let text = render(&snapshot, Some(&process));
+        let text = render(&snapshot, &queues(&["mail"]), Some(&process));
         assert!(
             text.contains(r#"drover_jobs{queue="mail",state="queued"} 3"#),
             "{text}"
@@ -467,6 +603,119 @@ mod tests {
         );
         assert!(
             text.contains(r#"drover_job_outcomes_total{kind="email.send",outcome="succeeded"} 1"#),
+            "{text}"
+        );
+    }
+
+    /// A producer that enqueues to thousands of queues and kinds of its own making adds no
+    /// series: those queues are summed under `queue="(other)"` and those kinds counted under
+    /// `kind="(other)"`; queues a worker serves, paused queues and `default` keep their own.
+    #[test]
+    fn queues_and_kinds_from_callers_fold_into_one_label_value() {
+        let mut snapshot = Snapshot {
+            taken_at: chrono::Utc::now(),
+            queues: (0..5_000)
+                .map(|i| queue_snapshot(&format!("tenant-queue-{i}"), 2))
+                .collect(),
+        };
+        snapshot.queues.push(queue_snapshot("mail", 3));
+        snapshot.queues.push(queue_snapshot("default", 1));
+        let mut held = queue_snapshot("held", 4);
+        held.paused = true;
+        snapshot.queues.push(held);
+        snapshot.queues[7].oldest_ready_age_ms = Some(9_000);
+        snapshot.queues[7].running = 5;
+        let worker = WorkerInfo {
+            id: drover_core::WorkerId::parse("w").unwrap(),
+            host: "h".to_owned(),
+            pid: 1,
+            queues: queues(&["mail", "reports"]).into_iter().collect(),
+            started_at: chrono::Utc::now(),
+            last_heartbeat_at: chrono::Utc::now(),
+        };
+        let labelled = labelled_queues(&snapshot, &[worker]);
+        assert_eq!(labelled, queues(&["default", "held", "mail", "reports"]));
+
+        let process = ProcessMetrics::new([kind("noop"), kind("email.send")]);
+        for i in 0..5_000 {
+            process.record_enqueued(&format!("tenant.kind-{i}"));
+            process.record_rescued(&format!("tenant.kind-{i}"));
+        }
+        process.record_enqueued("noop");
+        process.record_outcome("tenant.kind-1", "failed", 0.5);
+        let text = render(&snapshot, &labelled, Some(&process));
+        assert_eq!(
+            series_of(&text, "drover_jobs_ready"),
+            [
+                r#"queue="(other)""#,
+                r#"queue="default""#,
+                r#"queue="held""#,
+                r#"queue="mail""#
+            ],
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"drover_jobs{queue="(other)",state="queued"} 10000"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"drover_jobs_running{queue="(other)"} 5"#));
+        assert!(text.contains(r#"drover_queue_lag_seconds{queue="(other)"} 9.0"#));
+        assert!(text.contains(r#"drover_queue_paused{queue="(other)"} 0"#));
+        assert!(text.contains(r#"drover_queue_paused{queue="held"} 1"#));
+        assert_eq!(
+            series_of(&text, "drover_jobs_enqueued_total"),
+            [r#"kind="(other)""#, r#"kind="noop""#],
+            "{text}"
+        );
+        assert!(text.contains(r#"drover_jobs_enqueued_total{kind="(other)"} 5000"#));
+        assert!(text.contains(r#"drover_jobs_rescued_total{kind="(other)"} 5000"#));
+        assert!(text.contains(r#"drover_job_outcomes_total{kind="(other)",outcome="failed"} 1"#));
+        assert!(!text.contains("tenant-queue") && !text.contains("tenant.kind"));
+        // Bounded whatever the input: the 3 labelled queues with jobs and (other), per state.
+        assert_eq!(
+            series_of(&text, "drover_jobs").len(),
+            4 * JobState::ALL.len()
+        );
+    }
+
+    /// Even the values that may have series of their own are capped: of more than
+    /// LABEL_VALUES_MAX served queues or registered kinds, the first in name order keep theirs.
+    #[test]
+    fn label_values_are_capped() {
+        let names: Vec<String> = (0..LABEL_VALUES_MAX + 500)
+            .map(|i| format!("q{i:05}"))
+            .collect();
+        let snapshot = Snapshot {
+            taken_at: chrono::Utc::now(),
+            queues: names.iter().map(|n| queue_snapshot(n, 1)).collect(),
+        };
+        let worker = WorkerInfo {
+            id: drover_core::WorkerId::parse("w").unwrap(),
+            host: "h".to_owned(),
+            pid: 1,
+            queues: names.iter().map(|n| QueueName::parse(n).unwrap()).collect(),
+            started_at: chrono::Utc::now(),
+            last_heartbeat_at: chrono::Utc::now(),
+        };
+        let labelled = labelled_queues(&snapshot, &[worker]);
+        assert_eq!(labelled.len(), LABEL_VALUES_MAX);
+        assert_eq!(labelled.first().map(QueueName::as_str), Some("default"));
+        let process = ProcessMetrics::new(names.iter().map(|n| kind(n)));
+        for name in &names {
+            process.record_started(name);
+        }
+        let text = render(&snapshot, &labelled, Some(&process));
+        // The labelled queues with jobs (all but `default`) and (other).
+        assert_eq!(
+            series_of(&text, "drover_jobs_ready").len(),
+            LABEL_VALUES_MAX
+        );
+        let started = series_of(&text, "drover_jobs_started_total");
+        assert_eq!(started.len(), LABEL_VALUES_MAX + 1);
+        assert_eq!(started[0], r#"kind="(other)""#);
+        assert!(text.contains(r#"drover_jobs_started_total{kind="(other)"} 500"#));
+        assert!(
+            text.contains(r#"drover_jobs_ready{queue="(other)"} 501"#),
             "{text}"
         );
     }

@@ -33,6 +33,17 @@ pub const PREFETCH_DEFAULT_MAX: usize = 1_000;
 /// less than this: for short jobs a claim ahead saves a claim round trip and commit per batch;
 /// for long ones it would only hold jobs that another worker could start sooner.
 pub const PREFETCH_RUN_MAX: Duration = Duration::from_millis(50);
+/// A lease lasts at least this many heartbeat intervals: the heartbeat interval may be at most
+/// a third of the lease, so a lost heartbeat still leaves the lease a whole interval to spare
+/// before it could expire under a running job (defaults: 15 s heartbeats, 60 s lease).
+pub const HEARTBEATS_PER_LEASE_MIN: u32 = 3;
+
+/// The longest heartbeat interval [`WorkerConfig::validate`] accepts with `lease`: a third of
+/// it ([`HEARTBEATS_PER_LEASE_MIN`]).
+pub fn heartbeat_interval_max(lease: Duration) -> Duration {
+    lease / HEARTBEATS_PER_LEASE_MIN
+}
+
 /// Default poll interval: how long an idle claim loop waits for an event before claiming
 /// anyway (the fallback when the store cannot push events, e.g. behind PgBouncer).
 pub const POLL_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
@@ -73,8 +84,9 @@ pub const STORE_RETRY_MAX_DEFAULT: Duration = Duration::from_secs(10);
 ///
 /// Each queue of the pool gets its own claim loop with `slots_per_queue` slots, so a pool with
 /// `--slots 8 --queue default --queue mail` runs up to 16 jobs at once. A long-running kind can
-/// get its own pool (`kinds: Some(vec![kind])`, and the other pools list the remaining kinds)
-/// so it never starves the rest.
+/// get its own pool (`kinds: Some(vec![kind])`) so it never starves the rest: a pool with a
+/// kind filter reserves its kinds in its queues, and the general pools (no filter) of the same
+/// worker do not claim them there ([`WorkerConfig::kinds_to_claim`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PoolConfig {
@@ -84,7 +96,9 @@ pub struct PoolConfig {
     pub queues: Vec<QueueName>,
     /// Slots of each queue, 1..=10,000.
     pub slots_per_queue: usize,
-    /// Kinds this pool runs; `None` runs every registered kind. Each must be registered.
+    /// Kinds this pool runs; each must be registered. `None`: every registered kind except,
+    /// in each queue, the kinds that a pool of the same worker with a kind filter reserves
+    /// there.
     pub kinds: Option<Vec<JobKind>>,
     /// Claim-ahead of each queue: how many jobs beyond its free slots a claim may take while
     /// the queue's jobs are short (the last one ran under [`PREFETCH_RUN_MAX`]), 0..=10,000;
@@ -157,10 +171,11 @@ pub struct WorkerConfig {
     /// `None` (default): only the pools' slots bound it.
     pub max_concurrent: Option<usize>,
     /// Lease length of a claim, extended by every heartbeat (default 60 s; 100 ms..=24 h;
-    /// must be longer than `heartbeat_interval`).
+    /// at least [`HEARTBEATS_PER_LEASE_MIN`] heartbeat intervals).
     pub lease: Duration,
     /// Interval of the heartbeat that extends the leases of all running jobs and saves their
-    /// progress (default 15 s).
+    /// progress (default 15 s; longer than zero and at most a third of the lease,
+    /// [`heartbeat_interval_max`]).
     pub heartbeat_interval: Duration,
     /// Fallback wait of an idle claim loop when no event arrives (default 1 s).
     pub poll_interval: Duration,
@@ -274,17 +289,55 @@ impl WorkerConfig {
             .collect()
     }
 
+    /// The kinds the claim loop of `pool` in `queue` claims, in registry order: a pool with a
+    /// kind filter claims the registered kinds it lists; a general pool (no filter) claims every
+    /// registered kind except those that a pool with a kind filter reserves in `queue`. So a
+    /// kind reserved in one queue is still claimed by general pools in the other queues, and
+    /// another process without the reserving pool claims it as usual.
+    pub fn kinds_to_claim(
+        &self,
+        pool: &PoolConfig,
+        queue: &QueueName,
+        registered: &[JobKind],
+    ) -> Vec<JobKind> {
+        match &pool.kinds {
+            Some(filter) => registered
+                .iter()
+                .filter(|kind| filter.contains(kind))
+                .cloned()
+                .collect(),
+            None => {
+                let reserved: HashSet<&JobKind> = self
+                    .pools
+                    .iter()
+                    .filter(|other| other.queues.contains(queue))
+                    .filter_map(|other| other.kinds.as_ref())
+                    .flatten()
+                    .collect();
+                registered
+                    .iter()
+                    .filter(|kind| !reserved.contains(kind))
+                    .cloned()
+                    .collect()
+            }
+        }
+    }
+
     /// Checks the configuration against the registry.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] naming the field: no pools; a pool without a name or queues,
-    /// with zero (or more than 10,000) slots, a prefetch above 10,000, with a repeated queue,
-    /// an empty kind filter, a kind filter naming an unregistered kind, or no registered kind
-    /// to claim at all; two pools with one name; `max_concurrent` outside 1..=1,000,000; a lease outside 100 ms..=24 h or not longer
-    /// than the heartbeat interval; a zero interval; `prune_limit` outside 1..=100,000;
-    /// `completer_batch` outside 1..=10,000; `worker_stale_after` not longer than the
-    /// heartbeat interval; `store_retry_min` above `store_retry_max`; a kind whose timeout
-    /// is zero.
+    /// [`Error::InvalidInput`] naming the field:
+    /// - pools: none; a pool without a name or queues, with zero (or more than 10,000) slots,
+    ///   a prefetch above 10,000, a repeated queue, an empty kind filter, a kind filter naming
+    ///   an unregistered kind, or no registered kind to claim (a general pool: in one of its
+    ///   queues, because pools with a kind filter reserve every registered kind there); two
+    ///   pools with one name;
+    /// - `max_concurrent` outside 1..=1,000,000; a lease outside 100 ms..=24 h; a heartbeat
+    ///   interval (field `heartbeat_interval`) longer than a third of the lease
+    ///   ([`heartbeat_interval_max`]); a zero interval; `prune_limit` outside 1..=100,000;
+    ///   `completer_batch` outside 1..=10,000; `worker_stale_after` not longer than the
+    ///   heartbeat interval; `store_retry_min` above `store_retry_max`; a kind whose timeout
+    ///   is zero.
     pub fn validate(&self, registry: &Registry) -> Result<(), Error> {
         if self.pools.is_empty() {
             return Err(Error::invalid("pools", "at least one pool is needed"));
@@ -360,6 +413,25 @@ impl WorkerConfig {
                 ));
             }
         }
+        let registered = registry.kinds();
+        for (i, pool) in self.pools.iter().enumerate() {
+            if pool.kinds.is_some() {
+                continue;
+            }
+            if let Some(queue) = pool
+                .queues
+                .iter()
+                .find(|queue| self.kinds_to_claim(pool, queue, &registered).is_empty())
+            {
+                return Err(Error::invalid(
+                    format!("pools[{i}].queues"),
+                    format!(
+                        "pool {:?} has no kind to claim in queue {queue}: pools with a kind filter reserve every registered kind there",
+                        pool.name
+                    ),
+                ));
+            }
+        }
         for kind in registry.kinds() {
             if registry.config(&kind).timeout == Some(Duration::ZERO) {
                 return Err(Error::invalid(
@@ -391,13 +463,14 @@ impl WorkerConfig {
                 return Err(Error::invalid(name, "must be longer than zero"));
             }
         }
-        if self.lease <= self.heartbeat_interval {
+        if self.heartbeat_interval > heartbeat_interval_max(self.lease) {
             return Err(Error::invalid(
-                "lease",
+                "heartbeat_interval",
                 format!(
-                    "must be longer than the heartbeat interval ({} ms), got {} ms: the lease would expire between heartbeats",
+                    "must be at most a third of the lease ({} ms for a lease of {} ms), got {} ms: with fewer than {HEARTBEATS_PER_LEASE_MIN} heartbeats per lease, one late heartbeat can let the lease expire under a running job and the job run twice",
+                    heartbeat_interval_max(self.lease).as_millis(),
+                    self.lease.as_millis(),
                     self.heartbeat_interval.as_millis(),
-                    self.lease.as_millis()
                 ),
             ));
         }
@@ -503,6 +576,45 @@ mod tests {
     }
 
     #[test]
+    fn the_heartbeat_interval_is_at_most_a_third_of_the_lease() {
+        let with = |lease_ms: u64, heartbeat_ms: u64| WorkerConfig {
+            lease: Duration::from_millis(lease_ms),
+            heartbeat_interval: Duration::from_millis(heartbeat_ms),
+            ..WorkerConfig::default()
+        };
+        // Accepted up to a third, to the millisecond and below it.
+        for (lease, heartbeat) in [(60_000, 15_000), (60_000, 20_000), (2_000, 500), (100, 33)] {
+            with(lease, heartbeat)
+                .validate(&registry())
+                .unwrap_or_else(|e| panic!("lease {lease} ms, heartbeat {heartbeat} ms: {e}"));
+        }
+        // Refused above it, where one late heartbeat could let the lease lapse.
+        for (lease, heartbeat) in [
+            (60_000, 20_001),
+            (60_000, 30_000),
+            (2_000, 1_000),
+            (100, 34),
+        ] {
+            let config = with(lease, heartbeat);
+            assert_eq!(
+                field_of(&config),
+                "heartbeat_interval",
+                "{lease}/{heartbeat}"
+            );
+            let err = config.validate(&registry()).unwrap_err().to_string();
+            assert!(
+                err.contains("must be at most a third of the lease")
+                    && err.contains(&format!("got {heartbeat} ms")),
+                "{err}"
+            );
+        }
+        assert_eq!(
+            heartbeat_interval_max(Duration::from_secs(60)),
+            Duration::from_secs(20)
+        );
+    }
+
+    #[test]
     fn slots_are_per_queue_and_capped_by_max_concurrent() {
         let mut config = WorkerConfig::with_pools(vec![PoolConfig::new(
             "p",
@@ -548,8 +660,7 @@ mod tests {
             lease: Duration::from_secs(15),
             ..WorkerConfig::default()
         };
-        let err = c.validate(&registry()).unwrap_err().to_string();
-        assert!(err.contains("heartbeat interval"), "{err}");
+        assert_eq!(field_of(&c), "heartbeat_interval");
 
         for cap in [0, MAX_CONCURRENT_MAX + 1, usize::MAX] {
             let c = WorkerConfig {
@@ -575,5 +686,44 @@ mod tests {
         let c = WorkerConfig::default();
         let empty = Registry::new();
         assert!(c.validate(&empty).is_err());
+
+        // A general pool left with no kind in one of its queues.
+        let c = WorkerConfig::with_pools(vec![
+            PoolConfig::new("general", vec![QueueName::default_queue()], 1),
+            PoolConfig::new("long", vec![QueueName::default_queue()], 1)
+                .with_kinds(vec![kind("a")]),
+        ]);
+        let err = c.validate(&registry()).unwrap_err().to_string();
+        assert!(
+            err.contains("pools[0].queues")
+                && err.contains("no kind to claim in queue default")
+                && err.contains("reserve every registered kind"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_kind_filter_reserves_its_kinds_in_its_queues_only() {
+        let registered = vec![kind("long"), kind("short"), kind("other")];
+        let (lq, mail) = (
+            QueueName::parse("lq").unwrap(),
+            QueueName::parse("mail").unwrap(),
+        );
+        let c = WorkerConfig::with_pools(vec![
+            PoolConfig::new("general", vec![lq.clone(), mail.clone()], 1),
+            PoolConfig::new("long", vec![lq.clone()], 1).with_kinds(vec![kind("long")]),
+            PoolConfig::new("both", vec![lq.clone()], 1)
+                .with_kinds(vec![kind("long"), kind("other")]),
+        ]);
+        let kinds =
+            |pool: usize, queue: &QueueName| c.kinds_to_claim(&c.pools[pool], queue, &registered);
+        assert_eq!(kinds(0, &lq), vec![kind("short")]);
+        assert_eq!(kinds(0, &mail), registered, "nothing is reserved in mail");
+        assert_eq!(kinds(1, &lq), vec![kind("long")]);
+        assert_eq!(
+            kinds(2, &lq),
+            vec![kind("long"), kind("other")],
+            "pools with filters may share a kind"
+        );
     }
 }

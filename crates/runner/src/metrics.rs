@@ -55,6 +55,10 @@ impl fmt::Display for JobOutcome {
 
 /// Counters and timings of the runner. Every method has a no-op default; implementations must
 /// be cheap and non-blocking (they are called on the hot path) and safe for concurrent use.
+///
+/// Kinds and queues come from whoever enqueued the job (and a rescue reports other workers'
+/// kinds): an implementation that turns them into metric labels should bound them, as
+/// `drover_http::ProcessMetrics` does (kinds this process registers, the rest as one value).
 pub trait Metrics: Send + Sync + 'static {
     /// A job was enqueued (a new job stored, not a replay or duplicate) through
     /// [`crate::Client`] or by a cron schedule.

@@ -4,8 +4,9 @@
 //! A claim loop reserves capacity BEFORE it claims: at least one slot of its queue (waiting
 //! for one when all are busy) plus any others free at that moment, and as many places of the
 //! process-wide `max_concurrent` cap; then it asks the store for exactly that many jobs of its
-//! queue and its kinds (registered kinds, intersected with the pool's kind filter), so it never
-//! claims a job it cannot start at once. Unused places go back at once.
+//! queue and its kinds (`WorkerConfig::kinds_to_claim`: the pool's kind filter, or the kinds no
+//! pool with a filter reserves in that queue), so it never claims a job it cannot start at
+//! once. Unused places go back at once.
 //!
 //! Claim-ahead (`PoolConfig::prefetch`): while the loop's last job ran shorter than
 //! `PREFETCH_RUN_MAX`, it also reserves its free claim-ahead places, so one claim takes the

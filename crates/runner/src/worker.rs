@@ -14,7 +14,7 @@ use std::fmt;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use drover_core::{Error, JobKind, JobStore, QueueName, WorkerId};
+use drover_core::{Error, JobStore, QueueName, WorkerId};
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -146,16 +146,9 @@ impl Worker {
         let mut backlogs = Vec::new();
         let registered = rt.registry.kinds();
         for pool in &rt.config.pools {
-            let kinds: Vec<JobKind> = match &pool.kinds {
-                Some(filter) => registered
-                    .iter()
-                    .filter(|kind| filter.contains(kind))
-                    .cloned()
-                    .collect(),
-                None => registered.clone(),
-            };
             let prefetch = pool.prefetch_per_queue();
             for queue in &pool.queues {
+                let kinds = rt.config.kinds_to_claim(pool, queue, &registered);
                 let wake = Arc::new(Notify::new());
                 wakers
                     .entry(queue.clone())
@@ -172,7 +165,7 @@ impl Worker {
                 let spec = ClaimLoop {
                     pool: pool.name.clone(),
                     queue: queue.clone(),
-                    kinds: kinds.clone(),
+                    kinds,
                     slots,
                     max_batch: pool.slots_per_queue,
                     ahead,

@@ -223,6 +223,7 @@ async fn unavailable_claim_pauses_claims_until_a_heartbeat_succeeds() {
     let mut config = fast_config();
     // The regular heartbeat is far away: only the probe after the failure can reopen claims.
     config.heartbeat_interval = Duration::from_secs(3);
+    config.lease = Duration::from_secs(9);
     let worker = Worker::new(Arc::new(store), Arc::new(registry), config).unwrap();
     let shutdown = CancellationToken::new();
     let handle = tokio::spawn(worker.run(shutdown.clone()));

@@ -14,7 +14,7 @@ use super::{config, within, Rig};
 use crate::cases::kind;
 use crate::StoreFactory;
 
-/// The must-show test of issue #4: worker A's handler outlives its lease (30 s, moved past by
+/// The must-show test of issue #4: worker A's handler outlives its lease (90 s, moved past by
 /// the store's clock while A does not heartbeat); worker B (another process) rescues the job
 /// and runs it; A's late completion presents a stale fencing token, is rejected (`LeaseLost`
 /// in A's report) and never overwrites B's result.
@@ -34,8 +34,10 @@ pub async fn runner_late_completion_after_lease_loss_is_rejected(f: &dyn StoreFa
     });
     let mut config_a = config("worker-a");
     config_a.pools[0].slots_per_queue = 1;
-    // A's first heartbeat would come only after the case is over.
-    config_a.heartbeat_interval = Duration::from_secs(25);
+    // A's first heartbeat would come only after the case is over (a third of its lease, the
+    // longest interval a worker accepts).
+    config_a.lease = Duration::from_secs(90);
+    config_a.heartbeat_interval = Duration::from_secs(30);
     let worker_a = rig.start(registry_a, config_a).await;
     let id = rig.enqueue(NewJob::new(kind("long"), json!({}))).await;
     within("A's handler starts", started.notified()).await;
@@ -46,7 +48,7 @@ pub async fn runner_late_completion_after_lease_loss_is_rejected(f: &dyn StoreFa
     );
 
     // The lease expires by the store's clock while A's handler still runs.
-    rig.h.advance(Duration::from_secs(31)).await;
+    rig.h.advance(Duration::from_secs(91)).await;
     let mut registry_b = Registry::new();
     registry_b.register_fn(kind("long"), |_ctx| async {
         Outcome::success_with("from B")

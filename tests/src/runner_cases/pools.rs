@@ -74,6 +74,79 @@ pub async fn runner_long_kind_in_its_own_pool_cannot_starve_the_others(f: &dyn S
     assert_eq!(report.succeeded, 24);
 }
 
+/// A pool with a kind filter reserves its kinds in its queues: the worker's general pool (no
+/// filter) on the same queue leaves them alone, so three long jobs that fill the reserved pool
+/// never take the general pool's one slot from the short jobs queued behind them. In a queue
+/// that no reserving pool serves, the general pool still runs the long kind.
+pub async fn runner_a_kind_reserved_by_a_pool_is_left_to_it_by_the_general_pool(
+    f: &dyn StoreFactory,
+) {
+    let rig = Rig::open(f).await;
+    let gate = Arc::new(Semaphore::new(0));
+    let mut registry = Registry::new();
+    let long_gate = Arc::clone(&gate);
+    registry
+        .register_fn(kind("long"), move |_ctx| {
+            let gate = Arc::clone(&long_gate);
+            async move {
+                let _permit = gate.acquire().await.expect("gate open");
+                Outcome::success()
+            }
+        })
+        .register_fn(kind("short"), |_ctx| async { Outcome::success() });
+    let mut config = config("w1");
+    config.pools = vec![
+        PoolConfig::new("general", vec![queue("lq"), queue("other")], 1),
+        PoolConfig::new("long", vec![queue("lq")], 1).with_kinds(vec![kind("long")]),
+    ];
+    let running = rig.start(registry, config).await;
+
+    // Queue `other`: no pool reserves `long` there, so the general pool runs it.
+    let elsewhere = rig
+        .enqueue(NewJob::new(kind("long"), json!({})).with_queue(queue("other")))
+        .await;
+    rig.wait_state(elsewhere, JobState::Running).await;
+
+    // Queue `lq`: the long jobs come first, as in the seed's report.
+    let mut long = Vec::new();
+    for _ in 0..3 {
+        long.push(
+            rig.enqueue(NewJob::new(kind("long"), json!({})).with_queue(queue("lq")))
+                .await,
+        );
+    }
+    let mut short = Vec::new();
+    for _ in 0..3 {
+        short.push(
+            rig.enqueue(NewJob::new(kind("short"), json!({})).with_queue(queue("lq")))
+                .await,
+        );
+    }
+    for id in &short {
+        rig.wait_state(*id, JobState::Succeeded).await;
+    }
+    let long_in_lq = |state| ListJobs {
+        kind: Some(kind("long")),
+        queue: Some(queue("lq")),
+        state: Some(state),
+        ..ListJobs::default()
+    };
+    rig.wait_list(
+        long_in_lq(JobState::Running),
+        "one long job running in lq",
+        |jobs| jobs.len() == 1,
+    )
+    .await;
+    assert_eq!(rig.list(long_in_lq(JobState::Queued)).await.len(), 2);
+
+    gate.add_permits(4);
+    for id in long.iter().chain([&elsewhere]) {
+        rig.wait_state(*id, JobState::Succeeded).await;
+    }
+    let report = running.stop().await;
+    assert_eq!(report.succeeded, 7);
+}
+
 /// With `max_concurrent` 3 over pools of 12 slots in all, never more than 3 handlers run at
 /// once, and the cap is reached: the first handlers hold until three run together.
 pub async fn runner_max_concurrent_caps_executions_over_all_pools(f: &dyn StoreFactory) {

@@ -443,7 +443,8 @@ pub struct Process {
 }
 
 impl Process {
-    fn spawn(mut command: tokio::process::Command, args: &[&str]) -> Process {
+    /// Spawns `command` (made by [`TestDb::command`]; `args` name it in messages).
+    pub fn spawn(mut command: tokio::process::Command, args: &[&str]) -> Process {
         command.stdout(Stdio::null()).stderr(Stdio::piped());
         let mut child = command.spawn().expect("spawn drover");
         let pid = child.id().expect("a running child has a pid");

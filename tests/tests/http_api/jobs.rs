@@ -407,6 +407,16 @@ pub(crate) async fn metrics_need_a_token_of_every_tenant(env: &Env) {
     .await;
     api.post_empty(Some(OPERATOR_ALL), "/v1/queues/other/pause")
         .await;
+    // Queues a registered worker serves have series of their own.
+    api.store
+        .worker_register(WorkerRegistration {
+            id: WorkerId::parse("worker-m").unwrap(),
+            host: "host-m".to_owned(),
+            pid: 7,
+            queues: vec![queue("mail"), queue("bob-private-queue")],
+        })
+        .await
+        .unwrap();
 
     let anonymous = api.get(None, "/metrics").await;
     anonymous.assert_error(401, "unauthorized", None);
@@ -443,7 +453,8 @@ pub(crate) async fn metrics_need_a_token_of_every_tenant(env: &Env) {
     assert!(!metrics.text.contains("args-marker-1"));
 
     // With the process's counters (a server beside a worker): the kinds are in them.
-    let process = drover_http::ProcessMetrics::default();
+    let process =
+        drover_http::ProcessMetrics::new([drover_core::JobKind::parse("bob.secret-kind").unwrap()]);
     process.record_enqueued("bob.secret-kind");
     let state = drover_http::ApiState::new(
         api.store.clone(),
@@ -502,6 +513,77 @@ pub(crate) async fn metrics_need_a_token_of_every_tenant(env: &Env) {
         assert_error_shape(&answer.json(), &String::from_utf8_lossy(&answer.body));
     }
     worker_side.1.cancel();
+}
+
+/// A producer that enqueues jobs of 300 kinds and queues of its own making grows no label set
+/// of `/metrics`: its queues are summed under `queue="(other)"` (no worker serves them) and its
+/// kinds counted under `kind="(other)"` (the process registers none of them), while a served
+/// queue and a registered kind keep their own series.
+pub(crate) async fn metrics_label_sets_do_not_grow_with_what_producers_enqueue(env: &Env) {
+    let api = env.api(unbounded()).await;
+    let process = drover_http::ProcessMetrics::new([drover_core::JobKind::parse("send").unwrap()]);
+    let state = drover_http::ApiState::new(
+        api.store.clone(),
+        drover_http::AuthMode::Tokens(drover_http::ApiTokens::parse(&token_spec()).unwrap()),
+        drover_http::ApiConfig::default(),
+        Some(process),
+    );
+    let server = serve_on_free_port(|listener, stop| {
+        drover_http::serve(listener, drover_http::router(state), stop)
+    })
+    .await;
+    api.store
+        .worker_register(WorkerRegistration {
+            id: WorkerId::parse("worker-mail").unwrap(),
+            host: "host-a".to_owned(),
+            pid: 1,
+            queues: vec![queue("mail")],
+        })
+        .await
+        .unwrap();
+    let client = reqwest::Client::new();
+    let enqueue = |body: serde_json::Value| {
+        let request = client
+            .post(format!("http://{}/v1/jobs", server.0))
+            .bearer_auth(PRODUCER_A)
+            .json(&body)
+            .send();
+        async move {
+            let answer = request.await.expect("enqueue");
+            assert_eq!(answer.status(), 202);
+        }
+    };
+    enqueue(json!({"kind": "send", "queue": "mail"})).await;
+    for i in 0..300 {
+        enqueue(json!({"kind": format!("made.up-{i}"), "queue": format!("made-up-{i}")})).await;
+    }
+
+    let answer = raw_get(server.0, "/metrics", Some(OPERATOR_ALL)).await;
+    assert_eq!(answer.status, 200);
+    let text = String::from_utf8_lossy(&answer.body).into_owned();
+    let values = |label: &str| -> BTreeSet<String> {
+        let prefix = format!("{label}=\"");
+        text.lines()
+            .filter(|line| !line.starts_with('#'))
+            .filter_map(|line| {
+                let start = line.find(&prefix)? + prefix.len();
+                let end = start + line[start..].find('"')?;
+                Some(line[start..end].to_owned())
+            })
+            .collect()
+    };
+    let expected = |values: &[&str]| values.iter().map(|v| (*v).to_owned()).collect();
+    assert_eq!(values("queue"), expected(&["(other)", "mail"]), "{text}");
+    assert_eq!(values("kind"), expected(&["(other)", "send"]), "{text}");
+    for line in [
+        r#"drover_jobs{queue="(other)",state="queued"} 300"#,
+        r#"drover_jobs{queue="mail",state="queued"} 1"#,
+        r#"drover_jobs_enqueued_total{kind="(other)"} 300"#,
+        r#"drover_jobs_enqueued_total{kind="send"} 1"#,
+    ] {
+        assert!(text.contains(line), "{line} in\n{text}");
+    }
+    server.1.cancel();
 }
 
 /// A job id is a UUID in any form RFC 9562 and common tools write (hyphenated or not, any

@@ -440,8 +440,8 @@ pub async fn snapshot(ctx: &Ctx) -> Result<()> {
 /// `drover metrics`.
 pub async fn metrics(ctx: &Ctx) -> Result<()> {
     let store = ctx.store().await?;
-    let snapshot = call(ctx, store.queue_snapshot()).await?;
-    output::write_text(&drover_http::metrics::render(&snapshot, None))
+    let text = call(ctx, drover_http::metrics::scrape(store.as_ref(), None)).await?;
+    output::write_text(&text)
 }
 
 /// `drover prune`: deletes in batches until none is left, with a progress spinner.

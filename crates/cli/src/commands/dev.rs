@@ -165,19 +165,19 @@ pub fn split_unhandled(
         if registry.contains(&job.kind) {
             kept.push((line, job));
         } else if job.kind.as_str() == "exec" {
-            rejected.push(RejectedLine {
+            rejected.push(RejectedLine::new(
                 line,
-                error: "kind exec runs only with --allow-exec PROGRAM".to_owned(),
-            });
+                "kind exec runs only with --allow-exec PROGRAM",
+            ));
         } else {
-            rejected.push(RejectedLine {
+            rejected.push(RejectedLine::new(
                 line,
-                error: format!(
+                format!(
                     "no handler for kind {} in this binary (kinds: {})",
                     job.kind,
                     known()
                 ),
-            });
+            ));
         }
     }
     (kept, rejected)
@@ -223,7 +223,7 @@ pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()>
     let registry = Arc::new(registry);
 
     let counter = Arc::new(DevCounter::default());
-    let process = ProcessMetrics::default();
+    let process = ProcessMetrics::new(registry.kinds());
     let metrics = Arc::new(DevMetrics {
         counter: counter.clone(),
         process: process.clone(),
@@ -281,19 +281,23 @@ pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()>
         jobs,
         1000,
         None,
-        enqueue::OnQuota::Wait {
-            room: &counter.changed,
-            deadline,
-        },
+        enqueue::OnQuota::Wait(enqueue::RoomWait {
+            room: Some(&counter.changed),
+            deadline: Some(deadline),
+            interrupt: Some(&shutdown),
+        }),
     )
     .await;
     if let Some(stopped) = loaded.stopped {
         return Err(anyhow!("{}", stopped.error));
     }
+    if let Some(line) = loaded.interrupted_at {
+        errln!("drover: interrupted: no line from {line} on was enqueued");
+    }
     rejected.extend(loaded.rejected);
     rejected.sort_by_key(|r| r.line);
-    for r in &rejected {
-        errln!("drover: line {}: {}", r.line, r.error);
+    for line in jsonl::report_rejected(&rejected, |_| None) {
+        errln!("drover: {line}");
     }
     let total = loaded.created.len() as u64;
     {

@@ -1,13 +1,18 @@
 //! `drover enqueue`: one job from flags, or a JSON Lines file in batches with a progress bar,
-//! reporting bad lines by number and loading the rest.
+//! reporting bad lines by number (one line per rule broken) and loading the rest; with
+//! `--wait-for-room`, lines a quota refuses wait for room instead.
+
+use std::io::IsTerminal;
 
 use anyhow::{anyhow, Result};
 use drover_core::{EnqueueStatus, NewJob};
 use drover_http::dto::EnqueueRequest;
 use drover_http::Principal;
 use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
 
 use crate::args::EnqueueArgs;
+use crate::commands::worker;
 use crate::context::{call, Ctx};
 use crate::jsonl::{self, RejectedLine};
 use crate::output::{errln, outln, print_json};
@@ -95,6 +100,9 @@ pub struct Loaded {
     pub rejected: Vec<RejectedLine>,
     /// Set when a transient or fatal store error stopped the load before the end.
     pub stopped: Option<Stopped>,
+    /// Set when [`RoomWait::interrupt`] stopped the load: the first line not sent. Every line
+    /// before it is settled; neither it nor any later line was sent.
+    pub interrupted_at: Option<usize>,
 }
 
 /// Where a load stopped: every line before `first_line` was settled (created, answered or
@@ -111,34 +119,159 @@ pub struct Stopped {
     pub last_line: usize,
 }
 
-/// What [`load`] does with a job a pending quota refuses.
+/// What [`load`] does with jobs a pending quota refuses.
 #[derive(Debug, Clone, Copy)]
 pub enum OnQuota<'a> {
-    /// Report its line as rejected (`drover enqueue --file`: an operator's load must not
+    /// Report their lines as rejected (`drover enqueue --file`: an operator's load must not
     /// wait on workers that may not be running).
     Reject,
-    /// Wait until `room` is notified (a job finished) and try again, until `deadline`; then
-    /// reject it (`drover dev`, whose own worker makes the room).
-    Wait {
-        /// Notified when a job finishes.
-        room: &'a tokio::sync::Notify,
-        /// When to stop waiting.
-        deadline: tokio::time::Instant,
-    },
+    /// Wait for room and try again (`drover enqueue --file --wait-for-room`, and `drover dev`,
+    /// whose own worker makes the room).
+    Wait(RoomWait<'a>),
 }
 
-/// Longest wait for room before trying a quota-refused job again when no finish was noticed
-/// (a notification can come between the refusal and the wait).
+/// How [`OnQuota::Wait`] waits for a quota to have room.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RoomWait<'a> {
+    /// Notified when a job finishes (`drover dev`'s own worker); without it, or when no
+    /// notification comes, the load tries again after a pause that grows from 100 ms to 1 s
+    /// while the quota stays full.
+    pub room: Option<&'a tokio::sync::Notify>,
+    /// When to stop waiting and reject the refused lines instead; `None`: never.
+    pub deadline: Option<tokio::time::Instant>,
+    /// Fires to stop the load before the next batch is sent, or while it waits for room
+    /// ([`Loaded::interrupted_at`]).
+    pub interrupt: Option<&'a CancellationToken>,
+}
+
+impl RoomWait<'_> {
+    fn waiting(&self) -> bool {
+        self.deadline
+            .is_none_or(|deadline| tokio::time::Instant::now() < deadline)
+    }
+
+    fn interrupted(&self) -> bool {
+        self.interrupt.is_some_and(CancellationToken::is_cancelled)
+    }
+
+    /// Waits for a notification, `pause`, the deadline or the interrupt; `false` when
+    /// interrupted.
+    async fn pause(&self, pause: std::time::Duration) -> bool {
+        let mut until = tokio::time::Instant::now() + pause;
+        if let Some(deadline) = self.deadline {
+            until = until.min(deadline);
+        }
+        let notified = async {
+            match self.room {
+                Some(room) => room.notified().await,
+                None => std::future::pending().await,
+            }
+        };
+        let interrupted = async {
+            match self.interrupt {
+                Some(token) => token.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = notified => true,
+            () = tokio::time::sleep_until(until) => true,
+            () = interrupted => false,
+        }
+    }
+}
+
+/// The first pause before trying again a job a quota refused, when no finish was noticed (a
+/// notification can come between the refusal and the wait); it doubles while the quota stays
+/// full, up to [`ROOM_RECHECK_MAX`].
 const ROOM_RECHECK: std::time::Duration = std::time::Duration::from_millis(100);
+/// The longest pause between tries while a quota stays full.
+const ROOM_RECHECK_MAX: std::time::Duration = std::time::Duration::from_secs(1);
 
 fn refusal(e: &drover_core::Error) -> bool {
     !e.is_transient() && !matches!(e, drover_core::Error::Fatal { .. })
 }
 
+/// How one job (or the lines of a batch) ended in [`load`]'s loop.
+enum Step {
+    /// The store answered every job.
+    Done,
+    /// The store refused it for this reason (a rule, not a fault).
+    Refused(drover_core::Error),
+    /// A transient or fatal error: the load stops.
+    Fault(drover_core::Error),
+    /// The interrupt fired before it was sent.
+    Interrupted,
+}
+
+/// Sends `jobs` as one batch; with [`OnQuota::Wait`], a quota refusal sends as many as the
+/// quota has room for, or waits for room, until every job is in, the wait ends (its deadline:
+/// then the refusal is returned) or the interrupt fires. Returns the answers of the jobs that
+/// went in (the first ones, in order) and how it ended; `bar` advances as jobs go in.
+async fn send_batch(
+    store: &dyn drover_core::JobStore,
+    jobs: &[NewJob],
+    on_quota: OnQuota<'_>,
+    bar: Option<&indicatif::ProgressBar>,
+) -> (Vec<drover_core::Enqueued>, Step) {
+    let mut answers = Vec::with_capacity(jobs.len());
+    let mut rest = jobs;
+    let mut take = rest.len();
+    let mut pause = ROOM_RECHECK;
+    while !rest.is_empty() {
+        let waiting = match on_quota {
+            OnQuota::Wait(wait) if wait.interrupted() => return (answers, Step::Interrupted),
+            OnQuota::Wait(wait) if wait.waiting() => Some(wait),
+            _ => None,
+        };
+        match (store.jobs_enqueue(rest[..take].to_vec()).await, waiting) {
+            (Ok(done), _) => {
+                if let Some(bar) = bar {
+                    bar.inc(take as u64);
+                    bar.set_message("");
+                }
+                answers.extend(done);
+                rest = &rest[take..];
+                take = rest.len();
+                pause = ROOM_RECHECK;
+            }
+            (
+                Err(drover_core::Error::QuotaExceeded {
+                    quota,
+                    current,
+                    max,
+                }),
+                Some(wait),
+            ) => {
+                let room = usize::try_from(max.saturating_sub(current)).unwrap_or(usize::MAX);
+                if room > 0 && room < take {
+                    // Room for some: send those at once.
+                    take = room;
+                    continue;
+                }
+                if let Some(bar) = bar {
+                    bar.set_message(format!(
+                        "waiting for room: {quota} allows {max} pending jobs, {current} pending"
+                    ));
+                }
+                if !wait.pause(pause).await {
+                    return (answers, Step::Interrupted);
+                }
+                pause = (pause * 2).min(ROOM_RECHECK_MAX);
+                take = rest.len();
+            }
+            (Err(e), _) if refusal(&e) => return (answers, Step::Refused(e)),
+            (Err(e), _) => return (answers, Step::Fault(e)),
+        }
+    }
+    (answers, Step::Done)
+}
+
 /// Enqueues numbered jobs in batches of `batch_size`. A batch the store refuses as a whole
 /// because of one job (a conflict, a quota) is retried job by job, so every good line still
-/// loads and each refused one is reported with its line number (or, with [`OnQuota::Wait`],
-/// waits for room when a quota refused it).
+/// loads and each refused one is reported with its line number. With [`OnQuota::Wait`] a
+/// quota refusal does not reject lines: the load sends as many jobs as the quota has room
+/// for and waits for room for the rest, in file order (see [`RoomWait`]).
 ///
 /// A transient or fatal store error (connection lost, database down) stops the load: what was
 /// settled before it is returned with [`Loaded::stopped`] saying which lines were in flight,
@@ -154,47 +287,52 @@ pub async fn load(
 ) -> Loaded {
     let mut loaded = Loaded::default();
     for chunk in jobs.chunks(batch_size.max(1)) {
-        let first_line = chunk.first().map_or(0, |(line, _)| *line);
-        let last_line = chunk.last().map_or(0, |(line, _)| *line);
-        let stop = |error| Stopped {
-            error,
-            first_line,
-            last_line,
-        };
         let batch: Vec<NewJob> = chunk.iter().map(|(_, j)| j.clone()).collect();
-        let answers = match store.jobs_enqueue(batch).await {
-            Ok(answers) => answers,
-            Err(e) if refusal(&e) => {
-                let mut answers = Vec::new();
-                for (line, job) in chunk {
-                    match enqueue_one(store, job, on_quota).await {
-                        Ok(a) => answers.push(a),
-                        Err(e) if refusal(&e) => loaded.rejected.push(RejectedLine {
-                            line: *line,
-                            error: e.to_string(),
-                        }),
-                        Err(e) => {
-                            // The lines before this one are settled.
-                            count(&mut loaded, answers);
-                            loaded.stopped = Some(Stopped {
-                                error: e,
-                                first_line: *line,
-                                last_line: *line,
-                            });
-                            return loaded;
-                        }
-                    }
-                }
-                answers
-            }
-            Err(e) => {
-                loaded.stopped = Some(stop(e));
+        let (answers, step) = send_batch(store, &batch, on_quota, bar).await;
+        // The lines answered so far are settled; `next` is the first that is not.
+        let next = answers.len();
+        count(&mut loaded, answers);
+        let first_line = chunk[next..].first().map_or(0, |(line, _)| *line);
+        let last_line = chunk.last().map_or(0, |(line, _)| *line);
+        match step {
+            Step::Done => continue,
+            Step::Interrupted => {
+                loaded.interrupted_at = Some(first_line);
                 return loaded;
             }
-        };
-        count(&mut loaded, answers);
-        if let Some(bar) = bar {
-            bar.inc(chunk.len() as u64);
+            Step::Fault(error) => {
+                loaded.stopped = Some(Stopped {
+                    error,
+                    first_line,
+                    last_line,
+                });
+                return loaded;
+            }
+            Step::Refused(_) => {}
+        }
+        for (line, job) in &chunk[next..] {
+            match send_batch(store, std::slice::from_ref(job), on_quota, bar).await {
+                (answers, Step::Done) => count(&mut loaded, answers),
+                (_, Step::Refused(e)) => {
+                    loaded.rejected.push(RejectedLine::refused(*line, &e));
+                    if let Some(bar) = bar {
+                        bar.inc(1);
+                    }
+                }
+                (_, Step::Interrupted) => {
+                    loaded.interrupted_at = Some(*line);
+                    return loaded;
+                }
+                (_, Step::Fault(error)) => {
+                    // The lines before this one are settled.
+                    loaded.stopped = Some(Stopped {
+                        error,
+                        first_line: *line,
+                        last_line: *line,
+                    });
+                    return loaded;
+                }
+            }
         }
     }
     loaded
@@ -206,33 +344,6 @@ fn count(loaded: &mut Loaded, answers: Vec<drover_core::Enqueued>) {
             EnqueueStatus::Created => loaded.created.push(a.job),
             EnqueueStatus::Replayed => loaded.replayed += 1,
             EnqueueStatus::Duplicate => loaded.duplicate += 1,
-        }
-    }
-}
-
-/// Enqueues one job; with [`OnQuota::Wait`], a quota refusal waits for room and tries again
-/// until the deadline.
-async fn enqueue_one(
-    store: &dyn drover_core::JobStore,
-    job: &NewJob,
-    on_quota: OnQuota<'_>,
-) -> Result<drover_core::Enqueued, drover_core::Error> {
-    loop {
-        let waiting = match on_quota {
-            OnQuota::Wait { room, deadline } if tokio::time::Instant::now() < deadline => {
-                Some((room.notified(), deadline))
-            }
-            _ => None,
-        };
-        match (store.job_enqueue(job.clone()).await, waiting) {
-            (Err(drover_core::Error::QuotaExceeded { .. }), Some((notified, deadline))) => {
-                let recheck = (tokio::time::Instant::now() + ROOM_RECHECK).min(deadline);
-                tokio::select! {
-                    () = notified => {}
-                    () = tokio::time::sleep_until(recheck) => {}
-                }
-            }
-            (other, _) => return other,
         }
     }
 }
@@ -254,7 +365,7 @@ fn shell_quote(text: &str) -> String {
 /// Runs `drover enqueue`.
 pub async fn run(ctx: &Ctx, args: EnqueueArgs) -> Result<()> {
     if let Some(path) = args.file.clone() {
-        return from_file(ctx, &path, args.batch_size).await;
+        return from_file(ctx, &args, &path).await;
     }
     let job = job_from_flags(&args)?;
     let store = ctx.store().await?;
@@ -278,40 +389,69 @@ pub async fn run(ctx: &Ctx, args: EnqueueArgs) -> Result<()> {
     Ok(())
 }
 
-async fn from_file(ctx: &Ctx, path: &std::path::Path, batch_size: usize) -> Result<()> {
+async fn from_file(ctx: &Ctx, args: &EnqueueArgs, path: &std::path::Path) -> Result<()> {
     let parsed = jsonl::read_path(path)?;
     let store = ctx.store().await?;
     let mut rejected: Vec<RejectedLine> = parsed.rejected;
     let total = parsed.jobs.len() as u64;
-    let bar = (!ctx.json).then(|| {
+    // A bar only for people: not with --json, not when stderr is a file or a pipe.
+    let bar = (!ctx.json && std::io::stderr().is_terminal()).then(|| {
         let bar = indicatif::ProgressBar::new(total);
         bar.set_style(
             indicatif::ProgressStyle::with_template(
-                "{bar:40} {pos}/{len} jobs ({per_sec}) {elapsed}",
+                "{bar:40} {pos}/{len} jobs ({per_sec}) {elapsed} {msg}",
             )
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         bar
     });
+    let interrupt = CancellationToken::new();
+    let on_quota = if args.wait_for_room {
+        // A stop signal ends the load between batches or while it waits, with the line to
+        // resume from.
+        worker::shutdown_on_signals(interrupt.clone(), worker::Finishing::Load);
+        OnQuota::Wait(RoomWait {
+            interrupt: Some(&interrupt),
+            ..RoomWait::default()
+        })
+    } else {
+        OnQuota::Reject
+    };
     let loaded = load(
         store.as_ref(),
         parsed.jobs,
-        batch_size,
+        args.batch_size,
         bar.as_ref(),
-        OnQuota::Reject,
+        on_quota,
     )
     .await;
     rejected.extend(loaded.rejected);
-    if let Some(stopped) = &loaded.stopped {
-        // Lines from the batch in flight on were never settled (bad lines among them were
-        // found by parsing, ahead of the load): they are reported when the rest is loaded.
-        rejected.retain(|r| r.line < stopped.first_line);
+    // Lines from the first one not settled on (bad lines among them were found by parsing,
+    // ahead of the load) are reported when the rest is loaded.
+    let unsettled = loaded
+        .stopped
+        .as_ref()
+        .map(|s| s.first_line)
+        .or(loaded.interrupted_at);
+    if let Some(first) = unsettled {
+        rejected.retain(|r| r.line < first);
     }
     let (created, replayed, duplicate) = (loaded.created.len(), loaded.replayed, loaded.duplicate);
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
     rejected.sort_by_key(|r| r.line);
+    let file = jsonl::source_name(path);
+    let resume = |next: usize, wait: &str| {
+        if jsonl::is_stdin(path) {
+            format!("the same input from line {next} on: `... | tail -n +{next} | drover enqueue --file -{wait}`")
+        } else {
+            format!(
+                "`tail -n +{next} {} | drover enqueue --file -{wait}`",
+                shell_quote(&path.display().to_string())
+            )
+        }
+    };
     if ctx.json {
         let stopped = loaded.stopped.as_ref().map(|s| {
             json!({
@@ -320,21 +460,38 @@ async fn from_file(ctx: &Ctx, path: &std::path::Path, batch_size: usize) -> Resu
                 "resume_from_line": s.last_line + 1,
             })
         });
+        let interrupted = loaded
+            .interrupted_at
+            .map(|line| json!({"resume_from_line": line}));
         print_json(&json!({
             "created": created,
             "replayed": replayed,
             "duplicate": duplicate,
             "rejected": rejected,
             "stopped": stopped,
+            "interrupted": interrupted,
         }))?;
     } else {
         outln!(
             "{created} enqueued, {replayed} replayed, {duplicate} duplicate, {} rejected",
             rejected.len()
         )?;
-        for r in &rejected {
-            errln!("drover: line {}: {}", r.line, r.error);
+        // One line per rule broken, however many lines broke it.
+        let hint = |r: &RejectedLine| {
+            r.rule
+                .starts_with("quota ")
+                .then(|| "--wait-for-room loads such lines as jobs finish and make room".to_owned())
+        };
+        for line in jsonl::report_rejected(&rejected, hint) {
+            errln!("drover: {line}");
         }
+    }
+    if let Some(next) = loaded.interrupted_at {
+        return Err(anyhow!(
+            "interrupted at line {next} of {file}: every line before {next} is settled \
+             (counted above); no line from {next} on was sent (resume with {})",
+            resume(next, " --wait-for-room")
+        ));
     }
     if let Some(stopped) = loaded.stopped {
         // Exactly what is settled and what is not, so the operator resumes without loading
@@ -346,20 +503,17 @@ async fn from_file(ctx: &Ctx, path: &std::path::Path, batch_size: usize) -> Resu
         } else {
             format!("lines {}-{}", stopped.first_line, stopped.last_line)
         };
+        let wait = if args.wait_for_room {
+            " --wait-for-room"
+        } else {
+            ""
+        };
         return Err(anyhow!(
             "stopped at {in_flight} of {file}: {error}. Every line before {first} is settled \
              (counted above); {in_flight} may or may not be stored (the write was cut off: \
              check with `drover jobs list` before sending {them} again); no line after {last} \
              was sent (resume with {resume})",
-            file = jsonl::source_name(path),
-            resume = if jsonl::is_stdin(path) {
-                format!("the same input from line {next} on: `... | tail -n +{next} | drover enqueue --file -`")
-            } else {
-                format!(
-                    "`tail -n +{next} {} | drover enqueue --file -`",
-                    shell_quote(&path.display().to_string())
-                )
-            },
+            resume = resume(next, wait),
             first = stopped.first_line,
             last = stopped.last_line,
             them = if stopped.first_line == stopped.last_line {
@@ -374,9 +528,8 @@ async fn from_file(ctx: &Ctx, path: &std::path::Path, batch_size: usize) -> Resu
     } else {
         // The good lines are loaded; the exit code still tells a script that some were not.
         Err(anyhow!(
-            "{} line(s) of {} rejected (listed above); every other line was loaded",
+            "{} line(s) of {file} rejected (listed above); every other line was loaded",
             rejected.len(),
-            jsonl::source_name(path)
         ))
     }
 }

@@ -76,8 +76,11 @@ pub async fn run(ctx: &Ctx, args: ServeArgs, extensions: Extensions) -> Result<(
     }
     // The worker's flags are checked before anything is built or connected.
     let config = worker::worker_config(&args.worker_args, &[]);
+    // The binary's kinds, which the metrics name (with or without --worker).
+    let kinds = worker::registry(extensions, &args.worker_args);
+    let metrics = ProcessMetrics::new(kinds.kinds());
     let registry = if args.worker {
-        let registry = Arc::new(worker::registry(extensions, &args.worker_args));
+        let registry = Arc::new(kinds);
         worker::check_config(&config, &registry, &args.worker_args)?;
         Some(registry)
     } else {
@@ -111,7 +114,6 @@ pub async fn run(ctx: &Ctx, args: ServeArgs, extensions: Extensions) -> Result<(
     if let Err(e) = store.check_ready().await {
         return Err(ctx.explain(e));
     }
-    let metrics = ProcessMetrics::default();
     let shutdown = CancellationToken::new();
     let finishing = if args.worker {
         worker::Finishing::RunningJobs

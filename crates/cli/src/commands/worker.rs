@@ -8,7 +8,10 @@ use std::sync::Arc;
 use anyhow::{anyhow, Context, Result};
 use drover_core::{JobKind, JobStore, QueueName};
 use drover_http::ProcessMetrics;
-use drover_runner::{PoolConfig, Registry, Worker, WorkerConfig, SLOTS_MAX};
+use drover_runner::{
+    heartbeat_interval_max, PoolConfig, Registry, Worker, WorkerConfig, HEARTBEATS_PER_LEASE_MIN,
+    SLOTS_MAX,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::args::{WorkerArgs, DB_CONNECTIONS_MAX};
@@ -125,13 +128,6 @@ pub fn check_config(config: &WorkerConfig, registry: &Registry, args: &WorkerArg
             format!("{d} (the default)")
         }
     };
-    if config.lease <= config.heartbeat_interval {
-        return Err(usage(format!(
-            "--lease {} must be longer than --heartbeat {}: the lease would expire between heartbeats",
-            shown(config.lease, args.lease.is_some()),
-            shown(config.heartbeat_interval, args.heartbeat.is_some()),
-        )));
-    }
     if config.worker_stale_after <= config.heartbeat_interval {
         return Err(usage(format!(
             "--heartbeat {} must be shorter than {}: a worker whose last heartbeat is older is removed from the worker list",
@@ -145,6 +141,18 @@ pub fn check_config(config: &WorkerConfig, registry: &Registry, args: &WorkerArg
     let drover_core::Error::InvalidInput { field, reason } = &e else {
         return Err(anyhow!("{e}"));
     };
+    if field == "heartbeat_interval" && !config.heartbeat_interval.is_zero() {
+        // The runner's rule between the two settings, worded with both flags.
+        return Err(usage(format!(
+            "--heartbeat {} must be at most a third of --lease {} (at most {}): with fewer than {HEARTBEATS_PER_LEASE_MIN} heartbeats per lease, one late heartbeat can let the lease expire under a running job and the job run twice",
+            shown(config.heartbeat_interval, args.heartbeat.is_some()),
+            shown(config.lease, args.lease.is_some()),
+            // Whole milliseconds, rounded down: still within the rule.
+            humantime::format_duration(std::time::Duration::from_millis(
+                u64::try_from(heartbeat_interval_max(config.lease).as_millis()).unwrap_or(u64::MAX)
+            )),
+        )));
+    }
     // The pool of --queue/--slots comes first when there is one; the --pool pools follow.
     let from_queue_flags = config.pools.len() > args.pools.len();
     let pool = field
@@ -207,6 +215,8 @@ pub enum Finishing {
     RunningJobs,
     /// Only the HTTP API runs: it finishes the requests in flight.
     Requests,
+    /// `drover enqueue --file --wait-for-room`: it sends no further line.
+    Load,
 }
 
 /// Cancels `token` on SIGTERM or Ctrl-C; a second signal exits at once (exit code 130).
@@ -224,6 +234,11 @@ pub fn shutdown_on_signals(token: CancellationToken, finishing: Finishing) {
             "; unfinished jobs are rescued after their lease expires",
         ),
         Finishing::Requests => ("requests in flight", "", ""),
+        Finishing::Load => (
+            "the batch in flight",
+            "no further line is sent; ",
+            "; the batch in flight may or may not be stored",
+        ),
     };
     tokio::spawn(async move {
         signals.next().await;
@@ -395,7 +410,7 @@ pub async fn run(ctx: &Ctx, args: WorkerArgs, extensions: Extensions) -> Result<
         .await?;
     let store: Arc<dyn JobStore> = Arc::new(pg.clone());
     store.check_ready().await.map_err(|e| ctx.explain(e))?;
-    let metrics = ProcessMetrics::default();
+    let metrics = ProcessMetrics::new(registry.kinds());
     let shutdown = CancellationToken::new();
     shutdown_on_signals(shutdown.clone(), Finishing::RunningJobs);
     let server = match args.metrics_listen {
@@ -694,11 +709,19 @@ mod tests {
         for (args, needle) in [
             (
                 &["--lease", "10s"][..],
-                "--lease 10s must be longer than --heartbeat 15s (the default)",
+                "--heartbeat 15s (the default) must be at most a third of --lease 10s (at most 3s 333ms): with fewer than 3 heartbeats per lease, one late heartbeat can let the lease expire",
             ),
             (
                 &["--lease", "5s", "--heartbeat", "5s"],
-                "--lease 5s must be longer than --heartbeat 5s",
+                "--heartbeat 5s must be at most a third of --lease 5s",
+            ),
+            (
+                &["--heartbeat", "30s"],
+                "--heartbeat 30s must be at most a third of --lease 1m (the default) (at most 20s)",
+            ),
+            (
+                &["--lease", "2s", "--heartbeat", "1s"],
+                "--heartbeat 1s must be at most a third of --lease 2s (at most 666ms)",
             ),
             (
                 &["--lease", "10m", "--heartbeat", "3m"],
@@ -715,6 +738,10 @@ mod tests {
             (&["--queue", "x", "--queue", "x"], "invalid --queue: pool \"main\" lists queue x twice"),
             (&["--pool", "a:q,q:1"], "invalid --pool: pool \"a\" lists queue q twice"),
             (
+                &["--queue", "lq", "--pool", "long:lq:1:fail,noop,sleep"],
+                "invalid --queue: pool \"main\" has no kind to claim in queue lq: pools with a kind filter reserve every registered kind there",
+            ),
+            (
                 &["--pool", "a:q:1:email.send"],
                 "invalid --pool: pool \"a\" names kind email.send, which has no registered handler (kinds: fail, noop, sleep)",
             ),
@@ -724,7 +751,10 @@ mod tests {
             assert!(err.to_string().contains(needle), "{args:?}: {err}");
         }
         check(&["--lease", "2s", "--heartbeat", "500ms"]).expect("valid");
+        check(&["--heartbeat", "20s"]).expect("a third of the default lease");
+        check(&["--lease", "3s", "--heartbeat", "1s"]).expect("exactly a third");
         check(&["--queue", "x", "--pool", "other:q:1:sleep"]).expect("valid");
+        check(&["--queue", "lq", "--pool", "long:lq:1:sleep"]).expect("valid");
 
         // A registry without handlers is the embedding application's fault, not the flags'.
         let cli = Cli::try_parse_from(["drover", "worker"]).unwrap();

@@ -53,7 +53,8 @@ pub async fn ready(State(state): State<ApiState>) -> Result<Json<ReadyResponse>,
 /// counters when it runs jobs. Their labels name every tenant's queues and kinds and their
 /// values count every tenant's jobs, so they need a token of tenant `*` (Prometheus sends it
 /// with `authorization` or `bearer_token_file`); a server started with `--insecure-no-auth`
-/// serves them to anyone.
+/// serves them to anyone. Queues and kinds callers made up have no series of their own: they
+/// are counted under `queue="(other)"` and `kind="(other)"` (`metrics::scrape`).
 #[utoipa::path(
     get,
     path = "/metrics",
@@ -72,12 +73,9 @@ pub async fn metrics(
     principal: Principal,
 ) -> Result<Response, ApiError> {
     principal.require_all_tenants("the metrics count the jobs of every tenant")?;
-    let snapshot = state
-        .store()
-        .queue_snapshot()
+    let text = crate::metrics::scrape(state.store().as_ref(), state.process_metrics())
         .await
         .map_err(|e| state.error(e))?;
-    let text = crate::metrics::render(&snapshot, state.process_metrics());
     Ok(([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response())
 }
 
