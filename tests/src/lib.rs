@@ -201,6 +201,7 @@ macro_rules! runner_suite {
             runner_long_kind_in_its_own_pool_cannot_starve_the_others,
             runner_max_concurrent_caps_executions_over_all_pools,
             runner_retention_prunes_old_terminal_jobs_and_never_live_ones,
+            runner_retention_pass_deletes_at_most_the_prune_limit,
             runner_reconcile_sweep_resolves_a_rescued_reconciling_job,
             runner_maintenance_waits_its_start_delay,
             runner_schedule_fires_once_per_tick_across_three_workers,

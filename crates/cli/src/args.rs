@@ -143,7 +143,7 @@ pub enum Command {
     /// Print Prometheus metrics (OpenMetrics text).
     #[command(after_help = "Example:\n  drover metrics > /var/lib/node_exporter/drover.prom")]
     Metrics,
-    /// Delete finished jobs older than the retention, in bounded batches.
+    /// Delete finished jobs older than the retention, batch after batch until none is left.
     #[command(after_help = "Example:\n  drover prune --older-than 30d")]
     Prune(PruneArgs),
     /// Serve the HTTP API (optionally with a worker in the same process).
@@ -554,7 +554,8 @@ pub struct PruneArgs {
     /// Delete finished jobs older than this (default 7d).
     #[arg(long, value_parser = parse_duration, default_value = "7d", value_name = "DURATION")]
     pub older_than: Duration,
-    /// Rows deleted per batch, 1..=100000.
+    /// Rows deleted per batch (one statement each), 1..=100000; batches repeat until none is
+    /// left.
     #[arg(
         long,
         default_value_t = 1000,
