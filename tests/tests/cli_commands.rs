@@ -663,6 +663,73 @@ async fn schedules_add_list_remove_round_trip() {
         ])
         .await;
     assert_eq!(added["name"], "nightly-report", "{added}");
+    assert_eq!(added["change"], "created", "{added}");
+
+    // Adding it again as stored (a start-up script on every start) changes nothing; a new job
+    // keeps its ticks going; a new timing starts its ticks now.
+    let add = |cron: &'static str, scope: &'static str| {
+        let args = format!(r#"{{"scope":"{scope}"}}"#);
+        let db = &db;
+        async move {
+            db.json(&[
+                "schedules",
+                "add",
+                "nightly-report",
+                "--cron",
+                cron,
+                "--timezone",
+                "Europe/Berlin",
+                "--kind",
+                "report.build",
+                "--args",
+                &args,
+                "--queue",
+                "reports",
+                "--priority",
+                "3",
+                "--max-attempts",
+                "4",
+            ])
+            .await
+        }
+    };
+    let again = add("0  2 * * *", "all").await;
+    assert_eq!(again["change"], "unchanged", "{again}");
+    assert_eq!(again["created_at"], added["created_at"], "{again}");
+    let text = db
+        .ok(&[
+            "schedules",
+            "add",
+            "nightly-report",
+            "--cron",
+            "0 2 * * *",
+            "--timezone",
+            "Europe/Berlin",
+            "--kind",
+            "report.build",
+            "--args",
+            r#"{"scope":"all"}"#,
+            "--queue",
+            "reports",
+            "--priority",
+            "3",
+            "--max-attempts",
+            "4",
+        ])
+        .await;
+    assert!(text.contains("schedule nightly-report unchanged"), "{text}");
+    let updated = add("0 2 * * *", "eu").await;
+    assert_eq!(updated["change"], "updated", "{updated}");
+    assert_eq!(updated["created_at"], added["created_at"], "{updated}");
+    assert_eq!(updated["args"], json!({"scope": "eu"}), "{updated}");
+    let rescheduled = add("0 3 * * *", "eu").await;
+    assert_eq!(rescheduled["change"], "rescheduled", "{rescheduled}");
+    assert_ne!(
+        rescheduled["created_at"], added["created_at"],
+        "{rescheduled}"
+    );
+    let restored = add("0 2 * * *", "all").await;
+    assert_eq!(restored["change"], "rescheduled", "{restored}");
 
     let list = db.json(&["schedules", "list"]).await;
     let s = &list[0];

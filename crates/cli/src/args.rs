@@ -498,7 +498,11 @@ pub enum SchedulesCommand {
     ///
     /// Each tick enqueues one job, whichever worker fires it. Ticks missed by up to 10 s (a
     /// late scheduler pass, a short fault) fire one by one; after longer downtime the missed
-    /// ticks collapse into one catch-up job.
+    /// ticks collapse into one catch-up job. Adding a schedule exactly as stored changes
+    /// nothing (its missed ticks still fire), so a start-up script may add it at every start;
+    /// a new job (kind, args, queue, priority, attempts) keeps its ticks going; a new --cron
+    /// or --timezone fires the new timing's ticks from now on, none missed before. No change
+    /// makes a tick fire twice.
     #[command(
         after_help = "Example:\n  drover schedules add nightly-report --cron '0 2 * * *' --timezone Europe/Berlin --kind report.build --args '{\"scope\":\"all\"}'"
     )]

@@ -27,7 +27,7 @@ pub use limits::{Admission, LimitPolicy, LimitState, LimitStatus, Rate};
 pub use names::{JobKind, LimitKey, QueueName, ScheduleName, TenantId, WorkerId};
 pub use queue::{QueueChange, QueueInfo, QueueSnapshot, Snapshot, WorkerInfo, WorkerRegistration};
 pub use retry::Backoff;
-pub use schedule::{CronSpec, NewSchedule, Schedule};
+pub use schedule::{CronSpec, NewSchedule, Schedule, ScheduleChange, ScheduleUpsert};
 pub use state::{apply, Event, JobState, Resolution, Retry, Transition};
 #[cfg(feature = "mock")]
 pub use store::MockJobStore;

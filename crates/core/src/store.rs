@@ -20,7 +20,7 @@ use crate::lease::FencingToken;
 use crate::limits::{LimitPolicy, LimitStatus};
 use crate::names::{JobKind, LimitKey, QueueName, ScheduleName, TenantId, WorkerId};
 use crate::queue::{QueueChange, QueueInfo, Snapshot, WorkerInfo, WorkerRegistration};
-use crate::schedule::{NewSchedule, Schedule};
+use crate::schedule::{NewSchedule, Schedule, ScheduleUpsert};
 use crate::state::{JobState, Resolution, Retry, Transition};
 
 /// Default quota on pending jobs of the cluster (DESIGN.md section 7).
@@ -393,10 +393,16 @@ pub struct PruneJobs {
 }
 
 /// Fire one schedule tick: atomically advance the schedule's last tick and enqueue its job.
+/// Build it with [`Schedule::fire`] from the schedule as read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FireSchedule {
     /// The schedule.
     pub name: ScheduleName,
+    /// The schedule's `created_at` as read (when its timing was last set): the tick fires only
+    /// while the schedule still has it and only if it is later, so a tick computed from a
+    /// timing that was changed since (or from a schedule removed and added again) never
+    /// fires.
+    pub created_at: DateTime<Utc>,
     /// The tick being fired.
     pub tick: DateTime<Utc>,
     /// The job to enqueue (normally `Schedule::job_for_tick`).
@@ -593,11 +599,15 @@ pub trait JobStore: Send + Sync + 'static {
     /// Schedules by name.
     async fn schedules_list(&self) -> Result<Vec<Schedule>>;
 
-    /// Creates or replaces a schedule (a replaced one restarts from now: no catch-up).
+    /// Creates or replaces a schedule by the rule of [`Schedule::upsert`], decided under the
+    /// store's lock on the schedule: writing the stored definition again changes nothing (its
+    /// missed ticks still fire); a new job keeps the ticks going; a new timing (cron, zone)
+    /// fires its ticks after now only. The last fired tick is always kept, so no upsert makes a
+    /// tick fire twice, whatever fires concurrently.
     ///
     /// # Errors
     /// `InvalidInput` from [`NewSchedule::validate`].
-    async fn schedule_upsert(&self, schedule: NewSchedule) -> Result<Schedule>;
+    async fn schedule_upsert(&self, schedule: NewSchedule) -> Result<ScheduleUpsert>;
 
     /// Removes a schedule.
     ///
@@ -605,10 +615,12 @@ pub trait JobStore: Send + Sync + 'static {
     /// `NotFound`.
     async fn schedule_remove(&self, name: ScheduleName) -> Result<()>;
 
-    /// Fires a tick: if the schedule exists and its last tick is before `tick`, sets its last
-    /// tick to `tick` and enqueues `job`, atomically; returns the enqueue answer. Returns
-    /// `None` when another caller already fired this tick or a later one, so each tick
-    /// enqueues exactly once across all workers.
+    /// Fires a tick: if the schedule exists with the `created_at` of `fire`, `tick` is after
+    /// it, and its last tick is before `tick`, sets its last tick to `tick` and enqueues `job`,
+    /// atomically; returns the enqueue answer. Returns `None` when another caller already
+    /// fired this tick or a later one, or the schedule's timing changed since it was read (or
+    /// it was removed and added again), so each tick enqueues exactly once across all workers
+    /// and writes.
     ///
     /// # Errors
     /// Those of `jobs_enqueue` (then the tick is not consumed); `NotFound`.

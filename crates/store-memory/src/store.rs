@@ -16,9 +16,9 @@ use drover_core::{
     Enqueued, Entity, Error, Event, EventStream, Finish, FinishItem, FinishReply, FireSchedule,
     HeartbeatJobs, HeartbeatReply, Job, JobId, JobPage, JobState, JobStore, LimitKey, LimitPolicy,
     LimitStatus, ListJobs, NewJob, NewSchedule, PruneJobs, QueueChange, QueueInfo, QueueName,
-    QueueSnapshot, RescueExpired, Rescued, Resolution, Result, Schedule, ScheduleName, Snapshot,
-    StoreConfig, StoreEvent, SucceededJobs, SystemClock, Transition, WorkerId, WorkerInfo,
-    WorkerRegistration,
+    QueueSnapshot, RescueExpired, Rescued, Resolution, Result, Schedule, ScheduleChange,
+    ScheduleName, ScheduleUpsert, Snapshot, StoreConfig, StoreEvent, SucceededJobs, SystemClock,
+    Transition, WorkerId, WorkerInfo, WorkerRegistration,
 };
 use parking_lot::Mutex;
 use tokio::sync::broadcast;
@@ -713,13 +713,18 @@ impl JobStore for MemoryStore {
         Ok(self.inner.lock().schedules.values().cloned().collect())
     }
 
-    async fn schedule_upsert(&self, schedule: NewSchedule) -> Result<Schedule> {
+    async fn schedule_upsert(&self, schedule: NewSchedule) -> Result<ScheduleUpsert> {
         let mut inner = self.inner.lock();
         let now = self.clock_now();
         schedule.validate(now, &self.config.sizes)?;
-        let stored = Schedule::from_new(schedule, now);
-        inner.schedules.insert(stored.name.clone(), stored.clone());
-        Ok(stored)
+        let stored = inner.schedules.get(&schedule.name).cloned();
+        let upsert = Schedule::upsert(stored, schedule, now);
+        if upsert.change != ScheduleChange::Unchanged {
+            inner
+                .schedules
+                .insert(upsert.schedule.name.clone(), upsert.schedule.clone());
+        }
+        Ok(upsert)
     }
 
     async fn schedule_remove(&self, name: ScheduleName) -> Result<()> {
@@ -745,7 +750,13 @@ impl JobStore for MemoryStore {
                     entity: Entity::Schedule,
                     id: fire.name.to_string(),
                 })?;
-            if schedule.last_tick_at.is_some_and(|last| last >= tick) {
+            // A tick of another timing (changed since read, or removed and added again) or
+            // from before the timing was set never fires; nor one already fired.
+            let retimed = schedule.created_at != micros(fire.created_at);
+            if retimed
+                || tick <= schedule.created_at
+                || schedule.last_tick_at.is_some_and(|last| last >= tick)
+            {
                 return Ok(None);
             }
             let (mut answers, ready) = inner.enqueue(prepared, now, &self.config.quotas)?;

@@ -11,7 +11,7 @@ use chrono::{DateTime, SubsecRound, Utc};
 use drover_core::{
     ClaimJobs, Error, Finish, FinishItem, FinishReply, HeartbeatItem, HeartbeatJobs,
     HeartbeatReply, Job, JobId, JobState, ListJobs, NewJob, NewSchedule, Resolution, RunAt,
-    Schedule, ScheduleName, WorkerRegistration,
+    Schedule, ScheduleChange, ScheduleName, WorkerRegistration,
 };
 use drover_runner::{Outcome, Reconciler, Registry, TransitionEvent};
 use serde_json::json;
@@ -354,6 +354,7 @@ async fn every_second(rig: &Rig) -> Schedule {
         ))
         .await
         .expect("upsert schedule")
+        .schedule
 }
 
 /// A per-second schedule with three workers (separate processes) competing to fire it: the
@@ -467,4 +468,60 @@ pub async fn runner_schedule_fires_each_tick_a_late_pass_finds(f: &dyn StoreFact
         ticks.iter().all(|t| *t >= first),
         "a tick before the schedule's creation fired: {ticks:?}"
     );
+}
+
+/// A deploy that writes its schedule again as stored (through the application's [`Client`],
+/// as a start-up does) keeps the ticks that fell due while no worker ran: a per-second schedule
+/// left without a worker for four ticks, written again, then served by a worker, gets a job
+/// for each of those ticks, once.
+///
+/// [`Client`]: drover_runner::Client
+pub async fn runner_rewritten_schedule_fires_the_ticks_missed_while_down(f: &dyn StoreFactory) {
+    let rig = Rig::open(f).await;
+    let schedule = every_second(&rig).await;
+    let first = schedule.created_at.trunc_subsecs(0) + chrono::Duration::seconds(1);
+    let expected: Vec<DateTime<Utc>> = (0..4)
+        .map(|n| first + chrono::Duration::seconds(n))
+        .collect();
+    let last = *expected.last().expect("four ticks");
+    rig.h.advance_to(last).await;
+
+    let written = rig
+        .client()
+        .schedule_upsert(NewSchedule::new(
+            ScheduleName::parse("every-second").expect("valid schedule name"),
+            "* * * * * *",
+            kind("tick"),
+            json!({}),
+        ))
+        .await
+        .expect("write the schedule again");
+    assert_eq!(written.change, ScheduleChange::Unchanged);
+    assert_eq!(written.schedule, schedule);
+
+    let mut registry = Registry::new();
+    registry.register_fn(kind("tick"), |_ctx| async { Outcome::success() });
+    let mut config = config("s1");
+    config.schedule_interval = Duration::from_millis(10);
+    let worker = rig.start(registry, config).await;
+    let ticks_query = ListJobs {
+        kind: Some(kind("tick")),
+        limit: 1000,
+        ..ListJobs::default()
+    };
+    rig.wait_list(ticks_query.clone(), "a job for the latest tick", |jobs| {
+        jobs.iter().any(|job| tick_of(job) >= last)
+    })
+    .await;
+    worker.stop().await;
+    let mut ticks: Vec<DateTime<Utc>> = rig.list(ticks_query).await.iter().map(tick_of).collect();
+    ticks.sort();
+    let missed: Vec<_> = expected.iter().filter(|t| !ticks.contains(t)).collect();
+    assert!(
+        missed.is_empty(),
+        "ticks {missed:?} due while down never fired; fired {ticks:?}"
+    );
+    let mut distinct = ticks.clone();
+    distinct.dedup();
+    assert_eq!(distinct, ticks, "a tick enqueued more than one job");
 }
