@@ -293,6 +293,34 @@ async fn jobs_list_filters_paginate_and_cancel_retry() {
     );
     assert_eq!(db.count("queued").await, 3, "a retry never makes a copy");
 
+    // Requeue a job scheduled an hour ahead: ready now; again: nothing changes; a finished job
+    // is refused, pointing to retry.
+    let later = db.enqueue("noop", "{}", &["--delay", "1h"]).await;
+    let requeued = db.json(&["jobs", "requeue", &later]).await;
+    assert_eq!(requeued["changed"], true, "{requeued}");
+    assert_eq!(requeued["job"]["id"], later.as_str());
+    assert_eq!(requeued["job"]["state"], "queued");
+    let run_at: chrono::DateTime<chrono::Utc> =
+        requeued["job"]["run_at"].as_str().unwrap().parse().unwrap();
+    assert!(
+        run_at <= chrono::Utc::now() + chrono::Duration::seconds(5),
+        "{run_at}"
+    );
+    let line = db.ok(&["jobs", "requeue", &later]).await;
+    assert!(
+        line.contains(&format!("job {later} was ready already"))
+            && line.contains("nothing changed"),
+        "{line}"
+    );
+    db.json(&["jobs", "cancel", &later]).await;
+    let refused = db.fails(&["jobs", "requeue", &later]).await;
+    assert!(
+        refused.contains("cannot requeue a job that is cancelled") && refused.contains("retry it"),
+        "{refused}"
+    );
+    let refused = db.fails(&["jobs", "retry", &a]).await;
+    assert!(refused.contains("requeue it"), "{refused}");
+
     let unknown = db
         .fails(&["jobs", "get", "0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79"])
         .await;

@@ -102,6 +102,7 @@ http_cases!(
         batch_enqueue,
         list_filters_and_paginates,
         get_cancel_and_retry,
+        requeue_makes_a_waiting_job_ready_now,
         queues_pause_resume_and_list,
         workers_are_listed,
         ready_and_openapi_need_no_token,

@@ -122,7 +122,7 @@ pub enum Command {
         after_help = "Examples:\n  drover enqueue email.send --args '{\"to\":\"a@example.com\"}' --queue mail\n  drover enqueue report.build --delay 10m --unique-key report:2026-11\n  drover enqueue --file jobs.jsonl"
     )]
     Enqueue(EnqueueArgs),
-    /// List, inspect, cancel and retry jobs.
+    /// List, inspect, cancel, retry and requeue jobs.
     #[command(subcommand)]
     Jobs(JobsCommand),
     /// List, pause and resume queues.
@@ -385,6 +385,14 @@ pub enum JobsCommand {
     /// Retry a finished job: same id and args, attempts reset.
     #[command(after_help = "Example:\n  drover jobs retry 0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79")]
     Retry {
+        /// Job id.
+        #[arg(value_parser = job_id)]
+        id: JobId,
+    },
+    /// Run a queued job now: a scheduled one, or one waiting for a retry's backoff or a
+    /// snooze, becomes ready at once (attempts kept); a ready one is left as it is.
+    #[command(after_help = "Example:\n  drover jobs requeue 0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79")]
+    Requeue {
         /// Job id.
         #[arg(value_parser = job_id)]
         id: JobId,

@@ -34,6 +34,6 @@ pub use store::MockJobStore;
 pub use store::{
     CancelEffect, CancelOutcome, ClaimJobs, ClaimReconciling, Claimed, EventStream, Finish,
     FinishItem, FinishReply, FireSchedule, HeartbeatItem, HeartbeatJobs, HeartbeatReply, JobPage,
-    JobStore, ListJobs, PruneJobs, Quotas, RescueExpired, Rescued, StoreConfig, StoreEvent,
-    SucceededJobs,
+    JobStore, ListJobs, PruneJobs, Quotas, RequeueOutcome, RescueExpired, Rescued, StoreConfig,
+    StoreEvent, SucceededJobs,
 };

@@ -291,6 +291,16 @@ pub struct CancelOutcome {
     pub job: Job,
 }
 
+/// The answer to a requeue ([`JobStore::job_requeue`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequeueOutcome {
+    /// The job after the requeue.
+    pub job: Job,
+    /// True when the job was waiting for its `run_at` and is ready now; false when it was
+    /// ready already, so nothing changed.
+    pub changed: bool,
+}
+
 /// Filters and page of `jobs_list`; every filter is optional and they combine with AND.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ListJobs {
@@ -416,7 +426,7 @@ pub type EventStream = Pin<Box<dyn Stream<Item = StoreEvent> + Send + 'static>>;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "event")]
 pub enum StoreEvent {
-    /// Jobs became ready in this queue (enqueue, retry, release, resume), or a job of this queue
+    /// Jobs became ready in this queue (enqueue, retry, requeue, release, resume), or a job of this queue
     /// that ran under the queue's own `max_running` bound (policy `queue:<queue>`) finished,
     /// freeing a place only this queue's jobs can wait for.
     JobsAvailable {
@@ -516,6 +526,17 @@ pub trait JobStore: Send + Sync + 'static {
     /// `NotFound`; `InvalidTransition` for a queued, running or reconciling job;
     /// `QuotaExceeded`; `Conflict` when another live job of the tenant now holds its unique key.
     async fn job_retry(&self, id: JobId) -> Result<Job>;
+
+    /// Operator requeue of a queued job: one waiting for its `run_at` (scheduled, a retry's
+    /// backoff, a snooze) becomes ready now (`run_at` = the store's now; attempts, errors and
+    /// keys unchanged) and wakes its queue's workers ([`StoreEvent::JobsAvailable`]); a ready
+    /// one is left as it is (`changed: false`). A paused queue or a limit policy still holds
+    /// it back.
+    ///
+    /// # Errors
+    /// `NotFound`; `InvalidTransition` for a running, reconciling or finished job (a finished
+    /// job runs again with [`JobStore::job_retry`]).
+    async fn job_requeue(&self, id: JobId) -> Result<RequeueOutcome>;
 
     /// Rescues up to `limit` running jobs whose lease expired: to queued, or failed when
     /// attempts are spent, or reconciling for reconciler kinds, or cancelled when a cancel was

@@ -427,6 +427,16 @@ impl CancelResponse {
     }
 }
 
+/// The answer to a requeue.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct RequeueResponse {
+    /// True when the job was waiting for its `run_at` (scheduled, a retry's backoff, a
+    /// snooze) and is ready now; false when it was ready already, so nothing changed.
+    pub changed: bool,
+    /// The job after the requeue.
+    pub job: JobView,
+}
+
 /// A job wrapped for single-job answers.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct JobResponse {

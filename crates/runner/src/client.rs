@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use drover_core::{
     CancelOutcome, EnqueueStatus, Enqueued, Entity, Error, Job, JobId, JobKind, JobStore, NewJob,
-    NewSchedule, QueueChange, QueueName, Schedule, ScheduleName, ScheduleUpsert,
+    NewSchedule, QueueChange, QueueName, RequeueOutcome, Schedule, ScheduleName, ScheduleUpsert,
 };
 use serde::Serialize;
 
@@ -100,6 +100,17 @@ impl Client {
     /// `NotFound`; `InvalidTransition` for a finished job.
     pub async fn cancel(&self, id: JobId) -> Result<CancelOutcome, Error> {
         self.store.job_cancel(id).await
+    }
+
+    /// Makes a queued job ready now: one scheduled for later, or waiting for a retry's backoff
+    /// or a snooze, runs at the next claim (attempts kept) and its queue's workers are woken;
+    /// a ready one is left as it is (`changed: false`).
+    ///
+    /// # Errors
+    /// `NotFound`; `InvalidTransition` for a running, reconciling or finished job (retry a
+    /// finished one).
+    pub async fn requeue(&self, id: JobId) -> Result<RequeueOutcome, Error> {
+        self.store.job_requeue(id).await
     }
 
     /// Pauses `queue` cluster-wide (no worker claims from it; running jobs finish), creating

@@ -16,9 +16,9 @@ use drover_core::{
     Enqueued, Entity, Error, Event, EventStream, Finish, FinishItem, FinishReply, FireSchedule,
     HeartbeatJobs, HeartbeatReply, Job, JobId, JobPage, JobState, JobStore, LimitKey, LimitPolicy,
     LimitStatus, ListJobs, NewJob, NewSchedule, PruneJobs, QueueChange, QueueInfo, QueueName,
-    QueueSnapshot, RescueExpired, Rescued, Resolution, Result, Schedule, ScheduleChange,
-    ScheduleName, ScheduleUpsert, Snapshot, StoreConfig, StoreEvent, SucceededJobs, SystemClock,
-    Transition, WorkerId, WorkerInfo, WorkerRegistration,
+    QueueSnapshot, RequeueOutcome, RescueExpired, Rescued, Resolution, Result, Schedule,
+    ScheduleChange, ScheduleName, ScheduleUpsert, Snapshot, StoreConfig, StoreEvent, SucceededJobs,
+    SystemClock, Transition, WorkerId, WorkerInfo, WorkerRegistration,
 };
 use parking_lot::Mutex;
 use tokio::sync::broadcast;
@@ -416,6 +416,29 @@ impl JobStore for MemoryStore {
             queue: job.queue.clone(),
         });
         Ok(job)
+    }
+
+    async fn job_requeue(&self, id: JobId) -> Result<RequeueOutcome> {
+        let outcome = {
+            let mut inner = self.inner.lock();
+            let now = self.clock_now();
+            let run_at = inner
+                .jobs
+                .get(&id)
+                .map(|job| job.run_at)
+                .ok_or_else(|| Error::job_not_found(id))?;
+            let (_, job) = inner.transition(id, Event::Requeue, now)?;
+            RequeueOutcome {
+                changed: job.run_at != run_at,
+                job: job.clone(),
+            }
+        };
+        if outcome.changed {
+            self.publish(StoreEvent::JobsAvailable {
+                queue: outcome.job.queue.clone(),
+            });
+        }
+        Ok(outcome)
     }
 
     async fn jobs_rescue_expired(&self, rescue: RescueExpired) -> Result<Vec<Rescued>> {

@@ -12,9 +12,9 @@ use drover_core::{
     CancelOutcome, ClaimJobs, ClaimReconciling, Claimed, Enqueued, Error, EventStream,
     FencingToken, FinishItem, FinishReply, FireSchedule, HeartbeatJobs, HeartbeatReply, Job, JobId,
     JobPage, JobStore, LimitKey, LimitPolicy, LimitStatus, ListJobs, NewJob, NewSchedule,
-    PruneJobs, QueueChange, QueueInfo, QueueName, RescueExpired, Rescued, Resolution, Schedule,
-    ScheduleName, ScheduleUpsert, Snapshot, StoreConfig, Transition, WorkerId, WorkerInfo,
-    WorkerRegistration,
+    PruneJobs, QueueChange, QueueInfo, QueueName, RequeueOutcome, RescueExpired, Rescued,
+    Resolution, Schedule, ScheduleName, ScheduleUpsert, Snapshot, StoreConfig, Transition,
+    WorkerId, WorkerInfo, WorkerRegistration,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgConnection, PgPool};
@@ -330,6 +330,12 @@ impl JobStore for PgStore {
     async fn job_retry(&self, id: JobId) -> Result<Job, Error> {
         let mut conn = self.connections.acquire().await?;
         let result = lifecycle::retry(&mut conn, &self.options.config, id).await;
+        conn.done(result)
+    }
+
+    async fn job_requeue(&self, id: JobId) -> Result<RequeueOutcome, Error> {
+        let mut conn = self.connections.acquire().await?;
+        let result = lifecycle::requeue(&mut conn, id).await;
         conn.done(result)
     }
 

@@ -1,5 +1,5 @@
 //! Reading and changing jobs and queues over HTTP: list with filters and pages, get, cancel,
-//! retry, queues, workers, readiness and metrics (issue #6 item 2).
+//! retry, requeue, queues, workers, readiness and metrics (issue #6 item 2).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -234,6 +234,76 @@ pub(crate) async fn get_cancel_and_retry(env: &Env) {
         .as_str()
         .unwrap()
         .contains("succeeded"));
+}
+
+/// `POST /v1/jobs/{id}/requeue` (operators, of the job's tenant or of every tenant): a job
+/// scheduled an hour ahead is ready now and says `changed`; a ready one answers `changed`
+/// false; a producer gets 403, another tenant 404, a finished job 409 pointing to retry.
+pub(crate) async fn requeue_makes_a_waiting_job_ready_now(env: &Env) {
+    let api = env.api(unbounded()).await;
+    let id = api
+        .enqueue_ok(
+            PRODUCER_A,
+            &json!({"kind": "import", "delay_ms": 3_600_000}),
+        )
+        .await;
+    let path = format!("/v1/jobs/{id}/requeue");
+    let scheduled = api.stored(&id).await;
+    api.post_empty(Some(PRODUCER_A), &path)
+        .await
+        .assert_error(403, "forbidden", None);
+    api.post_empty(Some(OPERATOR_B), &path)
+        .await
+        .assert_error(404, "not_found", None);
+    assert_eq!(
+        api.stored(&id).await,
+        scheduled,
+        "refused requeues change nothing"
+    );
+
+    let requeued = api.post_empty(Some(OPERATOR_A), &path).await;
+    assert_eq!(requeued.status, 200, "{}", requeued.text);
+    assert_eq!(requeued.json["changed"], true);
+    assert_eq!(requeued.job_id(), id);
+    assert_eq!(requeued.job()["state"], "queued");
+    assert_eq!(requeued.job()["attempt"], 0);
+    let stored = api.stored(&id).await;
+    assert!(
+        stored.run_at < scheduled.run_at,
+        "ready now: {}",
+        stored.run_at
+    );
+    assert_eq!(
+        requeued.job()["run_at"],
+        json!(stored.run_at),
+        "the answer shows the stored job"
+    );
+    let again = api.post_empty(Some(OPERATOR_ALL), &path).await;
+    assert_eq!(again.status, 200, "{}", again.text);
+    assert_eq!(again.json["changed"], false);
+    assert_eq!(api.stored(&id).await, stored);
+
+    let unknown = "0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79";
+    api.post_empty(Some(OPERATOR_A), &format!("/v1/jobs/{unknown}/requeue"))
+        .await
+        .assert_error(404, "not_found", None);
+    api.post_empty(Some(OPERATOR_A), "/v1/jobs/not-a-uuid/requeue")
+        .await
+        .assert_error(400, "invalid_input", Some("id"));
+    let cancel = api
+        .post_empty(Some(PRODUCER_A), &format!("/v1/jobs/{id}/cancel"))
+        .await;
+    assert_eq!(cancel.status, 200, "{}", cancel.text);
+    let refused = api.post_empty(Some(OPERATOR_A), &path).await;
+    refused.assert_error(409, "invalid_transition", None);
+    assert!(
+        refused
+            .message()
+            .contains("cannot requeue a job that is cancelled")
+            && refused.message().contains("retry it"),
+        "{}",
+        refused.text
+    );
 }
 
 /// Pause and resume (operators of every tenant only: a queue is shared by all tenants) and the

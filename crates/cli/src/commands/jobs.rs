@@ -1,4 +1,4 @@
-//! `drover jobs list|get|cancel|retry`.
+//! `drover jobs list|get|cancel|retry|requeue`.
 
 use crate::args::{JobsCommand, ListArgs};
 use crate::context::{call, Ctx};
@@ -73,6 +73,27 @@ pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
                 job.id,
                 job.max_attempts
             )?;
+        }
+        JobsCommand::Requeue { id } => {
+            let outcome = call(ctx, store.job_requeue(id)).await?;
+            if ctx.json {
+                return print_json(&outcome);
+            }
+            let job = &outcome.job;
+            if outcome.changed {
+                outln!(
+                    "job {} is ready now (attempt {}/{} kept)",
+                    job.id,
+                    job.attempt,
+                    job.max_attempts
+                )?;
+            } else {
+                outln!(
+                    "job {} was ready already (since {}); nothing changed",
+                    job.id,
+                    output::time(job.run_at)
+                )?;
+            }
         }
     }
     Ok(())

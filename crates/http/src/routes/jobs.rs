@@ -1,4 +1,4 @@
-//! `/v1/jobs` routes: enqueue (single and batch), list, get, cancel, retry.
+//! `/v1/jobs` routes: enqueue (single and batch), list, get, cancel, retry, requeue.
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -9,7 +9,7 @@ use drover_core::{EnqueueStatus, Job, JobId, JobKind, JobState, ListJobs, QueueN
 use crate::auth::{Principal, Role, TenantScope};
 use crate::dto::{
     BatchEnqueueRequest, BatchEnqueueResponse, CancelResponse, EnqueueRequest, EnqueueResponse,
-    JobListResponse, JobResponse, BATCH_MAX,
+    JobListResponse, JobResponse, RequeueResponse, BATCH_MAX,
 };
 use crate::error::{ApiError, ErrorBody, QuotaRequest};
 use crate::extract::{JsonBody, PathParam, QueryParams};
@@ -366,4 +366,44 @@ pub async fn retry_job(
         .await
         .map_err(|e| state.error_for(&principal, QuotaRequest::Retry, e))?;
     Ok(Json(JobResponse { job: job.into() }))
+}
+
+/// Operator requeue of a queued job: one waiting for its `run_at` (scheduled, a retry's
+/// backoff, a snooze) becomes ready now, attempts kept, and its queue's workers are woken; a
+/// ready one is left as it is (`changed` false). 409 for a running, reconciling or finished job
+/// (retry a finished one).
+#[utoipa::path(
+    post,
+    path = "/v1/jobs/{id}/requeue",
+    tag = "jobs",
+    params(("id" = String, Path, description = "Job id: a UUID, hyphenated or not, any case, or as urn:uuid:... or {...}; answers show it hyphenated lowercase")),
+    responses(
+        (status = 200, description = "Ready now, or ready already (changed false)", body = RequeueResponse),
+        (status = 400, description = "Malformed id, or a query parameter (this route takes none)", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Operator role required", body = ErrorBody),
+        (status = 404, description = "No such job for this tenant", body = ErrorBody),
+        (status = 409, description = "The job is not queued (running, reconciling or finished)", body = ErrorBody),
+        (status = 503, description = "Store unavailable (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn requeue_job(
+    State(state): State<ApiState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+) -> Result<Json<RequeueResponse>, ApiError> {
+    if principal.role != Role::Operator {
+        return Err(ApiError::forbidden("requeue needs the operator role"));
+    }
+    let job = visible_job(&state, &principal, &id).await?;
+    let outcome = state
+        .store()
+        .job_requeue(job.id)
+        .await
+        .map_err(|e| state.error(e))?;
+    Ok(Json(RequeueResponse {
+        changed: outcome.changed,
+        job: outcome.job.into(),
+    }))
 }
