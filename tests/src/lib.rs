@@ -129,6 +129,7 @@ macro_rules! contract_suite {
             list_filters_finished_jobs_by_kind_and_tenant,
             list_paginates_newest_first,
             list_default_page_size,
+            list_summaries_leave_out_args_result_errors_and_progress,
             list_rejects_bad_filter,
             list_get_unknown_is_not_found,
             queues_pause_resume_idempotent,

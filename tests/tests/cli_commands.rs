@@ -238,6 +238,34 @@ async fn jobs_list_filters_paginate_and_cancel_retry() {
         "newest first"
     );
     assert!(all["next"].is_null());
+    // Summaries unless --include asks for the large fields; `jobs get` shows the whole job.
+    let whole = db.json(&["jobs", "get", &c]).await;
+    assert_eq!(whole["args"], json!({}), "{whole}");
+    let summary = all["jobs"][0].as_object().unwrap();
+    for field in ["args", "result", "errors", "progress"] {
+        assert!(!summary.contains_key(field), "{field}: {all}");
+    }
+    for (field, value) in whole.as_object().unwrap() {
+        if !["args", "result", "errors", "progress"].contains(&field.as_str()) {
+            assert_eq!(&summary[field], value, "{field}");
+        }
+    }
+    let with_args = db.json(&["jobs", "list", "--include", "args,errors"]).await;
+    let first = with_args["jobs"][0].as_object().unwrap();
+    assert_eq!(first["args"], json!({}), "{with_args}");
+    assert_eq!(first["errors"], json!([]), "{with_args}");
+    assert!(!first.contains_key("result") && !first.contains_key("progress"));
+    let every = db.json(&["jobs", "list", "--include", "all"]).await;
+    assert_eq!(every["jobs"][0], whole);
+    let bad = db
+        .usage_error(&["--json", "jobs", "list", "--include", "meta"])
+        .await;
+    assert!(bad.contains("--include"), "{bad}");
+    let table_only = db.usage_error(&["jobs", "list", "--include", "args"]).await;
+    assert!(
+        table_only.contains("--include applies to --json output"),
+        "{table_only}"
+    );
     let by = |args: &'static [&'static str]| {
         let db = &db;
         async move {

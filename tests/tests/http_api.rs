@@ -101,6 +101,7 @@ http_cases!(
         unique_key_duplicate_answers_200,
         batch_enqueue,
         list_filters_and_paginates,
+        list_answers_summaries_unless_include_asks,
         get_cancel_and_retry,
         requeue_makes_a_waiting_job_ready_now,
         queues_pause_resume_and_list,

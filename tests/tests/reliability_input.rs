@@ -1428,7 +1428,7 @@ async fn hostile_input_through_the_http_api_changes_nothing() {
     for (i, text) in HOSTILE.iter().enumerate() {
         let filter = encode(&json!({"text": text}).to_string());
         let page: Value = client
-            .get(format!("{base}/v1/jobs?meta={filter}"))
+            .get(format!("{base}/v1/jobs?include=args&meta={filter}"))
             .send()
             .await
             .unwrap()

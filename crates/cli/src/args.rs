@@ -10,7 +10,8 @@ use clap::{ArgGroup, ArgMatches, Args, Parser, Subcommand, ValueEnum};
 use drover_core::limits::MAX_RUNNING_MAX;
 use drover_core::store::LIST_LIMIT_MAX;
 use drover_core::{
-    JobId, JobKind, JobState, LimitKey, QueueName, Rate, ScheduleName, SucceededJobs, TenantId,
+    JobDetails, JobId, JobKind, JobState, LimitKey, QueueName, Rate, ScheduleName, SucceededJobs,
+    TenantId,
 };
 use drover_runner::{PoolConfig, PREFETCH_MAX, PRUNE_LIMIT_MAX, SLOTS_MAX};
 
@@ -427,6 +428,10 @@ pub struct ListArgs {
     /// Continue after this job id (the `next` of a previous page).
     #[arg(long, value_name = "ID", value_parser = job_id)]
     pub before: Option<JobId>,
+    /// With --json: the large fields each job carries, comma-separated: args, result, errors,
+    /// progress, or all (default: none, summaries; `jobs get` shows a whole job).
+    #[arg(long, value_name = "FIELDS", value_parser = job_details)]
+    pub include: Option<JobDetails>,
 }
 
 /// `drover queues ...`
@@ -646,7 +651,8 @@ const DEV_DATABASE_FLAGS: [&str; 2] = ["db_connections", "pgbouncer"];
 
 /// A message when the command line gives a flag its command would not use, which a user
 /// would otherwise believe in effect: a worker flag of `drover serve` without `--worker`,
-/// a database flag of `drover dev`, `--json` on `metrics` or `completions`. Only flags given on the command line count; a value from
+/// a database flag of `drover dev`, `--json` on `metrics` or `completions`, `jobs list --include`
+/// without `--json`. Only flags given on the command line count; a value from
 /// the environment (`DROVER_MAX_CONCURRENT`) is a setting for whatever runs there.
 pub fn inapplicable(matches: &ArgMatches) -> Option<String> {
     // The worker flags of `m` given on the command line whose ids `pick` selects.
@@ -675,6 +681,17 @@ pub fn inapplicable(matches: &ArgMatches) -> Option<String> {
             ));
         }
         _ => {}
+    }
+    if let Some(("jobs", jobs)) = matches.subcommand() {
+        if let Some(("list", list)) = jobs.subcommand() {
+            let include = list.value_source("include") == Some(ValueSource::CommandLine);
+            if include && !list.get_flag("json") {
+                return Some(
+                    "--include applies to --json output: the table shows no args, result, errors or progress (`drover jobs get ID` shows a whole job)"
+                        .to_owned(),
+                );
+            }
+        }
     }
     match matches.subcommand() {
         Some(("serve", m)) if !m.get_flag("worker") => {
@@ -762,6 +779,11 @@ fn tenant_id(value: &str) -> Result<TenantId, String> {
 /// A job state.
 fn job_state(value: &str) -> Result<JobState, String> {
     value.parse().map_err(rule)
+}
+
+/// The large fields `jobs list --include` names.
+fn job_details(value: &str) -> Result<JobDetails, String> {
+    JobDetails::parse_list("include", value).map_err(rule)
 }
 
 /// A job id, in any common UUID form.

@@ -33,7 +33,7 @@ pub use state::{apply, Event, JobState, Resolution, Retry, Transition};
 pub use store::MockJobStore;
 pub use store::{
     CancelEffect, CancelOutcome, ClaimJobs, ClaimReconciling, Claimed, EventStream, Finish,
-    FinishItem, FinishReply, FireSchedule, HeartbeatItem, HeartbeatJobs, HeartbeatReply, JobPage,
-    JobStore, ListJobs, PruneJobs, Quotas, RequeueOutcome, RescueExpired, Rescued, StoreConfig,
-    StoreEvent, SucceededJobs,
+    FinishItem, FinishReply, FireSchedule, HeartbeatItem, HeartbeatJobs, HeartbeatReply,
+    JobDetails, JobPage, JobStore, ListJobs, PruneJobs, Quotas, RequeueOutcome, RescueExpired,
+    Rescued, StoreConfig, StoreEvent, SucceededJobs,
 };

@@ -301,6 +301,103 @@ pub struct RequeueOutcome {
     pub changed: bool,
 }
 
+/// Which of a job's large fields (args, result, errors, progress) a list reads and returns.
+/// A list for a page of summaries (a dashboard, `drover jobs list`) leaves them out, so the
+/// store does not read them; a field left out comes back empty: `args` null, `result` and
+/// `progress` `None`, `errors` empty. [`JobStore::job_get`] always returns every field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobDetails {
+    /// The handler's input.
+    pub args: bool,
+    /// The handler's result.
+    pub result: bool,
+    /// The failed attempts' errors.
+    pub errors: bool,
+    /// The latest progress.
+    pub progress: bool,
+}
+
+impl JobDetails {
+    /// Every field: whole jobs.
+    pub const ALL: JobDetails = JobDetails {
+        args: true,
+        result: true,
+        errors: true,
+        progress: true,
+    };
+    /// None of them: summaries.
+    pub const NONE: JobDetails = JobDetails {
+        args: false,
+        result: false,
+        errors: false,
+        progress: false,
+    };
+    /// The names a list of details takes, in the order of the fields.
+    pub const NAMES: [&'static str; 4] = ["args", "result", "errors", "progress"];
+
+    /// Parses a comma-separated list of [`JobDetails::NAMES`] (spaces around a name allowed,
+    /// repeats harmless), or `all`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] naming `field` for an empty list or an unknown name.
+    pub fn parse_list(field: &str, text: &str) -> Result<JobDetails> {
+        let rule = || {
+            format!(
+                "must be a comma-separated list of {} (or all)",
+                JobDetails::NAMES.join(", ")
+            )
+        };
+        if text.trim() == "all" {
+            return Ok(JobDetails::ALL);
+        }
+        let mut details = JobDetails::NONE;
+        for name in text.split(',').map(str::trim) {
+            match name {
+                "args" => details.args = true,
+                "result" => details.result = true,
+                "errors" => details.errors = true,
+                "progress" => details.progress = true,
+                "" => return Err(Error::invalid(field, rule())),
+                _ => return Err(Error::invalid(field, format!("{}; got {name:?}", rule()))),
+            }
+        }
+        Ok(details)
+    }
+
+    /// The names of the fields included, in the order of [`JobDetails::NAMES`].
+    pub fn names(self) -> Vec<&'static str> {
+        let included = [self.args, self.result, self.errors, self.progress];
+        JobDetails::NAMES
+            .into_iter()
+            .zip(included)
+            .filter_map(|(name, on)| on.then_some(name))
+            .collect()
+    }
+
+    /// Empties the fields of `job` not included (see the type's doc).
+    pub fn strip(self, job: &mut Job) {
+        if !self.args {
+            job.args = Value::Null;
+        }
+        if !self.result {
+            job.result = None;
+        }
+        if !self.errors {
+            job.errors = Vec::new();
+        }
+        if !self.progress {
+            job.progress = None;
+        }
+    }
+}
+
+impl Default for JobDetails {
+    /// Whole jobs, so a list answers what [`JobStore::job_get`] does unless asked otherwise.
+    fn default() -> Self {
+        JobDetails::ALL
+    }
+}
+
 /// Filters and page of `jobs_list`; every filter is optional and they combine with AND.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ListJobs {
@@ -318,6 +415,10 @@ pub struct ListJobs {
     pub before: Option<JobId>,
     /// Page size, 1..=1,000 (default 50 when 0).
     pub limit: u32,
+    /// The large fields the listed jobs carry (default: all; [`JobDetails::NONE`] for
+    /// summaries, which the store answers without reading those fields).
+    #[serde(default)]
+    pub details: JobDetails,
 }
 
 impl ListJobs {
@@ -478,7 +579,8 @@ pub trait JobStore: Send + Sync + 'static {
     /// `NotFound`.
     async fn job_get(&self, id: JobId) -> Result<Job>;
 
-    /// Lists jobs newest first with filters and keyset pagination.
+    /// Lists jobs newest first with filters and keyset pagination; the jobs carry the large
+    /// fields `query.details` names (the others empty, and not read).
     ///
     /// # Errors
     /// `InvalidInput` from [`ListJobs::validate`].
@@ -682,5 +784,74 @@ pub trait JobStore: Send + Sync + 'static {
             FinishReply::Recorded { to, .. } => Ok(to),
             FinishReply::LeaseLost { id } => Err(Error::LeaseLost { job_id: id }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_details_parse_from_a_list_of_names_or_all() {
+        let parse = |text: &str| JobDetails::parse_list("include", text);
+        assert_eq!(parse("all").unwrap(), JobDetails::ALL);
+        assert_eq!(
+            parse(" args , errors,args").unwrap(),
+            JobDetails {
+                args: true,
+                errors: true,
+                ..JobDetails::NONE
+            }
+        );
+        assert_eq!(
+            parse("args,result,errors,progress").unwrap(),
+            JobDetails::ALL
+        );
+        for bad in ["", "args,", "meta", "args,all"] {
+            match parse(bad) {
+                Err(Error::InvalidInput { field, reason }) => {
+                    assert_eq!(field, "include");
+                    assert!(
+                        reason.starts_with(
+                            "must be a comma-separated list of args, result, errors, progress (or all)"
+                        ),
+                        "{bad:?}: {reason}"
+                    );
+                }
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+        assert_eq!(JobDetails::ALL.names(), JobDetails::NAMES);
+        assert!(JobDetails::NONE.names().is_empty());
+        assert_eq!(ListJobs::default().details, JobDetails::ALL);
+    }
+
+    #[test]
+    fn stripped_jobs_keep_only_the_details_asked_for() {
+        let mut job = NewJob::new(
+            crate::JobKind::parse("k").unwrap(),
+            serde_json::json!({"big": "input"}),
+        )
+        .into_job(JobId::new_v7(), chrono::Utc::now());
+        job.result = Some(serde_json::json!(1));
+        job.progress = Some(serde_json::json!({"step": 2}));
+        job.errors.push(crate::AttemptError {
+            attempt: 1,
+            at: job.created_at,
+            message: "boom".into(),
+        });
+        let whole = job.clone();
+        JobDetails::ALL.strip(&mut job);
+        assert_eq!(job, whole);
+        JobDetails {
+            errors: true,
+            ..JobDetails::NONE
+        }
+        .strip(&mut job);
+        assert_eq!(
+            (&job.args, &job.result, job.errors.len(), &job.progress),
+            (&Value::Null, &None, 1, &None)
+        );
+        assert_eq!((job.id, &job.meta), (whole.id, &whole.meta));
     }
 }

@@ -216,7 +216,14 @@ impl JobStore for MemoryStore {
             matching.truncate(page);
         }
         matching.sort_unstable_by_key(|j| std::cmp::Reverse(j.id));
-        let jobs: Vec<Job> = matching.into_iter().cloned().collect();
+        let jobs: Vec<Job> = matching
+            .into_iter()
+            .map(|j| {
+                let mut job = j.clone();
+                query.details.strip(&mut job);
+                job
+            })
+            .collect();
         let next = if more {
             jobs.last().map(|j| j.id)
         } else {

@@ -40,7 +40,8 @@ pub(crate) async fn job_get(conn: &mut PgConnection, id: JobId) -> Result<Job, E
         .into_job()
 }
 
-/// A page of jobs, newest first; fetches one row more than the page to find the cursor.
+/// A page of jobs, newest first, carrying the large fields `query.details` names; fetches one
+/// row more than the page to find the cursor.
 pub(crate) async fn jobs_list(conn: &mut PgConnection, query: ListJobs) -> Result<JobPage, Error> {
     query.validate()?;
     let page = query.page_size();
@@ -65,6 +66,10 @@ pub(crate) async fn jobs_list(conn: &mut PgConnection, query: ListJobs) -> Resul
         .bind(query.before.map(|id| id.as_uuid()))
         .bind(i64::from(page) + 1)
         .bind(&facets)
+        .bind(query.details.args)
+        .bind(query.details.result)
+        .bind(query.details.errors)
+        .bind(query.details.progress)
         .fetch_all(&mut *conn)
         .await
         .store_err()?;

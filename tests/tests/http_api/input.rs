@@ -348,6 +348,21 @@ pub(crate) async fn openapi_document_matches_the_routes(env: &Env) {
         let required = schemas["JobView"]["required"].as_array().unwrap();
         assert!(!required.contains(&json!(field)), "{field} may be null");
     }
+    // A list's jobs carry the large fields only when `include` names them.
+    let item = &schemas["JobListItem"];
+    let required = item["required"].as_array().unwrap();
+    for field in ["args", "result", "errors", "progress"] {
+        assert!(item["properties"].get(field).is_some(), "{field}: {item}");
+        assert!(!required.contains(&json!(field)), "{field} may be absent");
+    }
+    for field in ["id", "state", "meta", "run_at"] {
+        assert!(required.contains(&json!(field)), "{field} is always there");
+    }
+    assert!(doc.json["paths"]["/v1/jobs"]["get"]["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["name"] == "include"));
     let limit = doc.json["paths"]["/v1/jobs"]["get"]["parameters"]
         .as_array()
         .unwrap()

@@ -149,6 +149,72 @@ pub(crate) async fn list_filters_and_paginates(env: &Env) {
     }
 }
 
+/// `GET /v1/jobs` answers summaries: every field of a job but `args`, `result`, `errors` and
+/// `progress`, which appear only when `include` names them (`all` for every one); a bad
+/// `include` answers 400 naming it; `GET /v1/jobs/{id}` shows the whole job.
+pub(crate) async fn list_answers_summaries_unless_include_asks(env: &Env) {
+    let api = env.api(unbounded()).await;
+    let args = json!({"file": "a.csv", "rows": 2});
+    let id = api
+        .enqueue_ok(
+            PRODUCER_A,
+            &json!({"kind": "import", "args": args, "max_attempts": 1}),
+        )
+        .await;
+    api.run_job(&id, false).await;
+    let whole = api.get(Some(PRODUCER_A), &format!("/v1/jobs/{id}")).await;
+    assert_eq!(whole.status, 200, "{}", whole.text);
+    let whole = whole.job().as_object().unwrap().clone();
+    assert_eq!(whole["args"], args);
+    assert_eq!(whole["errors"].as_array().unwrap().len(), 1, "{whole:?}");
+
+    let listed = |include: Option<&'static str>| {
+        let api = &api;
+        async move {
+            let answer = api
+                .send(
+                    reqwest::Method::GET,
+                    "/v1/jobs",
+                    Some(PRODUCER_A),
+                    |r| match include {
+                        Some(include) => r.query(&[("include", include)]),
+                        None => r,
+                    },
+                )
+                .await;
+            assert_eq!(answer.status, 200, "{include:?}: {}", answer.text);
+            let jobs = answer.json["jobs"].as_array().unwrap().clone();
+            assert_eq!(jobs.len(), 1);
+            jobs[0].as_object().unwrap().clone()
+        }
+    };
+    let without = |fields: &[&str]| {
+        let mut job = whole.clone();
+        for field in fields {
+            job.remove(*field);
+        }
+        job
+    };
+    let large = ["args", "result", "errors", "progress"];
+    assert_eq!(listed(None).await, without(&large), "a summary by default");
+    assert_eq!(
+        listed(Some("args,errors")).await,
+        without(&["result", "progress"])
+    );
+    assert_eq!(
+        listed(Some("result, progress")).await,
+        without(&["args", "errors"])
+    );
+    assert_eq!(listed(Some("all")).await, whole);
+    for bad in ["meta", "", "args,,errors"] {
+        api.send(reqwest::Method::GET, "/v1/jobs", Some(PRODUCER_A), |r| {
+            r.query(&[("include", bad)])
+        })
+        .await
+        .assert_error(400, "invalid_input", Some("include"));
+    }
+}
+
 /// Get, cancel and retry: 200s, 404 for an unknown job, 400 for a malformed id, 409 for a
 /// transition the state machine refuses; retry keeps the id and args and resets the attempt
 /// budget.
