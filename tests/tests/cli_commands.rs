@@ -238,6 +238,34 @@ async fn jobs_list_filters_paginate_and_cancel_retry() {
         "newest first"
     );
     assert!(all["next"].is_null());
+    // Summaries unless --include asks for the large fields; `jobs get` shows the whole job.
+    let whole = db.json(&["jobs", "get", &c]).await;
+    assert_eq!(whole["args"], json!({}), "{whole}");
+    let summary = all["jobs"][0].as_object().unwrap();
+    for field in ["args", "result", "errors", "progress"] {
+        assert!(!summary.contains_key(field), "{field}: {all}");
+    }
+    for (field, value) in whole.as_object().unwrap() {
+        if !["args", "result", "errors", "progress"].contains(&field.as_str()) {
+            assert_eq!(&summary[field], value, "{field}");
+        }
+    }
+    let with_args = db.json(&["jobs", "list", "--include", "args,errors"]).await;
+    let first = with_args["jobs"][0].as_object().unwrap();
+    assert_eq!(first["args"], json!({}), "{with_args}");
+    assert_eq!(first["errors"], json!([]), "{with_args}");
+    assert!(!first.contains_key("result") && !first.contains_key("progress"));
+    let every = db.json(&["jobs", "list", "--include", "all"]).await;
+    assert_eq!(every["jobs"][0], whole);
+    let bad = db
+        .usage_error(&["--json", "jobs", "list", "--include", "meta"])
+        .await;
+    assert!(bad.contains("--include"), "{bad}");
+    let table_only = db.usage_error(&["jobs", "list", "--include", "args"]).await;
+    assert!(
+        table_only.contains("--include applies to --json output"),
+        "{table_only}"
+    );
     let by = |args: &'static [&'static str]| {
         let db = &db;
         async move {
@@ -292,6 +320,34 @@ async fn jobs_list_filters_paginate_and_cancel_retry() {
         "{refused}"
     );
     assert_eq!(db.count("queued").await, 3, "a retry never makes a copy");
+
+    // Requeue a job scheduled an hour ahead: ready now; again: nothing changes; a finished job
+    // is refused, pointing to retry.
+    let later = db.enqueue("noop", "{}", &["--delay", "1h"]).await;
+    let requeued = db.json(&["jobs", "requeue", &later]).await;
+    assert_eq!(requeued["changed"], true, "{requeued}");
+    assert_eq!(requeued["job"]["id"], later.as_str());
+    assert_eq!(requeued["job"]["state"], "queued");
+    let run_at: chrono::DateTime<chrono::Utc> =
+        requeued["job"]["run_at"].as_str().unwrap().parse().unwrap();
+    assert!(
+        run_at <= chrono::Utc::now() + chrono::Duration::seconds(5),
+        "{run_at}"
+    );
+    let line = db.ok(&["jobs", "requeue", &later]).await;
+    assert!(
+        line.contains(&format!("job {later} was ready already"))
+            && line.contains("nothing changed"),
+        "{line}"
+    );
+    db.json(&["jobs", "cancel", &later]).await;
+    let refused = db.fails(&["jobs", "requeue", &later]).await;
+    assert!(
+        refused.contains("cannot requeue a job that is cancelled") && refused.contains("retry it"),
+        "{refused}"
+    );
+    let refused = db.fails(&["jobs", "retry", &a]).await;
+    assert!(refused.contains("requeue it"), "{refused}");
 
     let unknown = db
         .fails(&["jobs", "get", "0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79"])
@@ -663,6 +719,73 @@ async fn schedules_add_list_remove_round_trip() {
         ])
         .await;
     assert_eq!(added["name"], "nightly-report", "{added}");
+    assert_eq!(added["change"], "created", "{added}");
+
+    // Adding it again as stored (a start-up script on every start) changes nothing; a new job
+    // keeps its ticks going; a new timing starts its ticks now.
+    let add = |cron: &'static str, scope: &'static str| {
+        let args = format!(r#"{{"scope":"{scope}"}}"#);
+        let db = &db;
+        async move {
+            db.json(&[
+                "schedules",
+                "add",
+                "nightly-report",
+                "--cron",
+                cron,
+                "--timezone",
+                "Europe/Berlin",
+                "--kind",
+                "report.build",
+                "--args",
+                &args,
+                "--queue",
+                "reports",
+                "--priority",
+                "3",
+                "--max-attempts",
+                "4",
+            ])
+            .await
+        }
+    };
+    let again = add("0  2 * * *", "all").await;
+    assert_eq!(again["change"], "unchanged", "{again}");
+    assert_eq!(again["created_at"], added["created_at"], "{again}");
+    let text = db
+        .ok(&[
+            "schedules",
+            "add",
+            "nightly-report",
+            "--cron",
+            "0 2 * * *",
+            "--timezone",
+            "Europe/Berlin",
+            "--kind",
+            "report.build",
+            "--args",
+            r#"{"scope":"all"}"#,
+            "--queue",
+            "reports",
+            "--priority",
+            "3",
+            "--max-attempts",
+            "4",
+        ])
+        .await;
+    assert!(text.contains("schedule nightly-report unchanged"), "{text}");
+    let updated = add("0 2 * * *", "eu").await;
+    assert_eq!(updated["change"], "updated", "{updated}");
+    assert_eq!(updated["created_at"], added["created_at"], "{updated}");
+    assert_eq!(updated["args"], json!({"scope": "eu"}), "{updated}");
+    let rescheduled = add("0 3 * * *", "eu").await;
+    assert_eq!(rescheduled["change"], "rescheduled", "{rescheduled}");
+    assert_ne!(
+        rescheduled["created_at"], added["created_at"],
+        "{rescheduled}"
+    );
+    let restored = add("0 2 * * *", "all").await;
+    assert_eq!(restored["change"], "rescheduled", "{restored}");
 
     let list = db.json(&["schedules", "list"]).await;
     let s = &list[0];

@@ -27,10 +27,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
 use drover_core::{
-    ClaimJobs, Error, FencingToken, Finish, FinishItem, FinishReply, FireSchedule, HeartbeatItem,
-    HeartbeatJobs, HeartbeatReply, JobId, JobKind, JobState, JobStore, LimitKey, LimitPolicy,
-    ListJobs, NewJob, NewSchedule, PruneJobs, QueueName, Quotas, Rate, RunAt, ScheduleName,
-    StoreConfig, TenantId, WorkerId,
+    ClaimJobs, Error, FencingToken, Finish, FinishItem, FinishReply, HeartbeatItem, HeartbeatJobs,
+    HeartbeatReply, JobId, JobKind, JobState, JobStore, LimitKey, LimitPolicy, ListJobs, NewJob,
+    NewSchedule, PruneJobs, QueueName, Quotas, Rate, RunAt, ScheduleName, StoreConfig, TenantId,
+    WorkerId,
 };
 use drover_store_memory::MemoryStore;
 use reliability_support::{Db, Instrument, Server};
@@ -525,13 +525,10 @@ async fn store_battery(store: &dyn JobStore) -> BTreeSet<String> {
     let every_second = store
         .schedule_upsert(schedule("* * * * * *", "UTC"))
         .await
-        .unwrap();
+        .unwrap()
+        .schedule;
     let tick = every_second.next_tick(store.now().await.unwrap()).unwrap();
-    let fire = || FireSchedule {
-        name: ScheduleName::parse("edge").unwrap(),
-        tick,
-        job: every_second.job_for_tick(tick),
-    };
+    let fire = || every_second.fire(tick);
     let first = store
         .schedule_fire(fire())
         .await
@@ -1432,7 +1429,7 @@ async fn hostile_input_through_the_http_api_changes_nothing() {
     for (i, text) in HOSTILE.iter().enumerate() {
         let filter = encode(&json!({"text": text}).to_string());
         let page: Value = client
-            .get(format!("{base}/v1/jobs?meta={filter}"))
+            .get(format!("{base}/v1/jobs?include=args&meta={filter}"))
             .send()
             .await
             .unwrap()

@@ -10,7 +10,8 @@ use clap::{ArgGroup, ArgMatches, Args, Parser, Subcommand, ValueEnum};
 use drover_core::limits::MAX_RUNNING_MAX;
 use drover_core::store::LIST_LIMIT_MAX;
 use drover_core::{
-    JobId, JobKind, JobState, LimitKey, QueueName, Rate, ScheduleName, SucceededJobs, TenantId,
+    JobDetails, JobId, JobKind, JobState, LimitKey, QueueName, Rate, ScheduleName, SucceededJobs,
+    TenantId,
 };
 use drover_runner::{PoolConfig, PREFETCH_MAX, PRUNE_LIMIT_MAX, SLOTS_MAX};
 
@@ -122,7 +123,7 @@ pub enum Command {
         after_help = "Examples:\n  drover enqueue email.send --args '{\"to\":\"a@example.com\"}' --queue mail\n  drover enqueue report.build --delay 10m --unique-key report:2026-11\n  drover enqueue --file jobs.jsonl"
     )]
     Enqueue(EnqueueArgs),
-    /// List, inspect, cancel and retry jobs.
+    /// List, inspect, cancel, retry and requeue jobs.
     #[command(subcommand)]
     Jobs(JobsCommand),
     /// List, pause and resume queues.
@@ -143,7 +144,7 @@ pub enum Command {
     /// Print Prometheus metrics (OpenMetrics text).
     #[command(after_help = "Example:\n  drover metrics > /var/lib/node_exporter/drover.prom")]
     Metrics,
-    /// Delete finished jobs older than the retention, in bounded batches.
+    /// Delete finished jobs older than the retention, batch after batch until none is left.
     #[command(after_help = "Example:\n  drover prune --older-than 30d")]
     Prune(PruneArgs),
     /// Serve the HTTP API (optionally with a worker in the same process).
@@ -397,6 +398,14 @@ pub enum JobsCommand {
         #[arg(value_parser = job_id)]
         id: JobId,
     },
+    /// Run a queued job now: a scheduled one, or one waiting for a retry's backoff or a
+    /// snooze, becomes ready at once (attempts kept); a ready one is left as it is.
+    #[command(after_help = "Example:\n  drover jobs requeue 0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79")]
+    Requeue {
+        /// Job id.
+        #[arg(value_parser = job_id)]
+        id: JobId,
+    },
 }
 
 /// Filters of `drover jobs list`.
@@ -427,6 +436,10 @@ pub struct ListArgs {
     /// Continue after this job id (the `next` of a previous page).
     #[arg(long, value_name = "ID", value_parser = job_id)]
     pub before: Option<JobId>,
+    /// With --json: the large fields each job carries, comma-separated: args, result, errors,
+    /// progress, or all (default: none, summaries; `jobs get` shows a whole job).
+    #[arg(long, value_name = "FIELDS", value_parser = job_details)]
+    pub include: Option<JobDetails>,
 }
 
 /// `drover queues ...`
@@ -506,7 +519,11 @@ pub enum SchedulesCommand {
     ///
     /// Each tick enqueues one job, whichever worker fires it. Ticks missed by up to 10 s (a
     /// late scheduler pass, a short fault) fire one by one; after longer downtime the missed
-    /// ticks collapse into one catch-up job.
+    /// ticks collapse into one catch-up job. Adding a schedule exactly as stored changes
+    /// nothing (its missed ticks still fire), so a start-up script may add it at every start;
+    /// a new job (kind, args, queue, priority, attempts) keeps its ticks going; a new --cron
+    /// or --timezone fires the new timing's ticks from now on, none missed before. No change
+    /// makes a tick fire twice.
     #[command(
         after_help = "Example:\n  drover schedules add nightly-report --cron '0 2 * * *' --timezone Europe/Berlin --kind report.build --args '{\"scope\":\"all\"}'"
     )]
@@ -562,7 +579,8 @@ pub struct PruneArgs {
     /// Delete finished jobs older than this (default 7d).
     #[arg(long, value_parser = parse_duration, default_value = "7d", value_name = "DURATION")]
     pub older_than: Duration,
-    /// Rows deleted per batch, 1..=100000.
+    /// Rows deleted per batch (one statement each), 1..=100000; batches repeat until none is
+    /// left.
     #[arg(
         long,
         default_value_t = 1000,
@@ -641,7 +659,8 @@ const DEV_DATABASE_FLAGS: [&str; 2] = ["db_connections", "pgbouncer"];
 
 /// A message when the command line gives a flag its command would not use, which a user
 /// would otherwise believe in effect: a worker flag of `drover serve` without `--worker`,
-/// a database flag of `drover dev`, `--json` on `metrics` or `completions`. Only flags given on the command line count; a value from
+/// a database flag of `drover dev`, `--json` on `metrics` or `completions`, `jobs list --include`
+/// without `--json`. Only flags given on the command line count; a value from
 /// the environment (`DROVER_MAX_CONCURRENT`) is a setting for whatever runs there.
 pub fn inapplicable(matches: &ArgMatches) -> Option<String> {
     // The worker flags of `m` given on the command line whose ids `pick` selects.
@@ -670,6 +689,17 @@ pub fn inapplicable(matches: &ArgMatches) -> Option<String> {
             ));
         }
         _ => {}
+    }
+    if let Some(("jobs", jobs)) = matches.subcommand() {
+        if let Some(("list", list)) = jobs.subcommand() {
+            let include = list.value_source("include") == Some(ValueSource::CommandLine);
+            if include && !list.get_flag("json") {
+                return Some(
+                    "--include applies to --json output: the table shows no args, result, errors or progress (`drover jobs get ID` shows a whole job)"
+                        .to_owned(),
+                );
+            }
+        }
     }
     match matches.subcommand() {
         Some(("serve", m)) if !m.get_flag("worker") => {
@@ -757,6 +787,11 @@ fn tenant_id(value: &str) -> Result<TenantId, String> {
 /// A job state.
 fn job_state(value: &str) -> Result<JobState, String> {
     value.parse().map_err(rule)
+}
+
+/// The large fields `jobs list --include` names.
+fn job_details(value: &str) -> Result<JobDetails, String> {
+    JobDetails::parse_list("include", value).map_err(rule)
 }
 
 /// A job id, in any common UUID form.

@@ -72,7 +72,11 @@ pub enum Error {
     },
 
     /// The event is not allowed from the job's current state (DESIGN.md section 3).
-    #[error("cannot {event} a job that is {from} (allowed only for {})", .event.applies_to())]
+    #[error(
+        "cannot {event} a job that is {from} (allowed only for {}){}",
+        .event.applies_to(),
+        .event.hint(*.from)
+    )]
     InvalidTransition {
         /// The job's state when the event arrived.
         from: JobState,
@@ -321,6 +325,8 @@ pub enum EventName {
     Cancel,
     /// An operator retries a finished job.
     Retry,
+    /// An operator makes a queued job ready now.
+    Requeue,
 }
 
 impl EventName {
@@ -341,6 +347,21 @@ impl EventName {
             EventName::ReconcileClaim | EventName::Reconcile => "reconciling jobs",
             EventName::Cancel => "queued, running or reconciling jobs",
             EventName::Retry => "failed, cancelled or succeeded jobs",
+            EventName::Requeue => "queued jobs",
+        }
+    }
+
+    /// What to do instead, for the operator events that have a sibling for jobs in `from`:
+    /// a finished job runs again with retry, a queued one runs now with requeue. Empty
+    /// otherwise; else starts with `"; "`, to follow [`EventName::applies_to`].
+    #[must_use]
+    pub fn hint(self, from: JobState) -> &'static str {
+        match (self, from) {
+            (EventName::Requeue, from) if from.is_terminal() => {
+                "; to run a finished job again, retry it"
+            }
+            (EventName::Retry, JobState::Queued) => "; to run a queued job now, requeue it",
+            _ => "",
         }
     }
 }
@@ -360,6 +381,7 @@ impl fmt::Display for EventName {
             EventName::Reconcile => "reconcile",
             EventName::Cancel => "cancel",
             EventName::Retry => "retry",
+            EventName::Requeue => "requeue",
         })
     }
 }
@@ -376,7 +398,31 @@ mod tests {
         };
         assert_eq!(
             refused.to_string(),
-            "cannot retry a job that is queued (allowed only for failed, cancelled or succeeded jobs)"
+            "cannot retry a job that is queued (allowed only for failed, cancelled or succeeded jobs); to run a queued job now, requeue it"
+        );
+        let refused = Error::InvalidTransition {
+            from: JobState::Running,
+            event: EventName::Retry,
+        };
+        assert_eq!(
+            refused.to_string(),
+            "cannot retry a job that is running (allowed only for failed, cancelled or succeeded jobs)"
+        );
+        let refused = Error::InvalidTransition {
+            from: JobState::Succeeded,
+            event: EventName::Requeue,
+        };
+        assert_eq!(
+            refused.to_string(),
+            "cannot requeue a job that is succeeded (allowed only for queued jobs); to run a finished job again, retry it"
+        );
+        let refused = Error::InvalidTransition {
+            from: JobState::Running,
+            event: EventName::Requeue,
+        };
+        assert_eq!(
+            refused.to_string(),
+            "cannot requeue a job that is running (allowed only for queued jobs)"
         );
         let refused = Error::InvalidTransition {
             from: JobState::Succeeded,

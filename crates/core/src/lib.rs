@@ -27,13 +27,13 @@ pub use limits::{Admission, LimitPolicy, LimitState, LimitStatus, Rate};
 pub use names::{JobKind, LimitKey, QueueName, ScheduleName, TenantId, WorkerId};
 pub use queue::{QueueChange, QueueInfo, QueueSnapshot, Snapshot, WorkerInfo, WorkerRegistration};
 pub use retry::Backoff;
-pub use schedule::{CronSpec, NewSchedule, Schedule};
+pub use schedule::{CronSpec, NewSchedule, Schedule, ScheduleChange, ScheduleUpsert};
 pub use state::{apply, Event, JobState, Resolution, Retry, Transition};
 #[cfg(feature = "mock")]
 pub use store::MockJobStore;
 pub use store::{
     CancelEffect, CancelOutcome, ClaimJobs, ClaimReconciling, Claimed, EventStream, Finish,
-    FinishItem, FinishReply, FireSchedule, HeartbeatItem, HeartbeatJobs, HeartbeatReply, JobPage,
-    JobStore, ListJobs, PruneJobs, Quotas, RescueExpired, Rescued, StoreConfig, StoreEvent,
-    SucceededJobs,
+    FinishItem, FinishReply, FireSchedule, HeartbeatItem, HeartbeatJobs, HeartbeatReply,
+    JobDetails, JobPage, JobStore, ListJobs, PruneJobs, Quotas, RequeueOutcome, RescueExpired,
+    Rescued, StoreConfig, StoreEvent, SucceededJobs,
 };

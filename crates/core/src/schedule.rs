@@ -9,6 +9,21 @@
 //! scheduler pass that runs a little late (passes are about a second apart, with jitter) never
 //! skips the tick of a schedule that fires every second. After longer downtime only the latest
 //! missed tick is due ("at most one catch-up", never a burst).
+//!
+//! Writing a schedule ([`Schedule::upsert`], the one rule both stores apply under their lock;
+//! "timing" is the cron expression and the zone as stored, "job" the kind, args, queue,
+//! priority and attempts):
+//!
+//! | stored | written | [`ScheduleChange`] | ticks that fire afterwards |
+//! |---|---|---|---|
+//! | none | any | `Created` | those after now |
+//! | same timing and job | the same | `Unchanged` (nothing written) | as if left alone: ticks missed meanwhile still fire |
+//! | same timing | another job | `Updated` | as if left alone, with the new job |
+//! | other timing | any | `Rescheduled` | the new timing's ticks after now; none before the change |
+//!
+//! No write moves the last fired tick (`last_tick_at`) backwards, and a tick fires only while
+//! the schedule still has the timing it was computed from ([`Schedule::fire`]), so no write
+//! makes a tick fire twice.
 
 use std::time::Duration;
 
@@ -21,6 +36,7 @@ use crate::error::Error;
 use crate::job::{NewJob, SizeLimits, MAX_ATTEMPTS_DEFAULT};
 use crate::json;
 use crate::names::{JobKind, QueueName, ScheduleName};
+use crate::store::FireSchedule;
 
 /// Longest accepted cron expression, in bytes.
 pub const CRON_MAX_LEN: usize = 256;
@@ -389,10 +405,51 @@ pub struct Schedule {
     pub priority: i16,
     /// Attempt budget of the jobs it enqueues.
     pub max_attempts: i32,
-    /// When it was created or last replaced; ticks before this never fire.
+    /// When it was created or its timing (cron, zone) last changed; ticks at or before this
+    /// never fire. An upsert that changes nothing, or only the job, keeps it.
     pub created_at: DateTime<Utc>,
-    /// The latest tick that enqueued a job.
+    /// The latest tick that enqueued a job. Only firing moves it, and only forward.
     pub last_tick_at: Option<DateTime<Utc>>,
+}
+
+/// What an upsert did to a schedule ([`Schedule::upsert`] decides it; see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScheduleChange {
+    /// No schedule had the name: it was created; ticks after now fire.
+    Created,
+    /// The schedule was stored exactly so: nothing was written, and ticks missed meanwhile
+    /// still fire, as for a schedule left alone.
+    Unchanged,
+    /// Only the job it enqueues changed (kind, args, queue, priority, attempts): its ticks go
+    /// on, missed ones firing with the new job.
+    Updated,
+    /// Its cron expression or zone changed: ticks of the new timing after now fire, none before
+    /// the change; the last fired tick is kept.
+    Rescheduled,
+}
+
+impl ScheduleChange {
+    /// The change's name as shown: `created`, `unchanged`, `updated`, `rescheduled`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScheduleChange::Created => "created",
+            ScheduleChange::Unchanged => "unchanged",
+            ScheduleChange::Updated => "updated",
+            ScheduleChange::Rescheduled => "rescheduled",
+        }
+    }
+}
+
+/// The answer to [`crate::JobStore::schedule_upsert`]: the schedule as stored after the call,
+/// and what the call changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScheduleUpsert {
+    /// The schedule as stored.
+    #[serde(flatten)]
+    pub schedule: Schedule,
+    /// What changed.
+    pub change: ScheduleChange,
 }
 
 impl Schedule {
@@ -411,6 +468,69 @@ impl Schedule {
             max_attempts: new.max_attempts,
             created_at: now,
             last_tick_at: None,
+        }
+    }
+
+    /// The schedule stored after writing `new` (validated) at `now` over `stored`, the
+    /// schedule of that name if any: the rule of the module doc. `Unchanged` answers `stored`
+    /// itself, so a store writes nothing; otherwise `last_tick_at` is kept, `created_at` too
+    /// unless the timing changed (then it is `now`).
+    pub fn upsert(
+        stored: Option<Schedule>,
+        new: NewSchedule,
+        now: DateTime<Utc>,
+    ) -> ScheduleUpsert {
+        let written = Schedule::from_new(new, now);
+        let Some(stored) = stored else {
+            return ScheduleUpsert {
+                schedule: written,
+                change: ScheduleChange::Created,
+            };
+        };
+        let (schedule, change) = if written.timing() != stored.timing() {
+            let schedule = Schedule {
+                last_tick_at: stored.last_tick_at,
+                ..written
+            };
+            (schedule, ScheduleChange::Rescheduled)
+        } else if written.job() != stored.job() {
+            let schedule = Schedule {
+                created_at: stored.created_at,
+                last_tick_at: stored.last_tick_at,
+                ..written
+            };
+            (schedule, ScheduleChange::Updated)
+        } else {
+            (stored, ScheduleChange::Unchanged)
+        };
+        ScheduleUpsert { schedule, change }
+    }
+
+    /// When it fires: the cron expression and zone as stored.
+    fn timing(&self) -> (&str, &str) {
+        (&self.cron, &self.timezone)
+    }
+
+    /// What a tick enqueues.
+    fn job(&self) -> (&JobKind, &Value, &QueueName, i16, i32) {
+        (
+            &self.kind,
+            &self.args,
+            &self.queue,
+            self.priority,
+            self.max_attempts,
+        )
+    }
+
+    /// The request to fire `tick` of this schedule as read: its job
+    /// ([`Schedule::job_for_tick`]) and its `created_at`, so the store fires the tick only while
+    /// the schedule keeps this timing.
+    pub fn fire(&self, tick: DateTime<Utc>) -> FireSchedule {
+        FireSchedule {
+            name: self.name.clone(),
+            created_at: self.created_at,
+            tick,
+            job: self.job_for_tick(tick),
         }
     }
 
@@ -645,6 +765,112 @@ mod tests {
                 utc("2026-05-08T10:00:03Z")
             ]
         );
+    }
+
+    /// An hourly schedule stored at 08:00:00.5, last fired at 09:00.
+    fn hourly_fired_at_nine() -> Schedule {
+        let mut stored = Schedule::from_new(
+            NewSchedule::new(
+                ScheduleName::parse("hourly").unwrap(),
+                "0 * * * *",
+                JobKind::parse("report").unwrap(),
+                json!({"scope": "all", "pages": 2}),
+            ),
+            utc("2026-05-08T08:00:00.500Z"),
+        );
+        stored.last_tick_at = Some(utc("2026-05-08T09:00:00Z"));
+        stored
+    }
+
+    fn hourly_written() -> NewSchedule {
+        NewSchedule::new(
+            ScheduleName::parse("hourly").unwrap(),
+            "0 * * * *",
+            JobKind::parse("report").unwrap(),
+            json!({"scope": "all", "pages": 2}),
+        )
+    }
+
+    #[test]
+    fn writing_the_stored_schedule_again_changes_nothing_and_its_missed_tick_still_fires() {
+        let stored = hourly_fired_at_nine();
+        // Down from 09:30 to 12:10: the deploy writes the same schedule again, spelled
+        // differently (spaces in the expression, the keys of args in another order).
+        let now = utc("2026-05-08T12:10:00Z");
+        let mut again = hourly_written();
+        again.cron = " 0  * * * * ".into();
+        again.args = serde_json::from_str(r#"{"pages": 2, "scope": "all"}"#).unwrap();
+        let upsert = Schedule::upsert(Some(stored.clone()), again, now);
+        assert_eq!(upsert.change, ScheduleChange::Unchanged);
+        assert_eq!(upsert.schedule, stored);
+        assert_eq!(
+            upsert.schedule.due_tick(now),
+            Some(utc("2026-05-08T12:00:00Z")),
+            "the missed tick fires as for a schedule left alone"
+        );
+    }
+
+    #[test]
+    fn a_new_job_keeps_the_ticks_going_and_a_new_timing_starts_after_the_change() {
+        let stored = hourly_fired_at_nine();
+        let now = utc("2026-05-08T12:10:00Z");
+        let mut new_job = hourly_written();
+        new_job.args = json!({"scope": "eu"});
+        new_job.priority = 5;
+        let upsert = Schedule::upsert(Some(stored.clone()), new_job, now);
+        assert_eq!(upsert.change, ScheduleChange::Updated);
+        assert_eq!(
+            (upsert.schedule.created_at, upsert.schedule.last_tick_at),
+            (stored.created_at, stored.last_tick_at)
+        );
+        assert_eq!(
+            (&upsert.schedule.args, upsert.schedule.priority),
+            (&json!({"scope": "eu"}), 5)
+        );
+        assert_eq!(
+            upsert.schedule.due_tick(now),
+            Some(utc("2026-05-08T12:00:00Z"))
+        );
+
+        for (cron, timezone) in [("30 * * * *", "UTC"), ("0 * * * *", "Europe/Berlin")] {
+            let mut new_timing = hourly_written();
+            new_timing.cron = cron.into();
+            new_timing.timezone = timezone.into();
+            let upsert = Schedule::upsert(Some(stored.clone()), new_timing, now);
+            assert_eq!(
+                upsert.change,
+                ScheduleChange::Rescheduled,
+                "{cron} {timezone}"
+            );
+            assert_eq!(
+                (upsert.schedule.created_at, upsert.schedule.last_tick_at),
+                (now, stored.last_tick_at)
+            );
+            // No tick of either timing before the change fires; the next one after it does.
+            assert_eq!(upsert.schedule.due_tick(now), None);
+            let next = upsert.schedule.next_tick(now).unwrap();
+            assert!(next > now, "{next}");
+            assert_eq!(upsert.schedule.due_tick(next), Some(next));
+        }
+    }
+
+    #[test]
+    fn a_new_schedule_fires_after_its_creation_and_fire_carries_its_timing() {
+        let now = utc("2026-05-08T12:10:00Z");
+        let upsert = Schedule::upsert(None, hourly_written(), now);
+        assert_eq!(upsert.change, ScheduleChange::Created);
+        assert_eq!(
+            (upsert.schedule.created_at, upsert.schedule.last_tick_at),
+            (now, None)
+        );
+        let tick = utc("2026-05-08T13:00:00Z");
+        let fire = upsert.schedule.fire(tick);
+        assert_eq!(
+            (&fire.name, fire.created_at, fire.tick),
+            (&upsert.schedule.name, now, tick)
+        );
+        assert_eq!(fire.job, upsert.schedule.job_for_tick(tick));
+        assert_eq!(ScheduleChange::Rescheduled.as_str(), "rescheduled");
     }
 
     #[test]

@@ -209,6 +209,10 @@ pub enum Event {
     Cancel,
     /// An operator retries a finished job.
     Retry,
+    /// An operator makes a queued job ready now: a job waiting for its `run_at` (scheduled, a
+    /// retry's backoff, a snooze) gets `run_at = now`, attempts unchanged; a ready one is left
+    /// as it is.
+    Requeue,
 }
 
 impl Event {
@@ -227,6 +231,7 @@ impl Event {
             Event::Reconciled { .. } => EventName::Reconcile,
             Event::Cancel => EventName::Cancel,
             Event::Retry => EventName::Retry,
+            Event::Requeue => EventName::Requeue,
         }
     }
 }
@@ -258,7 +263,8 @@ pub fn lease_expired_message(attempt: i32, max_attempts: i32) -> String {
 /// # Errors
 /// [`Error::LeaseLost`] for a worker write without a valid lease; [`Error::InvalidTransition`]
 /// when the event is not allowed from the job's state (claim of a non-ready job, cancel of a
-/// finished job, retry of a live job, rescue of an unexpired lease). On error `job` is unchanged.
+/// finished job, retry of a live job, requeue of a job that is not queued, rescue of an
+/// unexpired lease). On error `job` is unchanged.
 pub fn apply(job: &mut Job, event: Event, now: DateTime<Utc>) -> Result<Transition, Error> {
     let from = job.state;
     let refuse = |name: EventName| Error::InvalidTransition { from, event: name };
@@ -395,6 +401,12 @@ pub fn apply(job: &mut Job, event: Event, now: DateTime<Utc>) -> Result<Transiti
             job.finished_at = None;
             job.progress = None;
             requeue(job, now);
+        }
+        Event::Requeue => {
+            if from != JobState::Queued {
+                return Err(refuse(name));
+            }
+            job.run_at = job.run_at.min(now);
         }
     }
     Ok(Transition {
@@ -694,6 +706,52 @@ mod tests {
             (job.state, job.attempt, job.finished_at),
             (JobState::Queued, 0, None)
         );
+    }
+
+    #[test]
+    fn requeue_makes_a_waiting_job_ready_now_and_leaves_others() {
+        // Scheduled an hour ahead: ready now, attempts unchanged.
+        let mut job = queued(3);
+        job.run_at = t(3600);
+        let tr = apply(&mut job, Event::Requeue, t(10)).unwrap();
+        assert_eq!((tr.from, tr.to), (JobState::Queued, JobState::Queued));
+        assert_eq!((job.run_at, job.attempt), (t(10), 0));
+        // Already ready: unchanged.
+        let before = job.clone();
+        apply(&mut job, Event::Requeue, t(20)).unwrap();
+        assert_eq!(job, before);
+        // Waiting for a retry's backoff: ready now, the spent attempt and its error kept.
+        let token = claim(&mut job, t(30));
+        apply(
+            &mut job,
+            Event::Fail {
+                token,
+                message: "boom".into(),
+                retry: Retry::After(Duration::from_secs(600)),
+            },
+            t(31),
+        )
+        .unwrap();
+        apply(&mut job, Event::Requeue, t(32)).unwrap();
+        assert_eq!(
+            (job.state, job.run_at, job.attempt, job.errors.len()),
+            (JobState::Queued, t(32), 1, 1)
+        );
+        // Running and finished jobs are refused, naming their state.
+        claim(&mut job, t(33));
+        let refused = apply(&mut job, Event::Requeue, t(34)).unwrap_err();
+        assert!(matches!(
+            refused,
+            Error::InvalidTransition {
+                from: JobState::Running,
+                event: EventName::Requeue
+            }
+        ));
+        let mut done = queued(1);
+        apply(&mut done, Event::Cancel, t(1)).unwrap();
+        let before = done.clone();
+        assert!(apply(&mut done, Event::Requeue, t(2)).is_err());
+        assert_eq!(done, before);
     }
 
     #[test]

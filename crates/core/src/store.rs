@@ -20,7 +20,7 @@ use crate::lease::FencingToken;
 use crate::limits::{LimitPolicy, LimitStatus};
 use crate::names::{JobKind, LimitKey, QueueName, ScheduleName, TenantId, WorkerId};
 use crate::queue::{QueueChange, QueueInfo, Snapshot, WorkerInfo, WorkerRegistration};
-use crate::schedule::{NewSchedule, Schedule};
+use crate::schedule::{NewSchedule, Schedule, ScheduleUpsert};
 use crate::state::{JobState, Resolution, Retry, Transition};
 
 /// Default quota on pending jobs of the cluster (DESIGN.md section 7).
@@ -291,6 +291,113 @@ pub struct CancelOutcome {
     pub job: Job,
 }
 
+/// The answer to a requeue ([`JobStore::job_requeue`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequeueOutcome {
+    /// The job after the requeue.
+    pub job: Job,
+    /// True when the job was waiting for its `run_at` and is ready now; false when it was
+    /// ready already, so nothing changed.
+    pub changed: bool,
+}
+
+/// Which of a job's large fields (args, result, errors, progress) a list reads and returns.
+/// A list for a page of summaries (a dashboard, `drover jobs list`) leaves them out, so the
+/// store does not read them; a field left out comes back empty: `args` null, `result` and
+/// `progress` `None`, `errors` empty. [`JobStore::job_get`] always returns every field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobDetails {
+    /// The handler's input.
+    pub args: bool,
+    /// The handler's result.
+    pub result: bool,
+    /// The failed attempts' errors.
+    pub errors: bool,
+    /// The latest progress.
+    pub progress: bool,
+}
+
+impl JobDetails {
+    /// Every field: whole jobs.
+    pub const ALL: JobDetails = JobDetails {
+        args: true,
+        result: true,
+        errors: true,
+        progress: true,
+    };
+    /// None of them: summaries.
+    pub const NONE: JobDetails = JobDetails {
+        args: false,
+        result: false,
+        errors: false,
+        progress: false,
+    };
+    /// The names a list of details takes, in the order of the fields.
+    pub const NAMES: [&'static str; 4] = ["args", "result", "errors", "progress"];
+
+    /// Parses a comma-separated list of [`JobDetails::NAMES`] (spaces around a name allowed,
+    /// repeats harmless), or `all`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] naming `field` for an empty list or an unknown name.
+    pub fn parse_list(field: &str, text: &str) -> Result<JobDetails> {
+        let rule = || {
+            format!(
+                "must be a comma-separated list of {} (or all)",
+                JobDetails::NAMES.join(", ")
+            )
+        };
+        if text.trim() == "all" {
+            return Ok(JobDetails::ALL);
+        }
+        let mut details = JobDetails::NONE;
+        for name in text.split(',').map(str::trim) {
+            match name {
+                "args" => details.args = true,
+                "result" => details.result = true,
+                "errors" => details.errors = true,
+                "progress" => details.progress = true,
+                "" => return Err(Error::invalid(field, rule())),
+                _ => return Err(Error::invalid(field, format!("{}; got {name:?}", rule()))),
+            }
+        }
+        Ok(details)
+    }
+
+    /// The names of the fields included, in the order of [`JobDetails::NAMES`].
+    pub fn names(self) -> Vec<&'static str> {
+        let included = [self.args, self.result, self.errors, self.progress];
+        JobDetails::NAMES
+            .into_iter()
+            .zip(included)
+            .filter_map(|(name, on)| on.then_some(name))
+            .collect()
+    }
+
+    /// Empties the fields of `job` not included (see the type's doc).
+    pub fn strip(self, job: &mut Job) {
+        if !self.args {
+            job.args = Value::Null;
+        }
+        if !self.result {
+            job.result = None;
+        }
+        if !self.errors {
+            job.errors = Vec::new();
+        }
+        if !self.progress {
+            job.progress = None;
+        }
+    }
+}
+
+impl Default for JobDetails {
+    /// Whole jobs, so a list answers what [`JobStore::job_get`] does unless asked otherwise.
+    fn default() -> Self {
+        JobDetails::ALL
+    }
+}
+
 /// Filters and page of `jobs_list`; every filter is optional and they combine with AND.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ListJobs {
@@ -308,6 +415,10 @@ pub struct ListJobs {
     pub before: Option<JobId>,
     /// Page size, 1..=1,000 (default 50 when 0).
     pub limit: u32,
+    /// The large fields the listed jobs carry (default: all; [`JobDetails::NONE`] for
+    /// summaries, which the store answers without reading those fields).
+    #[serde(default)]
+    pub details: JobDetails,
 }
 
 impl ListJobs {
@@ -393,10 +504,16 @@ pub struct PruneJobs {
 }
 
 /// Fire one schedule tick: atomically advance the schedule's last tick and enqueue its job.
+/// Build it with [`Schedule::fire`] from the schedule as read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FireSchedule {
     /// The schedule.
     pub name: ScheduleName,
+    /// The schedule's `created_at` as read (when its timing was last set): the tick fires only
+    /// while the schedule still has it and only if it is later, so a tick computed from a
+    /// timing that was changed since (or from a schedule removed and added again) never
+    /// fires.
+    pub created_at: DateTime<Utc>,
     /// The tick being fired.
     pub tick: DateTime<Utc>,
     /// The job to enqueue (normally `Schedule::job_for_tick`).
@@ -410,7 +527,7 @@ pub type EventStream = Pin<Box<dyn Stream<Item = StoreEvent> + Send + 'static>>;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "event")]
 pub enum StoreEvent {
-    /// Jobs became ready in this queue (enqueue, retry, release, resume), or a job of this queue
+    /// Jobs became ready in this queue (enqueue, retry, requeue, release, resume), or a job of this queue
     /// that ran under the queue's own `max_running` bound (policy `queue:<queue>`) finished,
     /// freeing a place only this queue's jobs can wait for.
     JobsAvailable {
@@ -462,7 +579,8 @@ pub trait JobStore: Send + Sync + 'static {
     /// `NotFound`.
     async fn job_get(&self, id: JobId) -> Result<Job>;
 
-    /// Lists jobs newest first with filters and keyset pagination.
+    /// Lists jobs newest first with filters and keyset pagination; the jobs carry the large
+    /// fields `query.details` names (the others empty, and not read).
     ///
     /// # Errors
     /// `InvalidInput` from [`ListJobs::validate`].
@@ -510,6 +628,17 @@ pub trait JobStore: Send + Sync + 'static {
     /// `NotFound`; `InvalidTransition` for a queued, running or reconciling job;
     /// `QuotaExceeded`; `Conflict` when another live job of the tenant now holds its unique key.
     async fn job_retry(&self, id: JobId) -> Result<Job>;
+
+    /// Operator requeue of a queued job: one waiting for its `run_at` (scheduled, a retry's
+    /// backoff, a snooze) becomes ready now (`run_at` = the store's now; attempts, errors and
+    /// keys unchanged) and wakes its queue's workers ([`StoreEvent::JobsAvailable`]); a ready
+    /// one is left as it is (`changed: false`). A paused queue or a limit policy still holds
+    /// it back.
+    ///
+    /// # Errors
+    /// `NotFound`; `InvalidTransition` for a running, reconciling or finished job (a finished
+    /// job runs again with [`JobStore::job_retry`]).
+    async fn job_requeue(&self, id: JobId) -> Result<RequeueOutcome>;
 
     /// Rescues up to `limit` running jobs whose lease expired: to queued, or failed when
     /// attempts are spent, or reconciling for reconciler kinds, or cancelled when a cancel was
@@ -593,11 +722,15 @@ pub trait JobStore: Send + Sync + 'static {
     /// Schedules by name.
     async fn schedules_list(&self) -> Result<Vec<Schedule>>;
 
-    /// Creates or replaces a schedule (a replaced one restarts from now: no catch-up).
+    /// Creates or replaces a schedule by the rule of [`Schedule::upsert`], decided under the
+    /// store's lock on the schedule: writing the stored definition again changes nothing (its
+    /// missed ticks still fire); a new job keeps the ticks going; a new timing (cron, zone)
+    /// fires its ticks after now only. The last fired tick is always kept, so no upsert makes a
+    /// tick fire twice, whatever fires concurrently.
     ///
     /// # Errors
     /// `InvalidInput` from [`NewSchedule::validate`].
-    async fn schedule_upsert(&self, schedule: NewSchedule) -> Result<Schedule>;
+    async fn schedule_upsert(&self, schedule: NewSchedule) -> Result<ScheduleUpsert>;
 
     /// Removes a schedule.
     ///
@@ -605,10 +738,12 @@ pub trait JobStore: Send + Sync + 'static {
     /// `NotFound`.
     async fn schedule_remove(&self, name: ScheduleName) -> Result<()>;
 
-    /// Fires a tick: if the schedule exists and its last tick is before `tick`, sets its last
-    /// tick to `tick` and enqueues `job`, atomically; returns the enqueue answer. Returns
-    /// `None` when another caller already fired this tick or a later one, so each tick
-    /// enqueues exactly once across all workers.
+    /// Fires a tick: if the schedule exists with the `created_at` of `fire`, `tick` is after
+    /// it, and its last tick is before `tick`, sets its last tick to `tick` and enqueues `job`,
+    /// atomically; returns the enqueue answer. Returns `None` when another caller already
+    /// fired this tick or a later one, or the schedule's timing changed since it was read (or
+    /// it was removed and added again), so each tick enqueues exactly once across all workers
+    /// and writes.
     ///
     /// # Errors
     /// Those of `jobs_enqueue` (then the tick is not consumed); `NotFound`.
@@ -649,5 +784,74 @@ pub trait JobStore: Send + Sync + 'static {
             FinishReply::Recorded { to, .. } => Ok(to),
             FinishReply::LeaseLost { id } => Err(Error::LeaseLost { job_id: id }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_details_parse_from_a_list_of_names_or_all() {
+        let parse = |text: &str| JobDetails::parse_list("include", text);
+        assert_eq!(parse("all").unwrap(), JobDetails::ALL);
+        assert_eq!(
+            parse(" args , errors,args").unwrap(),
+            JobDetails {
+                args: true,
+                errors: true,
+                ..JobDetails::NONE
+            }
+        );
+        assert_eq!(
+            parse("args,result,errors,progress").unwrap(),
+            JobDetails::ALL
+        );
+        for bad in ["", "args,", "meta", "args,all"] {
+            match parse(bad) {
+                Err(Error::InvalidInput { field, reason }) => {
+                    assert_eq!(field, "include");
+                    assert!(
+                        reason.starts_with(
+                            "must be a comma-separated list of args, result, errors, progress (or all)"
+                        ),
+                        "{bad:?}: {reason}"
+                    );
+                }
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+        assert_eq!(JobDetails::ALL.names(), JobDetails::NAMES);
+        assert!(JobDetails::NONE.names().is_empty());
+        assert_eq!(ListJobs::default().details, JobDetails::ALL);
+    }
+
+    #[test]
+    fn stripped_jobs_keep_only_the_details_asked_for() {
+        let mut job = NewJob::new(
+            crate::JobKind::parse("k").unwrap(),
+            serde_json::json!({"big": "input"}),
+        )
+        .into_job(JobId::new_v7(), chrono::Utc::now());
+        job.result = Some(serde_json::json!(1));
+        job.progress = Some(serde_json::json!({"step": 2}));
+        job.errors.push(crate::AttemptError {
+            attempt: 1,
+            at: job.created_at,
+            message: "boom".into(),
+        });
+        let whole = job.clone();
+        JobDetails::ALL.strip(&mut job);
+        assert_eq!(job, whole);
+        JobDetails {
+            errors: true,
+            ..JobDetails::NONE
+        }
+        .strip(&mut job);
+        assert_eq!(
+            (&job.args, &job.result, job.errors.len(), &job.progress),
+            (&Value::Null, &None, 1, &None)
+        );
+        assert_eq!((job.id, &job.meta), (whole.id, &whole.meta));
     }
 }

@@ -42,6 +42,7 @@ enum Step {
     Reconciled(Token, u8),
     Cancel,
     Retry,
+    Requeue,
 }
 
 fn token() -> impl Strategy<Value = Token> {
@@ -68,6 +69,7 @@ fn step() -> impl Strategy<Value = Step> {
         2 => (token(), 0u8..3).prop_map(|(t, r)| Step::Reconciled(t, r)),
         1 => Just(Step::Cancel),
         1 => Just(Step::Retry),
+        1 => Just(Step::Requeue),
     ]
 }
 
@@ -229,6 +231,13 @@ impl Model {
                 self.requeue(now);
                 Expect::Ok
             }
+            Step::Requeue => {
+                if self.state != JobState::Queued {
+                    return Expect::InvalidTransition;
+                }
+                self.run_at_ms = self.run_at_ms.min(now);
+                Expect::Ok
+            }
         }
     }
 }
@@ -316,6 +325,7 @@ fn event_of(step: &Step, token: FencingToken) -> Option<Event> {
         },
         Step::Cancel => Event::Cancel,
         Step::Retry => Event::Retry,
+        Step::Requeue => Event::Requeue,
     })
 }
 

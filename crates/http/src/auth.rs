@@ -22,7 +22,7 @@ pub const TOKEN_MIN_LEN: usize = 16;
 pub enum Role {
     /// Enqueue, list, get and cancel the tenant's jobs.
     Producer,
-    /// Everything a producer may, plus retry and queue pause/resume.
+    /// Everything a producer may, plus retry, requeue and queue pause/resume.
     Operator,
 }
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use drover_core::{
-    CancelEffect, EnqueueStatus, Enqueued, Job, JobKind, LimitKey, NewJob, QueueInfo, QueueName,
-    QueueSnapshot, RunAt, SizeLimits, TenantId, WorkerInfo,
+    CancelEffect, EnqueueStatus, Enqueued, Job, JobDetails, JobKind, LimitKey, NewJob, QueueInfo,
+    QueueName, QueueSnapshot, RunAt, SizeLimits, TenantId, WorkerInfo,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -388,11 +388,109 @@ pub struct BatchEnqueueResponse {
     pub results: Vec<EnqueueResponse>,
 }
 
+/// A job in a list: the fields of [`JobView`], of which `args`, `result`, `errors` and
+/// `progress` only when the list's `include` names them (absent otherwise, so a page of
+/// summaries stays small).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct JobListItem {
+    /// UUID v7.
+    pub id: String,
+    /// Handler name.
+    pub kind: String,
+    /// Queue.
+    pub queue: String,
+    /// Tenant.
+    pub tenant: String,
+    /// `queued`, `running`, `reconciling`, `succeeded`, `failed` or `cancelled`.
+    pub state: String,
+    /// Handler input (any JSON); only with `include=args`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Value>, required = false)]
+    pub args: Option<Value>,
+    /// Client metadata.
+    #[schema(value_type = Object)]
+    pub meta: Value,
+    /// Smaller runs first.
+    pub priority: i16,
+    /// Ready time.
+    pub run_at: DateTime<Utc>,
+    /// Claims counted so far.
+    pub attempt: i32,
+    /// Attempt budget.
+    pub max_attempts: i32,
+    /// Fencing token of the latest claim (0 before the first).
+    pub fencing_token: i64,
+    /// Worker holding the lease.
+    pub lease_owner: Option<String>,
+    /// Lease end.
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    /// A cancel was requested while running.
+    pub cancel_requested: bool,
+    /// Handler result on success (any JSON), `null` otherwise; only with `include=result`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Value>, required = false)]
+    pub result: Option<Option<Value>>,
+    /// Failed attempts, newest last; only with `include=errors`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    pub errors: Option<Vec<AttemptErrorView>>,
+    /// Latest progress (any JSON), `null` when none was reported; only with
+    /// `include=progress`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Value>, required = false)]
+    pub progress: Option<Option<Value>>,
+    /// Idempotency key.
+    pub idempotency_key: Option<String>,
+    /// Unique key.
+    pub unique_key: Option<String>,
+    /// Explicit limit keys.
+    pub limit_keys: Vec<String>,
+    /// Enqueue time.
+    pub created_at: DateTime<Utc>,
+    /// Latest claim time.
+    pub attempted_at: Option<DateTime<Utc>>,
+    /// Terminal time.
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+impl JobListItem {
+    /// The list's form of `job`, with the large fields `details` names.
+    pub fn new(job: Job, details: JobDetails) -> Self {
+        let view = JobView::from(job);
+        JobListItem {
+            id: view.id,
+            kind: view.kind,
+            queue: view.queue,
+            tenant: view.tenant,
+            state: view.state,
+            args: details.args.then_some(view.args),
+            meta: view.meta,
+            priority: view.priority,
+            run_at: view.run_at,
+            attempt: view.attempt,
+            max_attempts: view.max_attempts,
+            fencing_token: view.fencing_token,
+            lease_owner: view.lease_owner,
+            lease_expires_at: view.lease_expires_at,
+            cancel_requested: view.cancel_requested,
+            result: details.result.then_some(view.result),
+            errors: details.errors.then_some(view.errors),
+            progress: details.progress.then_some(view.progress),
+            idempotency_key: view.idempotency_key,
+            unique_key: view.unique_key,
+            limit_keys: view.limit_keys,
+            created_at: view.created_at,
+            attempted_at: view.attempted_at,
+            finished_at: view.finished_at,
+        }
+    }
+}
+
 /// A page of jobs.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct JobListResponse {
     /// Jobs, newest first.
-    pub jobs: Vec<JobView>,
+    pub jobs: Vec<JobListItem>,
     /// Pass as `cursor` to get the next page; absent on the last page.
     pub next_cursor: Option<String>,
 }
@@ -425,6 +523,16 @@ impl CancelResponse {
             job: job.into(),
         }
     }
+}
+
+/// The answer to a requeue.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct RequeueResponse {
+    /// True when the job was waiting for its `run_at` (scheduled, a retry's backoff, a
+    /// snooze) and is ready now; false when it was ready already, so nothing changed.
+    pub changed: bool,
+    /// The job after the requeue.
+    pub job: JobView,
 }
 
 /// A job wrapped for single-job answers.
@@ -583,5 +691,24 @@ mod tests {
             assert!(crate::extract::parse_json::<EnqueueRequest>(at(min - 1).as_bytes()).is_err());
             assert!(crate::extract::parse_json::<EnqueueRequest>(at(max + 1).as_bytes()).is_err());
         }
+    }
+
+    /// A list item with every detail is the job as `GET /v1/jobs/{id}` shows it (so a field
+    /// added to [`JobView`] must be added to [`JobListItem`] too); without details it is the
+    /// same but for those four fields.
+    #[test]
+    fn list_items_show_the_fields_of_a_job_view() {
+        let mut job = NewJob::new(JobKind::parse("k").unwrap(), serde_json::json!({"a": 1}))
+            .into_job(drover_core::JobId::new_v7(), Utc::now());
+        job.result = Some(serde_json::json!(2));
+        let whole = serde_json::to_value(JobView::from(job.clone())).unwrap();
+        let item = serde_json::to_value(JobListItem::new(job.clone(), JobDetails::ALL)).unwrap();
+        assert_eq!(item, whole);
+        let mut summary = whole.as_object().unwrap().clone();
+        for field in JobDetails::NAMES {
+            summary.remove(field);
+        }
+        let item = serde_json::to_value(JobListItem::new(job, JobDetails::NONE)).unwrap();
+        assert_eq!(item, Value::Object(summary));
     }
 }

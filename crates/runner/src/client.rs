@@ -1,14 +1,14 @@
 //! [`Client`]: the application's handle for enqueueing jobs and looking at them, wrapping the
-//! store and reporting [`Metrics::job_enqueued`] for every new job; and for pausing and
-//! resuming queues with an answer that says what changed ([`QueueChange`]), which the CLI and
-//! the HTTP API both give.
+//! store and reporting [`Metrics::job_enqueued`] for every new job; for pausing and resuming
+//! queues with an answer that says what changed ([`QueueChange`]), which the CLI and the HTTP
+//! API both give; and for declaring cron schedules at start-up ([`Client::schedule_upsert`]).
 
 use std::fmt;
 use std::sync::Arc;
 
 use drover_core::{
     CancelOutcome, EnqueueStatus, Enqueued, Entity, Error, Job, JobId, JobKind, JobStore, NewJob,
-    QueueChange, QueueName,
+    NewSchedule, QueueChange, QueueName, RequeueOutcome, Schedule, ScheduleName, ScheduleUpsert,
 };
 use serde::Serialize;
 
@@ -102,6 +102,17 @@ impl Client {
         self.store.job_cancel(id).await
     }
 
+    /// Makes a queued job ready now: one scheduled for later, or waiting for a retry's backoff
+    /// or a snooze, runs at the next claim (attempts kept) and its queue's workers are woken;
+    /// a ready one is left as it is (`changed: false`).
+    ///
+    /// # Errors
+    /// `NotFound`; `InvalidTransition` for a running, reconciling or finished job (retry a
+    /// finished one).
+    pub async fn requeue(&self, id: JobId) -> Result<RequeueOutcome, Error> {
+        self.store.job_requeue(id).await
+    }
+
     /// Pauses `queue` cluster-wide (no worker claims from it; running jobs finish), creating
     /// its record if needed, so a queue may be paused before its first job. Pausing a paused
     /// queue changes nothing (it keeps the time it was first paused) and says so.
@@ -141,6 +152,34 @@ impl Client {
             });
         }
         self.store.queue_resume(queue).await
+    }
+
+    /// Creates or replaces a cron schedule, as an application does at every start for the
+    /// schedules its code declares: writing the stored schedule again changes nothing (ticks
+    /// missed while the application was down still fire), a new job keeps its ticks going, a
+    /// new cron expression or zone fires its ticks after now; the answer says which
+    /// ([`ScheduleChange`](drover_core::ScheduleChange)). No upsert makes a tick fire twice.
+    ///
+    /// # Errors
+    /// Those of [`JobStore::schedule_upsert`]: `InvalidInput` naming the field.
+    pub async fn schedule_upsert(&self, schedule: NewSchedule) -> Result<ScheduleUpsert, Error> {
+        self.store.schedule_upsert(schedule).await
+    }
+
+    /// Schedules by name.
+    ///
+    /// # Errors
+    /// `Unavailable`, `Fatal`.
+    pub async fn schedules_list(&self) -> Result<Vec<Schedule>, Error> {
+        self.store.schedules_list().await
+    }
+
+    /// Removes a schedule.
+    ///
+    /// # Errors
+    /// `NotFound` when no schedule has the name.
+    pub async fn schedule_remove(&self, name: ScheduleName) -> Result<(), Error> {
+        self.store.schedule_remove(name).await
     }
 
     fn report(&self, enqueued: &[Enqueued]) {

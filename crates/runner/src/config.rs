@@ -189,8 +189,9 @@ pub struct WorkerConfig {
     pub retention: Duration,
     /// Interval of retention pruning (default 60 s).
     pub prune_interval: Duration,
-    /// Most jobs deleted by one prune call (default 1,000; 1..=100,000). A pass repeats while
-    /// a full batch was deleted.
+    /// Most jobs deleted by one retention pass (default 1,000; 1..=100,000): a pass makes one
+    /// prune call, so a backlog is worked off over the following passes. A cluster that
+    /// finishes more jobs per `prune_interval` and worker than this outgrows it.
     pub prune_limit: u32,
     /// Wait before the first pass of each maintenance service (rescuer, reconcile sweep, cron
     /// scheduler, cleaner: retention and stale worker registrations). Each service's first

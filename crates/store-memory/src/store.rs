@@ -16,9 +16,9 @@ use drover_core::{
     Enqueued, Entity, Error, Event, EventStream, Finish, FinishItem, FinishReply, FireSchedule,
     HeartbeatJobs, HeartbeatReply, Job, JobId, JobPage, JobState, JobStore, LimitKey, LimitPolicy,
     LimitStatus, ListJobs, NewJob, NewSchedule, PruneJobs, QueueChange, QueueInfo, QueueName,
-    QueueSnapshot, RescueExpired, Rescued, Resolution, Result, Schedule, ScheduleName, Snapshot,
-    StoreConfig, StoreEvent, SucceededJobs, SystemClock, Transition, WorkerId, WorkerInfo,
-    WorkerRegistration,
+    QueueSnapshot, RequeueOutcome, RescueExpired, Rescued, Resolution, Result, Schedule,
+    ScheduleChange, ScheduleName, ScheduleUpsert, Snapshot, StoreConfig, StoreEvent, SucceededJobs,
+    SystemClock, Transition, WorkerId, WorkerInfo, WorkerRegistration,
 };
 use parking_lot::Mutex;
 use tokio::sync::broadcast;
@@ -216,7 +216,14 @@ impl JobStore for MemoryStore {
             matching.truncate(page);
         }
         matching.sort_unstable_by_key(|j| std::cmp::Reverse(j.id));
-        let jobs: Vec<Job> = matching.into_iter().cloned().collect();
+        let jobs: Vec<Job> = matching
+            .into_iter()
+            .map(|j| {
+                let mut job = j.clone();
+                query.details.strip(&mut job);
+                job
+            })
+            .collect();
         let next = if more {
             jobs.last().map(|j| j.id)
         } else {
@@ -416,6 +423,29 @@ impl JobStore for MemoryStore {
             queue: job.queue.clone(),
         });
         Ok(job)
+    }
+
+    async fn job_requeue(&self, id: JobId) -> Result<RequeueOutcome> {
+        let outcome = {
+            let mut inner = self.inner.lock();
+            let now = self.clock_now();
+            let run_at = inner
+                .jobs
+                .get(&id)
+                .map(|job| job.run_at)
+                .ok_or_else(|| Error::job_not_found(id))?;
+            let (_, job) = inner.transition(id, Event::Requeue, now)?;
+            RequeueOutcome {
+                changed: job.run_at != run_at,
+                job: job.clone(),
+            }
+        };
+        if outcome.changed {
+            self.publish(StoreEvent::JobsAvailable {
+                queue: outcome.job.queue.clone(),
+            });
+        }
+        Ok(outcome)
     }
 
     async fn jobs_rescue_expired(&self, rescue: RescueExpired) -> Result<Vec<Rescued>> {
@@ -713,13 +743,18 @@ impl JobStore for MemoryStore {
         Ok(self.inner.lock().schedules.values().cloned().collect())
     }
 
-    async fn schedule_upsert(&self, schedule: NewSchedule) -> Result<Schedule> {
+    async fn schedule_upsert(&self, schedule: NewSchedule) -> Result<ScheduleUpsert> {
         let mut inner = self.inner.lock();
         let now = self.clock_now();
         schedule.validate(now, &self.config.sizes)?;
-        let stored = Schedule::from_new(schedule, now);
-        inner.schedules.insert(stored.name.clone(), stored.clone());
-        Ok(stored)
+        let stored = inner.schedules.get(&schedule.name).cloned();
+        let upsert = Schedule::upsert(stored, schedule, now);
+        if upsert.change != ScheduleChange::Unchanged {
+            inner
+                .schedules
+                .insert(upsert.schedule.name.clone(), upsert.schedule.clone());
+        }
+        Ok(upsert)
     }
 
     async fn schedule_remove(&self, name: ScheduleName) -> Result<()> {
@@ -745,7 +780,13 @@ impl JobStore for MemoryStore {
                     entity: Entity::Schedule,
                     id: fire.name.to_string(),
                 })?;
-            if schedule.last_tick_at.is_some_and(|last| last >= tick) {
+            // A tick of another timing (changed since read, or removed and added again) or
+            // from before the timing was set never fires; nor one already fired.
+            let retimed = schedule.created_at != micros(fire.created_at);
+            if retimed
+                || tick <= schedule.created_at
+                || schedule.last_tick_at.is_some_and(|last| last >= tick)
+            {
                 return Ok(None);
             }
             let (mut answers, ready) = inner.enqueue(prepared, now, &self.config.quotas)?;

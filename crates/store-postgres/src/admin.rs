@@ -9,16 +9,17 @@ use chrono::{DateTime, Utc};
 use drover_core::error::Entity;
 use drover_core::{
     Error, Job, JobId, JobPage, JobState, LimitKey, LimitPolicy, LimitStatus, ListJobs,
-    NewSchedule, QueueChange, QueueInfo, QueueName, QueueSnapshot, Schedule, ScheduleName,
-    Snapshot, StoreConfig, WorkerId, WorkerInfo, WorkerRegistration,
+    NewSchedule, QueueChange, QueueInfo, QueueName, QueueSnapshot, Schedule, ScheduleChange,
+    ScheduleName, ScheduleUpsert, Snapshot, StoreConfig, WorkerId, WorkerInfo, WorkerRegistration,
 };
 use serde_json::Value;
-use sqlx::PgConnection;
+use sqlx::{Connection, PgConnection};
 
 use crate::claim::running_counts;
 use crate::error::SqlxResultExt;
 use crate::records::{into_jobs, micros, JobRecord, LimitRecord, ScheduleRecord, WorkerRecord};
 use crate::sql;
+use crate::transaction::settle;
 
 /// The database clock.
 pub(crate) async fn now(conn: &mut PgConnection) -> Result<DateTime<Utc>, Error> {
@@ -39,7 +40,8 @@ pub(crate) async fn job_get(conn: &mut PgConnection, id: JobId) -> Result<Job, E
         .into_job()
 }
 
-/// A page of jobs, newest first; fetches one row more than the page to find the cursor.
+/// A page of jobs, newest first, carrying the large fields `query.details` names; fetches one
+/// row more than the page to find the cursor.
 pub(crate) async fn jobs_list(conn: &mut PgConnection, query: ListJobs) -> Result<JobPage, Error> {
     query.validate()?;
     let page = query.page_size();
@@ -64,6 +66,10 @@ pub(crate) async fn jobs_list(conn: &mut PgConnection, query: ListJobs) -> Resul
         .bind(query.before.map(|id| id.as_uuid()))
         .bind(i64::from(page) + 1)
         .bind(&facets)
+        .bind(query.details.args)
+        .bind(query.details.result)
+        .bind(query.details.errors)
+        .bind(query.details.progress)
         .fetch_all(&mut *conn)
         .await
         .store_err()?;
@@ -363,28 +369,71 @@ pub(crate) async fn schedules_list(conn: &mut PgConnection) -> Result<Vec<Schedu
         .collect()
 }
 
-/// Creates or replaces a schedule, validated against the database clock. Round trips: clock,
-/// upsert.
+/// How often an upsert decides again after the row it decided on was created or removed
+/// concurrently, before it gives up with `Unavailable`.
+const SCHEDULE_UPSERT_ATTEMPTS: usize = 4;
+
+/// Creates or replaces a schedule by core's rule ([`Schedule::upsert`]) in one transaction:
+/// the database clock, the row locked (so no tick of it fires meanwhile), then an insert, an
+/// update, or nothing when the schedule is stored exactly so. Round trips: BEGIN, clock, lock,
+/// write (none when unchanged), COMMIT.
 pub(crate) async fn schedule_upsert(
     conn: &mut PgConnection,
     config: &StoreConfig,
     schedule: NewSchedule,
-) -> Result<Schedule, Error> {
+) -> Result<ScheduleUpsert, Error> {
+    let mut tx = conn.begin().await.store_err()?;
+    let result = schedule_upsert_in(&mut tx, config, schedule).await;
+    settle(tx, result).await
+}
+
+async fn schedule_upsert_in(
+    conn: &mut PgConnection,
+    config: &StoreConfig,
+    schedule: NewSchedule,
+) -> Result<ScheduleUpsert, Error> {
     let now = now(&mut *conn).await?;
-    let spec = schedule.validate(now, &config.sizes)?;
-    sqlx::query_as::<_, ScheduleRecord>(sql::SCHEDULE_UPSERT)
-        .bind(schedule.name.as_str())
-        .bind(spec.expr())
-        .bind(&schedule.timezone)
-        .bind(schedule.kind.as_str())
-        .bind(&schedule.args)
-        .bind(schedule.queue.as_str())
-        .bind(schedule.priority)
-        .bind(schedule.max_attempts)
-        .fetch_one(&mut *conn)
-        .await
-        .store_err()?
-        .into_schedule()
+    schedule.validate(now, &config.sizes)?;
+    for _ in 0..SCHEDULE_UPSERT_ATTEMPTS {
+        let stored = sqlx::query_as::<_, ScheduleRecord>(sql::SCHEDULE_LOCK)
+            .bind(schedule.name.as_str())
+            .fetch_optional(&mut *conn)
+            .await
+            .store_err()?
+            .map(ScheduleRecord::into_schedule)
+            .transpose()?;
+        let decided = Schedule::upsert(stored, schedule.clone(), now);
+        let statement = match decided.change {
+            ScheduleChange::Unchanged => return Ok(decided),
+            ScheduleChange::Created => sql::SCHEDULE_INSERT,
+            ScheduleChange::Updated | ScheduleChange::Rescheduled => sql::SCHEDULE_UPDATE,
+        };
+        let s = &decided.schedule;
+        let written = sqlx::query_as::<_, ScheduleRecord>(statement)
+            .bind(s.name.as_str())
+            .bind(&s.cron)
+            .bind(&s.timezone)
+            .bind(s.kind.as_str())
+            .bind(&s.args)
+            .bind(s.queue.as_str())
+            .bind(s.priority)
+            .bind(s.max_attempts)
+            .bind(s.created_at)
+            .fetch_optional(&mut *conn)
+            .await
+            .store_err()?;
+        // None: another upsert created the schedule first (or it was removed): decide again
+        // on the row as it is now.
+        if let Some(record) = written {
+            return Ok(ScheduleUpsert {
+                schedule: record.into_schedule()?,
+                change: decided.change,
+            });
+        }
+    }
+    Err(Error::unavailable(
+        "the schedule was created or removed concurrently while it was written; try again",
+    ))
 }
 
 /// Removes a schedule; `NotFound` when none has the name.

@@ -31,9 +31,10 @@
 //! | claim (no limit policy) | 1 (+1 `EXISTS` check when nothing was claimed) |
 //! | claim while limit policies exist | 6+: BEGIN, policies, running counts, candidate pages, update, COMMIT |
 //! | heartbeat, finish (any batch size) | 1 |
-//! | rescue, cancel, reconcile | 4: BEGIN, lock, write, COMMIT |
+//! | rescue, cancel, reconcile, requeue | 4: BEGIN, lock, write, COMMIT (requeue of a ready job: no write) |
 //! | operator retry | 5-6: BEGIN, [tenant, quota locks], lock, checks, write, COMMIT |
-//! | get, list, snapshot, prune, queues, workers, limits, schedules | 1 (limits list 2, schedule upsert 2) |
+//! | get, list, snapshot, prune, queues, workers, limits, schedules | 1 (limits list 2) |
+//! | schedule upsert | 5: BEGIN, clock, lock, write, COMMIT (4 when unchanged: no write) |
 //! | schedule fire | 4 + the enqueue's |
 
 mod admin;

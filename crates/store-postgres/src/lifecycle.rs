@@ -1,14 +1,14 @@
 //! Transitions outside the worker hot path, computed by core's `state::apply` itself inside a
 //! transaction (lock the rows, apply, write back with jobs_write.sql), so they cannot drift from
-//! the table of DESIGN.md section 3: cancel, operator retry, rescue of expired leases and the
-//! reconciler's verdict. Plus the reconcile claim and prune, which are single statements.
+//! the table of DESIGN.md section 3: cancel, operator retry and requeue, rescue of expired
+//! leases and the reconciler's verdict. Plus the reconcile claim and prune, which are single statements.
 
 use chrono::{DateTime, Utc};
 use drover_core::lease::check_lease;
 use drover_core::{
     apply, CancelEffect, CancelOutcome, ClaimReconciling, Error, Event, FencingToken, Job, JobId,
-    JobKind, JobState, PruneJobs, Quota, RescueExpired, Rescued, Resolution, StoreConfig,
-    Transition,
+    JobKind, JobState, PruneJobs, Quota, RequeueOutcome, RescueExpired, Rescued, Resolution,
+    StoreConfig, Transition,
 };
 use serde_json::Value;
 use sqlx::{Connection, PgConnection};
@@ -202,6 +202,29 @@ async fn retry_in(conn: &mut PgConnection, config: &StoreConfig, id: JobId) -> R
         return Err(Error::unique_key_held(JobId(holder)));
     }
     write_job(conn, &job, false).await
+}
+
+/// Operator requeue: a queued job waiting for its `run_at` becomes ready now, written back
+/// (jobs_write.sql wakes its queue after the commit); a ready one is left unwritten. Round
+/// trips: BEGIN, lock, write (none when unchanged), COMMIT.
+pub(crate) async fn requeue(conn: &mut PgConnection, id: JobId) -> Result<RequeueOutcome, Error> {
+    let mut tx = conn.begin().await.store_err()?;
+    let result = requeue_in(&mut tx, id).await;
+    settle(tx, result).await
+}
+
+async fn requeue_in(conn: &mut PgConnection, id: JobId) -> Result<RequeueOutcome, Error> {
+    let (mut job, now) = lock_job(conn, id).await?;
+    let run_at = job.run_at;
+    apply(&mut job, Event::Requeue, now)?;
+    if job.run_at == run_at {
+        return Ok(RequeueOutcome {
+            job,
+            changed: false,
+        });
+    }
+    let job = write_job(conn, &job, false).await?;
+    Ok(RequeueOutcome { job, changed: true })
 }
 
 /// Rescues up to `limit` expired leases, each exactly once however many rescuers race

@@ -97,8 +97,12 @@ statements! {
     LIMIT_CLEAR = "limit_clear.sql";
     /// List schedules.
     SCHEDULES_LIST = "schedules_list.sql";
-    /// Create or replace a schedule.
-    SCHEDULE_UPSERT = "schedule_upsert.sql";
+    /// Lock a schedule for an upsert.
+    SCHEDULE_LOCK = "schedule_lock.sql";
+    /// Create a schedule unless one has the name.
+    SCHEDULE_INSERT = "schedule_insert.sql";
+    /// Replace a locked schedule's definition.
+    SCHEDULE_UPDATE = "schedule_update.sql";
     /// Remove a schedule.
     SCHEDULE_REMOVE = "schedule_remove.sql";
     /// Consume a schedule tick.

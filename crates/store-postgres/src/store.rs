@@ -12,8 +12,9 @@ use drover_core::{
     CancelOutcome, ClaimJobs, ClaimReconciling, Claimed, Enqueued, Error, EventStream,
     FencingToken, FinishItem, FinishReply, FireSchedule, HeartbeatJobs, HeartbeatReply, Job, JobId,
     JobPage, JobStore, LimitKey, LimitPolicy, LimitStatus, ListJobs, NewJob, NewSchedule,
-    PruneJobs, QueueChange, QueueInfo, QueueName, RescueExpired, Rescued, Resolution, Schedule,
-    ScheduleName, Snapshot, StoreConfig, Transition, WorkerId, WorkerInfo, WorkerRegistration,
+    PruneJobs, QueueChange, QueueInfo, QueueName, RequeueOutcome, RescueExpired, Rescued,
+    Resolution, Schedule, ScheduleName, ScheduleUpsert, Snapshot, StoreConfig, Transition,
+    WorkerId, WorkerInfo, WorkerRegistration,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgConnection, PgPool};
@@ -332,6 +333,12 @@ impl JobStore for PgStore {
         conn.done(result)
     }
 
+    async fn job_requeue(&self, id: JobId) -> Result<RequeueOutcome, Error> {
+        let mut conn = self.connections.acquire().await?;
+        let result = lifecycle::requeue(&mut conn, id).await;
+        conn.done(result)
+    }
+
     async fn jobs_rescue_expired(&self, rescue: RescueExpired) -> Result<Vec<Rescued>, Error> {
         let mut conn = self.connections.acquire().await?;
         let result = lifecycle::rescue(&mut conn, rescue).await;
@@ -439,7 +446,7 @@ impl JobStore for PgStore {
         conn.done(result)
     }
 
-    async fn schedule_upsert(&self, schedule: NewSchedule) -> Result<Schedule, Error> {
+    async fn schedule_upsert(&self, schedule: NewSchedule) -> Result<ScheduleUpsert, Error> {
         let mut conn = self.connections.acquire().await?;
         let result = admin::schedule_upsert(&mut conn, &self.options.config, schedule).await;
         conn.done(result)
@@ -455,11 +462,17 @@ impl JobStore for PgStore {
     /// connection; an enqueue error rolls back, so the tick is not consumed.
     async fn schedule_fire(&self, fire: FireSchedule) -> Result<Option<Enqueued>, Error> {
         let config = &self.options.config;
-        let batch = Batch::prepare(vec![fire.job], config)?;
+        let FireSchedule {
+            name,
+            created_at,
+            tick,
+            job,
+        } = fire;
+        let batch = Batch::prepare(vec![job], config)?;
         let mut conn = self.connections.acquire().await?;
         let result = match Connection::begin(&mut *conn).await.store_err() {
             Ok(mut tx) => {
-                let result = fire_in(&mut tx, config, &fire.name, fire.tick, batch).await;
+                let result = fire_in(&mut tx, config, &name, created_at, tick, batch).await;
                 settle(tx, result).await
             }
             Err(error) => Err(error),
@@ -495,19 +508,21 @@ impl JobStore for PgStore {
 }
 
 /// Consumes the tick and enqueues its job on `conn` (inside the caller's transaction); returns
-/// the answer and the queues to notify once committed. A tick that was already consumed (or a
-/// missing schedule) is reported as an error-free `None` (or `NotFound`) after nothing was
-/// written.
+/// the answer and the queues to notify once committed. A tick that was already consumed, or of
+/// a timing changed since `created_at` (or a missing schedule), is reported as an error-free
+/// `None` (or `NotFound`) after nothing was written.
 async fn fire_in(
     conn: &mut PgConnection,
     config: &StoreConfig,
     name: &ScheduleName,
+    created_at: DateTime<Utc>,
     tick: DateTime<Utc>,
     batch: Batch,
 ) -> Result<Option<(Enqueued, Vec<String>)>, Error> {
     let (exists, fired): (bool, bool) = sqlx::query_as(sql::SCHEDULE_FIRE)
         .bind(name.as_str())
         .bind(drover_core::clock::stored_instant(tick))
+        .bind(drover_core::clock::stored_instant(created_at))
         .fetch_one(&mut *conn)
         .await
         .store_err()?;

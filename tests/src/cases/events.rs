@@ -297,3 +297,26 @@ pub async fn events_jobs_available_after_retry(f: &dyn StoreFactory) {
     )
     .await;
 }
+
+/// A requeue that makes a waiting job ready wakes subscribers with `JobsAvailable` for its
+/// queue.
+pub async fn events_jobs_available_after_requeue(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let later = RunAt::After(Duration::from_secs(3600));
+    let waiting = enqueue(
+        &*store,
+        job("k", json!(1))
+            .with_queue(queue("requeued"))
+            .with_run_at(later),
+    )
+    .await;
+    let mut events = store.subscribe().await.unwrap();
+    assert!(store.job_requeue(waiting.id).await.unwrap().changed);
+    wait_for(
+        &mut events,
+        |e| matches!(e, StoreEvent::JobsAvailable { queue } if queue.as_str() == "requeued"),
+        "JobsAvailable for requeued after requeue",
+    )
+    .await;
+}

@@ -2,7 +2,10 @@
 
 use std::collections::HashSet;
 
-use drover_core::{JobId, JobState, ListJobs};
+use drover_core::{
+    Finish, HeartbeatItem, HeartbeatJobs, HeartbeatReply, Job, JobDetails, JobId, JobState,
+    ListJobs,
+};
 use serde_json::{json, Value};
 
 use super::{
@@ -398,4 +401,74 @@ pub async fn list_get_unknown_is_not_found(f: &dyn StoreFactory) {
     let h = f.open(unbounded()).await;
     let store = h.store();
     expect_not_found(store.job_get(JobId::new_v7()).await);
+}
+
+/// A list of summaries (`JobDetails::NONE`) carries every field of the jobs but args, result,
+/// errors and progress, which come back empty; a list asking for some of them carries those;
+/// the default list carries whole jobs, as `job_get` returns them.
+pub async fn list_summaries_leave_out_args_result_errors_and_progress(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let running = start(&*store, job("report", json!({"rows": "x".repeat(3_000)}))).await;
+    let beat = store
+        .jobs_heartbeat(HeartbeatJobs {
+            lease: super::LEASE,
+            jobs: vec![HeartbeatItem {
+                id: running.id,
+                token: running.fencing_token,
+                meta: None,
+                progress: Some(json!({"step": 3})),
+            }],
+        })
+        .await
+        .unwrap();
+    assert!(matches!(beat[0], HeartbeatReply::Extended { .. }));
+    super::finish(
+        &*store,
+        &running,
+        Finish::Succeeded {
+            result: Some(json!({"pages": 12})),
+        },
+    )
+    .await;
+    let failed = failed_job(&*store, job("flaky", json!({"n": 1}))).await;
+    let queued = enqueue(&*store, job("later", json!([1, 2, 3]))).await;
+    let mut whole = Vec::new();
+    for id in [queued.id, failed.id, running.id] {
+        whole.push(store.job_get(id).await.unwrap());
+    }
+    assert!(whole[1].errors.len() == 1 && whole[2].progress.is_some() && whole[2].result.is_some());
+
+    let some = |args, result, errors, progress| JobDetails {
+        args,
+        result,
+        errors,
+        progress,
+    };
+    for details in [
+        JobDetails::NONE,
+        some(true, false, false, false),
+        some(false, true, true, false),
+        some(false, false, false, true),
+        JobDetails::ALL,
+    ] {
+        let page = store
+            .jobs_list(ListJobs {
+                details,
+                ..ListJobs::default()
+            })
+            .await
+            .unwrap();
+        let expected: Vec<Job> = whole
+            .iter()
+            .map(|job| {
+                let mut job = job.clone();
+                details.strip(&mut job);
+                job
+            })
+            .collect();
+        assert_eq!(page.jobs, expected, "{details:?}");
+    }
+    let default = store.jobs_list(ListJobs::default()).await.unwrap();
+    assert_eq!(default.jobs, whole, "whole jobs unless asked otherwise");
 }

@@ -182,18 +182,14 @@ pub async fn stored_json_numbers_of_schedule_args(f: &dyn StoreFactory) {
     let sent = document();
     let name = ScheduleName::parse("numbers").unwrap();
     let new = NewSchedule::new(name, "* * * * *", kind("report"), sent.clone());
-    let upserted = store.schedule_upsert(new).await.unwrap();
+    let upserted = store.schedule_upsert(new).await.unwrap().schedule;
     assert_stored(&upserted.args, &sent, "upsert answer");
     assert_known_facts(&upserted.args, "upsert answer");
     let listed = store.schedules_list().await.unwrap().remove(0);
     assert_stored(&listed.args, &sent, "list");
     let tick = listed.created_at + chrono::Duration::minutes(1);
     let fired = store
-        .schedule_fire(drover_core::FireSchedule {
-            name: listed.name.clone(),
-            tick,
-            job: listed.job_for_tick(tick),
-        })
+        .schedule_fire(listed.fire(tick))
         .await
         .unwrap()
         .expect("fired");
@@ -298,7 +294,8 @@ pub async fn stored_run_at_folds_leap_seconds_and_floors_to_microseconds(f: &dyn
 }
 
 /// A schedule tick is stored like `run_at`: a leap second folded, floored to microseconds; a
-/// tick equal to the stored one once floored is already consumed.
+/// tick equal to the stored one once floored is already consumed. (Ticks come after the
+/// schedule's creation, so they are instants of the future here.)
 pub async fn stored_schedule_tick_folds_leap_seconds_and_floors(f: &dyn StoreFactory) {
     let h = f.open(unbounded()).await;
     let store = h.store();
@@ -311,19 +308,16 @@ pub async fn stored_schedule_tick_folds_leap_seconds_and_floors(f: &dyn StoreFac
             json!({}),
         ))
         .await
-        .unwrap();
-    let fire = |tick: DateTime<Utc>| drover_core::FireSchedule {
-        name: name.clone(),
-        tick,
-        job: s.job_for_tick(tick),
-    };
+        .unwrap()
+        .schedule;
+    let fire = |tick: DateTime<Utc>| s.fire(tick);
     for (sent, stored) in [
-        ("1970-01-01T00:00:00.0000001Z", "1970-01-01T00:00:00Z"),
+        ("2998-01-01T00:00:00.0000001Z", "2998-01-01T00:00:00Z"),
         (
-            "1999-12-31T23:59:59.9999995Z",
-            "1999-12-31T23:59:59.999999Z",
+            "2998-12-31T23:59:59.9999995Z",
+            "2998-12-31T23:59:59.999999Z",
         ),
-        ("2026-12-01T23:59:60.5Z", "2026-12-02T00:00:00.5Z"),
+        ("2999-12-01T23:59:60.5Z", "2999-12-02T00:00:00.5Z"),
     ] {
         let fired = store.schedule_fire(fire(utc(sent))).await.unwrap();
         assert!(fired.is_some(), "{sent} fires");
@@ -331,9 +325,9 @@ pub async fn stored_schedule_tick_folds_leap_seconds_and_floors(f: &dyn StoreFac
     }
     // The same instant once floored is the tick already consumed.
     let again = store
-        .schedule_fire(fire(utc("2026-12-02T00:00:00.5000004Z")))
+        .schedule_fire(fire(utc("2999-12-02T00:00:00.5000004Z")))
         .await
         .unwrap();
     assert!(again.is_none(), "an equal tick after flooring is consumed");
-    assert_eq!(last_tick(&*store).await, utc("2026-12-02T00:00:00.5Z"));
+    assert_eq!(last_tick(&*store).await, utc("2999-12-02T00:00:00.5Z"));
 }

@@ -9,8 +9,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, SubsecRound, Utc};
 use drover_core::{
-    ClaimJobs, Error, HeartbeatItem, HeartbeatJobs, HeartbeatReply, Job, JobId, JobState, ListJobs,
-    NewJob, NewSchedule, Resolution, RunAt, Schedule, ScheduleName,
+    ClaimJobs, Error, Finish, FinishItem, FinishReply, HeartbeatItem, HeartbeatJobs,
+    HeartbeatReply, Job, JobId, JobState, ListJobs, NewJob, NewSchedule, Resolution, RunAt,
+    Schedule, ScheduleChange, ScheduleName, WorkerRegistration,
 };
 use drover_runner::{Outcome, Reconciler, Registry, TransitionEvent};
 use serde_json::json;
@@ -111,6 +112,96 @@ pub async fn runner_retention_prunes_old_terminal_jobs_and_never_live_ones(f: &d
     assert_eq!(rig.job(recent).await.state, JobState::Succeeded);
     assert_eq!(rig.job(future).await.state, JobState::Queued);
     assert_eq!(rig.job(orphan_id).await.state, JobState::Running);
+}
+
+/// One retention pass deletes at most the prune limit (default 1,000), whatever is left: with
+/// 2,500 succeeded jobs past the retention, the worker's first pass deletes exactly 1,000 and
+/// leaves 1,500 for the next passes. The pass is over when it has removed the stale worker
+/// registration it removes after pruning jobs.
+pub async fn runner_retention_pass_deletes_at_most_the_prune_limit(f: &dyn StoreFactory) {
+    const JOBS: u32 = 2_500;
+    let rig = Rig::open(f).await;
+    let new_jobs = (0..JOBS)
+        .map(|n| NewJob::new(kind("done"), json!({ "n": n })))
+        .collect();
+    rig.store.jobs_enqueue(new_jobs).await.expect("enqueue");
+    let claimed = rig
+        .store
+        .jobs_claim(ClaimJobs {
+            worker: worker("finisher"),
+            queues: vec![queue("default")],
+            kinds: vec![kind("done")],
+            limit: JOBS,
+            lease: Duration::from_secs(60),
+        })
+        .await
+        .expect("claim")
+        .jobs;
+    assert_eq!(claimed.len(), JOBS as usize);
+    let replies = rig
+        .store
+        .jobs_finish(
+            claimed
+                .iter()
+                .map(|job| FinishItem {
+                    id: job.id,
+                    token: job.fencing_token,
+                    finish: Finish::Succeeded { result: None },
+                })
+                .collect(),
+        )
+        .await
+        .expect("finish");
+    assert!(replies
+        .iter()
+        .all(|reply| matches!(reply, FinishReply::Recorded { .. })));
+    rig.store
+        .worker_register(WorkerRegistration {
+            id: worker("stale"),
+            host: "gone".to_owned(),
+            pid: 1,
+            queues: vec![queue("default")],
+        })
+        .await
+        .expect("register");
+    rig.h.advance(Duration::from_secs(8 * 24 * 3600)).await;
+
+    let config = config("w1");
+    assert_eq!(
+        (config.prune_limit, config.retention),
+        (1_000, Duration::from_secs(7 * 24 * 3600)),
+        "the defaults"
+    );
+    let mut registry = Registry::new();
+    registry.register_fn(kind("other"), |_ctx| async { Outcome::success() });
+    let running = rig.start(registry, config).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let workers = rig.store.workers_list().await.expect("workers");
+        if !workers.iter().any(|w| w.id == worker("stale")) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{}: the first cleaning pass did not finish",
+            rig.h.store_name()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let succeeded = |snapshot: drover_core::Snapshot| {
+        snapshot
+            .queues
+            .iter()
+            .map(|q| q.count(JobState::Succeeded))
+            .sum::<u64>()
+    };
+    let left = succeeded(rig.store.queue_snapshot().await.expect("snapshot"));
+    let report = running.stop().await;
+    assert_eq!(
+        (report.pruned, left),
+        (1_000, 1_500),
+        "one pass deleted more than the prune limit"
+    );
 }
 
 /// Inconclusive on the first call, an error on the second, succeeded after that.
@@ -263,6 +354,7 @@ async fn every_second(rig: &Rig) -> Schedule {
         ))
         .await
         .expect("upsert schedule")
+        .schedule
 }
 
 /// A per-second schedule with three workers (separate processes) competing to fire it: the
@@ -376,4 +468,60 @@ pub async fn runner_schedule_fires_each_tick_a_late_pass_finds(f: &dyn StoreFact
         ticks.iter().all(|t| *t >= first),
         "a tick before the schedule's creation fired: {ticks:?}"
     );
+}
+
+/// A deploy that writes its schedule again as stored (through the application's [`Client`],
+/// as a start-up does) keeps the ticks that fell due while no worker ran: a per-second schedule
+/// left without a worker for four ticks, written again, then served by a worker, gets a job
+/// for each of those ticks, once.
+///
+/// [`Client`]: drover_runner::Client
+pub async fn runner_rewritten_schedule_fires_the_ticks_missed_while_down(f: &dyn StoreFactory) {
+    let rig = Rig::open(f).await;
+    let schedule = every_second(&rig).await;
+    let first = schedule.created_at.trunc_subsecs(0) + chrono::Duration::seconds(1);
+    let expected: Vec<DateTime<Utc>> = (0..4)
+        .map(|n| first + chrono::Duration::seconds(n))
+        .collect();
+    let last = *expected.last().expect("four ticks");
+    rig.h.advance_to(last).await;
+
+    let written = rig
+        .client()
+        .schedule_upsert(NewSchedule::new(
+            ScheduleName::parse("every-second").expect("valid schedule name"),
+            "* * * * * *",
+            kind("tick"),
+            json!({}),
+        ))
+        .await
+        .expect("write the schedule again");
+    assert_eq!(written.change, ScheduleChange::Unchanged);
+    assert_eq!(written.schedule, schedule);
+
+    let mut registry = Registry::new();
+    registry.register_fn(kind("tick"), |_ctx| async { Outcome::success() });
+    let mut config = config("s1");
+    config.schedule_interval = Duration::from_millis(10);
+    let worker = rig.start(registry, config).await;
+    let ticks_query = ListJobs {
+        kind: Some(kind("tick")),
+        limit: 1000,
+        ..ListJobs::default()
+    };
+    rig.wait_list(ticks_query.clone(), "a job for the latest tick", |jobs| {
+        jobs.iter().any(|job| tick_of(job) >= last)
+    })
+    .await;
+    worker.stop().await;
+    let mut ticks: Vec<DateTime<Utc>> = rig.list(ticks_query).await.iter().map(tick_of).collect();
+    ticks.sort();
+    let missed: Vec<_> = expected.iter().filter(|t| !ticks.contains(t)).collect();
+    assert!(
+        missed.is_empty(),
+        "ticks {missed:?} due while down never fired; fired {ticks:?}"
+    );
+    let mut distinct = ticks.clone();
+    distinct.dedup();
+    assert_eq!(distinct, ticks, "a tick enqueued more than one job");
 }

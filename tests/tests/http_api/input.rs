@@ -348,6 +348,21 @@ pub(crate) async fn openapi_document_matches_the_routes(env: &Env) {
         let required = schemas["JobView"]["required"].as_array().unwrap();
         assert!(!required.contains(&json!(field)), "{field} may be null");
     }
+    // A list's jobs carry the large fields only when `include` names them.
+    let item = &schemas["JobListItem"];
+    let required = item["required"].as_array().unwrap();
+    for field in ["args", "result", "errors", "progress"] {
+        assert!(item["properties"].get(field).is_some(), "{field}: {item}");
+        assert!(!required.contains(&json!(field)), "{field} may be absent");
+    }
+    for field in ["id", "state", "meta", "run_at"] {
+        assert!(required.contains(&json!(field)), "{field} is always there");
+    }
+    assert!(doc.json["paths"]["/v1/jobs"]["get"]["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["name"] == "include"));
     let limit = doc.json["paths"]["/v1/jobs"]["get"]["parameters"]
         .as_array()
         .unwrap()
@@ -377,6 +392,7 @@ pub(crate) async fn openapi_document_matches_the_routes(env: &Env) {
         ("GET", "/v1/jobs/{id}"),
         ("POST", "/v1/jobs/{id}/cancel"),
         ("POST", "/v1/jobs/{id}/retry"),
+        ("POST", "/v1/jobs/{id}/requeue"),
         ("GET", "/v1/queues"),
         ("POST", "/v1/queues/{name}/pause"),
         ("POST", "/v1/queues/{name}/resume"),
@@ -655,7 +671,7 @@ pub(crate) async fn query_parameters_are_refused_where_none_are_taken(env: &Env)
             checked += 1;
         }
     }
-    assert_eq!(checked, 12, "every route but GET /v1/jobs");
+    assert_eq!(checked, 13, "every route but GET /v1/jobs");
     let refused = api
         .post(
             Some(PRODUCER_A),
@@ -903,6 +919,7 @@ pub(crate) async fn documented_statuses_are_the_answered_ones(env: &Env) {
         (get, "/v1/jobs/{id}", ""),
         (post, "/v1/jobs/{id}/cancel", "/cancel"),
         (post, "/v1/jobs/{id}/retry", "/retry"),
+        (post, "/v1/jobs/{id}/requeue", "/requeue"),
     ] {
         let http_method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
         for id in ["not-a-uuid", unknown] {
@@ -917,7 +934,8 @@ pub(crate) async fn documented_statuses_are_the_answered_ones(env: &Env) {
             seen.note(method, path, &answer); // 400, 404
         }
     }
-    // The probe job: a retry while queued (409), a cancel, then a second cancel (409).
+    // The probe job: a retry while queued (409), a cancel, then a second cancel and a requeue
+    // (409).
     let retry = format!("/v1/jobs/{job}/retry");
     let cancel = format!("/v1/jobs/{job}/cancel");
     seen.note(
@@ -932,6 +950,24 @@ pub(crate) async fn documented_statuses_are_the_answered_ones(env: &Env) {
         "/v1/jobs/{id}/cancel",
         &api.post_empty(Some(OPERATOR_ALL), &cancel).await,
     );
+    seen.note(
+        post,
+        "/v1/jobs/{id}/requeue",
+        &api.post_empty(Some(OPERATOR_ALL), &format!("/v1/jobs/{job}/requeue"))
+            .await,
+    ); // 409: the probe job is cancelled
+    let waiting = api
+        .enqueue_ok(
+            OPERATOR_ALL,
+            &json!({"kind": "doc.probe", "delay_ms": 60_000}),
+        )
+        .await;
+    seen.note(
+        post,
+        "/v1/jobs/{id}/requeue",
+        &api.post_empty(Some(OPERATOR_ALL), &format!("/v1/jobs/{waiting}/requeue"))
+            .await,
+    ); // 200
     for path in ["/v1/queues/{name}/pause", "/v1/queues/{name}/resume"] {
         let concrete = path.replace("{name}", "no%20spaces");
         seen.note(

@@ -1,5 +1,5 @@
 //! Reading and changing jobs and queues over HTTP: list with filters and pages, get, cancel,
-//! retry, queues, workers, readiness and metrics (issue #6 item 2).
+//! retry, requeue, queues, workers, readiness and metrics (issue #6 item 2).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -149,6 +149,72 @@ pub(crate) async fn list_filters_and_paginates(env: &Env) {
     }
 }
 
+/// `GET /v1/jobs` answers summaries: every field of a job but `args`, `result`, `errors` and
+/// `progress`, which appear only when `include` names them (`all` for every one); a bad
+/// `include` answers 400 naming it; `GET /v1/jobs/{id}` shows the whole job.
+pub(crate) async fn list_answers_summaries_unless_include_asks(env: &Env) {
+    let api = env.api(unbounded()).await;
+    let args = json!({"file": "a.csv", "rows": 2});
+    let id = api
+        .enqueue_ok(
+            PRODUCER_A,
+            &json!({"kind": "import", "args": args, "max_attempts": 1}),
+        )
+        .await;
+    api.run_job(&id, false).await;
+    let whole = api.get(Some(PRODUCER_A), &format!("/v1/jobs/{id}")).await;
+    assert_eq!(whole.status, 200, "{}", whole.text);
+    let whole = whole.job().as_object().unwrap().clone();
+    assert_eq!(whole["args"], args);
+    assert_eq!(whole["errors"].as_array().unwrap().len(), 1, "{whole:?}");
+
+    let listed = |include: Option<&'static str>| {
+        let api = &api;
+        async move {
+            let answer = api
+                .send(
+                    reqwest::Method::GET,
+                    "/v1/jobs",
+                    Some(PRODUCER_A),
+                    |r| match include {
+                        Some(include) => r.query(&[("include", include)]),
+                        None => r,
+                    },
+                )
+                .await;
+            assert_eq!(answer.status, 200, "{include:?}: {}", answer.text);
+            let jobs = answer.json["jobs"].as_array().unwrap().clone();
+            assert_eq!(jobs.len(), 1);
+            jobs[0].as_object().unwrap().clone()
+        }
+    };
+    let without = |fields: &[&str]| {
+        let mut job = whole.clone();
+        for field in fields {
+            job.remove(*field);
+        }
+        job
+    };
+    let large = ["args", "result", "errors", "progress"];
+    assert_eq!(listed(None).await, without(&large), "a summary by default");
+    assert_eq!(
+        listed(Some("args,errors")).await,
+        without(&["result", "progress"])
+    );
+    assert_eq!(
+        listed(Some("result, progress")).await,
+        without(&["args", "errors"])
+    );
+    assert_eq!(listed(Some("all")).await, whole);
+    for bad in ["meta", "", "args,,errors"] {
+        api.send(reqwest::Method::GET, "/v1/jobs", Some(PRODUCER_A), |r| {
+            r.query(&[("include", bad)])
+        })
+        .await
+        .assert_error(400, "invalid_input", Some("include"));
+    }
+}
+
 /// Get, cancel and retry: 200s, 404 for an unknown job, 400 for a malformed id, 409 for a
 /// transition the state machine refuses; retry keeps the id and args and resets the attempt
 /// budget.
@@ -234,6 +300,76 @@ pub(crate) async fn get_cancel_and_retry(env: &Env) {
         .as_str()
         .unwrap()
         .contains("succeeded"));
+}
+
+/// `POST /v1/jobs/{id}/requeue` (operators, of the job's tenant or of every tenant): a job
+/// scheduled an hour ahead is ready now and says `changed`; a ready one answers `changed`
+/// false; a producer gets 403, another tenant 404, a finished job 409 pointing to retry.
+pub(crate) async fn requeue_makes_a_waiting_job_ready_now(env: &Env) {
+    let api = env.api(unbounded()).await;
+    let id = api
+        .enqueue_ok(
+            PRODUCER_A,
+            &json!({"kind": "import", "delay_ms": 3_600_000}),
+        )
+        .await;
+    let path = format!("/v1/jobs/{id}/requeue");
+    let scheduled = api.stored(&id).await;
+    api.post_empty(Some(PRODUCER_A), &path)
+        .await
+        .assert_error(403, "forbidden", None);
+    api.post_empty(Some(OPERATOR_B), &path)
+        .await
+        .assert_error(404, "not_found", None);
+    assert_eq!(
+        api.stored(&id).await,
+        scheduled,
+        "refused requeues change nothing"
+    );
+
+    let requeued = api.post_empty(Some(OPERATOR_A), &path).await;
+    assert_eq!(requeued.status, 200, "{}", requeued.text);
+    assert_eq!(requeued.json["changed"], true);
+    assert_eq!(requeued.job_id(), id);
+    assert_eq!(requeued.job()["state"], "queued");
+    assert_eq!(requeued.job()["attempt"], 0);
+    let stored = api.stored(&id).await;
+    assert!(
+        stored.run_at < scheduled.run_at,
+        "ready now: {}",
+        stored.run_at
+    );
+    assert_eq!(
+        requeued.job()["run_at"],
+        json!(stored.run_at),
+        "the answer shows the stored job"
+    );
+    let again = api.post_empty(Some(OPERATOR_ALL), &path).await;
+    assert_eq!(again.status, 200, "{}", again.text);
+    assert_eq!(again.json["changed"], false);
+    assert_eq!(api.stored(&id).await, stored);
+
+    let unknown = "0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79";
+    api.post_empty(Some(OPERATOR_A), &format!("/v1/jobs/{unknown}/requeue"))
+        .await
+        .assert_error(404, "not_found", None);
+    api.post_empty(Some(OPERATOR_A), "/v1/jobs/not-a-uuid/requeue")
+        .await
+        .assert_error(400, "invalid_input", Some("id"));
+    let cancel = api
+        .post_empty(Some(PRODUCER_A), &format!("/v1/jobs/{id}/cancel"))
+        .await;
+    assert_eq!(cancel.status, 200, "{}", cancel.text);
+    let refused = api.post_empty(Some(OPERATOR_A), &path).await;
+    refused.assert_error(409, "invalid_transition", None);
+    assert!(
+        refused
+            .message()
+            .contains("cannot requeue a job that is cancelled")
+            && refused.message().contains("retry it"),
+        "{}",
+        refused.text
+    );
 }
 
 /// Pause and resume (operators of every tenant only: a queue is shared by all tenants) and the

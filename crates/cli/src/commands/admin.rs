@@ -4,7 +4,9 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
-use drover_core::{JobState, LimitKey, LimitPolicy, NewSchedule, PruneJobs, QueueName, Rate};
+use drover_core::{
+    JobState, LimitKey, LimitPolicy, NewSchedule, PruneJobs, QueueName, Rate, ScheduleChange,
+};
 use serde_json::{json, Value};
 
 use crate::args::{LimitsCommand, PruneArgs, QueuesCommand, SchedulesCommand};
@@ -398,13 +400,22 @@ async fn schedule_add(ctx: &Ctx, schedule: NewSchedule) -> Result<()> {
             )
         })?;
     let store = ctx.store().await?;
-    let stored = call(ctx, store.schedule_upsert(schedule)).await?;
+    let upsert = call(ctx, store.schedule_upsert(schedule)).await?;
     let now = call(ctx, store.now()).await?;
     if ctx.json {
-        return print_json(&stored);
+        return print_json(&upsert);
     }
+    let stored = &upsert.schedule;
+    let what = match upsert.change {
+        ScheduleChange::Created => "created",
+        ScheduleChange::Unchanged => "unchanged (already stored so; its missed ticks still fire)",
+        ScheduleChange::Updated => "updated (new job; its ticks go on)",
+        ScheduleChange::Rescheduled => {
+            "rescheduled (new timing: its ticks from now on fire, none missed before)"
+        }
+    };
     outln!(
-        "schedule {} saved; next tick {}",
+        "schedule {} {what}; next tick {}",
         stored.name,
         output::opt_time(stored.next_tick(now))
     )?;

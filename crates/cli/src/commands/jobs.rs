@@ -1,11 +1,12 @@
-//! `drover jobs list|get|cancel|retry`.
+//! `drover jobs list|get|cancel|retry|requeue`.
 
 use crate::args::{JobsCommand, ListArgs};
 use crate::context::{call, Ctx};
 use crate::output::{self, outln, print_json, table};
 use crate::usage::flag_error;
 use anyhow::Result;
-use drover_core::{CancelEffect, Job, ListJobs};
+use drover_core::{CancelEffect, Job, JobDetails, JobPage, ListJobs};
+use serde_json::Value;
 
 /// Runs a `jobs` subcommand.
 pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
@@ -18,9 +19,10 @@ pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
     match command {
         JobsCommand::List(_) => {
             let query = query.unwrap_or_default();
+            let details = query.details;
             let page = call(ctx, store.jobs_list(query)).await?;
             if ctx.json {
-                return print_json(&page);
+                return print_json(&listed_json(&page, details)?);
             }
             let mut t = table(&[
                 "id", "kind", "queue", "tenant", "state", "attempt", "run at", "finished",
@@ -74,6 +76,27 @@ pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
                 job.max_attempts
             )?;
         }
+        JobsCommand::Requeue { id } => {
+            let outcome = call(ctx, store.job_requeue(id)).await?;
+            if ctx.json {
+                return print_json(&outcome);
+            }
+            let job = &outcome.job;
+            if outcome.changed {
+                outln!(
+                    "job {} is ready now (attempt {}/{} kept)",
+                    job.id,
+                    job.attempt,
+                    job.max_attempts
+                )?;
+            } else {
+                outln!(
+                    "job {} was ready already (since {}); nothing changed",
+                    job.id,
+                    output::time(job.run_at)
+                )?;
+            }
+        }
     }
     Ok(())
 }
@@ -95,11 +118,31 @@ pub fn list_query(args: &ListArgs) -> Result<ListJobs> {
             .transpose()?,
         before: args.before,
         limit: args.limit,
+        // The table shows none of the large fields; `--json` those `--include` names.
+        details: args.include.unwrap_or(JobDetails::NONE),
     };
     query
         .validate()
         .map_err(|e| flag_error(e, &[("meta", "--meta"), ("limit", "--limit")]))?;
     Ok(query)
+}
+
+/// A page as `jobs list --json` prints it: `{"jobs": [...], "next": ...}`, each job as
+/// `jobs get --json` prints it but without the large fields `details` leaves out.
+fn listed_json(page: &JobPage, details: JobDetails) -> Result<Value> {
+    let mut json = serde_json::to_value(page)?;
+    let left_out: Vec<&str> = JobDetails::NAMES
+        .into_iter()
+        .filter(|name| !details.names().contains(name))
+        .collect();
+    if let Some(jobs) = json.get_mut("jobs").and_then(Value::as_array_mut) {
+        for job in jobs.iter_mut().filter_map(Value::as_object_mut) {
+            for name in &left_out {
+                job.remove(*name);
+            }
+        }
+    }
+    Ok(json)
 }
 
 fn print_job(j: &Job) -> Result<()> {

@@ -1,15 +1,17 @@
-//! `/v1/jobs` routes: enqueue (single and batch), list, get, cancel, retry.
+//! `/v1/jobs` routes: enqueue (single and batch), list, get, cancel, retry, requeue.
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use drover_core::{EnqueueStatus, Job, JobId, JobKind, JobState, ListJobs, QueueName, TenantId};
+use drover_core::{
+    EnqueueStatus, Job, JobDetails, JobId, JobKind, JobState, ListJobs, QueueName, TenantId,
+};
 
 use crate::auth::{Principal, Role, TenantScope};
 use crate::dto::{
     BatchEnqueueRequest, BatchEnqueueResponse, CancelResponse, EnqueueRequest, EnqueueResponse,
-    JobListResponse, JobResponse, BATCH_MAX,
+    JobListItem, JobListResponse, JobResponse, RequeueResponse, BATCH_MAX,
 };
 use crate::error::{ApiError, ErrorBody, QuotaRequest};
 use crate::extract::{JsonBody, PathParam, QueryParams};
@@ -173,13 +175,14 @@ pub async fn enqueue_batch(
     Ok((status, Json(body)).into_response())
 }
 
-const LIST_PARAMS: [&str; 7] = [
-    "queue", "state", "kind", "tenant", "meta", "limit", "cursor",
+const LIST_PARAMS: [&str; 8] = [
+    "queue", "state", "kind", "tenant", "meta", "limit", "cursor", "include",
 ];
 
-/// List jobs newest first. Filters combine with AND; `meta` is a JSON object matched by
-/// containment; `cursor` is the previous page's `next_cursor`. A tenant-scoped token sees
-/// only its tenant's jobs.
+/// List jobs newest first, as summaries: without `args`, `result`, `errors` and `progress`
+/// unless `include` names them (`GET /v1/jobs/{id}` shows the whole job). Filters combine with
+/// AND; `meta` is a JSON object matched by containment; `cursor` is the previous page's
+/// `next_cursor`. A tenant-scoped token sees only its tenant's jobs.
 #[utoipa::path(
     get,
     path = "/v1/jobs",
@@ -192,6 +195,7 @@ const LIST_PARAMS: [&str; 7] = [
         ("meta" = Option<String>, Query, description = "JSON object the job's meta must contain"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Page size, an integer 1..=1000 (default 50)"),
         ("cursor" = Option<String>, Query, description = "next_cursor of the previous page"),
+        ("include" = Option<String>, Query, description = "The large fields each job carries, comma-separated: args, result, errors, progress, or all (default: none, summaries)"),
     ),
     responses(
         (status = 200, description = "A page of jobs", body = JobListResponse),
@@ -216,7 +220,10 @@ pub async fn list_jobs(
         ));
     }
     let store_err = |e| state.error(e);
-    let mut query = ListJobs::default();
+    let mut query = ListJobs {
+        details: JobDetails::NONE,
+        ..ListJobs::default()
+    };
     if let Some(q) = params.get("queue") {
         query.queue = Some(QueueName::parse(q).map_err(store_err)?);
     }
@@ -269,9 +276,17 @@ pub async fn list_jobs(
             ApiError::invalid("cursor", "must be the next_cursor of a previous page")
         })?);
     }
+    if let Some(include) = params.get("include") {
+        query.details = JobDetails::parse_list("include", include).map_err(store_err)?;
+    }
+    let details = query.details;
     let page = state.store().jobs_list(query).await.map_err(store_err)?;
     Ok(Json(JobListResponse {
-        jobs: page.jobs.into_iter().map(Into::into).collect(),
+        jobs: page
+            .jobs
+            .into_iter()
+            .map(|job| JobListItem::new(job, details))
+            .collect(),
         next_cursor: page.next.map(|id| id.to_string()),
     }))
 }
@@ -366,4 +381,44 @@ pub async fn retry_job(
         .await
         .map_err(|e| state.error_for(&principal, QuotaRequest::Retry, e))?;
     Ok(Json(JobResponse { job: job.into() }))
+}
+
+/// Operator requeue of a queued job: one waiting for its `run_at` (scheduled, a retry's
+/// backoff, a snooze) becomes ready now, attempts kept, and its queue's workers are woken; a
+/// ready one is left as it is (`changed` false). 409 for a running, reconciling or finished job
+/// (retry a finished one).
+#[utoipa::path(
+    post,
+    path = "/v1/jobs/{id}/requeue",
+    tag = "jobs",
+    params(("id" = String, Path, description = "Job id: a UUID, hyphenated or not, any case, or as urn:uuid:... or {...}; answers show it hyphenated lowercase")),
+    responses(
+        (status = 200, description = "Ready now, or ready already (changed false)", body = RequeueResponse),
+        (status = 400, description = "Malformed id, or a query parameter (this route takes none)", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Operator role required", body = ErrorBody),
+        (status = 404, description = "No such job for this tenant", body = ErrorBody),
+        (status = 409, description = "The job is not queued (running, reconciling or finished)", body = ErrorBody),
+        (status = 503, description = "Store unavailable (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn requeue_job(
+    State(state): State<ApiState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+) -> Result<Json<RequeueResponse>, ApiError> {
+    if principal.role != Role::Operator {
+        return Err(ApiError::forbidden("requeue needs the operator role"));
+    }
+    let job = visible_job(&state, &principal, &id).await?;
+    let outcome = state
+        .store()
+        .job_requeue(job.id)
+        .await
+        .map_err(|e| state.error(e))?;
+    Ok(Json(RequeueResponse {
+        changed: outcome.changed,
+        job: outcome.job.into(),
+    }))
 }

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use drover_core::{EnqueueStatus, Error, FireSchedule};
+use drover_core::{EnqueueStatus, Error};
 use tokio_util::sync::CancellationToken;
 
 use crate::health::{classify, ErrorClass};
@@ -30,12 +30,7 @@ pub(crate) async fn schedule_pass(rt: Arc<Runtime>, stop: CancellationToken) -> 
             let Some(tick) = schedule.due_tick(now) else {
                 break;
             };
-            let fire = FireSchedule {
-                name: schedule.name.clone(),
-                tick,
-                job: schedule.job_for_tick(tick),
-            };
-            match rt.store.schedule_fire(fire).await {
+            match rt.store.schedule_fire(schedule.fire(tick)).await {
                 Ok(Some(enqueued)) => {
                     bump(&rt.counters.schedules_fired, 1);
                     tracing::info!(schedule = %schedule.name, tick = %tick, job_id = %enqueued.job.id, "schedule fired");
@@ -45,7 +40,9 @@ pub(crate) async fn schedule_pass(rt: Arc<Runtime>, stop: CancellationToken) -> 
                     }
                     schedule.last_tick_at = Some(tick);
                 }
-                // Another worker consumed this tick or a later one: it fires the rest.
+                // Another worker consumed this tick or a later one (it fires the rest), or the
+                // schedule's timing changed since this pass read it (the next pass reads it
+                // again).
                 Ok(None) => break,
                 Err(error) => match classify(&error) {
                     ErrorClass::Transient | ErrorClass::Fatal => return Err(error),

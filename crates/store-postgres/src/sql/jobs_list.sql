@@ -16,10 +16,24 @@
 -- terminal branches (it implies it) so that the partial GIN index jobs_done_meta_set_idx
 -- (terminal jobs with meta, 0002_meta_index_nonempty.sql) applies.
 --
+-- The page's large fields (args, result, errors, progress) are sent only when asked for ($9 to
+-- $12): a summary leaves them empty, and PostgreSQL then never reads their out-of-line (TOAST)
+-- values. The columns are listed one by one for that reason: a new column of drover.jobs must
+-- be added here too.
+--
 -- $1 queue text, $2 state text, $3 kind text, $4 tenant text, $5 meta jsonb (containment),
 -- $6 before uuid, $7 limit bigint, $8 facets text[] (the kind and tenant filters as
--- 'k:<kind>' and 't:<tenant>'; empty without them).
-SELECT page.*
+-- 'k:<kind>' and 't:<tenant>'; empty without them), $9 args, $10 result, $11 errors,
+-- $12 progress boolean (send the field).
+SELECT page.id, page.kind, page.queue, page.tenant,
+       CASE WHEN $9::boolean THEN page.args ELSE 'null'::jsonb END AS args,
+       page.meta, page.priority, page.run_at, page.state, page.attempt, page.max_attempts,
+       page.fencing_token, page.lease_owner, page.lease_expires_at, page.cancel_requested,
+       CASE WHEN $10::boolean THEN page.result END AS result,
+       CASE WHEN $11::boolean THEN page.errors ELSE '[]'::jsonb END AS errors,
+       CASE WHEN $12::boolean THEN page.progress END AS progress,
+       page.idempotency_key, page.request_hash, page.unique_key, page.limit_keys,
+       page.created_at, page.attempted_at, page.finished_at
 FROM (
     (SELECT j.*
      FROM drover.jobs j
