@@ -1182,6 +1182,50 @@ pg_test!(
 );
 
 pg_test!(
+    /// A running job always has a lease owner and a lease expiry (jobs_lease_check): a direct
+    /// write that takes either away, or stores a running job without them, is refused by the
+    /// database (23514); a reconciling job has both or neither; queued and finished jobs are
+    /// not checked.
+    a_running_job_without_a_lease_cannot_be_stored,
+    |factory| {
+        let h = factory.open_pg(unbounded_options()).await;
+        let pool = h.store.pool();
+        h.store.job_enqueue(new_job("work")).await.unwrap();
+        let running = h.store.jobs_claim(claim_params("w", 1)).await.unwrap().jobs.remove(0);
+        let id = running.id.as_uuid();
+        let refused = [
+            "UPDATE drover.jobs SET lease_owner = NULL WHERE id = $1",
+            "UPDATE drover.jobs SET lease_expires_at = NULL WHERE id = $1",
+            "UPDATE drover.jobs SET lease_owner = NULL, lease_expires_at = NULL WHERE id = $1",
+            "INSERT INTO drover.jobs (id, kind, queue, tenant, args, run_at, state, max_attempts) \
+             SELECT gen_random_uuid(), kind, queue, tenant, args, run_at, 'running', 3 FROM drover.jobs WHERE id = $1",
+            "UPDATE drover.jobs SET state = 'reconciling', lease_expires_at = NULL WHERE id = $1",
+        ];
+        for statement in refused {
+            let error = sqlx::query(statement).bind(id).execute(pool).await.expect_err(statement);
+            let database = error.as_database_error().expect("a database error");
+            assert_eq!(database.code().as_deref(), Some("23514"), "{statement}: {error}");
+            assert_eq!(database.constraint(), Some("jobs_lease_check"), "{statement}");
+        }
+        for allowed in [
+            "UPDATE drover.jobs SET state = 'reconciling' WHERE id = $1",
+            "UPDATE drover.jobs SET lease_owner = NULL, lease_expires_at = NULL WHERE id = $1",
+            "UPDATE drover.jobs SET state = 'queued' WHERE id = $1",
+            "UPDATE drover.jobs SET lease_owner = 'stale' WHERE id = $1",
+        ] {
+            sqlx::query(allowed).bind(id).execute(pool).await.expect(allowed);
+        }
+        let validated: bool = sqlx::query_scalar(
+            "SELECT convalidated FROM pg_constraint WHERE conname = 'jobs_lease_check'",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        assert!(validated, "the migration validated the constraint");
+    }
+);
+
+pg_test!(
     /// Migrations applied concurrently from 4 tasks run once each (in version order);
     /// migrate is idempotent;
     /// applied_versions lists them; nothing lands in schema public.

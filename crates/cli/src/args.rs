@@ -106,9 +106,12 @@ pub struct Cli {
 /// Top-level commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Apply pending database migrations (run before starting new workers).
-    #[command(after_help = "Example:\n  drover --database-url postgres://app@db/app migrate")]
-    Migrate,
+    /// Apply pending database migrations (run before starting new workers); job traffic
+    /// keeps flowing meanwhile.
+    #[command(
+        after_help = "Examples:\n  drover --database-url postgres://app@db/app migrate\n  drover migrate --lock-timeout 200ms --lock-budget 30m"
+    )]
+    Migrate(MigrateArgs),
     /// Inspect database migrations.
     #[command(subcommand)]
     Migrations(MigrationsCommand),
@@ -162,6 +165,21 @@ pub enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
+}
+
+/// `drover migrate` settings.
+#[derive(Debug, Clone, Args)]
+pub struct MigrateArgs {
+    /// Longest wait of one try of a step that needs a lock job writes would queue behind,
+    /// 1ms..=60s (default 300ms): the step is rolled back and tried again, so job writes never
+    /// wait much longer than this.
+    #[arg(long, value_name = "DURATION", value_parser = lock_timeout)]
+    pub lock_timeout: Option<Duration>,
+
+    /// How long each step keeps trying to get its locks (retries, or an online index build's
+    /// wait) before migrate gives up naming the sessions in the way (default 5m; 0s: one try).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub lock_budget: Option<Duration>,
 }
 
 /// `drover migrations ...`
@@ -774,6 +792,23 @@ fn schedule_name(value: &str) -> Result<ScheduleName, String> {
 /// A `--pool` spec; see [`crate::commands::worker::parse_pool`].
 fn pool_spec(value: &str) -> Result<PoolConfig, String> {
     crate::commands::worker::parse_pool(value)
+}
+
+/// `migrate --lock-timeout`: 1 ms..=60 s (PostgreSQL reads 0 as "wait forever").
+fn lock_timeout(value: &str) -> Result<Duration, String> {
+    let d = parse_duration(value)?;
+    let (min, max) = (
+        drover_store_postgres::migrate::LOCK_TIMEOUT_MIN,
+        drover_store_postgres::migrate::LOCK_TIMEOUT_MAX,
+    );
+    if d < min || d > max {
+        return Err(format!(
+            "must be between {} ms and {} s",
+            min.as_millis(),
+            max.as_secs()
+        ));
+    }
+    Ok(d)
 }
 
 /// A duration longer than zero (an interval: zero would spin).

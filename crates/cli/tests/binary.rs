@@ -333,6 +333,18 @@ fn usage_errors_exit_2() {
             &["--heartbeat", "longer than zero"],
         ),
         (
+            &["migrate", "--lock-timeout", "0s"],
+            &["--lock-timeout", "between 1 ms and 60 s"],
+        ),
+        (
+            &["migrate", "--lock-timeout", "2m"],
+            &["--lock-timeout", "between 1 ms and 60 s"],
+        ),
+        (
+            &["migrate", "--lock-budget", "soon"],
+            &["--lock-budget", "30s"],
+        ),
+        (
             &["worker", "--poll-interval", "0s"],
             &["--poll-interval", "longer than zero"],
         ),

@@ -55,7 +55,9 @@ mod transaction;
 
 pub use copy::COPY_MIN_JOBS;
 pub use listen::{CANCEL_CHANNEL, EVENT_BUFFER, JOBS_CHANNEL};
-pub use migrate::{applied_versions, migrate, migrations, AppliedMigration, Migration};
+pub use migrate::{
+    applied_versions, migrate, migrations, AppliedMigration, Migration, Migrator, Step, StepKind,
+};
 pub use store::{
     connect_options, PgOptions, PgStore, ACQUIRE_TIMEOUT_DEFAULT, APPLICATION_NAME,
     IDLE_CHECK_AFTER, MAX_CONNECTIONS_DEFAULT,

@@ -103,6 +103,8 @@ statements! {
     SCHEDULE_REMOVE = "schedule_remove.sql";
     /// Consume a schedule tick.
     SCHEDULE_FIRE = "schedule_fire.sql";
+    /// Sessions that may hold a lock a migration step waited for.
+    MIGRATE_BLOCKERS = "migrate_blockers.sql";
 }
 
 #[cfg(test)]

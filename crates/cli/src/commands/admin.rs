@@ -7,15 +7,23 @@ use anyhow::{anyhow, Result};
 use drover_core::{JobState, LimitKey, LimitPolicy, NewSchedule, PruneJobs, QueueName, Rate};
 use serde_json::{json, Value};
 
-use crate::args::{LimitsCommand, PruneArgs, QueuesCommand, SchedulesCommand};
+use crate::args::{LimitsCommand, MigrateArgs, PruneArgs, QueuesCommand, SchedulesCommand};
 use crate::context::{call, Ctx};
 use crate::output::{self, errln, outln, print_json, table};
 use crate::usage::flag_error;
 
 /// `drover migrate`.
-pub async fn migrate(ctx: &Ctx) -> Result<()> {
+pub async fn migrate(ctx: &Ctx, args: MigrateArgs) -> Result<()> {
     let store = ctx.postgres(2, false).await?;
-    let applied = drover_store_postgres::migrate(store.pool())
+    let mut migrator = drover_store_postgres::Migrator::new();
+    if let Some(lock_timeout) = args.lock_timeout {
+        migrator = migrator.lock_timeout(lock_timeout);
+    }
+    if let Some(lock_budget) = args.lock_budget {
+        migrator = migrator.lock_budget(lock_budget);
+    }
+    let applied = migrator
+        .run(store.pool())
         .await
         .map_err(|e| ctx.explain(e))?;
     let all = drover_store_postgres::applied_versions(store.pool())
