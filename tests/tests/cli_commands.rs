@@ -781,6 +781,74 @@ async fn snapshot_and_metrics_count_per_queue_and_state() {
     assert!(metrics.trim_end().ends_with("# EOF"), "{metrics}");
 }
 
+/// A transaction left open (REPEATABLE READ with a read: it holds a snapshot, so vacuum
+/// cannot clean the jobs table behind it) shows in `drover snapshot` (JSON and table) and
+/// `drover metrics` with its age and pid, and a worker given `--warn-transaction-age 1s`
+/// warns about it naming the pid and the remedy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_transaction_shows_in_snapshot_and_metrics_and_the_worker_warns() {
+    let Some(db) =
+        TestDb::migrated("a_long_transaction_shows_in_snapshot_and_metrics_and_the_worker_warns")
+            .await
+    else {
+        return;
+    };
+    let mut reader = db.pool().acquire().await.unwrap();
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *reader)
+        .await
+        .unwrap();
+    sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut *reader)
+        .await
+        .unwrap();
+    let _: i64 = sqlx::query_scalar("SELECT count(*) FROM drover.jobs")
+        .fetch_one(&mut *reader)
+        .await
+        .unwrap();
+
+    let vacuum = wait_until(
+        "the transaction to be a second old in the snapshot",
+        WAIT,
+        || async {
+            let snapshot = db.json(&["snapshot"]).await;
+            let vacuum = snapshot["vacuum"].clone();
+            let old = vacuum["oldest_transaction_age_ms"].as_u64().unwrap_or(0) >= 1000;
+            (old && vacuum["oldest_transaction_pid"] == json!(pid)).then_some(vacuum)
+        },
+    )
+    .await;
+    assert!(vacuum["jobs_dead_rows"].is_u64(), "{vacuum}");
+    assert!(vacuum["jobs_live_rows"].is_u64(), "{vacuum}");
+    let table = db.ok(&["snapshot"]).await;
+    assert!(
+        table.contains("oldest open transaction: ") && table.contains(&format!("(pid {pid})")),
+        "{table}"
+    );
+    assert!(table.contains("dead row versions"), "{table}");
+    let metrics = db.ok(&["metrics"]).await;
+    let age: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("drover_oldest_transaction_age_seconds "))
+        .unwrap_or_else(|| panic!("no transaction age in:\n{metrics}"))
+        .parse()
+        .unwrap();
+    assert!(age >= 1.0, "{metrics}");
+    assert!(
+        metrics.contains("drover_jobs_dead_rows_estimate "),
+        "{metrics}"
+    );
+
+    let worker = db.spawn(&["worker", "--warn-transaction-age", "1s"]);
+    let line = worker.wait_for_line("oldest open transaction", WAIT).await;
+    assert!(
+        line.contains(&format!("pid {pid}"))
+            && line.contains(&format!("pg_terminate_backend({pid})")),
+        "{line}"
+    );
+    sqlx::query("COMMIT").execute(&mut *reader).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bulk_enqueue_reports_bad_lines_and_loads_the_rest() {
     let Some(db) = TestDb::migrated("bulk_enqueue_reports_bad_lines_and_loads_the_rest").await

@@ -140,7 +140,8 @@ pub enum Command {
     /// Manage cron schedules.
     #[command(subcommand)]
     Schedules(SchedulesCommand),
-    /// Counts per queue and state, ready and running jobs, and lag.
+    /// Counts per queue and state, ready and running jobs, and lag; what keeps vacuum from
+    /// cleaning the jobs table (oldest open transaction, replication slot, dead rows).
     #[command(after_help = "Example:\n  drover snapshot --json")]
     Snapshot,
     /// Print Prometheus metrics (OpenMetrics text).
@@ -300,6 +301,17 @@ pub struct WorkerArgs {
     /// Turn off prepared-statement caching and LISTEN, for PgBouncer in transaction mode.
     #[arg(long)]
     pub pgbouncer: bool,
+
+    /// Warn when the database's oldest open transaction is older than this: vacuum cannot
+    /// clean the jobs table behind it and claims slow down (default 5m; 0s: never). Checked
+    /// every minute; a warning that still holds is repeated every 10 minutes.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub warn_transaction_age: Option<Duration>,
+
+    /// Warn when dead row versions are more than this fraction of the jobs table's rows (and
+    /// at least 10000): vacuum is not keeping up (0..=1, default 0.5; 0: never).
+    #[arg(long, value_name = "FRACTION", value_parser = dead_rows_fraction)]
+    pub warn_dead_rows: Option<f64>,
 }
 
 impl WorkerArgs {
@@ -647,7 +659,12 @@ pub struct DevArgs {
 const SERVE_STORE_FLAGS: [&str; 2] = ["db_connections", "pgbouncer"];
 
 /// Worker flags that `drover dev` cannot use: it runs on the in-memory store.
-const DEV_DATABASE_FLAGS: [&str; 2] = ["db_connections", "pgbouncer"];
+const DEV_DATABASE_FLAGS: [&str; 4] = [
+    "db_connections",
+    "pgbouncer",
+    "warn_transaction_age",
+    "warn_dead_rows",
+];
 
 /// A message when the command line gives a flag its command would not use, which a user
 /// would otherwise believe in effect: a worker flag of `drover serve` without `--worker`,
@@ -809,6 +826,17 @@ fn lock_timeout(value: &str) -> Result<Duration, String> {
         ));
     }
     Ok(d)
+}
+
+/// `--warn-dead-rows`: a fraction from 0 to 1.
+fn dead_rows_fraction(value: &str) -> Result<f64, String> {
+    match value.trim().parse::<f64>() {
+        Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
+        _ => Err(format!(
+            "must be a number from 0 to 1, e.g. 0.5 (0 turns the warning off), got {}",
+            value.trim()
+        )),
+    }
 }
 
 /// A duration longer than zero (an interval: zero would spin).

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, PoisonError, RwLock};
 
-use drover_core::{JobState, Snapshot};
+use drover_core::{JobState, Snapshot, VacuumStatus};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -310,6 +310,9 @@ pub fn render(snapshot: &Snapshot, process: Option<&ProcessMetrics>) -> String {
         "1 when the queue is paused cluster-wide",
         paused,
     );
+    if let Some(vacuum) = &snapshot.vacuum {
+        register_vacuum(&mut registry, vacuum);
+    }
     if let Some(process) = process {
         process.register(&mut registry);
     }
@@ -317,6 +320,51 @@ pub fn render(snapshot: &Snapshot, process: Option<&ProcessMetrics>) -> String {
     // Encoding into a String cannot fail.
     let _ = encode(&mut out, &registry);
     out
+}
+
+/// The vacuum gauges (stores with vacuum only): what keeps the database from cleaning the
+/// jobs table, for an alert when claims slow down for that reason.
+fn register_vacuum(registry: &mut Registry, vacuum: &VacuumStatus) {
+    let gauge = |value: u64| {
+        let gauge = Gauge::<i64>::default();
+        gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
+        gauge
+    };
+    let age = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+    age.set(
+        vacuum
+            .oldest_transaction_age_ms
+            .map_or(0.0, |ms| ms as f64 / 1000.0),
+    );
+    registry.register(
+        "drover_oldest_transaction_age_seconds",
+        "Age of the database's open transaction that holds back vacuum of the jobs table the most (0 when none is open)",
+        age,
+    );
+    registry.register(
+        "drover_replication_slot_xmin_age_transactions",
+        "Transactions behind the oldest horizon a replication slot holds (0 when none)",
+        gauge(vacuum.replication_slot_xmin_age.unwrap_or(0)),
+    );
+    registry.register(
+        "drover_jobs_dead_rows_estimate",
+        "Estimated dead row versions in the jobs table, which claims step over until vacuum removes them",
+        gauge(vacuum.jobs_dead_rows),
+    );
+    registry.register(
+        "drover_jobs_live_rows_estimate",
+        "Estimated live rows in the jobs table",
+        gauge(vacuum.jobs_live_rows),
+    );
+    if let Some(at) = vacuum.jobs_last_vacuum_at {
+        let seconds = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        seconds.set(at.timestamp_micros() as f64 / 1e6);
+        registry.register(
+            "drover_jobs_last_vacuum_timestamp_seconds",
+            "When the jobs table was last vacuumed (Unix time; absent when never)",
+            seconds,
+        );
+    }
 }
 
 #[cfg(test)]
@@ -359,6 +407,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, n)| queue_snapshot(n, i as u64))
                 .collect(),
+            vacuum: None,
         };
         let process = ProcessMetrics::default();
         for kind in ["email.send", "a.kind", "report.build", "exec", "b", "noop"] {
@@ -445,6 +494,7 @@ mod tests {
                 running: 1,
                 oldest_ready_age_ms: Some(1500),
             }],
+            vacuum: None,
         };
         let process = ProcessMetrics::default();
         process.record_outcome("email.send", "succeeded", 0.01);
@@ -467,6 +517,56 @@ mod tests {
         );
         assert!(
             text.contains(r#"drover_job_outcomes_total{kind="email.send",outcome="succeeded"} 1"#),
+            "{text}"
+        );
+        assert!(
+            !text.contains("drover_jobs_dead_rows_estimate"),
+            "no vacuum, no gauges"
+        );
+    }
+
+    #[test]
+    fn renders_the_vacuum_gauges_of_a_store_with_vacuum() {
+        let snapshot = Snapshot {
+            taken_at: chrono::Utc::now(),
+            queues: Vec::new(),
+            vacuum: Some(VacuumStatus {
+                oldest_transaction_age_ms: Some(312_500),
+                oldest_transaction_pid: Some(4242),
+                replication_slot: Some("standby_1".to_owned()),
+                replication_slot_xmin_age: Some(1_000_000),
+                jobs_dead_rows: 750_000,
+                jobs_live_rows: 250_000,
+                jobs_last_vacuum_at: Some(
+                    chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
+                ),
+            }),
+        };
+        let text = render(&snapshot, None);
+        for line in [
+            "drover_oldest_transaction_age_seconds 312.5",
+            "drover_replication_slot_xmin_age_transactions 1000000",
+            "drover_jobs_dead_rows_estimate 750000",
+            "drover_jobs_live_rows_estimate 250000",
+            "drover_jobs_last_vacuum_timestamp_seconds 1800000000.0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+        }
+        assert!(
+            !text.contains("4242") && !text.contains("standby_1"),
+            "no pid or slot label"
+        );
+        let none_open = Snapshot {
+            vacuum: Some(VacuumStatus::default()),
+            ..snapshot
+        };
+        let text = render(&none_open, None);
+        assert!(
+            text.contains("drover_oldest_transaction_age_seconds 0.0"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("drover_jobs_last_vacuum_timestamp_seconds"),
             "{text}"
         );
     }

@@ -17,8 +17,8 @@ use drover_core::{
     HeartbeatJobs, HeartbeatReply, Job, JobId, JobPage, JobState, JobStore, LimitKey, LimitPolicy,
     LimitStatus, ListJobs, NewJob, NewSchedule, PruneJobs, QueueChange, QueueInfo, QueueName,
     QueueSnapshot, RescueExpired, Rescued, Resolution, Result, Schedule, ScheduleName, Snapshot,
-    StoreConfig, StoreEvent, SucceededJobs, SystemClock, Transition, WorkerId, WorkerInfo,
-    WorkerRegistration,
+    StoreConfig, StoreEvent, SucceededJobs, SystemClock, Transition, VacuumStatus, WorkerId,
+    WorkerInfo, WorkerRegistration,
 };
 use parking_lot::Mutex;
 use tokio::sync::broadcast;
@@ -601,7 +601,13 @@ impl JobStore for MemoryStore {
         Ok(Snapshot {
             taken_at: now,
             queues,
+            vacuum: None,
         })
+    }
+
+    /// Nothing to vacuum: removed jobs leave no dead versions behind.
+    async fn vacuum_status(&self) -> Result<Option<VacuumStatus>> {
+        Ok(None)
     }
 
     async fn worker_register(&self, worker: WorkerRegistration) -> Result<WorkerInfo> {

@@ -33,7 +33,8 @@
 //! | heartbeat, finish (any batch size) | 1 |
 //! | rescue, cancel, reconcile | 4: BEGIN, lock, write, COMMIT |
 //! | operator retry | 5-6: BEGIN, [tenant, quota locks], lock, checks, write, COMMIT |
-//! | get, list, snapshot, prune, queues, workers, limits, schedules | 1 (limits list 2, schedule upsert 2) |
+//! | get, list, prune, queues, workers, limits, schedules, vacuum status | 1 (limits list 2, schedule upsert 2) |
+//! | snapshot | 2 (counts, vacuum status) |
 //! | schedule fire | 4 + the enqueue's |
 
 mod admin;

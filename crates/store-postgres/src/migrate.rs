@@ -229,10 +229,7 @@ impl<'m> Migrator<'m> {
                 .find(|(version, _)| *version == migration.version)
             {
                 Some((_, stored)) if *stored == migration.checksum() => continue,
-                Some(_) => return Err(Error::fatal(format!(
-                    "migration {} ({}) was changed after it was applied; restore the released file",
-                    migration.version, migration.name
-                ))),
+                Some(_) => return Err(changed_after_release(migration)),
                 None => {}
             }
             self.apply(conn, migration).await?;
@@ -446,6 +443,14 @@ impl<'m> Migrator<'m> {
             .await
             .is_ok()
     }
+}
+
+/// The error for an applied migration whose file differs from what was applied.
+fn changed_after_release(migration: &Migration) -> Error {
+    Error::fatal(format!(
+        "migration {} ({}) was changed after it was applied; restore the released file",
+        migration.version, migration.name
+    ))
 }
 
 /// Where in a migration a step is, for messages.

@@ -69,6 +69,8 @@ statements! {
     JOBS_LIST = "jobs_list.sql";
     /// Queue snapshot.
     QUEUE_SNAPSHOT = "queue_snapshot.sql";
+    /// What keeps vacuum from cleaning the jobs table.
+    VACUUM_STATUS = "vacuum_status.sql";
     /// The database clock.
     DB_NOW = "db_now.sql";
     /// Pause a queue.

@@ -13,7 +13,8 @@ use drover_core::{
     FencingToken, FinishItem, FinishReply, FireSchedule, HeartbeatJobs, HeartbeatReply, Job, JobId,
     JobPage, JobStore, LimitKey, LimitPolicy, LimitStatus, ListJobs, NewJob, NewSchedule,
     PruneJobs, QueueChange, QueueInfo, QueueName, RescueExpired, Rescued, Resolution, Schedule,
-    ScheduleName, Snapshot, StoreConfig, Transition, WorkerId, WorkerInfo, WorkerRegistration,
+    ScheduleName, Snapshot, StoreConfig, Transition, VacuumStatus, WorkerId, WorkerInfo,
+    WorkerRegistration,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgConnection, PgPool};
@@ -382,6 +383,12 @@ impl JobStore for PgStore {
     async fn queue_snapshot(&self) -> Result<Snapshot, Error> {
         let mut conn = self.connections.acquire().await?;
         let result = admin::snapshot(&mut conn).await;
+        conn.done(result)
+    }
+
+    async fn vacuum_status(&self) -> Result<Option<VacuumStatus>, Error> {
+        let mut conn = self.connections.acquire().await?;
+        let result = admin::vacuum_status(&mut conn).await.map(Some);
         conn.done(result)
     }
 

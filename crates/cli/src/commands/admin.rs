@@ -4,7 +4,9 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
-use drover_core::{JobState, LimitKey, LimitPolicy, NewSchedule, PruneJobs, QueueName, Rate};
+use drover_core::{
+    JobState, LimitKey, LimitPolicy, NewSchedule, PruneJobs, QueueName, Rate, VacuumStatus,
+};
 use serde_json::{json, Value};
 
 use crate::args::{LimitsCommand, MigrateArgs, PruneArgs, QueuesCommand, SchedulesCommand};
@@ -442,6 +444,36 @@ pub async fn snapshot(ctx: &Ctx) -> Result<()> {
     }
     outln!("{t}")?;
     outln!("taken at {}", output::time(snapshot.taken_at))?;
+    if let Some(vacuum) = &snapshot.vacuum {
+        print_vacuum(vacuum)?;
+    }
+    Ok(())
+}
+
+/// The vacuum part of `drover snapshot`: what keeps the database from cleaning the jobs table.
+fn print_vacuum(vacuum: &VacuumStatus) -> Result<()> {
+    let transaction = match (
+        vacuum.oldest_transaction_age(),
+        vacuum.oldest_transaction_pid,
+    ) {
+        (Some(age), Some(pid)) => format!("{} (pid {pid})", output::duration(age)),
+        (Some(age), None) => format!("{} (a prepared transaction)", output::duration(age)),
+        (None, Some(pid)) => format!("pid {pid} (its start is hidden from this role)"),
+        (None, None) => "none".to_owned(),
+    };
+    outln!("oldest open transaction: {transaction}")?;
+    if let (Some(slot), Some(age)) = (&vacuum.replication_slot, vacuum.replication_slot_xmin_age) {
+        outln!("replication slot holding the oldest horizon: {slot} ({age} transactions old)")?;
+    }
+    outln!(
+        "jobs table: about {} dead row versions ({:.0} % of {} rows); last vacuum {}",
+        vacuum.jobs_dead_rows,
+        vacuum.dead_fraction() * 100.0,
+        vacuum.jobs_dead_rows.saturating_add(vacuum.jobs_live_rows),
+        vacuum
+            .jobs_last_vacuum_at
+            .map_or_else(|| "never".to_owned(), output::time)
+    )?;
     Ok(())
 }
 
