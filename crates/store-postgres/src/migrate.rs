@@ -365,6 +365,7 @@ impl<'m> Migrator<'m> {
     ) -> Result<(), Error> {
         let index = step.index_built();
         let wait = self.lock_budget.max(self.lock_timeout);
+        let mut result = Ok(());
         if let Some(index) = &index {
             if index_valid(conn, index).await? == Some(false) {
                 tracing::warn!(
@@ -372,14 +373,14 @@ impl<'m> Migrator<'m> {
                     index = %index,
                     "dropping an invalid index (an interrupted build) to build it again"
                 );
-                self.drop_index(conn, index, wait)
-                    .await
-                    .map_err(|e| place.failed(e))?;
+                result = self.drop_index(conn, index, wait).await;
             }
         }
-        set_lock_timeout(conn, wait, false).await?;
-        let result = conn.execute(step.sql).await;
-        set_lock_timeout(conn, Duration::ZERO, false).await?;
+        if result.is_ok() {
+            set_lock_timeout(conn, wait, false).await?;
+            result = conn.execute(step.sql).await.map(|_| ());
+            set_lock_timeout(conn, Duration::ZERO, false).await?;
+        }
         match result {
             Ok(_) => {}
             Err(error) if waited_for_a_lock(&error) => {
