@@ -102,13 +102,13 @@ pub(crate) async fn vacuum_pass(
         found.into_iter().filter(|f| watch.due(*f, now)).collect()
     };
     for finding in due {
-        warn(finding, &status);
+        warn(finding, &status, &rt.config);
     }
     Ok(())
 }
 
 /// Logs the warning for `finding`, with the facts and the remedy.
-fn warn(finding: Finding, status: &VacuumStatus) {
+fn warn(finding: Finding, status: &VacuumStatus, config: &WorkerConfig) {
     let age = status.oldest_transaction_age().unwrap_or_default();
     let pid = status.oldest_transaction_pid;
     match finding {
@@ -133,15 +133,24 @@ fn warn(finding: Finding, status: &VacuumStatus) {
             status
                 .jobs_last_vacuum_at
                 .map_or_else(|| "never".to_owned(), |at| at.to_rfc3339()),
-            cause(status),
+            cause(status, config),
         ),
     }
 }
 
+/// A transaction at least this old (or older than `transaction_age_warning`, when that is
+/// shorter) is named as what keeps the dead rows.
+const CAUSE_TRANSACTION_AGE: Duration = Duration::from_secs(60);
+
 /// What most likely keeps vacuum from removing them, and what to do.
-fn cause(status: &VacuumStatus) -> String {
+fn cause(status: &VacuumStatus, config: &WorkerConfig) -> String {
     let age = status.oldest_transaction_age().unwrap_or_default();
-    if age >= Duration::from_secs(60) {
+    let old = config
+        .transaction_age_warning
+        .map_or(CAUSE_TRANSACTION_AGE, |limit| {
+            limit.min(CAUSE_TRANSACTION_AGE)
+        });
+    if status.oldest_transaction_age_ms.is_some() && age >= old {
         return format!(
             "the oldest open transaction ({}) began {} ago and keeps them: end it, then VACUUM drover.jobs",
             holder(status.oldest_transaction_pid),
@@ -231,8 +240,20 @@ mod tests {
 
     #[test]
     fn the_cause_names_the_transaction_the_slot_or_autovacuum() {
+        let config = WorkerConfig::default();
+        let cause = |status: &VacuumStatus| super::cause(status, &config);
         let old = status(Some(3_600), 100_000, 0);
         assert!(cause(&old).contains("pid 42"), "{}", cause(&old));
+        let young = status(Some(5), 100_000, 0);
+        assert!(!cause(&young).contains("pid 42"), "{}", cause(&young));
+        let strict = WorkerConfig {
+            transaction_age_warning: Some(Duration::from_secs(1)),
+            ..WorkerConfig::default()
+        };
+        assert!(
+            super::cause(&young, &strict).contains("pid 42"),
+            "below its own threshold"
+        );
         let slot = VacuumStatus {
             replication_slot: Some("standby_1".to_owned()),
             replication_slot_xmin_age: Some(5_000_000),
