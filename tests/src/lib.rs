@@ -137,6 +137,7 @@ macro_rules! contract_suite {
             queues_list_shows_queues_with_jobs_or_pause,
             queues_resume_of_an_empty_queue_leaves_no_entry,
             snapshot_counts_per_state,
+            snapshot_vacuum_status_is_none_without_vacuum,
             snapshot_oldest_ready_age,
             snapshot_includes_paused_empty_queue,
             workers_register_heartbeat_list_deregister,

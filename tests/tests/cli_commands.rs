@@ -908,6 +908,101 @@ async fn snapshot_and_metrics_count_per_queue_and_state() {
     }
 }
 
+/// A transaction left open (REPEATABLE READ with a read: it holds a snapshot, so vacuum
+/// cannot clean the jobs table behind it) shows in `drover snapshot` (JSON and table) and
+/// `drover metrics` with its age and pid; the dead row versions of an update of 12,000 jobs
+/// stay through a VACUUM; a worker given `--warn-transaction-age 1s --warn-dead-rows 0.3`
+/// warns about both, naming the pid and the remedy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_transaction_shows_in_snapshot_and_metrics_and_the_worker_warns() {
+    let Some(db) =
+        TestDb::migrated("a_long_transaction_shows_in_snapshot_and_metrics_and_the_worker_warns")
+            .await
+    else {
+        return;
+    };
+    let mut reader = db.pool().acquire().await.unwrap();
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *reader)
+        .await
+        .unwrap();
+    sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut *reader)
+        .await
+        .unwrap();
+    let _: i64 = sqlx::query_scalar("SELECT count(*) FROM drover.jobs")
+        .fetch_one(&mut *reader)
+        .await
+        .unwrap();
+
+    let vacuum = wait_until(
+        "the transaction to be a second old in the snapshot",
+        WAIT,
+        || async {
+            let snapshot = db.json(&["snapshot"]).await;
+            let vacuum = snapshot["vacuum"].clone();
+            let old = vacuum["oldest_transaction_age_ms"].as_u64().unwrap_or(0) >= 1000;
+            (old && vacuum["oldest_transaction_pid"] == json!(pid)).then_some(vacuum)
+        },
+    )
+    .await;
+    assert!(vacuum["jobs_dead_rows"].is_u64(), "{vacuum}");
+    assert!(vacuum["jobs_live_rows"].is_u64(), "{vacuum}");
+    let table = db.ok(&["snapshot"]).await;
+    assert!(
+        table.contains("oldest open transaction: ") && table.contains(&format!("(pid {pid})")),
+        "{table}"
+    );
+    assert!(table.contains("dead row versions"), "{table}");
+    let metrics = db.ok(&["metrics"]).await;
+    let age: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("drover_oldest_transaction_age_seconds "))
+        .unwrap_or_else(|| panic!("no transaction age in:\n{metrics}"))
+        .parse()
+        .unwrap();
+    assert!(age >= 1.0, "{metrics}");
+    assert!(
+        metrics.contains("drover_jobs_dead_rows_estimate "),
+        "{metrics}"
+    );
+
+    let mut writer = db.pool().acquire().await.unwrap();
+    for statement in [
+        "INSERT INTO drover.jobs (id, kind, queue, tenant, args, run_at, state, max_attempts, finished_at) \
+         SELECT gen_random_uuid(), 'noop', 'old', 'default', '{}', now(), 'succeeded', 1, now() \
+         FROM generate_series(1, 12000)",
+        "UPDATE drover.jobs SET priority = 1 WHERE queue = 'old'",
+        "SELECT pg_stat_force_next_flush()",
+        "VACUUM drover.jobs",
+    ] {
+        sqlx::query(statement).execute(&mut *writer).await.unwrap();
+    }
+    drop(writer);
+
+    let worker = db.spawn(&[
+        "worker",
+        "--warn-transaction-age",
+        "1s",
+        "--warn-dead-rows",
+        "0.3",
+    ]);
+    let line = worker
+        .wait_for_line("oldest open transaction of the database", WAIT)
+        .await;
+    assert!(
+        line.contains(&format!("pid {pid}"))
+            && line.contains(&format!("pg_terminate_backend({pid})")),
+        "{line}"
+    );
+    let line = worker.wait_for_line("drover.jobs holds about", WAIT).await;
+    assert!(
+        line.contains(" dead row versions (") && line.contains(&format!("pid {pid}")),
+        "the cause is the open transaction: {line}"
+    );
+    sqlx::query("COMMIT").execute(&mut *reader).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bulk_enqueue_reports_bad_lines_and_loads_the_rest() {
     let Some(db) = TestDb::migrated("bulk_enqueue_reports_bad_lines_and_loads_the_rest").await

@@ -1182,6 +1182,95 @@ pg_test!(
 );
 
 pg_test!(
+    /// A running job always has a lease owner and a lease expiry (jobs_lease_check): a direct
+    /// write that takes either away, or stores a running job without them, is refused by the
+    /// database (23514); a reconciling job has both or neither; queued and finished jobs are
+    /// not checked.
+    a_running_job_without_a_lease_cannot_be_stored,
+    |factory| {
+        let h = factory.open_pg(unbounded_options()).await;
+        let pool = h.store.pool();
+        h.store.job_enqueue(new_job("work")).await.unwrap();
+        let running = h.store.jobs_claim(claim_params("w", 1)).await.unwrap().jobs.remove(0);
+        let id = running.id.as_uuid();
+        let refused = [
+            "UPDATE drover.jobs SET lease_owner = NULL WHERE id = $1",
+            "UPDATE drover.jobs SET lease_expires_at = NULL WHERE id = $1",
+            "UPDATE drover.jobs SET lease_owner = NULL, lease_expires_at = NULL WHERE id = $1",
+            "INSERT INTO drover.jobs (id, kind, queue, tenant, args, run_at, state, max_attempts) \
+             SELECT gen_random_uuid(), kind, queue, tenant, args, run_at, 'running', 3 FROM drover.jobs WHERE id = $1",
+            "UPDATE drover.jobs SET state = 'reconciling', lease_expires_at = NULL WHERE id = $1",
+        ];
+        for statement in refused {
+            let error = sqlx::query(statement).bind(id).execute(pool).await.expect_err(statement);
+            let database = error.as_database_error().expect("a database error");
+            assert_eq!(database.code().as_deref(), Some("23514"), "{statement}: {error}");
+            assert_eq!(database.constraint(), Some("jobs_lease_check"), "{statement}");
+        }
+        for allowed in [
+            "UPDATE drover.jobs SET state = 'reconciling' WHERE id = $1",
+            "UPDATE drover.jobs SET lease_owner = NULL, lease_expires_at = NULL WHERE id = $1",
+            "UPDATE drover.jobs SET state = 'queued' WHERE id = $1",
+            "UPDATE drover.jobs SET lease_owner = 'stale' WHERE id = $1",
+        ] {
+            sqlx::query(allowed).bind(id).execute(pool).await.expect(allowed);
+        }
+        let validated: bool = sqlx::query_scalar(
+            "SELECT convalidated FROM pg_constraint WHERE conname = 'jobs_lease_check'",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        assert!(validated, "the migration validated the constraint");
+    }
+);
+
+pg_test!(
+    /// The vacuum status names what keeps vacuum from cleaning the jobs table: a transaction
+    /// left open (REPEATABLE READ with a read) is the oldest, by pid, in the status and the
+    /// snapshot, and a VACUUM run meanwhile leaves the dead row versions of an update of
+    /// every job; once the transaction ends, VACUUM removes them.
+    vacuum_status_names_the_transaction_that_keeps_dead_rows,
+    |factory| {
+        let h = factory.open_pg(unbounded_options()).await;
+        let jobs: Vec<NewJob> = (0..200).map(|n| NewJob::new(kind("work"), json!(n))).collect();
+        h.store.jobs_enqueue(jobs).await.unwrap();
+        let mut reader = sqlx::PgConnection::connect_with(&h.connect).await.unwrap();
+        let reader_pid: i32 =
+            sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut reader).await.unwrap();
+        exec(&mut reader, "BEGIN ISOLATION LEVEL REPEATABLE READ".to_owned()).await.unwrap();
+        let _: i64 = sqlx::query_scalar("SELECT count(*) FROM drover.jobs")
+            .fetch_one(&mut reader)
+            .await
+            .unwrap();
+        let mut writer = sqlx::PgConnection::connect_with(&h.connect).await.unwrap();
+        // Dead versions of every job, counted at once (statistics are flushed lazily).
+        for statement in [
+            "UPDATE drover.jobs SET priority = priority",
+            "SELECT pg_stat_force_next_flush()",
+            "VACUUM drover.jobs",
+        ] {
+            exec(&mut writer, statement.to_owned()).await.unwrap();
+        }
+        let status = h.store.vacuum_status().await.unwrap().expect("PostgreSQL has vacuum");
+        assert_eq!(status.oldest_transaction_pid, Some(reader_pid as u32), "{status:?}");
+        assert!(status.oldest_transaction_age_ms.is_some(), "{status:?}");
+        assert!(status.jobs_dead_rows >= 200, "vacuum could not remove them: {status:?}");
+        assert!(status.jobs_live_rows >= 200, "{status:?}");
+        assert!(status.jobs_last_vacuum_at.is_some(), "{status:?}");
+        let snapshot = h.store.queue_snapshot().await.unwrap();
+        let vacuum = snapshot.vacuum.expect("the snapshot has it too");
+        assert_eq!(vacuum.oldest_transaction_pid, Some(reader_pid as u32));
+
+        exec(&mut reader, "COMMIT".to_owned()).await.unwrap();
+        exec(&mut writer, "VACUUM drover.jobs".to_owned()).await.unwrap();
+        let status = h.store.vacuum_status().await.unwrap().unwrap();
+        assert_ne!(status.oldest_transaction_pid, Some(reader_pid as u32), "{status:?}");
+        assert!(status.jobs_dead_rows < 200, "vacuum removed them: {status:?}");
+    }
+);
+
+pg_test!(
     /// Migrations applied concurrently from 4 tasks run once each (in version order);
     /// migrate is idempotent;
     /// applied_versions lists them; nothing lands in schema public.

@@ -107,9 +107,12 @@ pub struct Cli {
 /// Top-level commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Apply pending database migrations (run before starting new workers).
-    #[command(after_help = "Example:\n  drover --database-url postgres://app@db/app migrate")]
-    Migrate,
+    /// Apply pending database migrations (run before starting new workers); job traffic
+    /// keeps flowing meanwhile.
+    #[command(
+        after_help = "Examples:\n  drover --database-url postgres://app@db/app migrate\n  drover migrate --lock-timeout 200ms --lock-budget 30m"
+    )]
+    Migrate(MigrateArgs),
     /// Inspect database migrations.
     #[command(subcommand)]
     Migrations(MigrationsCommand),
@@ -138,7 +141,8 @@ pub enum Command {
     /// Manage cron schedules.
     #[command(subcommand)]
     Schedules(SchedulesCommand),
-    /// Counts per queue and state, ready and running jobs, and lag.
+    /// Counts per queue and state, ready and running jobs, and lag; what keeps vacuum from
+    /// cleaning the jobs table (oldest open transaction, replication slot, dead rows).
     #[command(after_help = "Example:\n  drover snapshot --json")]
     Snapshot,
     /// Print Prometheus metrics (OpenMetrics text).
@@ -163,6 +167,21 @@ pub enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
+}
+
+/// `drover migrate` settings.
+#[derive(Debug, Clone, Args)]
+pub struct MigrateArgs {
+    /// Longest wait of one try of a step that needs a lock job writes would queue behind,
+    /// 1ms..=60s (default 300ms): the step is rolled back and tried again, so job writes never
+    /// wait much longer than this.
+    #[arg(long, value_name = "DURATION", value_parser = lock_timeout)]
+    pub lock_timeout: Option<Duration>,
+
+    /// How long each step keeps trying to get its locks (retries, or an online index build's
+    /// wait) before migrate gives up naming the sessions in the way (default 5m; 0s: one try).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub lock_budget: Option<Duration>,
 }
 
 /// `drover migrations ...`
@@ -285,6 +304,17 @@ pub struct WorkerArgs {
     /// Turn off prepared-statement caching and LISTEN, for PgBouncer in transaction mode.
     #[arg(long)]
     pub pgbouncer: bool,
+
+    /// Warn when the database's oldest open transaction is older than this: vacuum cannot
+    /// clean the jobs table behind it and claims slow down (default 5m; 0s: never). Checked
+    /// every minute; a warning that still holds is repeated every 10 minutes.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub warn_transaction_age: Option<Duration>,
+
+    /// Warn when dead row versions are more than this fraction of the jobs table's rows (and
+    /// at least 10000): vacuum is not keeping up (0..=1, default 0.5; 0: never).
+    #[arg(long, value_name = "FRACTION", value_parser = dead_rows_fraction)]
+    pub warn_dead_rows: Option<f64>,
 }
 
 impl WorkerArgs {
@@ -655,7 +685,12 @@ pub struct DevArgs {
 const SERVE_STORE_FLAGS: [&str; 2] = ["db_connections", "pgbouncer"];
 
 /// Worker flags that `drover dev` cannot use: it runs on the in-memory store.
-const DEV_DATABASE_FLAGS: [&str; 2] = ["db_connections", "pgbouncer"];
+const DEV_DATABASE_FLAGS: [&str; 4] = [
+    "db_connections",
+    "pgbouncer",
+    "warn_transaction_age",
+    "warn_dead_rows",
+];
 
 /// A message when the command line gives a flag its command would not use, which a user
 /// would otherwise believe in effect: a worker flag of `drover serve` without `--worker`,
@@ -817,6 +852,34 @@ fn schedule_name(value: &str) -> Result<ScheduleName, String> {
 /// A `--pool` spec; see [`crate::commands::worker::parse_pool`].
 fn pool_spec(value: &str) -> Result<PoolConfig, String> {
     crate::commands::worker::parse_pool(value)
+}
+
+/// `migrate --lock-timeout`: 1 ms..=60 s (PostgreSQL reads 0 as "wait forever").
+fn lock_timeout(value: &str) -> Result<Duration, String> {
+    let d = parse_duration(value)?;
+    let (min, max) = (
+        drover_store_postgres::migrate::LOCK_TIMEOUT_MIN,
+        drover_store_postgres::migrate::LOCK_TIMEOUT_MAX,
+    );
+    if d < min || d > max {
+        return Err(format!(
+            "must be between {} ms and {} s",
+            min.as_millis(),
+            max.as_secs()
+        ));
+    }
+    Ok(d)
+}
+
+/// `--warn-dead-rows`: a fraction from 0 to 1.
+fn dead_rows_fraction(value: &str) -> Result<f64, String> {
+    match value.trim().parse::<f64>() {
+        Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
+        _ => Err(format!(
+            "must be a number from 0 to 1, e.g. 0.5 (0 turns the warning off), got {}",
+            value.trim()
+        )),
+    }
 }
 
 /// A duration longer than zero (an interval: zero would spin).

@@ -356,6 +356,30 @@ fn usage_errors_exit_2() {
             &["--heartbeat", "longer than zero"],
         ),
         (
+            &["worker", "--warn-dead-rows", "1.5"],
+            &["--warn-dead-rows", "from 0 to 1"],
+        ),
+        (
+            &["worker", "--warn-dead-rows", "half"],
+            &["--warn-dead-rows", "from 0 to 1"],
+        ),
+        (
+            &["worker", "--warn-transaction-age", "soon"],
+            &["--warn-transaction-age", "30s"],
+        ),
+        (
+            &["migrate", "--lock-timeout", "0s"],
+            &["--lock-timeout", "between 1 ms and 60 s"],
+        ),
+        (
+            &["migrate", "--lock-timeout", "2m"],
+            &["--lock-timeout", "between 1 ms and 60 s"],
+        ),
+        (
+            &["migrate", "--lock-budget", "soon"],
+            &["--lock-budget", "30s"],
+        ),
+        (
             &["worker", "--poll-interval", "0s"],
             &["--poll-interval", "longer than zero"],
         ),
@@ -702,8 +726,13 @@ fn serve_refuses_worker_flags_without_worker_and_dev_refuses_database_flags() {
         "{stderr}"
     );
 
-    // dev has no database: its pool flags would be ignored.
-    for extra in [&["--db-connections", "3"][..], &["--pgbouncer"]] {
+    // dev has no database: its pool flags and vacuum warnings would be ignored.
+    for extra in [
+        &["--db-connections", "3"][..],
+        &["--pgbouncer"],
+        &["--warn-transaction-age", "1m"],
+        &["--warn-dead-rows", "0.2"],
+    ] {
         let mut args = vec!["dev", "--json"];
         args.extend_from_slice(extra);
         let (status, stderr) = run_bounded(&args);

@@ -25,7 +25,9 @@ pub use job::{AttemptError, EnqueueStatus, Enqueued, Job, JobId, NewJob, RunAt, 
 pub use lease::FencingToken;
 pub use limits::{Admission, LimitPolicy, LimitState, LimitStatus, Rate};
 pub use names::{JobKind, LimitKey, QueueName, ScheduleName, TenantId, WorkerId};
-pub use queue::{QueueChange, QueueInfo, QueueSnapshot, Snapshot, WorkerInfo, WorkerRegistration};
+pub use queue::{
+    QueueChange, QueueInfo, QueueSnapshot, Snapshot, VacuumStatus, WorkerInfo, WorkerRegistration,
+};
 pub use retry::Backoff;
 pub use schedule::{CronSpec, NewSchedule, Schedule, ScheduleChange, ScheduleUpsert};
 pub use state::{apply, Event, JobState, Resolution, Retry, Transition};

@@ -81,6 +81,57 @@ pub struct Snapshot {
     pub taken_at: DateTime<Utc>,
     /// One entry per queue that has jobs or a stored pause state, sorted by name.
     pub queues: Vec<QueueSnapshot>,
+    /// What keeps the database from cleaning the jobs table
+    /// ([`crate::JobStore::vacuum_status`]); `None` for a store without vacuum (memory).
+    #[serde(default)]
+    pub vacuum: Option<VacuumStatus>,
+}
+
+/// What keeps vacuum from removing the dead row versions of the jobs table, and how many it
+/// has left (PostgreSQL's statistics views; estimates). Claims step over dead entries of the
+/// claim index until vacuum removes them, and vacuum cannot remove row versions that an open
+/// transaction or a replication slot may still need: the ages below say how far back that
+/// is.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VacuumStatus {
+    /// Age of the open transaction that holds back vacuum the most (the session of the
+    /// database whose snapshot or transaction id is oldest, or a prepared transaction), in
+    /// milliseconds since it began; `None` when no other transaction is open, or when the
+    /// store's role may not see when it began (another role's session without
+    /// `pg_read_all_stats`: its pid is still given).
+    pub oldest_transaction_age_ms: Option<u64>,
+    /// The backend process id of that transaction's session (`None` for a prepared
+    /// transaction, or when none is open).
+    pub oldest_transaction_pid: Option<u32>,
+    /// The replication slot holding the oldest row horizon (`xmin`), if any.
+    pub replication_slot: Option<String>,
+    /// How many transactions old that slot's horizon is (`age(xmin)`).
+    pub replication_slot_xmin_age: Option<u64>,
+    /// Estimated dead row versions in the jobs table (`n_dead_tup`).
+    pub jobs_dead_rows: u64,
+    /// Estimated live rows of the jobs table (`n_live_tup`).
+    pub jobs_live_rows: u64,
+    /// When the jobs table was last vacuumed, by autovacuum or by hand (`None`: not since
+    /// the statistics were reset).
+    pub jobs_last_vacuum_at: Option<DateTime<Utc>>,
+}
+
+impl VacuumStatus {
+    /// The age of the oldest open transaction.
+    pub fn oldest_transaction_age(&self) -> Option<Duration> {
+        self.oldest_transaction_age_ms.map(Duration::from_millis)
+    }
+
+    /// Dead row versions as a fraction of all row versions of the jobs table (0 when it
+    /// has none).
+    pub fn dead_fraction(&self) -> f64 {
+        let all = self.jobs_dead_rows.saturating_add(self.jobs_live_rows);
+        if all == 0 {
+            0.0
+        } else {
+            self.jobs_dead_rows as f64 / all as f64
+        }
+    }
 }
 
 /// A worker process as registered.

@@ -19,7 +19,9 @@ use crate::job::{Enqueued, Job, JobId, NewJob, SizeLimits};
 use crate::lease::FencingToken;
 use crate::limits::{LimitPolicy, LimitStatus};
 use crate::names::{JobKind, LimitKey, QueueName, ScheduleName, TenantId, WorkerId};
-use crate::queue::{QueueChange, QueueInfo, Snapshot, WorkerInfo, WorkerRegistration};
+use crate::queue::{
+    QueueChange, QueueInfo, Snapshot, VacuumStatus, WorkerInfo, WorkerRegistration,
+};
 use crate::schedule::{NewSchedule, Schedule, ScheduleUpsert};
 use crate::state::{JobState, Resolution, Retry, Transition};
 
@@ -683,8 +685,15 @@ pub trait JobStore: Send + Sync + 'static {
     /// Queues that have jobs or a stored pause state, by name.
     async fn queues_list(&self) -> Result<Vec<QueueInfo>>;
 
-    /// Counts per queue and state, ready jobs, running jobs and lag.
+    /// Counts per queue and state, ready jobs, running jobs and lag, and the vacuum status
+    /// ([`JobStore::vacuum_status`]).
     async fn queue_snapshot(&self) -> Result<Snapshot>;
+
+    /// What keeps the database from cleaning the jobs table: the oldest open transaction,
+    /// the replication slot holding the oldest horizon, dead and live row estimates, the last
+    /// vacuum. `None` for a store without vacuum (memory). One cheap read of statistics, for
+    /// operators and a worker's periodic check, never the claim path.
+    async fn vacuum_status(&self) -> Result<Option<VacuumStatus>>;
 
     /// Registers (or re-registers) a worker; its heartbeat time is now.
     async fn worker_register(&self, worker: WorkerRegistration) -> Result<WorkerInfo>;

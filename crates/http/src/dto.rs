@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use drover_core::{
     CancelEffect, EnqueueStatus, Enqueued, Job, JobDetails, JobKind, LimitKey, NewJob, QueueInfo,
-    QueueName, QueueSnapshot, RunAt, SizeLimits, TenantId, WorkerInfo,
+    QueueName, QueueSnapshot, RunAt, SizeLimits, TenantId, VacuumStatus, WorkerInfo,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -593,6 +593,47 @@ impl QueueView {
 pub struct QueueListResponse {
     /// Queues by name.
     pub queues: Vec<QueueView>,
+    /// What keeps the database from cleaning the jobs table; null for a store without vacuum
+    /// (the in-memory store).
+    pub vacuum: Option<VacuumView>,
+}
+
+/// What keeps the database from cleaning the jobs table (estimates from its statistics):
+/// claims step over dead row versions until vacuum removes them, and an open transaction or
+/// a replication slot keeps vacuum from removing the newer ones.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct VacuumView {
+    /// Age of the open transaction that holds back vacuum the most, in seconds; null when
+    /// none is open (or its start is hidden from the store's role).
+    pub oldest_transaction_age_seconds: Option<f64>,
+    /// That transaction's backend process id; null for a prepared transaction.
+    pub oldest_transaction_pid: Option<u32>,
+    /// The replication slot holding the oldest horizon, if any.
+    pub replication_slot: Option<String>,
+    /// How many transactions old that slot's horizon is.
+    pub replication_slot_xmin_age: Option<u64>,
+    /// Estimated dead row versions in the jobs table.
+    pub jobs_dead_rows: u64,
+    /// Estimated live rows in the jobs table.
+    pub jobs_live_rows: u64,
+    /// When the jobs table was last vacuumed (null: not since the statistics were reset).
+    pub jobs_last_vacuum_at: Option<DateTime<Utc>>,
+}
+
+impl From<&VacuumStatus> for VacuumView {
+    fn from(status: &VacuumStatus) -> Self {
+        VacuumView {
+            oldest_transaction_age_seconds: status
+                .oldest_transaction_age_ms
+                .map(|ms| ms as f64 / 1000.0),
+            oldest_transaction_pid: status.oldest_transaction_pid,
+            replication_slot: status.replication_slot.clone(),
+            replication_slot_xmin_age: status.replication_slot_xmin_age,
+            jobs_dead_rows: status.jobs_dead_rows,
+            jobs_live_rows: status.jobs_live_rows,
+            jobs_last_vacuum_at: status.jobs_last_vacuum_at,
+        }
+    }
 }
 
 /// A queue's pause state after a pause or resume, and whether the request changed it.

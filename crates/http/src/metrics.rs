@@ -21,7 +21,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, PoisonError, RwLock};
 
-use drover_core::{JobKind, JobState, JobStore, QueueName, QueueSnapshot, Snapshot, WorkerInfo};
+use drover_core::{
+    JobKind, JobState, JobStore, QueueName, QueueSnapshot, Snapshot, VacuumStatus, WorkerInfo,
+};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -433,6 +435,9 @@ pub fn render(
         "1 when the queue is paused cluster-wide",
         paused,
     );
+    if let Some(vacuum) = &snapshot.vacuum {
+        register_vacuum(&mut registry, vacuum);
+    }
     if let Some(process) = process {
         process.register(&mut registry);
     }
@@ -440,6 +445,51 @@ pub fn render(
     // Encoding into a String cannot fail.
     let _ = encode(&mut out, &registry);
     out
+}
+
+/// The vacuum gauges (stores with vacuum only): what keeps the database from cleaning the
+/// jobs table, for an alert when claims slow down for that reason.
+fn register_vacuum(registry: &mut Registry, vacuum: &VacuumStatus) {
+    let gauge = |value: u64| {
+        let gauge = Gauge::<i64>::default();
+        gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
+        gauge
+    };
+    let age = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+    age.set(
+        vacuum
+            .oldest_transaction_age_ms
+            .map_or(0.0, |ms| ms as f64 / 1000.0),
+    );
+    registry.register(
+        "drover_oldest_transaction_age_seconds",
+        "Age of the database's open transaction that holds back vacuum of the jobs table the most (0 when none is open)",
+        age,
+    );
+    registry.register(
+        "drover_replication_slot_xmin_age_transactions",
+        "Transactions behind the oldest horizon a replication slot holds (0 when none)",
+        gauge(vacuum.replication_slot_xmin_age.unwrap_or(0)),
+    );
+    registry.register(
+        "drover_jobs_dead_rows_estimate",
+        "Estimated dead row versions in the jobs table, which claims step over until vacuum removes them",
+        gauge(vacuum.jobs_dead_rows),
+    );
+    registry.register(
+        "drover_jobs_live_rows_estimate",
+        "Estimated live rows in the jobs table",
+        gauge(vacuum.jobs_live_rows),
+    );
+    if let Some(at) = vacuum.jobs_last_vacuum_at {
+        let seconds = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        seconds.set(at.timestamp_micros() as f64 / 1e6);
+        registry.register(
+            "drover_jobs_last_vacuum_timestamp_seconds",
+            "When the jobs table was last vacuumed (Unix time; absent when never)",
+            seconds,
+        );
+    }
 }
 
 #[cfg(test)]
@@ -493,6 +543,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, n)| queue_snapshot(n, i as u64))
                 .collect(),
+            vacuum: None,
         };
         let kinds = ["email.send", "a.kind", "report.build", "exec", "b", "noop"];
         let labelled = queues(&names);
@@ -581,6 +632,7 @@ mod tests {
                 running: 1,
                 oldest_ready_age_ms: Some(1500),
             }],
+            vacuum: None,
         };
         let process = ProcessMetrics::new([kind("email.send")]);
         process.record_outcome("email.send", "succeeded", 0.01);
@@ -605,6 +657,56 @@ mod tests {
             text.contains(r#"drover_job_outcomes_total{kind="email.send",outcome="succeeded"} 1"#),
             "{text}"
         );
+        assert!(
+            !text.contains("drover_jobs_dead_rows_estimate"),
+            "no vacuum, no gauges"
+        );
+    }
+
+    #[test]
+    fn renders_the_vacuum_gauges_of_a_store_with_vacuum() {
+        let snapshot = Snapshot {
+            taken_at: chrono::Utc::now(),
+            queues: Vec::new(),
+            vacuum: Some(VacuumStatus {
+                oldest_transaction_age_ms: Some(312_500),
+                oldest_transaction_pid: Some(4242),
+                replication_slot: Some("standby_1".to_owned()),
+                replication_slot_xmin_age: Some(1_000_000),
+                jobs_dead_rows: 750_000,
+                jobs_live_rows: 250_000,
+                jobs_last_vacuum_at: Some(
+                    chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
+                ),
+            }),
+        };
+        let text = render(&snapshot, &BTreeSet::new(), None);
+        for line in [
+            "drover_oldest_transaction_age_seconds 312.5",
+            "drover_replication_slot_xmin_age_transactions 1000000",
+            "drover_jobs_dead_rows_estimate 750000",
+            "drover_jobs_live_rows_estimate 250000",
+            "drover_jobs_last_vacuum_timestamp_seconds 1800000000.0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+        }
+        assert!(
+            !text.contains("4242") && !text.contains("standby_1"),
+            "no pid or slot label"
+        );
+        let none_open = Snapshot {
+            vacuum: Some(VacuumStatus::default()),
+            ..snapshot
+        };
+        let text = render(&none_open, &BTreeSet::new(), None);
+        assert!(
+            text.contains("drover_oldest_transaction_age_seconds 0.0"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("drover_jobs_last_vacuum_timestamp_seconds"),
+            "{text}"
+        );
     }
 
     /// A producer that enqueues to thousands of queues and kinds of its own making adds no
@@ -617,6 +719,7 @@ mod tests {
             queues: (0..5_000)
                 .map(|i| queue_snapshot(&format!("tenant-queue-{i}"), 2))
                 .collect(),
+            vacuum: None,
         };
         snapshot.queues.push(queue_snapshot("mail", 3));
         snapshot.queues.push(queue_snapshot("default", 1));
@@ -688,6 +791,7 @@ mod tests {
         let snapshot = Snapshot {
             taken_at: chrono::Utc::now(),
             queues: names.iter().map(|n| queue_snapshot(n, 1)).collect(),
+            vacuum: None,
         };
         let worker = WorkerInfo {
             id: drover_core::WorkerId::parse("w").unwrap(),

@@ -75,6 +75,20 @@ pub const FLUSH_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
 pub const COMPLETER_BATCH_DEFAULT: usize = 1_000;
 /// Largest completer batch.
 pub const COMPLETER_BATCH_MAX: usize = 10_000;
+/// Default age of the oldest open transaction above which a worker warns that vacuum cannot
+/// clean the jobs table ([`WorkerConfig::transaction_age_warning`]).
+pub const TRANSACTION_AGE_WARNING_DEFAULT: Duration = Duration::from_secs(300);
+/// Default fraction of dead row versions in the jobs table above which a worker warns
+/// ([`WorkerConfig::dead_rows_warning`]).
+pub const DEAD_ROWS_WARNING_DEFAULT: f64 = 0.5;
+/// Fewer dead row versions than this never warn, whatever their fraction (a small table is
+/// cheap to step over).
+pub const DEAD_ROWS_WARNING_MIN: u64 = 10_000;
+/// How often a worker reads the vacuum status ([`drover_core::JobStore::vacuum_status`]).
+pub const VACUUM_CHECK_INTERVAL: Duration = Duration::from_secs(60);
+/// A vacuum warning that still holds is repeated at most this often.
+pub const VACUUM_WARNING_REPEAT: Duration = Duration::from_secs(600);
+
 /// Default first delay before retrying a store call that failed transiently.
 pub const STORE_RETRY_MIN_DEFAULT: Duration = Duration::from_millis(100);
 /// Default cap of the delay before retrying a store call that failed transiently.
@@ -227,6 +241,15 @@ pub struct WorkerConfig {
     pub store_retry_min: Duration,
     /// Cap of that delay (default 10 s).
     pub store_retry_max: Duration,
+    /// Warn when the oldest open transaction of the database is older than this: vacuum
+    /// cannot remove the jobs table's dead row versions newer than it, and claims slow down
+    /// stepping over them (default 5 min; `None`: never). Checked every minute
+    /// ([`VACUUM_CHECK_INTERVAL`]), repeated at most every 10 minutes while it holds.
+    pub transaction_age_warning: Option<Duration>,
+    /// Warn when dead row versions are more than this fraction of the jobs table's row
+    /// versions, and at least [`DEAD_ROWS_WARNING_MIN`] (default 0.5; `None`: never; above 0,
+    /// at most 1). Checked and repeated as `transaction_age_warning`.
+    pub dead_rows_warning: Option<f64>,
 }
 
 impl Default for WorkerConfig {
@@ -252,6 +275,8 @@ impl Default for WorkerConfig {
             completer_batch: COMPLETER_BATCH_DEFAULT,
             store_retry_min: STORE_RETRY_MIN_DEFAULT,
             store_retry_max: STORE_RETRY_MAX_DEFAULT,
+            transaction_age_warning: Some(TRANSACTION_AGE_WARNING_DEFAULT),
+            dead_rows_warning: Some(DEAD_ROWS_WARNING_DEFAULT),
         }
     }
 }
@@ -338,7 +363,7 @@ impl WorkerConfig {
     ///   ([`heartbeat_interval_max`]); a zero interval; `prune_limit` outside 1..=100,000;
     ///   `completer_batch` outside 1..=10,000; `worker_stale_after` not longer than the
     ///   heartbeat interval; `store_retry_min` above `store_retry_max`; a kind whose timeout
-    ///   is zero.
+    ///   is zero; a zero `transaction_age_warning`; a `dead_rows_warning` outside (0, 1].
     pub fn validate(&self, registry: &Registry) -> Result<(), Error> {
         if self.pools.is_empty() {
             return Err(Error::invalid("pools", "at least one pool is needed"));
@@ -504,6 +529,22 @@ impl WorkerConfig {
                 "store_retry_min",
                 "must not be longer than store_retry_max",
             ));
+        }
+        if self.transaction_age_warning == Some(Duration::ZERO) {
+            return Err(Error::invalid(
+                "transaction_age_warning",
+                "must be longer than zero (None turns the warning off)",
+            ));
+        }
+        if let Some(fraction) = self.dead_rows_warning {
+            if !(fraction > 0.0 && fraction <= 1.0) {
+                return Err(Error::invalid(
+                    "dead_rows_warning",
+                    format!(
+                        "must be above 0 and at most 1 (None turns the warning off), got {fraction}"
+                    ),
+                ));
+            }
         }
         Ok(())
     }

@@ -2,7 +2,7 @@
 //! [`Worker`] that runs pools of slots claiming and executing jobs from any
 //! [`drover_core::JobStore`], heartbeats that extend leases and save progress, a batched
 //! completer, maintenance (rescue of expired leases, reconcile sweep, cron schedules,
-//! retention) and graceful shutdown; a [`Client`] for enqueueing; [`Metrics`] and an
+//! retention, vacuum warnings) and graceful shutdown; a [`Client`] for enqueueing; [`Metrics`] and an
 //! `on_transition` hook for observability.
 //!
 //! The runner never names a concrete store: it takes `Arc<dyn JobStore>`.
@@ -54,12 +54,14 @@ mod worker;
 pub use client::Client;
 pub use config::{
     default_worker_id, heartbeat_interval_max, PoolConfig, WorkerConfig, CANCEL_GRACE_DEFAULT,
-    COMPLETER_BATCH_DEFAULT, COMPLETER_BATCH_MAX, FLUSH_TIMEOUT_DEFAULT, HEARTBEATS_PER_LEASE_MIN,
-    MAINTENANCE_START_DELAY_DEFAULT, MAX_CONCURRENT_MAX, POLL_INTERVAL_DEFAULT,
-    PREFETCH_DEFAULT_MAX, PREFETCH_DEFAULT_PER_SLOT, PREFETCH_MAX, PREFETCH_RUN_MAX,
-    PRUNE_INTERVAL_DEFAULT, PRUNE_LIMIT_MAX, RECONCILE_INTERVAL_DEFAULT, RESCUE_INTERVAL_DEFAULT,
-    SCHEDULE_INTERVAL_DEFAULT, SHUTDOWN_GRACE_DEFAULT, SLOTS_DEFAULT, SLOTS_MAX,
-    STORE_RETRY_MAX_DEFAULT, STORE_RETRY_MIN_DEFAULT, WORKER_STALE_AFTER_DEFAULT,
+    COMPLETER_BATCH_DEFAULT, COMPLETER_BATCH_MAX, DEAD_ROWS_WARNING_DEFAULT, DEAD_ROWS_WARNING_MIN,
+    FLUSH_TIMEOUT_DEFAULT, HEARTBEATS_PER_LEASE_MIN, MAINTENANCE_START_DELAY_DEFAULT,
+    MAX_CONCURRENT_MAX, POLL_INTERVAL_DEFAULT, PREFETCH_DEFAULT_MAX, PREFETCH_DEFAULT_PER_SLOT,
+    PREFETCH_MAX, PREFETCH_RUN_MAX, PRUNE_INTERVAL_DEFAULT, PRUNE_LIMIT_MAX,
+    RECONCILE_INTERVAL_DEFAULT, RESCUE_INTERVAL_DEFAULT, SCHEDULE_INTERVAL_DEFAULT,
+    SHUTDOWN_GRACE_DEFAULT, SLOTS_DEFAULT, SLOTS_MAX, STORE_RETRY_MAX_DEFAULT,
+    STORE_RETRY_MIN_DEFAULT, TRANSACTION_AGE_WARNING_DEFAULT, VACUUM_CHECK_INTERVAL,
+    VACUUM_WARNING_REPEAT, WORKER_STALE_AFTER_DEFAULT,
 };
 pub use context::JobContext;
 /// What a pause or resume did (defined in `drover_core`; re-exported where it used to live).

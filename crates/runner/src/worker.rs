@@ -23,10 +23,11 @@ use tokio_util::task::TaskTracker;
 use crate::backlog::Backlog;
 use crate::completer::run_completer;
 use crate::config::WorkerConfig;
+use crate::config::VACUUM_CHECK_INTERVAL;
 use crate::executor::Starter;
 use crate::health::{classify, ErrorClass, RetryDelay};
 use crate::heartbeat::run_heartbeat;
-use crate::maintenance::{cleaner, periodic, reconcile, rescuer, scheduler};
+use crate::maintenance::{cleaner, periodic, reconcile, rescuer, scheduler, vacuum};
 use crate::metrics::{Metrics, NoopMetrics, TransitionEvent, TransitionHook};
 use crate::producer::{run_claim_loop, run_events, ClaimLoop};
 use crate::registry::Registry;
@@ -304,6 +305,16 @@ fn spawn_maintenance(rt: &Arc<Runtime>, stop: &CancellationToken) -> Vec<JoinHan
             cleaner::clean_pass,
         )),
     ];
+    if config.transaction_age_warning.is_some() || config.dead_rows_warning.is_some() {
+        let watch = Arc::new(parking_lot::Mutex::new(vacuum::VacuumWatch::default()));
+        tasks.push(tokio::spawn(periodic(
+            Arc::clone(rt),
+            "vacuum watch",
+            VACUUM_CHECK_INTERVAL,
+            stop.clone(),
+            move |rt, stop| vacuum::vacuum_pass(rt, Arc::clone(&watch), stop),
+        )));
+    }
     if !rt.registry.reconciler_kinds().is_empty() {
         tasks.push(tokio::spawn(periodic(
             Arc::clone(rt),

@@ -82,6 +82,7 @@ fn base_store_with_events(
     store.expect_schedules_list().returning(|| Ok(vec![]));
     store.expect_jobs_prune().returning(|_| Ok(0));
     store.expect_workers_prune().returning(|_| Ok(0));
+    store.expect_vacuum_status().returning(|| Ok(None));
     store
 }
 

@@ -18,7 +18,7 @@ use drover_core::{
     LimitStatus, ListJobs, NewJob, NewSchedule, PruneJobs, QueueChange, QueueInfo, QueueName,
     QueueSnapshot, RequeueOutcome, RescueExpired, Rescued, Resolution, Result, Schedule,
     ScheduleChange, ScheduleName, ScheduleUpsert, Snapshot, StoreConfig, StoreEvent, SucceededJobs,
-    SystemClock, Transition, WorkerId, WorkerInfo, WorkerRegistration,
+    SystemClock, Transition, VacuumStatus, WorkerId, WorkerInfo, WorkerRegistration,
 };
 use parking_lot::Mutex;
 use tokio::sync::broadcast;
@@ -631,7 +631,13 @@ impl JobStore for MemoryStore {
         Ok(Snapshot {
             taken_at: now,
             queues,
+            vacuum: None,
         })
+    }
+
+    /// Nothing to vacuum: removed jobs leave no dead versions behind.
+    async fn vacuum_status(&self) -> Result<Option<VacuumStatus>> {
+        Ok(None)
     }
 
     async fn worker_register(&self, worker: WorkerRegistration) -> Result<WorkerInfo> {

@@ -10,7 +10,8 @@ use drover_core::error::Entity;
 use drover_core::{
     Error, Job, JobId, JobPage, JobState, LimitKey, LimitPolicy, LimitStatus, ListJobs,
     NewSchedule, QueueChange, QueueInfo, QueueName, QueueSnapshot, Schedule, ScheduleChange,
-    ScheduleName, ScheduleUpsert, Snapshot, StoreConfig, WorkerId, WorkerInfo, WorkerRegistration,
+    ScheduleName, ScheduleUpsert, Snapshot, StoreConfig, VacuumStatus, WorkerId, WorkerInfo,
+    WorkerRegistration,
 };
 use serde_json::Value;
 use sqlx::{Connection, PgConnection};
@@ -96,7 +97,7 @@ struct SnapshotRow {
 }
 
 /// Counts per queue and state at one instant (one statement; a second for the clock when no
-/// queue exists).
+/// queue exists), and the vacuum status (one more).
 pub(crate) async fn snapshot(conn: &mut PgConnection) -> Result<Snapshot, Error> {
     let rows = sqlx::query_as::<_, SnapshotRow>(sql::QUEUE_SNAPSHOT)
         .fetch_all(&mut *conn)
@@ -130,7 +131,44 @@ pub(crate) async fn snapshot(conn: &mut PgConnection) -> Result<Snapshot, Error>
                 .map(|ms| u64::try_from(ms).unwrap_or(0)),
         });
     }
-    Ok(Snapshot { taken_at, queues })
+    let vacuum = vacuum_status(&mut *conn).await?;
+    Ok(Snapshot {
+        taken_at,
+        queues,
+        vacuum: Some(vacuum),
+    })
+}
+
+/// A row of vacuum_status.sql.
+#[derive(sqlx::FromRow)]
+struct VacuumRow {
+    oldest_transaction_age_ms: Option<i64>,
+    oldest_transaction_pid: Option<i32>,
+    replication_slot: Option<String>,
+    replication_slot_xmin_age: Option<i64>,
+    jobs_dead_rows: i64,
+    jobs_live_rows: i64,
+    jobs_last_vacuum_at: Option<DateTime<Utc>>,
+}
+
+/// What keeps vacuum from cleaning drover.jobs (one statement over the statistics views).
+pub(crate) async fn vacuum_status(conn: &mut PgConnection) -> Result<VacuumStatus, Error> {
+    let row = sqlx::query_as::<_, VacuumRow>(sql::VACUUM_STATUS)
+        .fetch_one(&mut *conn)
+        .await
+        .store_err()?;
+    let unsigned = |n: i64| u64::try_from(n).unwrap_or(0);
+    Ok(VacuumStatus {
+        oldest_transaction_age_ms: row.oldest_transaction_age_ms.map(unsigned),
+        oldest_transaction_pid: row
+            .oldest_transaction_pid
+            .and_then(|pid| u32::try_from(pid).ok()),
+        replication_slot: row.replication_slot,
+        replication_slot_xmin_age: row.replication_slot_xmin_age.map(unsigned),
+        jobs_dead_rows: unsigned(row.jobs_dead_rows),
+        jobs_live_rows: unsigned(row.jobs_live_rows),
+        jobs_last_vacuum_at: row.jobs_last_vacuum_at,
+    })
 }
 
 /// A row of the queue statements.

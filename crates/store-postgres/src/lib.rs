@@ -33,7 +33,8 @@
 //! | heartbeat, finish (any batch size) | 1 |
 //! | rescue, cancel, reconcile, requeue | 4: BEGIN, lock, write, COMMIT (requeue of a ready job: no write) |
 //! | operator retry | 5-6: BEGIN, [tenant, quota locks], lock, checks, write, COMMIT |
-//! | get, list, snapshot, prune, queues, workers, limits, schedules | 1 (limits list 2) |
+//! | get, list, prune, queues, workers, limits, schedules, vacuum status | 1 (limits list 2) |
+//! | snapshot | 2 (counts, vacuum status) |
 //! | schedule upsert | 5: BEGIN, clock, lock, write, COMMIT (4 when unchanged: no write) |
 //! | schedule fire | 4 + the enqueue's |
 
@@ -56,7 +57,9 @@ mod transaction;
 
 pub use copy::COPY_MIN_JOBS;
 pub use listen::{CANCEL_CHANNEL, EVENT_BUFFER, JOBS_CHANNEL};
-pub use migrate::{applied_versions, migrate, migrations, AppliedMigration, Migration};
+pub use migrate::{
+    applied_versions, migrate, migrations, AppliedMigration, Migration, Migrator, Step, StepKind,
+};
 pub use store::{
     connect_options, PgOptions, PgStore, ACQUIRE_TIMEOUT_DEFAULT, APPLICATION_NAME,
     IDLE_CHECK_AFTER, MAX_CONNECTIONS_DEFAULT,

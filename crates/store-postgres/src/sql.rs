@@ -69,6 +69,8 @@ statements! {
     JOBS_LIST = "jobs_list.sql";
     /// Queue snapshot.
     QUEUE_SNAPSHOT = "queue_snapshot.sql";
+    /// What keeps vacuum from cleaning the jobs table.
+    VACUUM_STATUS = "vacuum_status.sql";
     /// The database clock.
     DB_NOW = "db_now.sql";
     /// Pause a queue.
@@ -107,6 +109,8 @@ statements! {
     SCHEDULE_REMOVE = "schedule_remove.sql";
     /// Consume a schedule tick.
     SCHEDULE_FIRE = "schedule_fire.sql";
+    /// Sessions that may hold a lock a migration step waited for.
+    MIGRATE_BLOCKERS = "migrate_blockers.sql";
 }
 
 #[cfg(test)]

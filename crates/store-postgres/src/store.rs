@@ -14,7 +14,7 @@ use drover_core::{
     JobPage, JobStore, LimitKey, LimitPolicy, LimitStatus, ListJobs, NewJob, NewSchedule,
     PruneJobs, QueueChange, QueueInfo, QueueName, RequeueOutcome, RescueExpired, Rescued,
     Resolution, Schedule, ScheduleName, ScheduleUpsert, Snapshot, StoreConfig, Transition,
-    WorkerId, WorkerInfo, WorkerRegistration,
+    VacuumStatus, WorkerId, WorkerInfo, WorkerRegistration,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgConnection, PgPool};
@@ -389,6 +389,12 @@ impl JobStore for PgStore {
     async fn queue_snapshot(&self) -> Result<Snapshot, Error> {
         let mut conn = self.connections.acquire().await?;
         let result = admin::snapshot(&mut conn).await;
+        conn.done(result)
+    }
+
+    async fn vacuum_status(&self) -> Result<Option<VacuumStatus>, Error> {
+        let mut conn = self.connections.acquire().await?;
+        let result = admin::vacuum_status(&mut conn).await.map(Some);
         conn.done(result)
     }
 

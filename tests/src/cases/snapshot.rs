@@ -128,3 +128,26 @@ pub async fn snapshot_includes_paused_empty_queue(f: &dyn StoreFactory) {
     assert!(s.counts.is_empty());
     assert_eq!((s.ready, s.running, s.oldest_ready_age_ms), (0, 0, None));
 }
+
+/// The vacuum status ([`drover_core::JobStore::vacuum_status`]): `None` for a store without
+/// vacuum (memory), and the snapshot carries the same answer; a store with vacuum answers
+/// with estimates of a table that holds jobs.
+pub async fn snapshot_vacuum_status_is_none_without_vacuum(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let done = start(&*store, job("s", json!(1))).await;
+    complete(&*store, &done).await;
+    let status = store.vacuum_status().await.unwrap();
+    let snapshot = store.queue_snapshot().await.unwrap();
+    assert_eq!(status.is_some(), snapshot.vacuum.is_some(), "{snapshot:?}");
+    if h.store_name() == "memory" {
+        assert_eq!(status, None);
+        return;
+    }
+    let status = status.expect("a store with vacuum answers");
+    assert!((0.0..=1.0).contains(&status.dead_fraction()), "{status:?}");
+    assert!(
+        status.oldest_transaction_pid.is_some() || status.oldest_transaction_age_ms.is_none(),
+        "no prepared transaction here: an age comes with a pid ({status:?})"
+    );
+}

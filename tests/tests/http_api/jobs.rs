@@ -422,6 +422,20 @@ pub(crate) async fn queues_pause_resume_and_list(env: &Env) {
     assert_eq!(mail["paused"], true);
     assert_eq!(mail["counts"]["queued"], 1);
     assert_eq!(mail["ready"], 1);
+    // What keeps the database from cleaning the jobs table: nothing to say for the memory
+    // store; PostgreSQL's statistics otherwise.
+    let vacuum = &queues.json["vacuum"];
+    if env.database().is_some() {
+        assert!(vacuum["jobs_dead_rows"].is_u64(), "{}", queues.text);
+        assert!(vacuum["jobs_live_rows"].is_u64(), "{}", queues.text);
+        assert!(
+            vacuum.get("oldest_transaction_age_seconds").is_some(),
+            "{}",
+            queues.text
+        );
+    } else {
+        assert!(vacuum.is_null(), "{}", queues.text);
+    }
 
     let resumed = api
         .post_empty(Some(OPERATOR_ALL), "/v1/queues/mail/resume")

@@ -6,18 +6,27 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Result};
 use drover_core::{
     JobState, LimitKey, LimitPolicy, NewSchedule, PruneJobs, QueueName, Rate, ScheduleChange,
+    VacuumStatus,
 };
 use serde_json::{json, Value};
 
-use crate::args::{LimitsCommand, PruneArgs, QueuesCommand, SchedulesCommand};
+use crate::args::{LimitsCommand, MigrateArgs, PruneArgs, QueuesCommand, SchedulesCommand};
 use crate::context::{call, Ctx};
 use crate::output::{self, errln, outln, print_json, table};
 use crate::usage::flag_error;
 
 /// `drover migrate`.
-pub async fn migrate(ctx: &Ctx) -> Result<()> {
+pub async fn migrate(ctx: &Ctx, args: MigrateArgs) -> Result<()> {
     let store = ctx.postgres(2, false).await?;
-    let applied = drover_store_postgres::migrate(store.pool())
+    let mut migrator = drover_store_postgres::Migrator::new();
+    if let Some(lock_timeout) = args.lock_timeout {
+        migrator = migrator.lock_timeout(lock_timeout);
+    }
+    if let Some(lock_budget) = args.lock_budget {
+        migrator = migrator.lock_budget(lock_budget);
+    }
+    let applied = migrator
+        .run(store.pool())
         .await
         .map_err(|e| ctx.explain(e))?;
     let all = drover_store_postgres::applied_versions(store.pool())
@@ -445,6 +454,36 @@ pub async fn snapshot(ctx: &Ctx) -> Result<()> {
     }
     outln!("{t}")?;
     outln!("taken at {}", output::time(snapshot.taken_at))?;
+    if let Some(vacuum) = &snapshot.vacuum {
+        print_vacuum(vacuum)?;
+    }
+    Ok(())
+}
+
+/// The vacuum part of `drover snapshot`: what keeps the database from cleaning the jobs table.
+fn print_vacuum(vacuum: &VacuumStatus) -> Result<()> {
+    let transaction = match (
+        vacuum.oldest_transaction_age(),
+        vacuum.oldest_transaction_pid,
+    ) {
+        (Some(age), Some(pid)) => format!("{} (pid {pid})", output::duration(age)),
+        (Some(age), None) => format!("{} (a prepared transaction)", output::duration(age)),
+        (None, Some(pid)) => format!("pid {pid} (its start is hidden from this role)"),
+        (None, None) => "none".to_owned(),
+    };
+    outln!("oldest open transaction: {transaction}")?;
+    if let (Some(slot), Some(age)) = (&vacuum.replication_slot, vacuum.replication_slot_xmin_age) {
+        outln!("replication slot holding the oldest horizon: {slot} ({age} transactions old)")?;
+    }
+    outln!(
+        "jobs table: about {} dead row versions ({:.0} % of {} rows); last vacuum {}",
+        vacuum.jobs_dead_rows,
+        vacuum.dead_fraction() * 100.0,
+        vacuum.jobs_dead_rows.saturating_add(vacuum.jobs_live_rows),
+        vacuum
+            .jobs_last_vacuum_at
+            .map_or_else(|| "never".to_owned(), output::time)
+    )?;
     Ok(())
 }
 

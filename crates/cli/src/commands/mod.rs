@@ -28,7 +28,7 @@ pub async fn dispatch(cli: Cli, extensions: Extensions) -> Result<()> {
 /// Runs the command of `cli` with `ctx` (which [`dispatch`] closes afterwards).
 async fn run(ctx: &Ctx, cli: Cli, extensions: Extensions) -> Result<()> {
     match cli.command {
-        Command::Migrate => admin::migrate(ctx).await,
+        Command::Migrate(args) => admin::migrate(ctx, args).await,
         Command::Migrations(_) => admin::migrations_list(ctx).await,
         Command::Worker(args) => worker::run(ctx, args, extensions).await,
         Command::Enqueue(args) => enqueue::run(ctx, args).await,

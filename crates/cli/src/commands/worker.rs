@@ -109,6 +109,12 @@ pub fn worker_config(args: &WorkerArgs, default_queues: &[QueueName]) -> WorkerC
     if let Some(d) = args.poll_interval {
         config.poll_interval = d;
     }
+    if let Some(d) = args.warn_transaction_age {
+        config.transaction_age_warning = (!d.is_zero()).then_some(d);
+    }
+    if let Some(fraction) = args.warn_dead_rows {
+        config.dead_rows_warning = (fraction > 0.0).then_some(fraction);
+    }
     config
 }
 
@@ -690,6 +696,42 @@ mod tests {
             let c = config(&["worker", args[0], args[1]]);
             assert!(c.max_concurrent.is_some());
         }
+    }
+
+    #[test]
+    fn vacuum_warning_flags_set_their_thresholds_and_zero_turns_them_off() {
+        let defaults = config(&["worker"]);
+        assert_eq!(
+            defaults.transaction_age_warning,
+            Some(drover_runner::TRANSACTION_AGE_WARNING_DEFAULT)
+        );
+        assert_eq!(
+            defaults.dead_rows_warning,
+            Some(drover_runner::DEAD_ROWS_WARNING_DEFAULT)
+        );
+        let set = config(&[
+            "worker",
+            "--warn-transaction-age",
+            "90s",
+            "--warn-dead-rows",
+            "0.25",
+        ]);
+        assert_eq!(
+            set.transaction_age_warning,
+            Some(std::time::Duration::from_secs(90))
+        );
+        assert_eq!(set.dead_rows_warning, Some(0.25));
+        let off = config(&[
+            "worker",
+            "--warn-transaction-age",
+            "0s",
+            "--warn-dead-rows",
+            "0",
+        ]);
+        assert_eq!(
+            (off.transaction_age_warning, off.dead_rows_warning),
+            (None, None)
+        );
     }
 
     /// `check_config` on the stock registry for `drover worker ARGS`.

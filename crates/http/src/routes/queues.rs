@@ -14,8 +14,9 @@ use crate::error::{ApiError, ErrorBody};
 use crate::extract::PathParam;
 use crate::ApiState;
 
-/// Every queue with its pause state, counts per state, ready and running jobs, and lag.
-/// The counts span every tenant, so only tokens of tenant `*` may read them.
+/// Every queue with its pause state, counts per state, ready and running jobs, and lag, and
+/// what keeps the database from cleaning the jobs table (`vacuum`). The counts span every
+/// tenant, so only tokens of tenant `*` may read them.
 #[utoipa::path(
     get,
     path = "/v1/queues",
@@ -54,7 +55,10 @@ pub async fn list_queues(
             )
         })
         .collect();
-    Ok(Json(QueueListResponse { queues }))
+    Ok(Json(QueueListResponse {
+        queues,
+        vacuum: snapshot.vacuum.as_ref().map(Into::into),
+    }))
 }
 
 fn queue_name(state: &ApiState, name: &str) -> Result<QueueName, ApiError> {

@@ -1,6 +1,7 @@
 //! Maintenance services every worker runs (DESIGN.md section 6); store operations are safe to
 //! run concurrently from many workers: the rescuer (expired leases), the reconcile sweep, the
-//! cron scheduler and the cleaner (retention pruning and stale worker registrations).
+//! cron scheduler, the cleaner (retention pruning and stale worker registrations) and the
+//! vacuum watch (warnings when the database cannot clean the jobs table).
 //!
 //! Each runs its first pass after the start delay (`WorkerConfig::maintenance_start_delay`
 //! with jitter, capped at its interval; see [`first_pass_delay`]) and then every interval until
@@ -22,6 +23,7 @@ pub(crate) mod cleaner;
 pub(crate) mod reconcile;
 pub(crate) mod rescuer;
 pub(crate) mod scheduler;
+pub(crate) mod vacuum;
 
 /// When a service's first pass runs after start, with `jitter` a fraction in 0..1 (clamped):
 /// spread over `start_delay..2 x start_delay`, a range capped at `interval`; when the interval
