@@ -332,6 +332,7 @@ mod tests {
             counts: BTreeMap::from([(JobState::Queued, queued)]),
             ready: queued,
             running: 0,
+            claimed: 0,
             oldest_ready_age_ms: None,
         }
     }
@@ -443,6 +444,7 @@ mod tests {
                 counts: BTreeMap::from([(JobState::Queued, 3), (JobState::Running, 1)]),
                 ready: 2,
                 running: 1,
+                claimed: 0,
                 oldest_ready_age_ms: Some(1500),
             }],
         };

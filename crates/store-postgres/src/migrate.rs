@@ -66,6 +66,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "fewer_index_writes",
         sql: include_str!("../migrations/0003_fewer_index_writes.sql"),
     },
+    Migration {
+        version: 4,
+        name: "started_at",
+        sql: include_str!("../migrations/0004_started_at.sql"),
+    },
 ];
 
 const BOOTSTRAP: &str = include_str!("sql/migrations_bootstrap.sql");

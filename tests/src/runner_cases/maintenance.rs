@@ -62,6 +62,7 @@ pub async fn runner_retention_prunes_old_terminal_jobs_and_never_live_ones(f: &d
             queues: vec![queue("default")],
             kinds: vec![kind("orphan")],
             limit: 1,
+            start: 1,
             lease: Duration::from_secs(24 * 3600),
         })
         .await
@@ -77,6 +78,7 @@ pub async fn runner_retention_prunes_old_terminal_jobs_and_never_live_ones(f: &d
         .jobs_heartbeat(HeartbeatJobs {
             lease: Duration::from_secs(24 * 3600),
             jobs: vec![HeartbeatItem {
+                started: None,
                 id: orphan.id,
                 token: orphan.fencing_token,
                 meta: None,
@@ -142,6 +144,7 @@ async fn abandoned(rig: &Rig, kind_name: &str) -> JobId {
             queues: vec![queue("default")],
             kinds: vec![kind(kind_name)],
             limit: 1,
+            start: 1,
             lease: Duration::from_secs(60),
         })
         .await

@@ -219,6 +219,7 @@ pub(crate) async fn get_cancel_and_retry(env: &Env) {
             queues: vec![queue("default")],
             kinds: vec![kind("import")],
             limit: 1,
+            start: 1,
             lease: Duration::from_secs(60),
         })
         .await

@@ -1,8 +1,9 @@
--- Slow-path claim, step 3: start the admitted jobs (locked by claim_candidates.sql) and store
--- the policies' new GCRA times, in one statement.
+-- Slow-path claim, step 3: claim the admitted jobs (locked by claim_candidates.sql) and store
+-- the policies' new GCRA times, in one statement. The jobs of $6 start at once (started_at =
+-- now()); the others are claimed ahead (started_at NULL).
 --
 -- $1 ids uuid[], $2 worker text, $3 lease_us bigint, $4 policy keys text[],
--- $5 new rate_tat timestamptz[].
+-- $5 new rate_tat timestamptz[], $6 ids that start uuid[].
 WITH tats AS (
     UPDATE drover.limits l
     SET rate_tat = u.tat
@@ -16,6 +17,7 @@ SET state = 'running',
     lease_owner = $2,
     lease_expires_at = now() + $3 * interval '1 microsecond',
     attempted_at = now(),
+    started_at = CASE WHEN j.id = ANY($6::uuid[]) THEN now() END,
     cancel_requested = false
 WHERE j.id = ANY($1::uuid[]) AND j.state = 'queued'
 RETURNING j.*
