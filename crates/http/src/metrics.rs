@@ -264,14 +264,16 @@ impl drover_runner::Metrics for ProcessMetrics {
 }
 
 /// Renders the queue gauges of `snapshot` (`drover_jobs{queue,state}`,
-/// `drover_queue_lag_seconds{queue}`, `drover_jobs_running{queue}`,
-/// `drover_queue_paused{queue}`, `drover_jobs_ready{queue}`) and, when given, the process
-/// counters, as OpenMetrics text.
+/// `drover_queue_lag_seconds{queue}`, `drover_jobs_running{queue}` (handler started),
+/// `drover_jobs_claimed{queue}` (claimed ahead, waiting for a slot; with the running ones they
+/// make `drover_jobs{state="running"}`), `drover_queue_paused{queue}`,
+/// `drover_jobs_ready{queue}`) and, when given, the process counters, as OpenMetrics text.
 pub fn render(snapshot: &Snapshot, process: Option<&ProcessMetrics>) -> String {
     let mut registry = Registry::default();
     let jobs = SortedFamily::<QueueStateLabels, Gauge>::default();
     let lag = SortedFamily::<QueueLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
     let running = SortedFamily::<QueueLabels, Gauge>::default();
+    let claimed = SortedFamily::<QueueLabels, Gauge>::default();
     let ready = SortedFamily::<QueueLabels, Gauge>::default();
     let paused = SortedFamily::<QueueLabels, Gauge>::default();
     for q in &snapshot.queues {
@@ -292,6 +294,9 @@ pub fn render(snapshot: &Snapshot, process: Option<&ProcessMetrics>) -> String {
         running.with(&labels, |g| {
             g.set(i64::try_from(q.running).unwrap_or(i64::MAX))
         });
+        claimed.with(&labels, |g| {
+            g.set(i64::try_from(q.claimed).unwrap_or(i64::MAX))
+        });
         ready.with(&labels, |g| {
             g.set(i64::try_from(q.ready).unwrap_or(i64::MAX))
         });
@@ -303,7 +308,16 @@ pub fn render(snapshot: &Snapshot, process: Option<&ProcessMetrics>) -> String {
         "Age of the oldest ready job per queue (0 when none is ready)",
         lag,
     );
-    registry.register("drover_jobs_running", "Running jobs per queue", running);
+    registry.register(
+        "drover_jobs_running",
+        "Running jobs whose handler started, per queue",
+        running,
+    );
+    registry.register(
+        "drover_jobs_claimed",
+        "Jobs claimed ahead by a worker and waiting for a slot, per queue",
+        claimed,
+    );
     registry.register("drover_jobs_ready", "Ready queued jobs per queue", ready);
     registry.register(
         "drover_queue_paused",
@@ -399,6 +413,7 @@ mod tests {
         for metric in [
             "drover_queue_lag_seconds",
             "drover_jobs_running",
+            "drover_jobs_claimed",
             "drover_jobs_ready",
             "drover_queue_paused",
         ] {
@@ -441,10 +456,10 @@ mod tests {
             queues: vec![QueueSnapshot {
                 queue: QueueName::parse("mail").unwrap(),
                 paused: true,
-                counts: BTreeMap::from([(JobState::Queued, 3), (JobState::Running, 1)]),
+                counts: BTreeMap::from([(JobState::Queued, 3), (JobState::Running, 3)]),
                 ready: 2,
                 running: 1,
-                claimed: 0,
+                claimed: 2,
                 oldest_ready_age_ms: Some(1500),
             }],
         };
@@ -461,6 +476,14 @@ mod tests {
         );
         assert!(
             text.contains(r#"drover_jobs_running{queue="mail"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"drover_jobs_claimed{queue="mail"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"drover_jobs{queue="mail",state="running"} 3"#),
             "{text}"
         );
         assert!(

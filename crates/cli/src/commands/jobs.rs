@@ -5,7 +5,42 @@ use crate::context::{call, Ctx};
 use crate::output::{self, outln, print_json, table};
 use crate::usage::flag_error;
 use anyhow::Result;
-use drover_core::{CancelEffect, Job, ListJobs};
+use drover_core::{CancelEffect, Job, JobId, ListJobs};
+use serde::Serialize;
+
+/// A job as `jobs list --json` and `jobs get --json` print it: the stored job and whether it
+/// waits in a worker's backlog for a slot (running, claimed ahead, not started).
+#[derive(Serialize)]
+struct JobJson<'a> {
+    #[serde(flatten)]
+    job: &'a Job,
+    waiting_for_slot: bool,
+}
+
+impl<'a> From<&'a Job> for JobJson<'a> {
+    fn from(job: &'a Job) -> Self {
+        JobJson {
+            job,
+            waiting_for_slot: job.is_waiting_for_slot(),
+        }
+    }
+}
+
+/// A page of `jobs list --json`.
+#[derive(Serialize)]
+struct PageJson<'a> {
+    jobs: Vec<JobJson<'a>>,
+    next: Option<JobId>,
+}
+
+/// When the job's handler started, as the tables show it.
+fn started(job: &Job) -> String {
+    if job.is_waiting_for_slot() {
+        "waiting for a slot".to_owned()
+    } else {
+        output::opt_time(job.started_at)
+    }
+}
 
 /// Runs a `jobs` subcommand.
 pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
@@ -20,10 +55,14 @@ pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
             let query = query.unwrap_or_default();
             let page = call(ctx, store.jobs_list(query)).await?;
             if ctx.json {
-                return print_json(&page);
+                return print_json(&PageJson {
+                    jobs: page.jobs.iter().map(JobJson::from).collect(),
+                    next: page.next,
+                });
             }
             let mut t = table(&[
-                "id", "kind", "queue", "tenant", "state", "attempt", "run at", "finished",
+                "id", "kind", "queue", "tenant", "state", "attempt", "run at", "started",
+                "finished",
             ]);
             for j in &page.jobs {
                 t.add_row(vec![
@@ -34,6 +73,7 @@ pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
                     j.state.to_string(),
                     format!("{}/{}", j.attempt, j.max_attempts),
                     output::time(j.run_at),
+                    started(j),
                     output::opt_time(j.finished_at),
                 ]);
             }
@@ -46,7 +86,7 @@ pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
         JobsCommand::Get { id } => {
             let job = call(ctx, store.job_get(id)).await?;
             if ctx.json {
-                return print_json(&job);
+                return print_json(&JobJson::from(&job));
             }
             print_job(&job)?;
         }
@@ -115,6 +155,7 @@ fn print_job(j: &Job) -> Result<()> {
         ("run at", output::time(j.run_at)),
         ("created", output::time(j.created_at)),
         ("attempted", output::opt_time(j.attempted_at)),
+        ("started", started(j)),
         ("finished", output::opt_time(j.finished_at)),
         (
             "lease owner",
