@@ -110,6 +110,14 @@ macro_rules! contract_suite {
             rescue_respects_limit,
             rescue_is_exactly_once_under_concurrency,
             rescue_late_write_of_old_worker_is_lease_lost,
+            rescue_of_a_job_that_never_started_gives_the_attempt_back,
+            rescue_gives_an_attempt_back_a_bounded_number_of_times,
+            started_claim_starts_the_first_jobs_and_claims_the_rest_ahead,
+            started_claim_under_a_limit_policy_starts_the_first_jobs,
+            started_claim_refuses_a_start_above_the_limit,
+            started_heartbeat_records_the_start_of_a_job_claimed_ahead,
+            started_finish_records_the_start_with_the_outcome,
+            started_snapshot_counts_claimed_ahead_apart_from_running,
             reconcile_claim_sets_lease_and_token,
             reconcile_resolve_succeeded,
             reconcile_resolve_failed_stores_message,
@@ -222,6 +230,8 @@ macro_rules! runner_suite {
             runner_rewritten_schedule_fires_the_ticks_missed_while_down,
             runner_claimed_ahead_jobs_wait_for_a_slot_and_are_released_at_shutdown,
             runner_cancel_of_a_claimed_ahead_job_cancels_it_before_it_starts,
+            runner_claimed_ahead_jobs_show_as_waiting_until_they_start,
+            runner_the_start_of_a_claimed_ahead_job_is_recorded_while_it_runs,
             runner_long_jobs_are_not_claimed_ahead,
         );
     };

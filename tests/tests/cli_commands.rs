@@ -1003,6 +1003,75 @@ async fn a_long_transaction_shows_in_snapshot_and_metrics_and_the_worker_warns()
     sqlx::query("COMMIT").execute(&mut *reader).await.unwrap();
 }
 
+/// A job a worker claimed ahead of a free slot (running, not started) is told apart from one
+/// whose handler started: `snapshot`, `queues list` and `metrics` count it as claimed, `jobs
+/// get` and `jobs list` say it waits for a slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_claimed_ahead_show_as_waiting_for_a_slot() {
+    let Some(db) = TestDb::migrated("jobs_claimed_ahead_show_as_waiting_for_a_slot").await else {
+        return;
+    };
+    let first = db.enqueue("noop", "{}", &["--queue", "mail"]).await;
+    let second = db.enqueue("noop", "{}", &["--queue", "mail"]).await;
+    let store = drover_store_postgres::PgStore::from_pool(db.pool().clone(), Default::default());
+    let claimed = drover_core::JobStore::jobs_claim(
+        &store,
+        drover_core::ClaimJobs {
+            worker: drover_core::WorkerId::parse("w").unwrap(),
+            queues: vec![drover_core::QueueName::parse("mail").unwrap()],
+            kinds: vec![drover_core::JobKind::parse("noop").unwrap()],
+            limit: 2,
+            start: 1,
+            lease: Duration::from_secs(60),
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(claimed.jobs.len(), 2);
+
+    let snapshot = db.json(&["snapshot"]).await;
+    let mail = &snapshot["queues"][0];
+    assert_eq!(mail["queue"], "mail", "{snapshot}");
+    assert_eq!(
+        (mail["running"].as_u64(), mail["claimed"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(mail["counts"]["running"], 2, "{snapshot}");
+    let table = db.ok(&["snapshot"]).await;
+    assert!(table.contains("claimed"), "{table}");
+    let queues = db.json(&["queues", "list"]).await;
+    assert_eq!(
+        (queues[0]["running"].as_u64(), queues[0]["claimed"].as_u64()),
+        (Some(1), Some(1))
+    );
+    let metrics = db.ok(&["metrics"]).await;
+    assert!(
+        metrics.contains(r#"drover_jobs_claimed{queue="mail"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"drover_jobs_running{queue="mail"} 1"#),
+        "{metrics}"
+    );
+
+    let started = db.json(&["jobs", "get", &first]).await;
+    assert_eq!(started["waiting_for_slot"], false);
+    assert_eq!(started["started_at"], started["attempted_at"]);
+    let waiting = db.json(&["jobs", "get", &second]).await;
+    assert_eq!(waiting["state"], "running");
+    assert_eq!(waiting["waiting_for_slot"], true);
+    assert!(waiting["started_at"].is_null(), "{waiting}");
+    let shown = db.ok(&["jobs", "get", &second]).await;
+    assert!(shown.contains("waiting for a slot"), "{shown}");
+    let page = db.json(&["jobs", "list", "--state", "running"]).await;
+    assert_eq!(ids(&page), vec![second.clone(), first.clone()]);
+    assert_eq!(page["jobs"][0]["waiting_for_slot"], true);
+    assert_eq!(page["jobs"][1]["waiting_for_slot"], false);
+    let listed = db.ok(&["jobs", "list", "--state", "running"]).await;
+    assert!(listed.contains("waiting for a slot"), "{listed}");
+    store.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bulk_enqueue_reports_bad_lines_and_loads_the_rest() {
     let Some(db) = TestDb::migrated("bulk_enqueue_reports_bad_lines_and_loads_the_rest").await

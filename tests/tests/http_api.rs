@@ -105,6 +105,7 @@ http_cases!(
         get_cancel_and_retry,
         requeue_makes_a_waiting_job_ready_now,
         queues_pause_resume_and_list,
+        a_job_claimed_ahead_shows_as_waiting_for_a_slot,
         workers_are_listed,
         ready_and_openapi_need_no_token,
         metrics_need_a_token_of_every_tenant,

@@ -363,6 +363,7 @@ WITH jobs AS (
     SET run_at = run_at - $1 * interval '1 microsecond',
         created_at = created_at - $1 * interval '1 microsecond',
         attempted_at = attempted_at - $1 * interval '1 microsecond',
+        started_at = started_at - $1 * interval '1 microsecond',
         finished_at = finished_at - $1 * interval '1 microsecond',
         lease_expires_at = lease_expires_at - $1 * interval '1 microsecond'
     RETURNING 1
@@ -512,6 +513,7 @@ fn claim_params(worker: &str, limit: u32) -> ClaimJobs {
         queues: vec![QueueName::default_queue()],
         kinds: vec![kind("work")],
         limit,
+        start: limit,
         lease: Duration::from_secs(60),
     }
 }
@@ -617,6 +619,7 @@ pg_test!(
                     let items = jobs
                         .iter()
                         .map(|j| drover_core::FinishItem {
+                            started: None,
                             id: j.id,
                             token: j.fencing_token,
                             finish: drover_core::Finish::Succeeded { result: None },
@@ -828,6 +831,7 @@ pg_test!(
             .jobs_heartbeat(drover_core::HeartbeatJobs {
                 lease: Duration::from_secs(60),
                 jobs: vec![drover_core::HeartbeatItem {
+                    started: None,
                     id: job.id,
                     token: job.fencing_token,
                     meta: None,
@@ -1028,13 +1032,13 @@ pg_test!(
             .await
             .unwrap();
         let prepare =
-            format!("PREPARE claim_queue(text, text[], integer, text, bigint) AS {statement}");
+            format!("PREPARE claim_queue(text, text[], integer, text, bigint, integer) AS {statement}");
         sqlx::Executor::execute(&mut *conn, prepare.as_str())
             .await
             .unwrap();
         for limit in [1, 288, 1000] {
             let plan: Vec<String> = sqlx::query_scalar(&format!(
-                "EXPLAIN EXECUTE claim_queue('default', '{{k}}', {limit}, 'w', 60000000)"
+                "EXPLAIN EXECUTE claim_queue('default', '{{k}}', {limit}, 'w', 60000000, {limit})"
             ))
             .fetch_all(&mut *conn)
             .await
@@ -1044,9 +1048,10 @@ pg_test!(
             assert!(!plan.contains("Seq Scan on jobs"), "limit {limit}: {plan}");
             assert!(!plan.contains("jobs_pkey"), "limit {limit}: {plan}");
         }
-        // The same text claims: the first three jobs in claim order (one run_at, so by id).
+        // The same text claims: the first three jobs in claim order (one run_at, so by id),
+        // the first two of them started.
         let answered =
-            sqlx::query("EXECUTE claim_queue('default', '{k}', 3, 'w', 60000000)")
+            sqlx::query("EXECUTE claim_queue('default', '{k}', 3, 'w', 60000000, 2)")
                 .fetch_all(&mut *conn)
                 .await
                 .unwrap();
@@ -1064,6 +1069,14 @@ pg_test!(
                 .await
                 .unwrap();
         assert_eq!(running, first);
+        let started: Vec<Uuid> = sqlx::query_scalar(
+            "SELECT id FROM drover.jobs WHERE state = 'running' AND started_at = attempted_at \
+             ORDER BY id",
+        )
+        .fetch_all(pool)
+        .await
+        .unwrap();
+        assert_eq!(started, first[..2]);
     }
 );
 
@@ -2239,7 +2252,7 @@ pg_test!(
                     }
                     let items = jobs
                         .iter()
-                        .map(|j| drover_core::FinishItem { id: j.id, token: j.fencing_token, finish: drover_core::Finish::Succeeded { result: None } })
+                        .map(|j| drover_core::FinishItem { id: j.id, token: j.fencing_token, finish: drover_core::Finish::Succeeded { result: None }, started: None })
                         .collect();
                     let replies = store.jobs_finish(items).await.unwrap_or_else(|e| panic!("finish: {e}"));
                     assert!(replies.iter().all(|r| matches!(r, drover_core::FinishReply::Recorded { .. })));

@@ -213,6 +213,7 @@ impl Writer {
                     queues: vec![QueueName::default_queue()],
                     kinds: vec![kind.clone()],
                     limit: 1,
+                    start: 1,
                     lease: Duration::from_secs(60),
                 };
                 let timed = |what: &'static str, started: Instant| {

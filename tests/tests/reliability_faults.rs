@@ -133,6 +133,89 @@ async fn sigkill_of_a_worker_mid_job_loses_no_job() {
     assert!(counter(&stopped, "rescued") >= 2, "{stopped}");
 }
 
+/// Jobs a worker claimed ahead (waiting in its backlog for its one busy slot) never started:
+/// when the worker is SIGKILLed, their expired leases give the attempt back, so jobs with
+/// `max_attempts 1` run elsewhere instead of failing. The job whose handler ran spends its
+/// attempt as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_of_a_worker_spends_no_attempt_of_jobs_it_claimed_ahead() {
+    const TEST: &str = "sigkill_of_a_worker_spends_no_attempt_of_jobs_it_claimed_ahead";
+    let _turn = TURN.lock().await;
+    let Some(server) = Server::shared(TEST) else {
+        return;
+    };
+    let db = Db::create(&server, TEST, Instrument::Full).await;
+    let mut a = db.spawn_worker(&["--slots", "1", "--prefetch", "8"]);
+    let a_id = a.worker_started().await;
+    // A short job first: A claims ahead only once it saw that its queue's jobs are short.
+    let first = db.enqueue_records(1, 0, 1).await;
+    db.wait_all_terminal(WAIT).await;
+    // Then a long job, which takes A's slot, and five short ones, which A claims ahead.
+    let long = db.enqueue_records(1, 60_000, 1).await;
+    let short = db.enqueue_records(5, 0, 1).await;
+    wait_until(
+        "A to run the long job and hold the short ones",
+        WAIT,
+        || async {
+            let (running, waiting): (i64, i64) = sqlx::query_as(
+                "SELECT count(*) FILTER (WHERE started_at IS NOT NULL), \
+                    count(*) FILTER (WHERE started_at IS NULL) \
+             FROM drover.jobs WHERE state = 'running' AND lease_owner = $1",
+            )
+            .bind(&a_id)
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+            let long_ran = db.side_effects_of(a.pid).await >= 2;
+            (running == 1 && waiting == 5 && long_ran).then_some(())
+        },
+    )
+    .await;
+    a.signal(Signal::KILL);
+    assert!(!a.wait_exit(WAIT).await.success());
+
+    let mut b = db.spawn_worker(&["--slots", "4"]);
+    b.worker_started().await;
+    db.wait_all_terminal(WAIT).await;
+    let ids: Vec<_> = first.iter().chain(&long).chain(&short).copied().collect();
+    let audit = audit(&db, &ids).await;
+    audit.assert_clean();
+    let outcomes: Vec<(String, i32, i32, String)> = sqlx::query_as(
+        "SELECT state, attempt, (SELECT count(*) FROM side_effects s WHERE s.job_id = j.id \
+                AND s.pid = $2)::int, COALESCE(errors->-1->>'message', '') \
+         FROM drover.jobs j WHERE id = ANY($1) ORDER BY id",
+    )
+    .bind(&short)
+    .bind(a.pid as i32)
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    for (state, attempt, runs_on_a, note) in &outcomes {
+        assert_eq!(
+            (state.as_str(), *attempt, *runs_on_a),
+            ("succeeded", 1, 0),
+            "a job claimed ahead by the killed worker runs elsewhere on its only attempt"
+        );
+        assert!(note.contains("before the handler started"), "{note}");
+    }
+    let (state, note): (String, String) =
+        sqlx::query_as("SELECT state, errors->-1->>'message' FROM drover.jobs WHERE id = $1")
+            .bind(long[0])
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        state, "failed",
+        "the job whose handler ran spent its only attempt"
+    );
+    assert!(
+        note.starts_with("lease expired during attempt 1 of 1"),
+        "{note}"
+    );
+    let stopped = b.stop(WAIT).await;
+    assert_eq!(counter(&stopped, "rescued"), 6, "{stopped}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cut_database_connections_lose_no_job() {
     const TEST: &str = "cut_database_connections_lose_no_job";

@@ -355,6 +355,7 @@ async fn store_battery(store: &dyn JobStore) -> BTreeSet<String> {
         queues: vec![QueueName::default_queue()],
         kinds: vec![kind("nothing.registered")],
         limit,
+        start: limit,
         lease,
     };
     assert!(matches!(
@@ -383,6 +384,7 @@ async fn store_battery(store: &dyn JobStore) -> BTreeSet<String> {
                 .jobs_heartbeat(HeartbeatJobs {
                     lease: Duration::from_secs(10),
                     jobs: vec![HeartbeatItem {
+                        started: None,
                         id,
                         token,
                         meta: Some(json!({"text": HOSTILE[0]})),
@@ -394,6 +396,7 @@ async fn store_battery(store: &dyn JobStore) -> BTreeSet<String> {
             assert_eq!(beat, vec![HeartbeatReply::LeaseLost { id }]);
             let finish = store
                 .jobs_finish(vec![FinishItem {
+                    started: None,
                     id,
                     token,
                     finish: Finish::Succeeded {
@@ -491,6 +494,7 @@ async fn store_battery(store: &dyn JobStore) -> BTreeSet<String> {
         queues: vec![QueueName::default_queue()],
         kinds: vec![kind(k)],
         limit: 10,
+        start: 10,
         lease: Duration::from_secs(30),
     };
     let claimed = store

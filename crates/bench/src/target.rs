@@ -369,6 +369,7 @@ mod tests {
                 queues: vec![QueueName::parse(QUEUE).unwrap()],
                 kinds: vec![JobKind::parse(KIND).unwrap()],
                 limit: 2,
+                start: 2,
                 lease: Duration::from_secs(60),
             })
             .await
@@ -377,6 +378,7 @@ mod tests {
         let items = claimed
             .iter()
             .map(|job| FinishItem {
+                started: None,
                 id: job.id,
                 token: job.fencing_token,
                 finish: Finish::Succeeded { result: None },

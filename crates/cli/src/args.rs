@@ -209,9 +209,9 @@ pub struct WorkerArgs {
     pub slots: usize,
 
     /// Claim-ahead per queue, 0..=10000: while a queue's jobs are short (under 50 ms), a claim
-    /// may take up to N jobs beyond the free slots; they wait leased for a slot and are
-    /// released at once on shutdown (default: 8 per slot, at most 1,000; 0 turns it off).
-    /// Applies to every pool.
+    /// may take up to N jobs beyond the free slots; they wait leased for a slot (shown as
+    /// claimed, not running, until they start) and are released at once on shutdown (default:
+    /// 8 per slot, at most 1,000; 0 turns it off). Applies to every pool.
     #[arg(
         long,
         value_name = "N",

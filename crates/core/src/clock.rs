@@ -69,8 +69,13 @@ impl Clock for ManualClock {
 ///   truncated toward zero) would round up: the PostgreSQL store sends instants already
 ///   converted by this function.
 pub fn stored_instant(at: DateTime<Utc>) -> DateTime<Utc> {
-    let mut secs = at.timestamp();
     let mut nanos = at.timestamp_subsec_nanos();
+    if nanos < 1_000_000_000 && nanos % 1_000 == 0 {
+        // Already whole microseconds and no leap second: as stored (the common case, cheap,
+        // where rebuilding the instant costs a calendar computation).
+        return at;
+    }
+    let mut secs = at.timestamp();
     if nanos >= 1_000_000_000 {
         secs += 1;
         nanos -= 1_000_000_000;

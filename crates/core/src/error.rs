@@ -303,6 +303,8 @@ impl fmt::Display for Quota {
 pub enum EventName {
     /// A worker claims a queued job.
     Claim,
+    /// A worker records that the handler of a job claimed ahead started.
+    Started,
     /// A worker extends its lease.
     Heartbeat,
     /// A worker records success.
@@ -337,7 +339,8 @@ impl EventName {
     pub fn applies_to(self) -> &'static str {
         match self {
             EventName::Claim => "queued jobs that are ready",
-            EventName::Heartbeat
+            EventName::Started
+            | EventName::Heartbeat
             | EventName::Complete
             | EventName::Fail
             | EventName::Snooze
@@ -370,6 +373,7 @@ impl fmt::Display for EventName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             EventName::Claim => "claim",
+            EventName::Started => "record the start of",
             EventName::Heartbeat => "heartbeat",
             EventName::Complete => "complete",
             EventName::Fail => "fail",

@@ -137,7 +137,9 @@ pub struct Job {
     pub cancel_requested: bool,
     /// The handler's result on success.
     pub result: Option<Value>,
-    /// Failed attempts, newest last, at most [`ERRORS_KEPT`].
+    /// Failed attempts, newest last, at most [`ERRORS_KEPT`]; also the claims an expired lease
+    /// ended before their handler started, whose attempt was given back
+    /// ([`crate::state::lease_expired_unstarted_message`]).
     pub errors: Vec<AttemptError>,
     /// Latest progress saved by the handler (`step(name, detail)`), if any.
     pub progress: Option<Value>,
@@ -151,6 +153,13 @@ pub struct Job {
     pub created_at: DateTime<Utc>,
     /// Time of the latest claim.
     pub attempted_at: Option<DateTime<Utc>>,
+    /// When the handler of the latest claim started (store clock): the claim's time for a job
+    /// that started at once, or recorded when a job claimed ahead leaves its worker's backlog
+    /// for a slot. `None` before the first claim, while the job waits for a slot (see
+    /// [`Job::is_waiting_for_slot`]), and when the latest claim ended without its handler
+    /// starting (released, cancelled or rescued while it waited).
+    #[serde(default)]
+    pub started_at: Option<DateTime<Utc>>,
     /// When the job reached its terminal state; retention counts from here.
     pub finished_at: Option<DateTime<Utc>>,
 }
@@ -165,6 +174,12 @@ impl Job {
         keys.sort();
         keys.dedup();
         keys
+    }
+
+    /// True when the job is running (leased) but its handler has not started: a worker
+    /// claimed it ahead of a free slot and it waits in that worker's backlog.
+    pub fn is_waiting_for_slot(&self) -> bool {
+        self.state == JobState::Running && self.started_at.is_none()
     }
 
     /// True when the job is queued and `run_at <= now`.
@@ -419,6 +434,7 @@ impl NewJob {
             limit_keys: self.limit_keys,
             created_at: now,
             attempted_at: None,
+            started_at: None,
             finished_at: None,
         }
     }

@@ -55,8 +55,12 @@ pub struct QueueSnapshot {
     pub counts: BTreeMap<JobState, u64>,
     /// Queued jobs that are ready now (`run_at <= now`), whatever their kind.
     pub ready: u64,
-    /// Jobs running now.
+    /// Jobs running with their handler started.
     pub running: u64,
+    /// Jobs claimed ahead by a worker and waiting in its backlog for a slot: leased (state
+    /// `running`) but not started. `counts[running]` is `running + claimed`.
+    #[serde(default)]
+    pub claimed: u64,
     /// Age of the oldest ready job: `now - run_at`, in milliseconds (`None` when none is ready).
     /// This is the queue lag; jobs of kinds no worker registers count too.
     pub oldest_ready_age_ms: Option<u64>,

@@ -139,6 +139,19 @@ pub enum Event {
         worker: WorkerId,
         /// Lease length from `now`.
         lease: Duration,
+        /// The job starts at once on a free slot (`started_at = now`); false for a job claimed
+        /// ahead, which waits for a slot (`started_at` stays `None` until [`Event::Started`]).
+        start: bool,
+    },
+    /// The lease holder reports that the handler of a job claimed ahead started `elapsed` ago
+    /// (measured by the worker; the store's clock decides the instant). Records
+    /// `started_at = now - elapsed`, but never before the claim (`attempted_at`); a job whose
+    /// start is recorded already keeps it.
+    Started {
+        /// The token from the claim.
+        token: FencingToken,
+        /// Time since the handler started, by the worker's clock.
+        elapsed: Duration,
     },
     /// The lease holder extends its lease and saves meta/progress.
     Heartbeat {
@@ -186,7 +199,9 @@ pub enum Event {
         /// Why, as the handler or runner reported it.
         message: String,
     },
-    /// The rescuer found the lease expired (by the store's clock).
+    /// The rescuer found the lease expired (by the store's clock). A job whose handler never
+    /// started (claimed ahead, still waiting for a slot) gets its attempt back, at most
+    /// [`UNSTARTED_RESCUES_MAX`] times in a row for the same attempt.
     LeaseExpired {
         /// The job's kind has a reconciler registered by the rescuing worker.
         reconciler: bool,
@@ -220,6 +235,7 @@ impl Event {
     pub fn name(&self) -> EventName {
         match self {
             Event::Claim { .. } => EventName::Claim,
+            Event::Started { .. } => EventName::Started,
             Event::Heartbeat { .. } => EventName::Heartbeat,
             Event::Complete { .. } => EventName::Complete,
             Event::Fail { .. } => EventName::Fail,
@@ -253,12 +269,43 @@ pub fn lease_expired_message(attempt: i32, max_attempts: i32) -> String {
     )
 }
 
+/// How many times in a row an expired lease may give back the same attempt of a job whose
+/// handler never started. The bound is for a job that kills its worker right after it left
+/// the backlog, before the worker recorded its start: it is rescued as never started, so
+/// without a bound it could crash workers forever without spending an attempt. With it such
+/// a job costs at most `UNSTARTED_RESCUES_MAX + 1` crashes per attempt.
+pub const UNSTARTED_RESCUES_MAX: usize = 3;
+
+/// How the message of [`lease_expired_unstarted_message`] begins.
+const UNSTARTED_PREFIX: &str = "lease expired before the handler started";
+
+/// The message recorded when a lease expires before the job's handler started (it waited for
+/// a slot in a worker that stopped): the attempt is given back.
+pub fn lease_expired_unstarted_message(attempt: i32) -> String {
+    format!(
+        "{UNSTARTED_PREFIX} (the job waited for a slot in a worker that stopped heartbeating): attempt {attempt} not spent"
+    )
+}
+
+/// How many times in a row the latest errors of `job` record an expired lease that gave
+/// back its current attempt before the handler started.
+fn unstarted_rescues(job: &Job) -> usize {
+    job.errors
+        .iter()
+        .rev()
+        .take_while(|e| e.attempt == job.attempt && e.message.starts_with(UNSTARTED_PREFIX))
+        .count()
+}
+
 /// Applies `event` to `job` at instant `now`, per the table of DESIGN.md section 3.
 ///
 /// Worker writes (heartbeat, complete, fail, snooze, release, cancelled) require the job to be
 /// running under `token` with `lease_expires_at > now`; otherwise [`Error::LeaseLost`]. A job
 /// with `cancel_requested` that fails, snoozes, is released or has its lease expire ends
-/// `cancelled` (DESIGN.md section 9); one that completes ends `succeeded`.
+/// `cancelled` (DESIGN.md section 9); one that completes ends `succeeded`. An expired lease
+/// of a job whose handler never started (`started_at` is `None`: it waited for a slot) gives
+/// the attempt back and queues the job again, as a release would, noting it in `errors`; after
+/// [`UNSTARTED_RESCUES_MAX`] such rescues of the same attempt it is rescued as a started job.
 ///
 /// # Errors
 /// [`Error::LeaseLost`] for a worker write without a valid lease; [`Error::InvalidTransition`]
@@ -270,7 +317,11 @@ pub fn apply(job: &mut Job, event: Event, now: DateTime<Utc>) -> Result<Transiti
     let refuse = |name: EventName| Error::InvalidTransition { from, event: name };
     let name = event.name();
     match event {
-        Event::Claim { worker, lease } => {
+        Event::Claim {
+            worker,
+            lease,
+            start,
+        } => {
             if from != JobState::Queued || job.run_at > now {
                 return Err(refuse(name));
             }
@@ -280,7 +331,15 @@ pub fn apply(job: &mut Job, event: Event, now: DateTime<Utc>) -> Result<Transiti
             job.lease_owner = Some(worker);
             job.lease_expires_at = Some(clock::add(now, lease));
             job.attempted_at = Some(now);
+            job.started_at = start.then_some(now);
             job.cancel_requested = false;
+        }
+        Event::Started { token, elapsed } => {
+            check_lease(job, token, now)?;
+            if job.started_at.is_none() {
+                let at = clock::sub(now, elapsed);
+                job.started_at = Some(job.attempted_at.map_or(at, |claimed| at.max(claimed)));
+            }
         }
         Event::Heartbeat {
             token,
@@ -347,6 +406,17 @@ pub fn apply(job: &mut Job, event: Event, now: DateTime<Utc>) -> Result<Transiti
             let expired = job.lease_expires_at.is_some_and(|at| at <= now);
             if from != JobState::Running || !expired {
                 return Err(refuse(name));
+            }
+            let unstarted = job.started_at.is_none() && !job.cancel_requested;
+            if unstarted && unstarted_rescues(job) < UNSTARTED_RESCUES_MAX {
+                let message = lease_expired_unstarted_message(job.attempt);
+                push_error(job, &message, now);
+                job.attempt = job.attempt.saturating_sub(1).max(0);
+                requeue(job, now);
+                return Ok(Transition {
+                    from,
+                    to: job.state,
+                });
             }
             let message = lease_expired_message(job.attempt, job.max_attempts);
             push_error(job, &message, now);
@@ -485,6 +555,23 @@ mod tests {
             Event::Claim {
                 worker,
                 lease: Duration::from_secs(60),
+                start: true,
+            },
+            now,
+        )
+        .unwrap();
+        job.fencing_token
+    }
+
+    /// Claims `job` ahead of a free slot at `now` (lease 60 s): its handler has not started.
+    fn claim_ahead(job: &mut Job, now: DateTime<Utc>) -> FencingToken {
+        let worker = WorkerId::parse("w1").unwrap();
+        apply(
+            job,
+            Event::Claim {
+                worker,
+                lease: Duration::from_secs(60),
+                start: false,
             },
             now,
         )
@@ -529,7 +616,8 @@ mod tests {
             &mut job,
             Event::Claim {
                 worker: WorkerId::parse("w").unwrap(),
-                lease: Duration::from_secs(5)
+                lease: Duration::from_secs(5),
+                start: true,
             },
             t(11)
         )
@@ -606,6 +694,106 @@ mod tests {
         apply(&mut job, Event::LeaseExpired { reconciler: false }, t(200)).unwrap();
         assert_eq!(job.state, JobState::Failed);
         assert!(job.errors.last().unwrap().message.contains("lease expired"));
+    }
+
+    #[test]
+    fn a_claim_ahead_starts_later_and_never_before_the_claim() {
+        let mut job = queued(3);
+        claim(&mut job, t(1));
+        assert_eq!(job.started_at, Some(t(1)), "started at once");
+        let mut job = queued(3);
+        let token = claim_ahead(&mut job, t(10));
+        assert!(job.is_waiting_for_slot());
+        assert!(job.started_at.is_none());
+        let stale = FencingToken(token.0 - 1);
+        let started = |token, elapsed| Event::Started {
+            token,
+            elapsed: Duration::from_secs(elapsed),
+        };
+        assert!(matches!(
+            apply(&mut job, started(stale, 1), t(12)),
+            Err(Error::LeaseLost { .. })
+        ));
+        apply(&mut job, started(token, 2), t(15)).unwrap();
+        assert_eq!(job.started_at, Some(t(13)), "now - elapsed");
+        assert!(!job.is_waiting_for_slot());
+        apply(&mut job, started(token, 0), t(20)).unwrap();
+        assert_eq!(
+            job.started_at,
+            Some(t(13)),
+            "the first start recorded stays"
+        );
+        // A worker whose clock ran ahead cannot date the start before the claim.
+        let mut job = queued(3);
+        let token = claim_ahead(&mut job, t(10));
+        apply(&mut job, started(token, 60), t(11)).unwrap();
+        assert_eq!(job.started_at, Some(t(10)));
+    }
+
+    #[test]
+    fn an_expired_lease_of_a_job_that_never_started_gives_the_attempt_back() {
+        let mut job = queued(1);
+        claim_ahead(&mut job, t(0));
+        apply(&mut job, Event::LeaseExpired { reconciler: true }, t(60)).unwrap();
+        assert_eq!(
+            (job.state, job.attempt, job.run_at),
+            (JobState::Queued, 0, t(60)),
+            "queued again, attempt not spent, no reconcile (nothing ran)"
+        );
+        let note = job.errors.last().unwrap();
+        assert_eq!(note.attempt, 1);
+        assert_eq!(note.message, lease_expired_unstarted_message(1));
+        assert!(note.message.contains("not spent"));
+        // Started, the same job spends its only attempt.
+        let token = claim_ahead(&mut job, t(61));
+        apply(
+            &mut job,
+            Event::Started {
+                token,
+                elapsed: Duration::ZERO,
+            },
+            t(62),
+        )
+        .unwrap();
+        apply(&mut job, Event::LeaseExpired { reconciler: false }, t(200)).unwrap();
+        assert_eq!((job.state, job.attempt), (JobState::Failed, 1));
+        // A cancel requested while it waited ends it cancelled.
+        let mut job = queued(1);
+        claim_ahead(&mut job, t(0));
+        apply(&mut job, Event::Cancel, t(1)).unwrap();
+        apply(&mut job, Event::LeaseExpired { reconciler: false }, t(60)).unwrap();
+        assert_eq!(job.state, JobState::Cancelled);
+    }
+
+    #[test]
+    fn an_attempt_is_given_back_at_most_unstarted_rescues_max_times_in_a_row() {
+        let mut job = queued(2);
+        let mut now = 0;
+        for _ in 0..UNSTARTED_RESCUES_MAX {
+            claim_ahead(&mut job, t(now));
+            now += 60;
+            apply(&mut job, Event::LeaseExpired { reconciler: false }, t(now)).unwrap();
+            assert_eq!((job.state, job.attempt), (JobState::Queued, 0));
+        }
+        claim_ahead(&mut job, t(now));
+        now += 60;
+        apply(&mut job, Event::LeaseExpired { reconciler: false }, t(now)).unwrap();
+        assert_eq!((job.state, job.attempt), (JobState::Queued, 1), "spent");
+        assert!(job
+            .errors
+            .last()
+            .unwrap()
+            .message
+            .starts_with("lease expired during"));
+        // The next attempt starts a new count.
+        claim_ahead(&mut job, t(now));
+        now += 60;
+        apply(&mut job, Event::LeaseExpired { reconciler: false }, t(now)).unwrap();
+        assert_eq!(
+            (job.state, job.attempt),
+            (JobState::Queued, 1),
+            "given back"
+        );
     }
 
     #[test]

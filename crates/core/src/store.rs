@@ -133,8 +133,42 @@ pub struct ClaimJobs {
     pub kinds: Vec<JobKind>,
     /// Most jobs to claim, 1..=10,000 (the worker's free capacity).
     pub limit: u32,
+    /// How many of the claimed jobs start at once, 0..=`limit` (the worker's free slots): the
+    /// first `start` in claim order get `started_at` = the claim's time; the rest are claimed
+    /// ahead and wait for a slot (`started_at` stays `None` until the worker reports their
+    /// start with [`HeartbeatItem::started`] or [`FinishItem::started`]).
+    pub start: u32,
     /// Lease length (100 ms..=24 h).
     pub lease: Duration,
+}
+
+impl ClaimJobs {
+    /// Checks `limit` (1..=10,000) and `start` (at most `limit`); the lease is checked by
+    /// [`crate::lease::check_lease`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] naming `limit` or `start`.
+    pub fn validate_counts(&self) -> Result<()> {
+        if self.limit == 0 || self.limit > CLAIM_LIMIT_MAX {
+            return Err(Error::invalid(
+                "limit",
+                format!(
+                    "must be between 1 and {CLAIM_LIMIT_MAX}, got {}",
+                    self.limit
+                ),
+            ));
+        }
+        if self.start > self.limit {
+            return Err(Error::invalid(
+                "start",
+                format!(
+                    "must be at most the limit ({}), got {}",
+                    self.limit, self.start
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// The answer to a claim ([`JobStore::jobs_claim`]).
@@ -173,6 +207,10 @@ pub struct HeartbeatItem {
     pub meta: Option<Value>,
     /// Latest progress, when the handler reported any.
     pub progress: Option<Value>,
+    /// For a job claimed ahead whose handler has started and whose start the store has not
+    /// recorded: how long ago it started, by the worker's clock ([`crate::Event::Started`]);
+    /// `None` otherwise.
+    pub started: Option<Duration>,
 }
 
 /// Extend the leases of a worker's running jobs in one call.
@@ -244,6 +282,10 @@ pub struct FinishItem {
     pub token: FencingToken,
     /// The outcome.
     pub finish: Finish,
+    /// For a job claimed ahead whose handler started and whose start the store has not
+    /// recorded: how long ago it started, by the worker's clock; recorded before the outcome
+    /// ([`crate::Event::Started`]). `None` otherwise (also for a job that never started).
+    pub started: Option<Duration>,
 }
 
 /// The answer to one [`FinishItem`].
@@ -481,6 +523,9 @@ pub struct Rescued {
     pub queue: QueueName,
     /// Its new state: queued, failed, reconciling or cancelled.
     pub to: JobState,
+    /// False when the rescue gave the attempt back because the job's handler never started
+    /// (it waited for a slot in a worker that stopped; see [`crate::Event::LeaseExpired`]).
+    pub attempt_spent: bool,
 }
 
 /// Take reconciling jobs under a short lease for a reconcile sweep.
@@ -591,15 +636,18 @@ pub trait JobStore: Send + Sync + 'static {
     /// Claims up to `limit` ready jobs, in order of priority (smaller first), then `run_at`,
     /// then id, from unpaused queues, of registered kinds, that every applicable limit policy
     /// admits. Jobs skipped for limits keep their place and spend nothing. Each claimed job is
-    /// returned running, with attempt + 1, a new fencing token and the lease. When rates held
-    /// back jobs the claim had room for, the answer says how long until the earliest of them
-    /// is admissible ([`Claimed::retry_after`]).
+    /// returned running, with attempt + 1, a new fencing token and the lease; the first
+    /// `start` of them in claim order with `started_at` = the claim's time, the others
+    /// (claimed ahead) without. When rates held back jobs the claim had room for, the answer
+    /// says how long until the earliest of them is admissible ([`Claimed::retry_after`]).
     ///
     /// # Errors
-    /// `InvalidInput` for a limit of 0 or above 10,000 or a bad lease.
+    /// `InvalidInput` for a limit of 0 or above 10,000, a `start` above the limit, or a bad
+    /// lease.
     async fn jobs_claim(&self, claim: ClaimJobs) -> Result<Claimed>;
 
-    /// Extends leases and saves meta/progress; answers per item in input order.
+    /// Extends leases and saves meta/progress, and records the start of jobs claimed ahead
+    /// ([`HeartbeatItem::started`]); answers per item in input order.
     ///
     /// # Errors
     /// `InvalidInput` for a bad lease, a meta that is not an object, or a meta or progress
@@ -607,7 +655,8 @@ pub trait JobStore: Send + Sync + 'static {
     /// (`jobs[i].meta`, `jobs[i].progress` in batches of more than one).
     async fn jobs_heartbeat(&self, heartbeat: HeartbeatJobs) -> Result<Vec<HeartbeatReply>>;
 
-    /// Records finished runs; answers per item in input order. An item with a stale token or
+    /// Records finished runs (and first the start of a job claimed ahead,
+    /// [`FinishItem::started`]); answers per item in input order. An item with a stale token or
     /// an expired lease is answered `LeaseLost` and changes nothing. Of repeated ids only the
     /// first item counts (the others are answered `LeaseLost`). With
     /// [`SucceededJobs::Delete`] a recorded success deletes the job.
@@ -644,7 +693,9 @@ pub trait JobStore: Send + Sync + 'static {
 
     /// Rescues up to `limit` running jobs whose lease expired: to queued, or failed when
     /// attempts are spent, or reconciling for reconciler kinds, or cancelled when a cancel was
-    /// requested. Each expired lease is rescued exactly once, however many callers race.
+    /// requested; a job whose handler never started goes back to queued with its attempt given
+    /// back ([`crate::Event::LeaseExpired`]). Each expired lease is rescued exactly once,
+    /// however many callers race.
     async fn jobs_rescue_expired(&self, rescue: RescueExpired) -> Result<Vec<Rescued>>;
 
     /// Takes up to `limit` reconciling jobs of `kinds` whose reconcile lease is free, under a
@@ -782,10 +833,16 @@ pub trait JobStore: Send + Sync + 'static {
             .ok_or_else(|| Error::fatal("store answered an enqueue with no job"))
     }
 
-    /// Records one finished run; `LeaseLost` as an error.
+    /// Records one finished run of a job whose start the store knows; `LeaseLost` as an
+    /// error.
     async fn job_finish(&self, id: JobId, token: FencingToken, finish: Finish) -> Result<JobState> {
         let reply = self
-            .jobs_finish(vec![FinishItem { id, token, finish }])
+            .jobs_finish(vec![FinishItem {
+                id,
+                token,
+                finish,
+                started: None,
+            }])
             .await?
             .pop()
             .ok_or_else(|| Error::fatal("store answered a finish with no reply"))?;

@@ -3,13 +3,16 @@
 //! with `drover_core::apply` and checked against a small independent model of the table in
 //! DESIGN.md section 3, plus invariants: attempts stay within 0..=max_attempts, terminal
 //! states are absorbing except for an operator retry, fencing tokens strictly increase across
-//! claims, stale tokens are always rejected, release and snooze never spend an attempt, and an
+//! claims, stale tokens are always rejected, release and snooze never spend an attempt, an
+//! expired lease of a job whose handler never started gives its attempt back (at most
+//! `UNSTARTED_RESCUES_MAX` times in a row), a recorded start is never before the claim, and an
 //! error leaves the job unchanged.
 
 use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
 use drover_core::job::ERRORS_KEPT;
+use drover_core::state::UNSTARTED_RESCUES_MAX;
 use drover_core::{
     apply, Error, Event, FencingToken, Job, JobId, JobKind, JobState, NewJob, Resolution, Retry,
     WorkerId,
@@ -30,7 +33,10 @@ enum Token {
 #[derive(Debug, Clone)]
 enum Step {
     Advance(u64),
-    Claim(u64),
+    /// Lease length, and whether the job starts at once (false: claimed ahead).
+    Claim(u64, bool),
+    /// The handler of a job claimed ahead started this many ms ago.
+    Started(Token, u64),
     Heartbeat(Token, u64),
     Complete(Token),
     Fail(Token, Option<u64>),
@@ -57,7 +63,8 @@ fn step() -> impl Strategy<Value = Step> {
     let lease = 100u64..90_000;
     prop_oneof![
         4 => ms.clone().prop_map(Step::Advance),
-        4 => lease.clone().prop_map(Step::Claim),
+        4 => (lease.clone(), any::<bool>()).prop_map(|(l, s)| Step::Claim(l, s)),
+        2 => (token(), 0u64..200_000).prop_map(|(t, e)| Step::Started(t, e)),
         2 => (token(), lease.clone()).prop_map(|(t, l)| Step::Heartbeat(t, l)),
         2 => token().prop_map(Step::Complete),
         3 => (token(), proptest::option::of(ms.clone())).prop_map(|(t, d)| Step::Fail(t, d)),
@@ -83,6 +90,11 @@ struct Model {
     lease_ends_ms: Option<i64>,
     run_at_ms: i64,
     cancel_requested: bool,
+    /// The handler of the latest claim started (the job's `started_at` is set).
+    started: bool,
+    /// The job's errors, newest last: the attempt each names, and whether it records a lease
+    /// that expired before the handler started.
+    errors: Vec<(i32, bool)>,
 }
 
 /// What the model expects an event to do.
@@ -111,12 +123,28 @@ impl Model {
         self.run_at_ms = run_at;
     }
 
+    fn push_error(&mut self, unstarted: bool) {
+        self.errors.push((self.attempt, unstarted));
+        if self.errors.len() > ERRORS_KEPT {
+            self.errors.remove(0);
+        }
+    }
+
+    /// Expired leases in a row that gave back the current attempt before the handler started.
+    fn unstarted_rescues(&self) -> usize {
+        self.errors
+            .iter()
+            .rev()
+            .take_while(|(attempt, unstarted)| *unstarted && *attempt == self.attempt)
+            .count()
+    }
+
     /// Applies a step at `now`; worker-write tokens come resolved in `token`.
     fn step(&mut self, step: &Step, token: i64, now: i64) -> Expect {
         let ms = |d: u64| i64::try_from(d).unwrap();
         match *step {
             Step::Advance(_) => Expect::Ok,
-            Step::Claim(lease) => {
+            Step::Claim(lease, start) => {
                 if self.state != JobState::Queued || self.run_at_ms > now {
                     return Expect::InvalidTransition;
                 }
@@ -125,6 +153,14 @@ impl Model {
                 self.token += 1;
                 self.lease_ends_ms = Some(now + ms(lease));
                 self.cancel_requested = false;
+                self.started = start;
+                Expect::Ok
+            }
+            Step::Started(..) => {
+                if !self.holds(token, now) {
+                    return Expect::LeaseLost;
+                }
+                self.started = true;
                 Expect::Ok
             }
             Step::Heartbeat(_, lease) => {
@@ -145,6 +181,7 @@ impl Model {
                 if !self.holds(token, now) {
                     return Expect::LeaseLost;
                 }
+                self.push_error(false);
                 match retry {
                     _ if self.cancel_requested => self.finish(JobState::Cancelled),
                     Some(d) if self.attempt < self.max_attempts => self.requeue(now + ms(d)),
@@ -168,6 +205,7 @@ impl Model {
                 if !self.holds(token, now) {
                     return Expect::LeaseLost;
                 }
+                self.push_error(false);
                 self.finish(JobState::Cancelled);
                 Expect::Ok
             }
@@ -176,6 +214,14 @@ impl Model {
                 if self.state != JobState::Running || !expired {
                     return Expect::InvalidTransition;
                 }
+                let unstarted = !self.started && !self.cancel_requested;
+                if unstarted && self.unstarted_rescues() < UNSTARTED_RESCUES_MAX {
+                    self.push_error(true);
+                    self.attempt = (self.attempt - 1).max(0);
+                    self.requeue(now);
+                    return Expect::Ok;
+                }
+                self.push_error(false);
                 if self.cancel_requested {
                     self.finish(JobState::Cancelled);
                 } else if reconciler {
@@ -206,7 +252,10 @@ impl Model {
                 }
                 match verdict {
                     0 => self.finish(JobState::Succeeded),
-                    1 => self.finish(JobState::Failed),
+                    1 => {
+                        self.push_error(false);
+                        self.finish(JobState::Failed);
+                    }
                     _ => self.lease_ends_ms = None,
                 }
                 Expect::Ok
@@ -264,7 +313,8 @@ fn ms_of(t: DateTime<Utc>) -> i64 {
 
 fn token_of(step: &Step) -> Option<Token> {
     match step {
-        Step::Heartbeat(t, _)
+        Step::Started(t, _)
+        | Step::Heartbeat(t, _)
         | Step::Complete(t)
         | Step::Fail(t, _)
         | Step::Snooze(t, _)
@@ -280,9 +330,14 @@ fn event_of(step: &Step, token: FencingToken) -> Option<Event> {
     let d = Duration::from_millis;
     Some(match *step {
         Step::Advance(_) => return None,
-        Step::Claim(lease) => Event::Claim {
+        Step::Claim(lease, start) => Event::Claim {
             worker: worker(),
             lease: d(lease),
+            start,
+        },
+        Step::Started(_, elapsed) => Event::Started {
+            token,
+            elapsed: d(elapsed),
         },
         Step::Heartbeat(_, lease) => Event::Heartbeat {
             token,
@@ -341,6 +396,8 @@ fn run(max_attempts: i32, steps: &[Step]) -> Result<(), TestCaseError> {
         lease_ends_ms: None,
         run_at_ms: 0,
         cancel_requested: false,
+        started: false,
+        errors: Vec::new(),
     };
     let mut now: i64 = 0;
     let mut highest_claim_token = 0;
@@ -404,7 +461,7 @@ fn run(max_attempts: i32, steps: &[Step]) -> Result<(), TestCaseError> {
         }
         // Fencing tokens never decrease and strictly increase across claims.
         prop_assert!(job.fencing_token >= before.fencing_token);
-        if result.is_ok() && matches!(step, Step::Claim(_) | Step::ReconcileClaim(_)) {
+        if result.is_ok() && matches!(step, Step::Claim(..) | Step::ReconcileClaim(_)) {
             prop_assert!(job.fencing_token.0 > highest_claim_token);
             highest_claim_token = job.fencing_token.0;
         }
@@ -419,6 +476,28 @@ fn run(max_attempts: i32, steps: &[Step]) -> Result<(), TestCaseError> {
         prop_assert_eq!(job.fencing_token.0, model.token);
         prop_assert_eq!(job.lease_expires_at.map(ms_of), model.lease_ends_ms);
         prop_assert_eq!(job.cancel_requested, model.cancel_requested);
+        prop_assert_eq!(job.started_at.is_some(), model.started);
+        let errors: Vec<(i32, bool)> = job
+            .errors
+            .iter()
+            .map(|e| {
+                let unstarted = e
+                    .message
+                    .starts_with("lease expired before the handler started");
+                (e.attempt, unstarted)
+            })
+            .collect();
+        prop_assert_eq!(&errors, &model.errors);
+        // A recorded start lies between the claim and now.
+        if let Some(started) = job.started_at {
+            prop_assert!(job.attempted_at.is_some_and(|claimed| started >= claimed));
+            prop_assert!(started <= at(now));
+        }
+        // A job waits for a slot exactly while it is running without a recorded start.
+        prop_assert_eq!(
+            job.is_waiting_for_slot(),
+            job.state == JobState::Running && !model.started
+        );
         if job.state == JobState::Queued {
             prop_assert_eq!(ms_of(job.run_at), model.run_at_ms);
         }
@@ -448,15 +527,20 @@ proptest! {
 #[test]
 fn every_row_once() {
     let steps = vec![
-        Step::Claim(1000),
+        Step::Claim(1000, true),
         Step::Heartbeat(Token::Current, 1000),
         Step::Fail(Token::Current, Some(0)),
-        Step::Claim(1000),
+        Step::Claim(1000, false),
+        Step::Advance(10),
+        Step::Started(Token::Current, 5),
         Step::Snooze(Token::Current, 10),
         Step::Advance(10),
-        Step::Claim(1000),
+        Step::Claim(1000, true),
         Step::Release(Token::Current),
-        Step::Claim(50),
+        Step::Claim(50, false),
+        Step::Advance(50),
+        Step::LeaseExpired(false),
+        Step::Claim(50, true),
         Step::Advance(50),
         Step::LeaseExpired(true),
         Step::ReconcileClaim(100),
@@ -464,7 +548,7 @@ fn every_row_once() {
         Step::ReconcileClaim(100),
         Step::Reconciled(Token::Current, 0),
         Step::Retry,
-        Step::Claim(100),
+        Step::Claim(100, true),
         Step::Cancel,
         Step::Complete(Token::Stale(1)),
         Step::Cancelled(Token::Current),

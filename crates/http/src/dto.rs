@@ -299,7 +299,8 @@ pub struct JobView {
     /// Handler result on success (any JSON), `null` otherwise.
     #[schema(value_type = Option<Value>)]
     pub result: Option<Value>,
-    /// Failed attempts, newest last.
+    /// Failed attempts, newest last; also the claims an expired lease ended before their
+    /// handler started, whose attempt was given back (the message says so).
     pub errors: Vec<AttemptErrorView>,
     /// Latest progress (any JSON), `null` when none was reported.
     #[schema(value_type = Option<Value>)]
@@ -314,12 +315,19 @@ pub struct JobView {
     pub created_at: DateTime<Utc>,
     /// Latest claim time.
     pub attempted_at: Option<DateTime<Utc>>,
+    /// When the handler of the latest claim started: `null` before the first claim, while
+    /// the job waits for a slot, and when the latest claim ended before its handler started.
+    pub started_at: Option<DateTime<Utc>>,
+    /// The job is `running` (leased) but waits in a worker's backlog for a slot: the worker
+    /// claimed it ahead and its handler has not started.
+    pub waiting_for_slot: bool,
     /// Terminal time.
     pub finished_at: Option<DateTime<Utc>>,
 }
 
 impl From<Job> for JobView {
     fn from(j: Job) -> Self {
+        let waiting_for_slot = j.is_waiting_for_slot();
         JobView {
             id: j.id.to_string(),
             kind: j.kind.into(),
@@ -352,6 +360,8 @@ impl From<Job> for JobView {
             limit_keys: j.limit_keys.into_iter().map(String::from).collect(),
             created_at: j.created_at,
             attempted_at: j.attempted_at,
+            started_at: j.started_at,
+            waiting_for_slot,
             finished_at: j.finished_at,
         }
     }
@@ -555,8 +565,11 @@ pub struct QueueView {
     pub counts: BTreeMap<String, u64>,
     /// Ready queued jobs.
     pub ready: u64,
-    /// Running jobs.
+    /// Running jobs whose handler started.
     pub running: u64,
+    /// Jobs claimed ahead by a worker, waiting in its backlog for a slot (leased, so counted
+    /// in `counts.running`, but not started).
+    pub claimed: u64,
     /// Age of the oldest ready job, in seconds.
     pub lag_seconds: Option<f64>,
 }
@@ -581,6 +594,7 @@ impl QueueView {
                 .unwrap_or_default(),
             ready: snap.map_or(0, |s| s.ready),
             running: snap.map_or(0, |s| s.running),
+            claimed: snap.map_or(0, |s| s.claimed),
             lag_seconds: snap
                 .and_then(|s| s.oldest_ready_age_ms)
                 .map(|ms| ms as f64 / 1000.0),

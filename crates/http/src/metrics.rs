@@ -359,6 +359,7 @@ struct QueueGauges {
     counts: BTreeMap<JobState, u64>,
     ready: u64,
     running: u64,
+    claimed: u64,
     /// The oldest ready job's age (the largest of the queues').
     lag_ms: Option<u64>,
     /// 1 when the queue (any of the queues) is paused.
@@ -372,16 +373,19 @@ impl QueueGauges {
         }
         self.ready += q.ready;
         self.running += q.running;
+        self.claimed += q.claimed;
         self.lag_ms = self.lag_ms.max(q.oldest_ready_age_ms);
         self.paused |= q.paused;
     }
 }
 
 /// Renders the queue gauges of `snapshot` (`drover_jobs{queue,state}`,
-/// `drover_queue_lag_seconds{queue}`, `drover_jobs_running{queue}`,
-/// `drover_queue_paused{queue}`, `drover_jobs_ready{queue}`) and, when given, the process
-/// counters, as OpenMetrics text. Queues outside `labelled` are summed under
-/// `queue="(other)"` (their largest lag; paused when any is).
+/// `drover_queue_lag_seconds{queue}`, `drover_jobs_running{queue}` (handler started),
+/// `drover_jobs_claimed{queue}` (claimed ahead, waiting for a slot; with the running ones they
+/// make `drover_jobs{state="running"}`), `drover_queue_paused{queue}`,
+/// `drover_jobs_ready{queue}`) and, when given, the process counters, as OpenMetrics text.
+/// Queues outside `labelled` are summed under `queue="(other)"` (their largest lag; paused
+/// when any is).
 pub fn render(
     snapshot: &Snapshot,
     labelled: &BTreeSet<QueueName>,
@@ -400,6 +404,7 @@ pub fn render(
     let jobs = SortedFamily::<QueueStateLabels, Gauge>::default();
     let lag = SortedFamily::<QueueLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
     let running = SortedFamily::<QueueLabels, Gauge>::default();
+    let claimed = SortedFamily::<QueueLabels, Gauge>::default();
     let ready = SortedFamily::<QueueLabels, Gauge>::default();
     let paused = SortedFamily::<QueueLabels, Gauge>::default();
     let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
@@ -419,6 +424,7 @@ pub fn render(
             g.set(q.lag_ms.map_or(0.0, |ms| ms as f64 / 1000.0))
         });
         running.with(&labels, |g| g.set(gauge(q.running)));
+        claimed.with(&labels, |g| g.set(gauge(q.claimed)));
         ready.with(&labels, |g| g.set(gauge(q.ready)));
         paused.with(&labels, |g| g.set(i64::from(q.paused)));
     }
@@ -428,7 +434,16 @@ pub fn render(
         "Age of the oldest ready job per queue (0 when none is ready)",
         lag,
     );
-    registry.register("drover_jobs_running", "Running jobs per queue", running);
+    registry.register(
+        "drover_jobs_running",
+        "Running jobs whose handler started, per queue",
+        running,
+    );
+    registry.register(
+        "drover_jobs_claimed",
+        "Jobs claimed ahead by a worker and waiting for a slot, per queue",
+        claimed,
+    );
     registry.register("drover_jobs_ready", "Ready queued jobs per queue", ready);
     registry.register(
         "drover_queue_paused",
@@ -505,6 +520,7 @@ mod tests {
             counts: BTreeMap::from([(JobState::Queued, queued)]),
             ready: queued,
             running: 0,
+            claimed: 0,
             oldest_ready_age_ms: None,
         }
     }
@@ -585,6 +601,7 @@ mod tests {
         for metric in [
             "drover_queue_lag_seconds",
             "drover_jobs_running",
+            "drover_jobs_claimed",
             "drover_jobs_ready",
             "drover_queue_paused",
         ] {
@@ -627,9 +644,10 @@ mod tests {
             queues: vec![QueueSnapshot {
                 queue: QueueName::parse("mail").unwrap(),
                 paused: true,
-                counts: BTreeMap::from([(JobState::Queued, 3), (JobState::Running, 1)]),
+                counts: BTreeMap::from([(JobState::Queued, 3), (JobState::Running, 3)]),
                 ready: 2,
                 running: 1,
+                claimed: 2,
                 oldest_ready_age_ms: Some(1500),
             }],
             vacuum: None,
@@ -647,6 +665,14 @@ mod tests {
         );
         assert!(
             text.contains(r#"drover_jobs_running{queue="mail"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"drover_jobs_claimed{queue="mail"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"drover_jobs{queue="mail",state="running"} 3"#),
             "{text}"
         );
         assert!(

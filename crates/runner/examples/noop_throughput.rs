@@ -70,6 +70,7 @@ async fn main() -> Result<(), drover_core::Error> {
                     queues: vec![QueueName::default_queue()],
                     kinds: vec![JobKind::parse("noop")?],
                     limit: slots as u32,
+                    start: slots as u32,
                     lease: Duration::from_secs(60),
                 })
                 .await?
@@ -77,6 +78,7 @@ async fn main() -> Result<(), drover_core::Error> {
             let items = claimed
                 .iter()
                 .map(|job| drover_core::FinishItem {
+                    started: None,
                     id: job.id,
                     token: job.fencing_token,
                     finish: drover_core::Finish::Succeeded { result: None },

@@ -67,6 +67,7 @@ async fn write_batch(rt: &Runtime, batch: &mut Vec<Completion>) {
                 id: completion.shared.job.id,
                 token: completion.shared.job.fencing_token,
                 finish: completion.finish.clone(),
+                started: completion.shared.start_to_record(),
             })
             .collect();
         match rt.store.jobs_finish(items).await {

@@ -121,8 +121,10 @@ pub struct PoolConfig {
     /// store's claim bound (slots + prefetch <= 10,000). Such a job is leased (attempt counted,
     /// heartbeated) while it waits for a slot, and starts as soon as one frees, in claim order;
     /// when shutdown begins the waiting jobs are released at once without spending an
-    /// attempt, and a cancel request cancels a waiting job before it starts. With a worker
-    /// crash they are rescued after their lease like running jobs. 0 turns it off: a claim
+    /// attempt, and a cancel request cancels a waiting job before it starts. It has no
+    /// `started_at` until its handler starts (snapshots count it as claimed, not running); with
+    /// a worker crash it is rescued after its lease without spending its attempt (at most 3
+    /// times in a row per attempt). 0 turns it off: a claim
     /// then never takes more jobs than the free slots.
     pub prefetch: Option<usize>,
 }

@@ -118,17 +118,29 @@ impl Reservation {
 
     /// Places reserved: slots plus claim-ahead places.
     pub(crate) fn len(&self) -> usize {
-        self.queue.as_ref().map_or(0, |p| p.num_permits())
-            + self.ahead.as_ref().map_or(0, |p| p.num_permits())
+        self.slots() + self.ahead.as_ref().map_or(0, |p| p.num_permits())
     }
 
-    /// Takes one place for a job: a slot while any is left, then a claim-ahead place.
-    pub(crate) fn take_one(&mut self) -> Option<Place> {
+    /// Slots reserved: how many of the claimed jobs start at once.
+    pub(crate) fn slots(&self) -> usize {
+        self.queue.as_ref().map_or(0, |p| p.num_permits())
+    }
+
+    /// Takes one place for a job: a slot for a job the claim started (`started`), a
+    /// claim-ahead place for one claimed ahead (or a slot, should none be left). `None` when
+    /// nothing fits.
+    pub(crate) fn take_one(&mut self, started: bool) -> Option<Place> {
+        let ahead_left = self.ahead.as_ref().is_some_and(|p| p.num_permits() > 0);
+        let use_slot = started || !ahead_left;
+        if use_slot && self.slots() == 0 {
+            return None;
+        }
         let global = match &mut self.global {
             Some(global) => Some(global.split(1)?),
             None => None,
         };
-        if let Some(queue) = self.queue.as_mut().and_then(|q| q.split(1)) {
+        if use_slot {
+            let queue = self.queue.as_mut()?.split(1)?;
             return Some(Place::Slot(SlotPermit {
                 queue,
                 _global: global,
@@ -154,9 +166,9 @@ pub(crate) struct Starter {
 
 impl Starter {
     /// Registers freshly claimed jobs as running; gives each a place of `reservation` (the
-    /// rest of it is returned by the caller dropping it): a job with a slot gets an executor
-    /// task, a job claimed ahead waits in its queue's backlog, where a task whose job
-    /// finished picks it up (or, should a slot be free by now, a new task at once).
+    /// rest of it is returned by the caller dropping it): a job the claim started gets a slot
+    /// and an executor task, a job claimed ahead waits in its queue's backlog, where a task
+    /// whose job finished picks it up (or, should a slot be free by now, a new task at once).
     pub(crate) fn start(
         &self,
         rt: &Arc<Runtime>,
@@ -183,7 +195,7 @@ impl Starter {
         let mut waiting = Vec::new();
         for job in shared {
             rt.transition(&job.job, JobState::Queued, JobState::Running);
-            match reservation.take_one() {
+            match reservation.take_one(job.job.started_at.is_some()) {
                 Some(Place::Slot(slot)) => self.spawn(rt, job, Some(slot), backlog.cloned()),
                 Some(Place::Ahead { ahead, global }) => waiting.push(Waiting {
                     shared: job,
@@ -337,9 +349,14 @@ async fn run_one(
     completer: &UnboundedSender<Completion>,
 ) {
     let job = &shared.job;
+    let started = Instant::now();
+    if shared.handler_started(started) {
+        // A job claimed ahead: the store learns of its start from the next heartbeat or
+        // its finish, whichever comes first.
+        rt.nudge.nudge();
+    }
     rt.metrics.job_started(&job.kind, &job.queue);
     let config = rt.registry.config(&job.kind);
-    let started = Instant::now();
     let ran = match rt.registry.handler(&job.kind) {
         Some(handler) => {
             run_handler(
@@ -376,6 +393,7 @@ pub(crate) fn hand_over(
     completer: Option<&UnboundedSender<Completion>>,
 ) {
     let id = shared.job.id;
+    shared.handed_over();
     let Some(finish) = finish else {
         rt.running.remove(&id);
         rt.finished(&shared.job, JobOutcome::LeaseLost, duration);

@@ -6,8 +6,10 @@
 //!
 //! It is also the store's health probe: when a claim, heartbeat or write failed transiently,
 //! it beats again after a capped exponential backoff instead of the full interval, and the
-//! first heartbeat that succeeds lets the claim loops claim again. A `step` nudges an early
-//! heartbeat that saves only changed progress (at most once per second).
+//! first heartbeat that succeeds lets the claim loops claim again. A `step`, and the start of a
+//! job claimed ahead, nudge an early heartbeat that carries only changed progress and starts
+//! not yet recorded (at most one a second; a nudge within that second is delivered when it is
+//! over), so the store learns within about a second that a job left the backlog.
 
 use std::sync::Arc;
 
@@ -16,7 +18,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::health::{classify, ErrorClass, RetryDelay};
-use crate::running::{CancelReason, JobShared};
+use crate::running::{CancelReason, JobShared, NUDGE_SPACING};
 use crate::runtime::Runtime;
 
 /// Most jobs in one `jobs_heartbeat` call.
@@ -27,6 +29,8 @@ pub(crate) async fn run_heartbeat(rt: Arc<Runtime>, stop: CancellationToken) {
     let interval = rt.config.heartbeat_interval;
     let mut retry = RetryDelay::new(rt.config.store_retry_min, rt.config.store_retry_max);
     let mut next = Instant::now() + interval;
+    // After a nudged heartbeat: when to look for a nudge held back meanwhile.
+    let mut held_check: Option<Instant> = None;
     loop {
         tokio::select! {
             biased;
@@ -44,12 +48,33 @@ pub(crate) async fn run_heartbeat(rt: Arc<Runtime>, stop: CancellationToken) {
                 next = next.min(Instant::now() + retry.current().min(interval));
             }
             () = rt.nudge.notified() => {
-                let changed = rt.running.with_updates();
-                if !changed.is_empty() {
-                    beat_jobs(&rt, &changed).await;
+                beat_changed(&rt).await;
+                held_check = Some(Instant::now() + NUDGE_SPACING);
+            }
+            () = sleep_until_some(held_check) => {
+                held_check = None;
+                if rt.nudge.take_held() {
+                    beat_changed(&rt).await;
+                    held_check = Some(Instant::now() + NUDGE_SPACING);
                 }
             }
         }
+    }
+}
+
+/// Sleeps until `at`, or forever when it is `None`.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A nudged heartbeat: the jobs with changed meta or progress, or a start to record.
+async fn beat_changed(rt: &Runtime) {
+    let changed = rt.running.with_updates();
+    if !changed.is_empty() {
+        beat_jobs(rt, &changed).await;
     }
 }
 
@@ -74,8 +99,17 @@ pub(crate) async fn beat_jobs(rt: &Runtime, jobs: &[Arc<JobShared>]) -> bool {
             lease: rt.config.lease,
             jobs: items,
         };
+        let carried_starts: Vec<bool> = call.jobs.iter().map(|i| i.started.is_some()).collect();
         match rt.store.jobs_heartbeat(call).await {
             Ok(replies) => {
+                // Replies come per item in input order.
+                for ((job, carried), reply) in chunk.iter().zip(carried_starts).zip(&replies) {
+                    if carried
+                        && matches!(reply, HeartbeatReply::Extended { id, .. } if *id == job.job.id)
+                    {
+                        job.start_written();
+                    }
+                }
                 for reply in replies {
                     handle_reply(rt, reply);
                 }

@@ -11,7 +11,9 @@
 //! Claim-ahead (`PoolConfig::prefetch`): while the loop's last job ran shorter than
 //! `PREFETCH_RUN_MAX`, it also reserves its free claim-ahead places, so one claim takes the
 //! jobs for the free slots plus up to `prefetch` more, which wait (leased, heartbeated) for a
-//! slot in claim order in the loop's backlog (`backlog.rs`). For short jobs this keeps the
+//! slot in claim order in the loop's backlog (`backlog.rs`). The claim tells the store how many
+//! start at once (`ClaimJobs::start`: the free slots), so only those get a start time; the
+//! others get theirs when their handler starts (`running.rs`). For short jobs this keeps the
 //! slots fed while the next claim is in flight and halves the claims per job; long jobs are
 //! never held back from other workers this way. Shutdown releases waiting jobs at once
 //! (backlog.rs).
@@ -139,6 +141,8 @@ pub(crate) async fn run_claim_loop(
             queues: vec![spec.queue.clone()],
             kinds: spec.kinds.clone(),
             limit: u32::try_from(limit).unwrap_or(drover_core::store::CLAIM_LIMIT_MAX),
+            // The jobs for the free slots start at once; the rest are claimed ahead.
+            start: u32::try_from(reservation.slots()).unwrap_or(0),
             lease: rt.config.lease,
         };
         match rt.store.jobs_claim(claim).await {

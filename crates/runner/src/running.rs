@@ -51,17 +51,21 @@ impl fmt::Display for CancelReason {
     }
 }
 
-/// Wakes the heartbeat loop early to save progress, at most once per second per process.
+/// Wakes the heartbeat loop early to save progress and record the start of jobs claimed
+/// ahead, at most once per second per process: a nudge within a second of the last one is
+/// kept and delivered when that second is over ([`HeartbeatNudge::take_held`]).
 #[derive(Debug)]
 pub(crate) struct HeartbeatNudge {
     notify: Notify,
     epoch: Instant,
     /// Milliseconds since `epoch` of the last nudge; `u64::MAX` before the first.
     last_ms: AtomicU64,
+    /// A nudge came within the spacing and waits for it to pass.
+    held: AtomicBool,
 }
 
 /// Smallest spacing between two nudges.
-const NUDGE_SPACING_MS: u64 = 1000;
+pub(crate) const NUDGE_SPACING: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl HeartbeatNudge {
     pub(crate) fn new() -> Self {
@@ -69,14 +73,25 @@ impl HeartbeatNudge {
             notify: Notify::new(),
             epoch: Instant::now(),
             last_ms: AtomicU64::new(u64::MAX),
+            held: AtomicBool::new(false),
         }
     }
 
-    /// Asks for an early heartbeat unless one was asked for less than a second ago.
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX - 1)
+    }
+
+    /// Asks for an early heartbeat; within a second of the last one the request is held
+    /// until that second is over.
     pub(crate) fn nudge(&self) {
-        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
+        if self.held.load(Ordering::Relaxed) {
+            return;
+        }
+        let now = self.now_ms();
         let last = self.last_ms.load(Ordering::Relaxed);
-        if last != u64::MAX && now.saturating_sub(last) < NUDGE_SPACING_MS {
+        let spacing = NUDGE_SPACING.as_millis() as u64;
+        if last != u64::MAX && now.saturating_sub(last) < spacing {
+            self.held.store(true, Ordering::Relaxed);
             return;
         }
         if self
@@ -92,6 +107,23 @@ impl HeartbeatNudge {
     pub(crate) async fn notified(&self) {
         self.notify.notified().await;
     }
+
+    /// Takes a nudge held back by the spacing (the heartbeat loop asks once the spacing after
+    /// a nudged heartbeat is over); true when there was one, which counts as a nudge now.
+    pub(crate) fn take_held(&self) -> bool {
+        if !self.held.swap(false, Ordering::Relaxed) {
+            return false;
+        }
+        self.last_ms.store(self.now_ms(), Ordering::Relaxed);
+        true
+    }
+}
+
+/// The instant job start times are kept relative to (the first time one is asked for), so a
+/// start fits in an atomic.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
 }
 
 /// Meta and progress changed by the handler since the last heartbeat that saved them.
@@ -117,6 +149,14 @@ pub(crate) struct JobShared {
     nudge: Option<Arc<HeartbeatNudge>>,
     /// Size bound of meta from the store's configuration, in bytes.
     pub(crate) max_meta_bytes: usize,
+    /// When the handler started on this worker, in nanoseconds after [`epoch`] plus one; 0
+    /// until it starts (set once, by the executor).
+    handler_started: AtomicU64,
+    /// The store has the job's start: the claim started it, or a heartbeat or finish
+    /// carried it since.
+    start_recorded: AtomicBool,
+    /// The job's outcome (or its leaving unstarted) went to the completer.
+    handed_over: AtomicBool,
 }
 
 impl JobShared {
@@ -127,15 +167,67 @@ impl JobShared {
         max_meta_bytes: usize,
     ) -> Self {
         JobShared {
-            job,
             cancel,
             reason: OnceLock::new(),
             lease_lost: AtomicBool::new(false),
             has_updates: AtomicBool::new(false),
             updates: Mutex::new(Updates::default()),
+            start_recorded: AtomicBool::new(job.started_at.is_some()),
+            job,
             nudge,
             max_meta_bytes,
+            handler_started: AtomicU64::new(0),
+            handed_over: AtomicBool::new(false),
         }
+    }
+
+    /// Records that the handler starts now (`at`); true when the store does not know yet
+    /// (a job claimed ahead), so its start is to be written.
+    pub(crate) fn handler_started(&self, at: Instant) -> bool {
+        let nanos =
+            u64::try_from(at.saturating_duration_since(epoch()).as_nanos()).unwrap_or(u64::MAX - 1);
+        let _ = self.handler_started.compare_exchange(
+            0,
+            nanos + 1,
+            Ordering::Release,
+            Ordering::Relaxed,
+        );
+        !self.start_recorded.load(Ordering::Acquire)
+    }
+
+    /// When the handler started, if it did.
+    fn started_at(&self) -> Option<Instant> {
+        match self.handler_started.load(Ordering::Acquire) {
+            0 => None,
+            n => Some(epoch() + std::time::Duration::from_nanos(n - 1)),
+        }
+    }
+
+    /// For a job claimed ahead whose handler started and whose start the store does not know:
+    /// how long ago it started (what [`HeartbeatItem::started`] and `FinishItem::started`
+    /// carry).
+    pub(crate) fn start_to_record(&self) -> Option<std::time::Duration> {
+        if self.start_recorded.load(Ordering::Acquire) {
+            return None;
+        }
+        self.started_at().map(|at| at.elapsed())
+    }
+
+    /// The store recorded the job's start.
+    pub(crate) fn start_written(&self) {
+        self.start_recorded.store(true, Ordering::Release);
+    }
+
+    /// True while the handler runs and the store does not know it started.
+    fn start_pending(&self) -> bool {
+        self.handler_started.load(Ordering::Acquire) != 0
+            && !self.start_recorded.load(Ordering::Acquire)
+            && !self.handed_over.load(Ordering::Acquire)
+    }
+
+    /// Marks that the job's outcome went to the completer: its finish carries the start.
+    pub(crate) fn handed_over(&self) {
+        self.handed_over.store(true, Ordering::Release);
     }
 
     /// Records `reason` (unless one is recorded already) and fires the token.
@@ -228,6 +320,7 @@ impl JobShared {
             token: self.job.fencing_token,
             meta,
             progress,
+            started: self.start_to_record(),
         }
     }
 
@@ -305,12 +398,13 @@ impl RunningJobs {
         self.jobs.lock().values().cloned().collect()
     }
 
-    /// The jobs whose meta or progress changed since their last heartbeat.
+    /// The jobs whose meta or progress changed since their last heartbeat, and those whose
+    /// handler started, after they were claimed ahead, without the store knowing yet.
     pub(crate) fn with_updates(&self) -> Vec<Arc<JobShared>> {
         self.jobs
             .lock()
             .values()
-            .filter(|job| job.has_updates())
+            .filter(|job| job.has_updates() || job.start_pending())
             .cloned()
             .collect()
     }
@@ -325,5 +419,67 @@ impl RunningJobs {
         for job in self.snapshot() {
             job.cancel_with(reason);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt;
+
+    use super::*;
+
+    /// Whether a nudge is waiting to be taken by the heartbeat loop, without waiting.
+    fn notified_now(nudge: &HeartbeatNudge) -> bool {
+        nudge.notified().now_or_never().is_some()
+    }
+
+    #[test]
+    fn a_nudge_within_the_spacing_is_held_for_later_not_lost() {
+        let nudge = HeartbeatNudge::new();
+        nudge.nudge();
+        assert!(
+            notified_now(&nudge),
+            "the first nudge wakes the heartbeat loop"
+        );
+        nudge.nudge();
+        nudge.nudge();
+        assert!(!notified_now(&nudge), "within the spacing: no wake-up");
+        assert!(nudge.take_held(), "but held for when the spacing is over");
+        assert!(!nudge.take_held(), "once");
+        nudge.nudge();
+        assert!(!notified_now(&nudge), "taking it counts as a nudge now");
+        assert!(nudge.take_held());
+    }
+
+    #[test]
+    fn a_job_claimed_ahead_has_a_start_to_record_once_its_handler_started() {
+        let job = drover_core::NewJob::new(
+            drover_core::JobKind::parse("k").unwrap(),
+            serde_json::json!({}),
+        )
+        .into_job(JobId::new_v7(), chrono::Utc::now());
+        let shared = JobShared::new(job.clone(), CancellationToken::new(), None, 1024);
+        assert_eq!(shared.start_to_record(), None, "not started yet");
+        assert!(!shared.start_pending());
+        assert!(
+            shared.handler_started(Instant::now()),
+            "the store does not know"
+        );
+        assert!(shared.start_to_record().is_some());
+        assert!(shared.heartbeat_item().started.is_some());
+        assert!(shared.start_pending());
+        shared.handed_over();
+        assert!(!shared.start_pending(), "its finish carries the start");
+        shared.start_written();
+        assert_eq!(shared.start_to_record(), None);
+
+        let mut started = job;
+        started.started_at = Some(chrono::Utc::now());
+        let shared = JobShared::new(started, CancellationToken::new(), None, 1024);
+        assert!(
+            !shared.handler_started(Instant::now()),
+            "started by its claim"
+        );
+        assert_eq!(shared.start_to_record(), None);
     }
 }

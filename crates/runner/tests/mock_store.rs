@@ -2,7 +2,7 @@
 //! store cannot produce — a heartbeat answering `LeaseLost`, transient `Unavailable` on claim
 //! and heartbeat, `Fatal`, and the `limit` of every claim against the free capacity.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -39,6 +39,8 @@ fn claimed(kind_name: &str, queue_name: &str) -> Job {
     job.attempt = 1;
     job.fencing_token = drover_core::FencingToken(1);
     job.lease_expires_at = Some(now + chrono::Duration::seconds(60));
+    job.attempted_at = Some(now);
+    job.started_at = Some(now);
     job
 }
 
@@ -374,6 +376,10 @@ struct Capacity {
     /// Broken promises.
     violations: Vec<String>,
     claimed: usize,
+    /// Jobs handed out claimed ahead (not started by their claim).
+    ahead: HashSet<JobId>,
+    /// Jobs whose start a heartbeat or a finish reported.
+    starts_reported: HashSet<JobId>,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -394,10 +400,10 @@ async fn a_claim_after_a_short_job_takes_claim_ahead_places() {
     store
         .expect_jobs_heartbeat()
         .returning(|heartbeat| Ok(extended(&heartbeat)));
-    let (limits_tx, mut limits_rx) = mpsc::unbounded_channel::<u32>();
+    let (limits_tx, mut limits_rx) = mpsc::unbounded_channel::<(u32, u32)>();
     let handed_out = AtomicUsize::new(0);
     store.expect_jobs_claim().returning(move |claim| {
-        let _ = limits_tx.send(claim.limit);
+        let _ = limits_tx.send((claim.limit, claim.start));
         // One job in all, so the loop's first claim comes back short of its request.
         Ok(Claimed::jobs(
             if handed_out.fetch_add(1, Ordering::SeqCst) == 0 {
@@ -428,8 +434,9 @@ async fn a_claim_after_a_short_job_takes_claim_ahead_places() {
         .unwrap()
         .unwrap();
     assert_eq!(
-        first as usize, SLOTS,
-        "before any job ran, a claim asks for the slots only"
+        first,
+        (SLOTS as u32, SLOTS as u32),
+        "before any job ran, a claim asks for the slots only, all to start at once"
     );
     // The job's run time and its slot are recorded before its outcome is written.
     tokio::time::timeout(WAIT, finished_rx.recv())
@@ -446,9 +453,10 @@ async fn a_claim_after_a_short_job_takes_claim_ahead_places() {
         .unwrap()
         .unwrap();
     assert_eq!(
-        second as usize,
-        SLOTS + PREFETCH,
-        "after a short job, a claim asks for the free slots and the claim-ahead places"
+        second,
+        ((SLOTS + PREFETCH) as u32, SLOTS as u32),
+        "after a short job, a claim asks for the free slots and the claim-ahead places; \
+         the jobs for the free slots start at once"
     );
     let report = stop(shutdown, handle).await.unwrap();
     assert_eq!(report.claimed, 1);
@@ -487,20 +495,48 @@ async fn capacity_case(prefetch: usize) {
             );
             state.violations.push(violation);
         }
+        if claim.start > claim.limit || claim.start as usize > SLOTS {
+            let violation = format!(
+                "claim on {queue_name} asked to start {} of {limit}",
+                claim.start
+            );
+            state.violations.push(violation);
+        }
         state.limits.push((queue_name.clone(), claim.limit));
-        // Hand out as many as asked (sometimes fewer), until TOTAL are claimed.
+        // Hand out as many as asked (sometimes fewer), until TOTAL are claimed; the first
+        // `start` of them started, as a store does.
         let give = limit.min(TOTAL - state.claimed).min(if state.claimed % 7 == 0 { 1 } else { limit });
         state.claimed += give;
         *state.held.entry(queue_name.clone()).or_default() += give;
-        Ok(Claimed::jobs((0..give).map(|_| claimed("work", &queue_name)).collect()))
+        let jobs: Vec<Job> = (0..give)
+            .map(|n| {
+                let mut job = claimed("work", &queue_name);
+                if n >= claim.start as usize {
+                    job.started_at = None;
+                }
+                job
+            })
+            .collect();
+        state.ahead.extend(jobs.iter().filter(|j| j.started_at.is_none()).map(|j| j.id));
+        Ok(Claimed::jobs(jobs))
     });
-    store
-        .expect_jobs_heartbeat()
-        .returning(|heartbeat| Ok(extended(&heartbeat)));
+    let beats = Arc::clone(&state);
+    store.expect_jobs_heartbeat().returning(move |heartbeat| {
+        let mut state = beats.lock().unwrap();
+        for item in heartbeat.jobs.iter().filter(|i| i.started.is_some()) {
+            state.starts_reported.insert(item.id);
+        }
+        Ok(extended(&heartbeat))
+    });
     store.expect_worker_heartbeat().returning(|_| Ok(()));
-    store
-        .expect_jobs_finish()
-        .returning(|items| Ok(recorded(&items)));
+    let finishes = Arc::clone(&state);
+    store.expect_jobs_finish().returning(move |items| {
+        let mut state = finishes.lock().unwrap();
+        for item in items.iter().filter(|i| i.started.is_some()) {
+            state.starts_reported.insert(item.id);
+        }
+        Ok(recorded(&items))
+    });
 
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<()>();
     let handlers = Arc::clone(&state);
@@ -551,6 +587,10 @@ async fn capacity_case(prefetch: usize) {
     let report = stop(shutdown, handle).await.unwrap();
     let state = state.lock().unwrap();
     assert!(state.violations.is_empty(), "{:?}", state.violations);
+    assert_eq!(
+        state.starts_reported, state.ahead,
+        "the start of every job claimed ahead, and only of those, is reported"
+    );
     assert_eq!(report.claimed as usize, TOTAL);
     assert_eq!(report.succeeded as usize, TOTAL);
     assert!(state

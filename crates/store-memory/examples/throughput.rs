@@ -47,6 +47,7 @@ async fn main() {
                     queues: vec![QueueName::default_queue()],
                     kinds: vec![kind],
                     limit: u32::try_from(batch).expect("batch fits u32"),
+                    start: u32::try_from(batch).expect("batch fits u32"),
                     lease: Duration::from_secs(60),
                 };
                 let mut done = 0usize;
@@ -59,6 +60,7 @@ async fn main() {
                     let items = claimed
                         .into_iter()
                         .map(|j| FinishItem {
+                            started: None,
                             id: j.id,
                             token: j.fencing_token,
                             finish: Finish::Succeeded { result: None },

@@ -174,6 +174,8 @@ pub(crate) struct Placement {
     pub lease_expires_at: Option<DateTime<Utc>>,
     /// When a terminal job finished.
     pub finished_at: Option<DateTime<Utc>>,
+    /// A running job whose handler has not started ([`Job::is_waiting_for_slot`]).
+    pub waiting: bool,
 }
 
 impl Placement {
@@ -184,9 +186,17 @@ impl Placement {
             run_at: job.run_at,
             lease_expires_at: job.lease_expires_at,
             finished_at: job.finished_at,
+            waiting: job.is_waiting_for_slot(),
         }
     }
 }
+
+/// Position in per-queue count arrays of the running jobs that wait for a slot (claimed
+/// ahead, not started); they are counted in the running slot too.
+pub(crate) const WAITING_SLOT: usize = 6;
+
+/// Per-queue counts: jobs per state (slots from [`state_slot`]), then [`WAITING_SLOT`].
+pub(crate) type QueueCounts = [u64; 7];
 
 /// Position of a state in per-queue count arrays (the order of `JobState::ALL`).
 pub(crate) fn state_slot(state: JobState) -> usize {
@@ -223,8 +233,9 @@ pub(crate) struct Indexes {
     /// Running jobs per limit key that has a policy (tracked keys only, so that a store
     /// without policies never computes a job's effective keys).
     pub running_by_key: FastMap<LimitKey, u64>,
-    /// Jobs per queue and state (slots from [`state_slot`]).
-    pub counts: FastMap<QueueName, [u64; 6]>,
+    /// Jobs per queue and state (slots from [`state_slot`]), and of them the running jobs
+    /// that wait for a slot ([`WAITING_SLOT`]).
+    pub counts: FastMap<QueueName, QueueCounts>,
 }
 
 fn bump<K: Hash + Eq + Clone>(map: &mut FastMap<K, u64>, key: &K) {
@@ -290,11 +301,22 @@ impl Indexes {
         if before == after {
             return;
         }
-        if before.state != after.state {
+        if before.state != after.state || before.waiting != after.waiting {
             if let Some(counts) = self.counts.get_mut(&job.queue) {
                 let from = &mut counts[state_slot(before.state)];
                 *from = from.saturating_sub(1);
                 counts[state_slot(after.state)] += 1;
+                let waiting = &mut counts[WAITING_SLOT];
+                *waiting =
+                    (*waiting + u64::from(after.waiting)).saturating_sub(u64::from(before.waiting));
+            }
+            let same_otherwise = Placement {
+                waiting: after.waiting,
+                ..before
+            } == after;
+            if same_otherwise {
+                // Only a start recorded: no index moves.
+                return;
             }
         }
         self.unindex(job, before);
@@ -347,11 +369,16 @@ impl Indexes {
 
     /// Counts a job at `placement` and adds its state-dependent entries.
     fn place(&mut self, job: &Job, placement: Placement, now: DateTime<Utc>) {
+        let waiting = u64::from(placement.waiting);
         match self.counts.get_mut(&job.queue) {
-            Some(counts) => counts[state_slot(placement.state)] += 1,
+            Some(counts) => {
+                counts[state_slot(placement.state)] += 1;
+                counts[WAITING_SLOT] += waiting;
+            }
             None => {
-                let mut counts = [0; 6];
+                let mut counts = [0; 7];
                 counts[state_slot(placement.state)] = 1;
+                counts[WAITING_SLOT] = waiting;
                 self.counts.insert(job.queue.clone(), counts);
             }
         }
@@ -390,6 +417,8 @@ impl Indexes {
         if let Some(counts) = self.counts.get_mut(&job.queue) {
             let slot = &mut counts[state_slot(placement.state)];
             *slot = slot.saturating_sub(1);
+            let waiting = &mut counts[WAITING_SLOT];
+            *waiting = waiting.saturating_sub(u64::from(placement.waiting));
             if counts.iter().all(|n| *n == 0) {
                 self.counts.remove(&job.queue);
             }

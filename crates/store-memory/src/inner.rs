@@ -12,9 +12,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use drover_core::limits::LimitState;
 use drover_core::{
-    apply, Admission, EnqueueStatus, Enqueued, Error, Event, Job, JobId, LimitKey, LimitPolicy,
-    NewJob, QueueInfo, QueueName, Quota, Quotas, Schedule, ScheduleName, TenantId, Transition,
-    WorkerId, WorkerInfo,
+    apply, Admission, EnqueueStatus, Enqueued, Error, Event, FencingToken, Job, JobId, LimitKey,
+    LimitPolicy, NewJob, QueueInfo, QueueName, Quota, Quotas, Schedule, ScheduleName, TenantId,
+    Transition, WorkerId, WorkerInfo,
 };
 use drover_core::{ClaimJobs, Claimed, Result};
 use uuid::Uuid;
@@ -31,6 +31,7 @@ pub(crate) fn micros(at: DateTime<Utc>) -> DateTime<Utc> {
 fn normalize(job: &mut Job) {
     job.run_at = micros(job.run_at);
     job.lease_expires_at = job.lease_expires_at.map(micros);
+    job.started_at = job.started_at.map(micros);
 }
 
 /// A stored idempotency key: the job it created and the request hash (`None` for rows written
@@ -123,15 +124,36 @@ impl Inner {
         event: Event,
         now: DateTime<Utc>,
     ) -> Result<(Transition, &Job)> {
+        self.transition_started(id, None, event, now)
+    }
+
+    /// Applies `Event::Started` with `started` (the token and the time since the handler
+    /// started), when given, then `event`, to job `id`, and re-indexes it once (a worker's
+    /// heartbeat or finish that also reports the start of a job claimed ahead).
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown job; the errors of `apply` (the job is then unchanged, unless
+    /// only `event` failed after the start was recorded).
+    pub fn transition_started(
+        &mut self,
+        id: JobId,
+        started: Option<(FencingToken, Duration)>,
+        event: Event,
+        now: DateTime<Utc>,
+    ) -> Result<(Transition, &Job)> {
         let job = self
             .jobs
             .get_mut(&id)
             .ok_or_else(|| Error::job_not_found(id))?;
         let before = Placement::of(job);
-        let transition = apply(job, event, now)?;
+        let result = match started {
+            Some((token, elapsed)) => apply(job, Event::Started { token, elapsed }, now)
+                .and_then(|_| apply(job, event, now)),
+            None => apply(job, event, now),
+        };
         normalize(job);
         self.idx.moved(job, before, now);
-        Ok((transition, job))
+        result.map(|transition| (transition, &**job))
     }
 
     /// Enqueues a validated batch (see `JobStore::jobs_enqueue`). Returns the answers and the
@@ -336,11 +358,13 @@ impl Inner {
         self.idx.promote(&self.jobs, now);
         let limit = usize::try_from(claim.limit).unwrap_or(usize::MAX);
         let (chosen, retry_after) = self.choose(claim, limit, now);
+        let start = usize::try_from(claim.start).unwrap_or(usize::MAX);
         let mut claimed = Vec::with_capacity(chosen.len());
-        for id in chosen {
+        for (n, id) in chosen.into_iter().enumerate() {
             let event = Event::Claim {
                 worker: claim.worker.clone(),
                 lease: claim.lease,
+                start: n < start,
             };
             if let Ok((_, job)) = self.transition(id, event, now) {
                 claimed.push(job.clone());

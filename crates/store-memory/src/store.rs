@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use drover_core::store::CLAIM_LIMIT_MAX;
 use drover_core::FencingToken;
 use drover_core::{
     clock, json, lease, CancelEffect, CancelOutcome, ClaimJobs, ClaimReconciling, Claimed, Clock,
@@ -25,7 +24,7 @@ use tokio::sync::broadcast;
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::StreamExt;
 
-use crate::index::{id_of, key_time, state_slot, time_of, ReadyKey};
+use crate::index::{id_of, key_time, state_slot, time_of, ReadyKey, WAITING_SLOT};
 use crate::inner::{micros, Inner, Prepared, StoredLimit};
 
 /// Events buffered per subscriber before it lags (and then receives [`StoreEvent::Resync`]).
@@ -233,15 +232,7 @@ impl JobStore for MemoryStore {
     }
 
     async fn jobs_claim(&self, claim: ClaimJobs) -> Result<Claimed> {
-        if claim.limit == 0 || claim.limit > CLAIM_LIMIT_MAX {
-            return Err(Error::invalid(
-                "limit",
-                format!(
-                    "must be between 1 and {CLAIM_LIMIT_MAX}, got {}",
-                    claim.limit
-                ),
-            ));
-        }
+        claim.validate_counts()?;
         lease::check_lease(claim.lease)?;
         let mut inner = self.inner.lock();
         let now = self.clock_now();
@@ -275,13 +266,14 @@ impl JobStore for MemoryStore {
             .into_iter()
             .map(|item| {
                 let id = item.id;
+                let started = item.started.map(|elapsed| (item.token, elapsed));
                 let event = Event::Heartbeat {
                     token: item.token,
                     lease: heartbeat.lease,
                     meta: item.meta.map(json::normalized),
                     progress: item.progress.map(json::normalized),
                 };
-                match inner.transition(id, event, now) {
+                match inner.transition_started(id, started, event, now) {
                     Ok((_, job)) => HeartbeatReply::Extended {
                         id,
                         cancel_requested: job.cancel_requested,
@@ -318,6 +310,7 @@ impl JobStore for MemoryStore {
                 .map(|item| {
                     let id = item.id;
                     let token = item.token;
+                    let started = item.started.map(|elapsed| (token, elapsed));
                     let event = match item.finish {
                         Finish::Succeeded { result } => Event::Complete {
                             token,
@@ -332,7 +325,7 @@ impl JobStore for MemoryStore {
                         Finish::Released => Event::Release { token },
                         Finish::Cancelled { message } => Event::Cancelled { token, message },
                     };
-                    match inner.transition(id, event, now) {
+                    match inner.transition_started(id, started, event, now) {
                         Ok((transition, job)) => {
                             let freed = if job.is_ready(now) {
                                 Some(StoreEvent::JobsAvailable {
@@ -463,10 +456,13 @@ impl JobStore for MemoryStore {
                 .collect();
             let mut rescued = Vec::with_capacity(expired.len());
             for id in expired {
-                let reconciler = inner
+                let Some((reconciler, attempt)) = inner
                     .jobs
                     .get(&id)
-                    .is_some_and(|j| rescue.reconciler_kinds.contains(&j.kind));
+                    .map(|j| (rescue.reconciler_kinds.contains(&j.kind), j.attempt))
+                else {
+                    continue;
+                };
                 if let Ok((transition, job)) =
                     inner.transition(id, Event::LeaseExpired { reconciler }, now)
                 {
@@ -478,6 +474,7 @@ impl JobStore for MemoryStore {
                         kind: job.kind.clone(),
                         queue: job.queue.clone(),
                         to: transition.to,
+                        attempt_spent: job.attempt == attempt,
                     });
                 }
             }
@@ -603,6 +600,7 @@ impl JobStore for MemoryStore {
             .into_iter()
             .map(|name| {
                 let slots = inner.idx.counts.get(name).copied().unwrap_or_default();
+                let waiting = slots[WAITING_SLOT];
                 let counts = JobState::ALL
                     .into_iter()
                     .filter(|s| slots[state_slot(*s)] > 0)
@@ -622,7 +620,8 @@ impl JobStore for MemoryStore {
                     paused: inner.is_paused(name),
                     counts,
                     ready,
-                    running: slots[state_slot(JobState::Running)],
+                    running: slots[state_slot(JobState::Running)].saturating_sub(waiting),
+                    claimed: waiting,
                     oldest_ready_age_ms: oldest
                         .map(|at| u64::try_from((now - at).num_milliseconds().max(0)).unwrap_or(0)),
                 }
@@ -856,6 +855,7 @@ mod tests {
             queues: vec![QueueName::default_queue(), QueueName::parse("q2").unwrap()],
             kinds: kinds.iter().map(|k| JobKind::parse(*k).unwrap()).collect(),
             limit: 7,
+            start: 3,
             lease: Duration::from_secs(5),
         }
     }
@@ -898,6 +898,7 @@ mod tests {
                 .map(|(i, j)| FinishItem {
                     id: j.id,
                     token: j.fencing_token,
+                    started: (i % 2 == 1).then_some(Duration::ZERO),
                     finish: match (i + round as usize) % 4 {
                         0 => Finish::Succeeded { result: None },
                         1 => Finish::Failed {
@@ -936,6 +937,7 @@ mod tests {
         let inner = store.inner.lock();
         let mut recount: BTreeMap<(String, JobState), u64> = BTreeMap::new();
         let mut ready: BTreeMap<String, u64> = BTreeMap::new();
+        let mut waiting: BTreeMap<String, u64> = BTreeMap::new();
         for job in inner.jobs.values() {
             *recount
                 .entry((job.queue.to_string(), job.state))
@@ -943,12 +945,22 @@ mod tests {
             if job.is_ready(now) {
                 *ready.entry(job.queue.to_string()).or_default() += 1;
             }
+            if job.is_waiting_for_slot() {
+                *waiting.entry(job.queue.to_string()).or_default() += 1;
+            }
         }
+        assert!(
+            waiting.values().sum::<u64>() > 0,
+            "some jobs wait for a slot"
+        );
         for q in &snapshot.queues {
             for (state, n) in &q.counts {
                 assert_eq!(recount.get(&(q.queue.to_string(), *state)), Some(n));
             }
             assert_eq!(ready.get(q.queue.as_str()).copied().unwrap_or(0), q.ready);
+            let claimed = waiting.get(q.queue.as_str()).copied().unwrap_or(0);
+            assert_eq!(q.claimed, claimed);
+            assert_eq!(q.running + q.claimed, q.count(JobState::Running));
         }
         let counted: u64 = snapshot.queues.iter().flat_map(|q| q.counts.values()).sum();
         assert_eq!(counted as usize, inner.jobs.len());

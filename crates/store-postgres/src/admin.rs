@@ -92,6 +92,7 @@ struct SnapshotRow {
     paused: bool,
     counts: Value,
     ready: i64,
+    claimed: i64,
     oldest_ready_age_ms: Option<i64>,
     taken_at: DateTime<Utc>,
 }
@@ -118,14 +119,16 @@ pub(crate) async fn snapshot(conn: &mut PgConnection) -> Result<Snapshot, Error>
                 counts.insert(state, n.as_u64().unwrap_or(0));
             }
         }
-        let running = counts.get(&JobState::Running).copied().unwrap_or(0);
+        let leased = counts.get(&JobState::Running).copied().unwrap_or(0);
+        let claimed = u64::try_from(row.claimed).unwrap_or(0).min(leased);
         queues.push(QueueSnapshot {
             queue: QueueName::parse(row.queue)
                 .map_err(|_| Error::fatal("stored queue name is invalid"))?,
             paused: row.paused,
             counts,
             ready: u64::try_from(row.ready).unwrap_or(0),
-            running,
+            running: leased - claimed,
+            claimed,
             oldest_ready_age_ms: row
                 .oldest_ready_age_ms
                 .map(|ms| u64::try_from(ms).unwrap_or(0)),

@@ -24,7 +24,6 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use drover_core::lease::check_lease;
-use drover_core::store::CLAIM_LIMIT_MAX;
 use drover_core::{
     Admission, ClaimJobs, Claimed, Error, Job, JobKind, LimitKey, LimitState, QueueName, WorkerId,
 };
@@ -71,17 +70,9 @@ impl Candidate {
     }
 }
 
-/// Checks a claim's limit and lease.
+/// Checks a claim's limit, start count and lease.
 fn validate(claim: &ClaimJobs) -> Result<(), Error> {
-    if claim.limit == 0 || claim.limit > CLAIM_LIMIT_MAX {
-        return Err(Error::invalid(
-            "limit",
-            format!(
-                "must be between 1 and {CLAIM_LIMIT_MAX}, got {}",
-                claim.limit
-            ),
-        ));
-    }
+    claim.validate_counts()?;
     check_lease(claim.lease)
 }
 
@@ -97,6 +88,7 @@ pub(crate) async fn claim(conn: &mut PgConnection, claim: ClaimJobs) -> Result<C
     queues.dedup();
     let kinds: Vec<&str> = claim.kinds.iter().map(JobKind::as_str).collect();
     let limit = i32::try_from(claim.limit).unwrap_or(i32::MAX);
+    let start = i32::try_from(claim.start).unwrap_or(i32::MAX);
     let lease_us = micros(claim.lease);
     if let [queue] = queues.as_slice() {
         let rows = sqlx::query_as::<_, FastClaimRow>(sql::CLAIM_QUEUE)
@@ -105,6 +97,7 @@ pub(crate) async fn claim(conn: &mut PgConnection, claim: ClaimJobs) -> Result<C
             .bind(limit)
             .bind(claim.worker.as_str())
             .bind(lease_us)
+            .bind(start)
             .fetch_all(&mut *conn)
             .await
             .store_err()?;
@@ -120,6 +113,7 @@ pub(crate) async fn claim(conn: &mut PgConnection, claim: ClaimJobs) -> Result<C
         .bind(limit)
         .bind(claim.worker.as_str())
         .bind(lease_us)
+        .bind(start)
         .fetch_all(&mut *conn)
         .await
         .store_err()?;
@@ -130,9 +124,20 @@ pub(crate) async fn claim(conn: &mut PgConnection, claim: ClaimJobs) -> Result<C
     if !blocked || claimed >= usize::try_from(claim.limit).unwrap_or(usize::MAX) {
         return Ok(Claimed::jobs(jobs));
     }
-    let rest = claim.limit - u32::try_from(claimed).unwrap_or(claim.limit);
-    let more =
-        claim_with_limits(&mut *conn, &claim.worker, rest, &queues, &kinds, lease_us).await?;
+    let taken = u32::try_from(claimed).unwrap_or(claim.limit);
+    let rest = claim.limit - taken;
+    let more = claim_with_limits(
+        &mut *conn,
+        &claim.worker,
+        Counts {
+            limit: rest,
+            start: claim.start.saturating_sub(taken),
+        },
+        &queues,
+        &kinds,
+        lease_us,
+    )
+    .await?;
     jobs.extend(more.jobs);
     Ok(Claimed {
         jobs,
@@ -165,30 +170,38 @@ fn sorted(records: Vec<JobRecord>) -> Result<Vec<Job>, Error> {
     Ok(jobs)
 }
 
+/// How many jobs the slow path claims at most, and how many of the first of them start at
+/// once.
+#[derive(Clone, Copy)]
+struct Counts {
+    limit: u32,
+    start: u32,
+}
+
 /// The slow path: admission under locked policies, in one transaction. The answer's
 /// `retry_after` comes from the admission, on the database's clock.
 async fn claim_with_limits(
     conn: &mut PgConnection,
     worker: &WorkerId,
-    limit: u32,
+    counts: Counts,
     queues: &[&str],
     kinds: &[&str],
     lease_us: i64,
 ) -> Result<Claimed, Error> {
     let mut tx = conn.begin().await.store_err()?;
-    let result = claim_with_limits_in(&mut tx, worker, limit, queues, kinds, lease_us).await;
+    let result = claim_with_limits_in(&mut tx, worker, counts, queues, kinds, lease_us).await;
     settle(tx, result).await
 }
 
 async fn claim_with_limits_in(
     conn: &mut PgConnection,
     worker: &WorkerId,
-    limit: u32,
+    counts: Counts,
     queues: &[&str],
     kinds: &[&str],
     lease_us: i64,
 ) -> Result<Claimed, Error> {
-    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let limit = usize::try_from(counts.limit).unwrap_or(usize::MAX);
     let policies = sqlx::query_as::<_, LimitRecord>(sql::CLAIM_POLICIES)
         .fetch_all(&mut *conn)
         .await
@@ -256,6 +269,9 @@ async fn claim_with_limits_in(
             tats.push(tat);
         }
     }
+    // Admitted in claim order: the first of them start at once.
+    let start = usize::try_from(counts.start).unwrap_or(usize::MAX);
+    let starting = &admitted[..start.min(admitted.len())];
     let records = sqlx::query_as::<_, JobRecord>(sql::CLAIM_IDS)
         .bind(&admitted)
         .bind(worker.as_str())
@@ -263,6 +279,7 @@ async fn claim_with_limits_in(
         .bind(&tat_keys)
         .bind(&tats)
         .bind(now)
+        .bind(starting)
         .fetch_all(&mut *conn)
         .await
         .store_err()?;

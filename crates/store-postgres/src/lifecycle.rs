@@ -63,6 +63,7 @@ async fn write_jobs(
     let mut finished = Vec::with_capacity(len);
     let mut metas: Vec<&Value> = Vec::with_capacity(len);
     let mut attempted = Vec::with_capacity(len);
+    let mut started = Vec::with_capacity(len);
     for job in jobs {
         ids.push(job.id.as_uuid());
         states.push(job.state.as_str());
@@ -81,6 +82,7 @@ async fn write_jobs(
         finished.push(job.finished_at);
         metas.push(&job.meta);
         attempted.push(job.attempted_at);
+        started.push(job.started_at);
     }
     let records = sqlx::query_as::<_, JobRecord>(sql::JOBS_WRITE)
         .bind(&ids)
@@ -98,6 +100,7 @@ async fn write_jobs(
         .bind(&metas)
         .bind(&attempted)
         .bind(notify_cancel)
+        .bind(&started)
         .fetch_all(conn)
         .await
         .store_err()?;
@@ -252,21 +255,26 @@ async fn rescue_in(conn: &mut PgConnection, rescue: &RescueExpired) -> Result<Ve
         return Ok(Vec::new());
     }
     let mut jobs = Vec::with_capacity(locked.len());
+    let mut spent = Vec::with_capacity(locked.len());
     for row in locked {
         let now = row.db_now;
         let mut job = row.job.into_job()?;
         let reconciler = rescue.reconciler_kinds.contains(&job.kind);
+        let attempt = job.attempt;
         apply(&mut job, Event::LeaseExpired { reconciler }, now)?;
+        spent.push(job.attempt == attempt);
         jobs.push(job);
     }
     write_jobs(conn, &jobs, false).await?;
     Ok(jobs
         .into_iter()
-        .map(|job| Rescued {
+        .zip(spent)
+        .map(|(job, attempt_spent)| Rescued {
             id: job.id,
             kind: job.kind,
             queue: job.queue,
             to: job.state,
+            attempt_spent,
         })
         .collect())
 }

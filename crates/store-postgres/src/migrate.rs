@@ -90,6 +90,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0003_fewer_index_writes.sql"),
     },
     Migration {
+        version: 4,
+        name: "started_at",
+        sql: include_str!("../migrations/0004_started_at.sql"),
+    },
+    Migration {
         version: 5,
         name: "running_lease_check",
         sql: include_str!("../migrations/0005_running_lease_check.sql"),

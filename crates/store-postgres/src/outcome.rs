@@ -68,12 +68,14 @@ pub(crate) async fn heartbeat(
     let tokens: Vec<i64> = order.iter().map(|j| j.token.0).collect();
     let metas: Vec<Option<&Value>> = order.iter().map(|j| j.meta.as_ref()).collect();
     let progress: Vec<Option<&Value>> = order.iter().map(|j| j.progress.as_ref()).collect();
+    let started: Vec<Option<i64>> = order.iter().map(|j| j.started.map(micros)).collect();
     let rows: Vec<(Uuid, i64, bool, DateTime<Utc>)> = sqlx::query_as(sql::HEARTBEAT)
         .bind(&ids)
         .bind(&tokens)
         .bind(&metas)
         .bind(&progress)
         .bind(micros(heartbeat.lease))
+        .bind(&started)
         .fetch_all(&mut *conn)
         .await
         .store_err()?;
@@ -109,6 +111,7 @@ async fn finish_succeeded(
     let mut ids = Vec::with_capacity(len);
     let mut tokens = Vec::with_capacity(len);
     let mut results: Vec<Option<&Value>> = Vec::with_capacity(len);
+    let mut started: Vec<Option<i64>> = Vec::with_capacity(len);
     for item in items {
         let Finish::Succeeded { result } = &item.finish else {
             return Ok(None);
@@ -116,6 +119,7 @@ async fn finish_succeeded(
         ids.push(item.id.as_uuid());
         tokens.push(item.token.0);
         results.push(result.as_ref());
+        started.push(item.started.map(micros));
     }
     let mut sorted = ids.clone();
     sorted.sort_unstable();
@@ -132,6 +136,7 @@ async fn finish_succeeded(
             .bind(&ids)
             .bind(&tokens)
             .bind(&results)
+            .bind(&started)
     };
     let rows: Vec<(Uuid, Option<String>)> = query.fetch_all(&mut *conn).await.store_err()?;
     let mut freed_queues = Vec::new();
@@ -272,9 +277,11 @@ async fn finish_any(conn: &mut PgConnection, items: &[FinishItem]) -> Result<Fin
     let mut results: Vec<Option<&Value>> = Vec::with_capacity(len);
     let mut messages: Vec<Option<String>> = Vec::with_capacity(len);
     let mut delays: Vec<Option<i64>> = Vec::with_capacity(len);
+    let mut started: Vec<Option<i64>> = Vec::with_capacity(len);
     for item in items {
         ids.push(item.id.as_uuid());
         tokens.push(item.token.0);
+        started.push(item.started.map(micros));
         let (outcome, result, message, delay) = match &item.finish {
             Finish::Succeeded { result } => ("succeeded", result.as_ref(), None, None),
             Finish::Failed { message, retry } => (
@@ -305,6 +312,7 @@ async fn finish_any(conn: &mut PgConnection, items: &[FinishItem]) -> Result<Fin
         .bind(&messages)
         .bind(&delays)
         .bind(i32::try_from(ERRORS_KEPT).unwrap_or(i32::MAX))
+        .bind(&started)
         .fetch_all(&mut *conn)
         .await
         .store_err()?;

@@ -40,6 +40,7 @@ pub(crate) struct JobRecord {
     pub limit_keys: Vec<String>,
     pub created_at: DateTime<Utc>,
     pub attempted_at: Option<DateTime<Utc>>,
+    pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
 }
 
@@ -87,6 +88,7 @@ impl JobRecord {
             limit_keys,
             created_at: self.created_at,
             attempted_at: self.attempted_at,
+            started_at: self.started_at,
             finished_at: self.finished_at,
         })
     }

@@ -186,6 +186,7 @@ pub async fn claim_sets_lease(f: &dyn StoreFactory) {
         queues: vec![QueueName::default_queue()],
         kinds: vec![super::kind("k")],
         limit: 1,
+        start: 1,
         lease: Duration::from_secs(45),
     };
     let got = store.jobs_claim(claim).await.unwrap().jobs.remove(0);

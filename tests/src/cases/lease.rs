@@ -14,6 +14,7 @@ use crate::StoreFactory;
 
 fn beat(job: &Job) -> HeartbeatItem {
     HeartbeatItem {
+        started: None,
         id: job.id,
         token: job.fencing_token,
         meta: None,
@@ -107,6 +108,7 @@ pub async fn lease_heartbeat_stale_token_is_lease_lost_per_item(f: &dyn StoreFac
     stale_item.token = stale(other.fencing_token);
     stale_item.meta = Some(json!({"overwritten": true}));
     let unknown = HeartbeatItem {
+        started: None,
         id: drover_core::JobId::new_v7(),
         token: good.fencing_token,
         meta: None,

@@ -418,6 +418,7 @@ pub async fn list_summaries_leave_out_args_result_errors_and_progress(f: &dyn St
                 token: running.fencing_token,
                 meta: None,
                 progress: Some(json!({"step": 3})),
+                started: None,
             }],
         })
         .await

@@ -22,6 +22,7 @@ mod rescue;
 mod retry;
 mod schedules;
 mod snapshot;
+mod started;
 mod stored;
 mod workers;
 
@@ -41,6 +42,7 @@ pub use rescue::*;
 pub use retry::*;
 pub use schedules::*;
 pub use snapshot::*;
+pub use started::*;
 pub use stored::*;
 pub use workers::*;
 
@@ -105,13 +107,15 @@ pub fn limit_key(name: &str) -> LimitKey {
     LimitKey::parse(name).expect("valid limit key")
 }
 
-/// Claim parameters: worker `w1`, queue `default`, `kinds`, `limit`, lease [`LEASE`].
+/// Claim parameters: worker `w1`, queue `default`, `kinds`, `limit` (every job claimed starts at
+/// once), lease [`LEASE`].
 pub fn claim_params(kinds: &[&str], limit: u32) -> ClaimJobs {
     ClaimJobs {
         worker: worker("w1"),
         queues: vec![QueueName::default_queue()],
         kinds: kinds.iter().map(|k| kind(k)).collect(),
         limit,
+        start: limit,
         lease: LEASE,
     }
 }

@@ -144,6 +144,7 @@ pub async fn outcome_message_with_nul_is_stored_with_replacement(f: &dyn StoreFa
     let cancelling = start(&*store, job("nul-b", json!(2))).await;
     let replies = store
         .jobs_finish(vec![FinishItem {
+            started: None,
             id: cancelling.id,
             token: cancelling.fencing_token,
             finish: Finish::Cancelled {
@@ -296,16 +297,19 @@ pub async fn outcome_batch_answers_per_item(f: &dyn StoreFactory) {
     let replies = store
         .jobs_finish(vec![
             FinishItem {
+                started: None,
                 id: a.id,
                 token: a.fencing_token,
                 finish: Finish::Succeeded { result: None },
             },
             FinishItem {
+                started: None,
                 id: b.id,
                 token: stale(b.fencing_token),
                 finish: Finish::Released,
             },
             FinishItem {
+                started: None,
                 id: c.id,
                 token: c.fencing_token,
                 finish: Finish::Released,
@@ -359,11 +363,13 @@ pub async fn outcome_result_over_size_is_refused(f: &dyn StoreFactory) {
     let result = store
         .jobs_finish(vec![
             FinishItem {
+                started: None,
                 id: a.id,
                 token: a.fencing_token,
                 finish: Finish::Succeeded { result: None },
             },
             FinishItem {
+                started: None,
                 id: b.id,
                 token: b.fencing_token,
                 finish: Finish::Succeeded { result: Some(big) },
@@ -405,6 +411,7 @@ pub async fn outcome_delete_succeeded_deletes_only_successes(f: &dyn StoreFactor
     let stale_one = start(&*store, job("k", json!(2)).with_queue(queue("two"))).await;
     let replies = store
         .jobs_finish(vec![FinishItem {
+            started: None,
             id: stale_one.id,
             token: stale(stale_one.fencing_token),
             finish: Finish::Succeeded { result: None },
@@ -426,6 +433,7 @@ pub async fn outcome_delete_succeeded_deletes_only_successes(f: &dyn StoreFactor
     let d = start(&*store, job("k", json!(6)).with_queue(queue("d"))).await;
     let e = start(&*store, job("k", json!(7)).with_queue(queue("e"))).await;
     let item = |job: &Job, finish: Finish| FinishItem {
+        started: None,
         id: job.id,
         token: job.fencing_token,
         finish,

@@ -215,6 +215,7 @@ pub async fn rescue_late_write_of_old_worker_is_lease_lost(f: &dyn StoreFactory)
     let old_beat = |meta| HeartbeatJobs {
         lease: LEASE,
         jobs: vec![HeartbeatItem {
+            started: None,
             id: old.id,
             token: old.fencing_token,
             meta,

@@ -146,6 +146,7 @@ pub async fn stored_json_numbers_of_heartbeat_and_result(f: &dyn StoreFactory) {
         .jobs_heartbeat(HeartbeatJobs {
             lease: LEASE,
             jobs: vec![HeartbeatItem {
+                started: None,
                 id: running.id,
                 token: running.fencing_token,
                 meta: Some(sent.clone()),

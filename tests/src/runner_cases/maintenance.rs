@@ -63,6 +63,7 @@ pub async fn runner_retention_prunes_old_terminal_jobs_and_never_live_ones(f: &d
             queues: vec![queue("default")],
             kinds: vec![kind("orphan")],
             limit: 1,
+            start: 1,
             lease: Duration::from_secs(24 * 3600),
         })
         .await
@@ -78,6 +79,7 @@ pub async fn runner_retention_prunes_old_terminal_jobs_and_never_live_ones(f: &d
         .jobs_heartbeat(HeartbeatJobs {
             lease: Duration::from_secs(24 * 3600),
             jobs: vec![HeartbeatItem {
+                started: None,
                 id: orphan.id,
                 token: orphan.fencing_token,
                 meta: None,
@@ -132,6 +134,7 @@ pub async fn runner_retention_pass_deletes_at_most_the_prune_limit(f: &dyn Store
             queues: vec![queue("default")],
             kinds: vec![kind("done")],
             limit: JOBS,
+            start: JOBS,
             lease: Duration::from_secs(60),
         })
         .await
@@ -146,6 +149,7 @@ pub async fn runner_retention_pass_deletes_at_most_the_prune_limit(f: &dyn Store
                 .map(|job| FinishItem {
                     id: job.id,
                     token: job.fencing_token,
+                    started: None,
                     finish: Finish::Succeeded { result: None },
                 })
                 .collect(),
@@ -233,6 +237,7 @@ async fn abandoned(rig: &Rig, kind_name: &str) -> JobId {
             queues: vec![queue("default")],
             kinds: vec![kind(kind_name)],
             limit: 1,
+            start: 1,
             lease: Duration::from_secs(60),
         })
         .await

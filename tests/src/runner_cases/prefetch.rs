@@ -1,7 +1,9 @@
 //! Claim-ahead (`PoolConfig::prefetch`): while a queue's jobs are short, a claim may take jobs
 //! beyond the free slots; such a job is leased while it waits for a slot, starts in claim
 //! order, is released without spending an attempt as soon as shutdown begins, and is cancelled
-//! before it starts when a cancel is requested. Long jobs are never claimed ahead.
+//! before it starts when a cancel is requested. It shows as waiting for a slot (no start time,
+//! counted as claimed, not running) until its handler starts, which the worker then records.
+//! Long jobs are never claimed ahead.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -123,6 +125,82 @@ pub async fn runner_claimed_ahead_jobs_wait_for_a_slot_and_are_released_at_shutd
         1,
         "released jobs never ran"
     );
+}
+
+/// While the one slot is busy, the jobs claimed ahead show as waiting for a slot: no start
+/// time, and the snapshot counts them as claimed, not running. When they run, their start is
+/// recorded (with their outcome), never before their claim.
+pub async fn runner_claimed_ahead_jobs_show_as_waiting_until_they_start(f: &dyn StoreFactory) {
+    let rig = Rig::open(f).await;
+    let (registry, handlers) = registry();
+    let running = rig.start(registry, one_slot("w1", 2)).await;
+    let [hold, a, b] = hold_then_two_quick(&rig, &handlers, "quick").await;
+    for id in [a, b] {
+        let job = rig
+            .wait_job(id, "claimed ahead", |job| job.state == JobState::Running)
+            .await;
+        assert!(job.is_waiting_for_slot(), "no start time while it waits");
+    }
+    let held = rig.job(hold).await;
+    assert_eq!(held.started_at, held.attempted_at, "started by its claim");
+    let snapshot = rig.store.queue_snapshot().await.expect("snapshot");
+    let q = snapshot
+        .queues
+        .iter()
+        .find(|q| q.queue.as_str() == "default")
+        .expect("queue default");
+    assert_eq!((q.running, q.claimed), (1, 2));
+
+    handlers.release.notify_one();
+    for id in [a, b] {
+        let job = rig.wait_state(id, JobState::Succeeded).await;
+        let started = job.started_at.expect("its start was recorded");
+        assert!(started >= job.attempted_at.expect("claimed"));
+        assert!(started <= job.finished_at.expect("finished"));
+    }
+    running.stop().await;
+}
+
+/// A job claimed ahead that runs long gets its start recorded while it runs, by a heartbeat
+/// its start nudges (the regular heartbeat is an hour away), not only when it finishes.
+pub async fn runner_the_start_of_a_claimed_ahead_job_is_recorded_while_it_runs(
+    f: &dyn StoreFactory,
+) {
+    let rig = Rig::open(f).await;
+    let (registry, handlers) = registry();
+    let mut config = one_slot("w1", 2);
+    config.heartbeat_interval = Duration::from_secs(3600);
+    config.lease = Duration::from_secs(7200);
+    config.worker_stale_after = Duration::from_secs(7200);
+    let running = rig.start(registry, config).await;
+    let first = rig.enqueue(NewJob::new(kind("quick"), json!({}))).await;
+    rig.wait_state(first, JobState::Succeeded).await;
+    let enqueued = rig
+        .client()
+        .enqueue_many(vec![
+            NewJob::new(kind("hold"), json!({"n": 1})),
+            NewJob::new(kind("hold"), json!({"n": 2})),
+        ])
+        .await
+        .expect("enqueue");
+    let (one, two) = (enqueued[0].job.id, enqueued[1].job.id);
+    within("the first hold job starts", handlers.held.notified()).await;
+    let waiting = rig
+        .wait_job(two, "claimed ahead", |job| job.state == JobState::Running)
+        .await;
+    assert!(waiting.is_waiting_for_slot());
+    handlers.release.notify_one();
+    within("the second hold job starts", handlers.held.notified()).await;
+    rig.wait_state(one, JobState::Succeeded).await;
+    let job = rig
+        .wait_job(two, "its start recorded while it runs", |job| {
+            job.started_at.is_some()
+        })
+        .await;
+    assert_eq!(job.state, JobState::Running, "recorded before it finished");
+    handlers.release.notify_one();
+    rig.wait_state(two, JobState::Succeeded).await;
+    running.stop().await;
 }
 
 /// A cancel of a job claimed ahead (running, waiting for a slot) cancels it before its

@@ -569,6 +569,7 @@ impl TestApi {
                 queues: vec![job.queue.clone()],
                 kinds: vec![job.kind.clone()],
                 limit: 100,
+                start: 100,
                 lease: Duration::from_secs(60),
             })
             .await

@@ -285,6 +285,7 @@ pub(crate) async fn get_cancel_and_retry(env: &Env) {
             queues: vec![queue("default")],
             kinds: vec![kind("import")],
             limit: 1,
+            start: 1,
             lease: Duration::from_secs(60),
         })
         .await
@@ -370,6 +371,95 @@ pub(crate) async fn requeue_makes_a_waiting_job_ready_now(env: &Env) {
         "{}",
         refused.text
     );
+}
+
+/// A job a worker claimed ahead of a free slot is `running` (leased) but says it waits for a
+/// slot and has no start time; the job, list, queue and metrics answers tell it apart from a
+/// job whose handler started.
+pub(crate) async fn a_job_claimed_ahead_shows_as_waiting_for_a_slot(env: &Env) {
+    let api = env.api(unbounded()).await;
+    let first = api
+        .enqueue_ok(PRODUCER_A, &json!({"kind": "k", "queue": "work"}))
+        .await;
+    let second = api
+        .enqueue_ok(PRODUCER_A, &json!({"kind": "k", "queue": "work"}))
+        .await;
+    let claimed = api
+        .store
+        .jobs_claim(drover_core::ClaimJobs {
+            worker: WorkerId::parse("w").unwrap(),
+            queues: vec![queue("work")],
+            kinds: vec![kind("k")],
+            limit: 2,
+            start: 1,
+            lease: Duration::from_secs(60),
+        })
+        .await
+        .unwrap()
+        .jobs;
+    assert_eq!(claimed.len(), 2);
+
+    let started = api
+        .get(Some(PRODUCER_A), &format!("/v1/jobs/{first}"))
+        .await;
+    assert_eq!(started.status, 200, "{}", started.text);
+    assert_eq!(started.job()["state"], "running");
+    assert_eq!(started.job()["waiting_for_slot"], false);
+    assert_eq!(started.job()["started_at"], started.job()["attempted_at"]);
+    let waiting = api
+        .get(Some(PRODUCER_A), &format!("/v1/jobs/{second}"))
+        .await;
+    assert_eq!(waiting.job()["state"], "running");
+    assert_eq!(waiting.job()["waiting_for_slot"], true);
+    assert!(waiting.job()["started_at"].is_null(), "{}", waiting.text);
+
+    let listed = api.get(Some(PRODUCER_A), "/v1/jobs?state=running").await;
+    assert_eq!(listed.status, 200, "{}", listed.text);
+    let flags: Vec<(String, bool)> = listed.json["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| {
+            (
+                j["id"].as_str().unwrap().to_owned(),
+                j["waiting_for_slot"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(flags, vec![(second.clone(), true), (first.clone(), false)]);
+
+    let queues = api.get(Some(OPERATOR_ALL), "/v1/queues").await;
+    let work = queues.json["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "work")
+        .cloned()
+        .expect("work listed");
+    assert_eq!(
+        (work["running"].as_u64(), work["claimed"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(work["counts"]["running"], 2, "both are leased");
+
+    // Metrics label the queues a registered worker serves (others fold into "(other)").
+    api.store
+        .worker_register(WorkerRegistration {
+            id: WorkerId::parse("w").unwrap(),
+            host: "host-a".to_owned(),
+            pid: 1,
+            queues: vec![queue("work")],
+        })
+        .await
+        .unwrap();
+    let metrics = api.get(Some(OPERATOR_ALL), "/metrics").await;
+    for line in [
+        r#"drover_jobs_running{queue="work"} 1"#,
+        r#"drover_jobs_claimed{queue="work"} 1"#,
+        r#"drover_jobs{queue="work",state="running"} 2"#,
+    ] {
+        assert!(metrics.text.contains(line), "{line} in\n{}", metrics.text);
+    }
 }
 
 /// Pause and resume (operators of every tenant only: a queue is shared by all tenants) and the

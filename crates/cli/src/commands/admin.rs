@@ -171,6 +171,7 @@ pub async fn queues(ctx: &Ctx, command: QueuesCommand) -> Result<()> {
                         "queued": snap.map_or(0, |s| s.count(JobState::Queued)),
                         "ready": snap.map_or(0, |s| s.ready),
                         "running": snap.map_or(0, |s| s.running),
+                        "claimed": snap.map_or(0, |s| s.claimed),
                         "lag_seconds": snap.and_then(|s| s.oldest_ready_age_ms).map(|ms| ms as f64 / 1000.0),
                     })
                 })
@@ -178,7 +179,9 @@ pub async fn queues(ctx: &Ctx, command: QueuesCommand) -> Result<()> {
             if ctx.json {
                 return print_json(&rows);
             }
-            let mut t = table(&["queue", "paused", "queued", "ready", "running", "lag"]);
+            let mut t = table(&[
+                "queue", "paused", "queued", "ready", "running", "claimed", "lag",
+            ]);
             for r in &rows {
                 t.add_row(vec![
                     r["name"].as_str().unwrap_or("").to_owned(),
@@ -191,6 +194,7 @@ pub async fn queues(ctx: &Ctx, command: QueuesCommand) -> Result<()> {
                     r["queued"].to_string(),
                     r["ready"].to_string(),
                     r["running"].to_string(),
+                    r["claimed"].to_string(),
                     r["lag_seconds"].as_f64().map_or_else(
                         || "-".to_owned(),
                         |s| output::duration(Duration::from_secs_f64(s)),
@@ -438,8 +442,16 @@ pub async fn snapshot(ctx: &Ctx) -> Result<()> {
     if ctx.json {
         return print_json(&snapshot);
     }
+    // The running state split in two: handlers started, and jobs claimed ahead that wait
+    // for a slot.
     let mut header = vec!["queue", "paused"];
-    header.extend(JobState::ALL.iter().map(|s| s.as_str()));
+    for state in JobState::ALL {
+        if state == JobState::Running {
+            header.extend(["running", "claimed"]);
+        } else {
+            header.push(state.as_str());
+        }
+    }
     header.extend(["ready", "oldest ready"]);
     let mut t = table(&header);
     for q in &snapshot.queues {
@@ -447,7 +459,13 @@ pub async fn snapshot(ctx: &Ctx) -> Result<()> {
             q.queue.to_string(),
             if q.paused { "yes" } else { "no" }.to_owned(),
         ];
-        row.extend(JobState::ALL.iter().map(|s| q.count(*s).to_string()));
+        for state in JobState::ALL {
+            if state == JobState::Running {
+                row.extend([q.running.to_string(), q.claimed.to_string()]);
+            } else {
+                row.push(q.count(state).to_string());
+            }
+        }
         row.push(q.ready.to_string());
         row.push(q.lag().map_or_else(|| "-".to_owned(), output::duration));
         t.add_row(row);

@@ -5,8 +5,43 @@ use crate::context::{call, Ctx};
 use crate::output::{self, outln, print_json, table};
 use crate::usage::flag_error;
 use anyhow::Result;
-use drover_core::{CancelEffect, Job, JobDetails, JobPage, ListJobs};
+use drover_core::{CancelEffect, Job, JobDetails, JobId, JobPage, ListJobs};
+use serde::Serialize;
 use serde_json::Value;
+
+/// A job as `jobs get --json` prints it: the stored job and whether it waits in a worker's
+/// backlog for a slot (running, claimed ahead, not started).
+#[derive(Serialize)]
+struct JobJson<'a> {
+    #[serde(flatten)]
+    job: &'a Job,
+    waiting_for_slot: bool,
+}
+
+impl<'a> From<&'a Job> for JobJson<'a> {
+    fn from(job: &'a Job) -> Self {
+        JobJson {
+            job,
+            waiting_for_slot: job.is_waiting_for_slot(),
+        }
+    }
+}
+
+/// A page of `jobs list --json`.
+#[derive(Serialize)]
+struct PageJson<'a> {
+    jobs: Vec<JobJson<'a>>,
+    next: Option<JobId>,
+}
+
+/// When the job's handler started, as the tables show it.
+fn started(job: &Job) -> String {
+    if job.is_waiting_for_slot() {
+        "waiting for a slot".to_owned()
+    } else {
+        output::opt_time(job.started_at)
+    }
+}
 
 /// Runs a `jobs` subcommand.
 pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
@@ -25,7 +60,8 @@ pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
                 return print_json(&listed_json(&page, details)?);
             }
             let mut t = table(&[
-                "id", "kind", "queue", "tenant", "state", "attempt", "run at", "finished",
+                "id", "kind", "queue", "tenant", "state", "attempt", "run at", "started",
+                "finished",
             ]);
             for j in &page.jobs {
                 t.add_row(vec![
@@ -36,6 +72,7 @@ pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
                     j.state.to_string(),
                     format!("{}/{}", j.attempt, j.max_attempts),
                     output::time(j.run_at),
+                    started(j),
                     output::opt_time(j.finished_at),
                 ]);
             }
@@ -48,7 +85,7 @@ pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
         JobsCommand::Get { id } => {
             let job = call(ctx, store.job_get(id)).await?;
             if ctx.json {
-                return print_json(&job);
+                return print_json(&JobJson::from(&job));
             }
             print_job(&job)?;
         }
@@ -130,7 +167,10 @@ pub fn list_query(args: &ListArgs) -> Result<ListJobs> {
 /// A page as `jobs list --json` prints it: `{"jobs": [...], "next": ...}`, each job as
 /// `jobs get --json` prints it but without the large fields `details` leaves out.
 fn listed_json(page: &JobPage, details: JobDetails) -> Result<Value> {
-    let mut json = serde_json::to_value(page)?;
+    let mut json = serde_json::to_value(PageJson {
+        jobs: page.jobs.iter().map(JobJson::from).collect(),
+        next: page.next,
+    })?;
     let left_out: Vec<&str> = JobDetails::NAMES
         .into_iter()
         .filter(|name| !details.names().contains(name))
@@ -158,6 +198,7 @@ fn print_job(j: &Job) -> Result<()> {
         ("run at", output::time(j.run_at)),
         ("created", output::time(j.created_at)),
         ("attempted", output::opt_time(j.attempted_at)),
+        ("started", started(j)),
         ("finished", output::opt_time(j.finished_at)),
         (
             "lease owner",

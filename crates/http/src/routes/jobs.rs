@@ -189,7 +189,7 @@ const LIST_PARAMS: [&str; 8] = [
     tag = "jobs",
     params(
         ("queue" = Option<String>, Query, description = "Only this queue"),
-        ("state" = Option<String>, Query, description = "queued, running, reconciling, succeeded, failed or cancelled"),
+        ("state" = Option<String>, Query, description = "queued, running (leased: its handler started, or claimed ahead and waiting for a slot, see `waiting_for_slot`), reconciling, succeeded, failed or cancelled"),
         ("kind" = Option<String>, Query, description = "Only this kind"),
         ("tenant" = Option<String>, Query, description = "Only this tenant (all-tenant operators)"),
         ("meta" = Option<String>, Query, description = "JSON object the job's meta must contain"),

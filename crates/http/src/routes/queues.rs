@@ -14,7 +14,8 @@ use crate::error::{ApiError, ErrorBody};
 use crate::extract::PathParam;
 use crate::ApiState;
 
-/// Every queue with its pause state, counts per state, ready and running jobs, and lag, and
+/// Every queue with its pause state, counts per state, ready jobs, running jobs (handler
+/// started) and jobs claimed ahead (waiting in a worker's backlog for a slot), and lag, and
 /// what keeps the database from cleaning the jobs table (`vacuum`). The counts span every
 /// tenant, so only tokens of tenant `*` may read them.
 #[utoipa::path(

@@ -1,7 +1,9 @@
 //! The rescuer: moves running jobs whose lease expired (by the store's clock) back to queued,
 //! to failed when their attempts are spent, to reconciling when this worker registers a
 //! reconciler for their kind, or to cancelled when a cancel was requested (DESIGN.md sections 3
-//! and 9). Each expired lease is rescued exactly once however many workers race.
+//! and 9); a job whose handler never started (it waited for a slot in a worker that stopped)
+//! goes back to queued with its attempt given back. Each expired lease is rescued exactly once
+//! however many workers race.
 
 use std::sync::Arc;
 
@@ -28,13 +30,23 @@ pub(crate) async fn rescue_pass(rt: Arc<Runtime>, stop: CancellationToken) -> Re
         let full = rescued.len() >= RESCUE_BATCH as usize;
         bump(&rt.counters.rescued, rescued.len() as u64);
         for job in rescued {
-            tracing::info!(
-                job_id = %job.id,
-                kind = %job.kind,
-                queue = %job.queue,
-                to = %job.to,
-                "rescued a job whose lease expired"
-            );
+            if job.attempt_spent {
+                tracing::info!(
+                    job_id = %job.id,
+                    kind = %job.kind,
+                    queue = %job.queue,
+                    to = %job.to,
+                    "rescued a job whose lease expired"
+                );
+            } else {
+                tracing::info!(
+                    job_id = %job.id,
+                    kind = %job.kind,
+                    queue = %job.queue,
+                    to = %job.to,
+                    "rescued a job whose lease expired before its handler started; attempt not spent"
+                );
+            }
             rt.metrics.job_rescued(&job.kind, &job.queue, job.to);
             rt.transition_of(job.id, &job.kind, &job.queue, JobState::Running, job.to);
             // If this process still runs it, its lease is gone: stop the handler and write

@@ -1,10 +1,13 @@
 -- Claim in one statement: lock up to $3 ready jobs of the open (unpaused) queues and registered
 -- kinds in claim order (priority, run_at, id), skipping rows other claimers hold, and start
 -- them: attempt + 1, a new fencing token, the lease from the database clock. One index scan per
--- queue (jobs_claim_idx) feeds the merge.
--- The claim's time (attempted_at, the lease's start) is read from the clock once, while the
--- statement runs, after its snapshot: `now()` is the transaction's start and can precede a
--- change the claim saw.
+-- queue (jobs_claim_idx) feeds the merge. The first $6 claimed jobs in claim order start at
+-- once (started_at set), the rest are claimed ahead (started_at NULL): as in
+-- claim_queue.sql, rows before the ($6 + 1)-th candidate start (the claimed jobs are a prefix
+-- of the candidates in claim order).
+-- The claim's time (attempted_at, started_at, the lease's start) is read from the clock once,
+-- while the statement runs, after its snapshot: `now()` is the transaction's start and can
+-- precede a change the claim saw.
 --
 -- Limits: a candidate subject to a limit policy (one of its effective keys, explicit
 -- limit_keys, kind:<kind> and queue:<queue>, has a policy) must be admitted atomically with the
@@ -13,7 +16,8 @@
 -- the slow path (claim_policies.sql ...). Always returns at least one row: when nothing was
 -- claimed, a row whose job columns are NULL carries `blocked`.
 --
--- $1 queues text[], $2 kinds text[], $3 limit integer, $4 worker text, $5 lease_us bigint.
+-- $1 queues text[], $2 kinds text[], $3 limit integer, $4 worker text, $5 lease_us bigint,
+-- $6 start integer (0..=$3).
 WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS at),
 open_queues AS (
     SELECT q.name
@@ -49,6 +53,13 @@ first_limited AS (
     ORDER BY c.priority, c.run_at, c.id
     LIMIT 1
 ),
+ahead AS (
+    SELECT c.priority, c.run_at, c.id
+    FROM candidates c
+    ORDER BY c.priority, c.run_at, c.id
+    OFFSET $6
+    LIMIT 1
+),
 claimed AS (
     UPDATE drover.jobs j
     SET state = 'running',
@@ -57,6 +68,11 @@ claimed AS (
         lease_owner = $4,
         lease_expires_at = (SELECT at FROM clock) + $5 * interval '1 microsecond',
         attempted_at = (SELECT at FROM clock),
+        started_at = CASE
+            WHEN NOT EXISTS (SELECT 1 FROM ahead)
+                 OR (c.priority, c.run_at, c.id) < (SELECT a.priority, a.run_at, a.id FROM ahead a)
+                THEN (SELECT at FROM clock)
+        END,
         cancel_requested = false
     FROM candidates c
     WHERE j.id = c.id

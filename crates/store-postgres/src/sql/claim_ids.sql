@@ -1,9 +1,10 @@
--- Slow-path claim, step 3: start the admitted jobs (locked by claim_candidates.sql) and store
+-- Slow-path claim, step 3: claim the admitted jobs (locked by claim_candidates.sql) and store
 -- the policies' new GCRA times, in one statement. The jobs are dated by the admission's clock
--- ($6, read after the running counts), not by the transaction's start.
+-- ($6, read after the running counts), not by the transaction's start. The jobs of $7 start
+-- at once (started_at = $6); the others are claimed ahead (started_at NULL).
 --
 -- $1 ids uuid[], $2 worker text, $3 lease_us bigint, $4 policy keys text[],
--- $5 new rate_tat timestamptz[], $6 admission time timestamptz.
+-- $5 new rate_tat timestamptz[], $6 admission time timestamptz, $7 ids that start uuid[].
 WITH tats AS (
     UPDATE drover.limits l
     SET rate_tat = u.tat
@@ -17,6 +18,7 @@ SET state = 'running',
     lease_owner = $2,
     lease_expires_at = $6::timestamptz + $3 * interval '1 microsecond',
     attempted_at = $6::timestamptz,
+    started_at = CASE WHEN j.id = ANY($7::uuid[]) THEN $6::timestamptz END,
     cancel_requested = false
 WHERE j.id = ANY($1::uuid[]) AND j.state = 'queued'
 RETURNING j.*

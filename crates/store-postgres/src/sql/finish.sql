@@ -11,17 +11,20 @@
 --                given back;
 --   released  -> cancelled if a cancel was requested; else queued now, attempt given back;
 --   cancelled -> error appended, cancelled.
--- Every outcome clears the lease; terminal outcomes set finished_at. The error list keeps the
+-- Every outcome clears the lease; terminal outcomes set finished_at. A job claimed ahead whose
+-- handler started `started_us` ago records its start first, as heartbeat.sql does. The error list keeps the
 -- newest $7 entries. Jobs that became ready again wake idle workers (NOTIFY with the queue);
 -- a job under a max_running bound answers whom to wake (freed_queue: its queue, or '*'), which
 -- the store wakes after commit.
 --
 -- $1 id uuid[], $2 token bigint[], $3 outcome text[], $4 result jsonb[], $5 message text[],
--- $6 delay_us bigint[] (failed: NULL means do not retry), $7 errors kept integer.
+-- $6 delay_us bigint[] (failed: NULL means do not retry), $7 errors kept integer,
+-- $8 started_us bigint[] (NULL: no start to record).
 WITH input AS (
     SELECT DISTINCT ON (i.id) i.*
-    FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::jsonb[], $5::text[], $6::bigint[])
-         WITH ORDINALITY AS i(id, token, outcome, result, message, delay_us, ord)
+    FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::jsonb[], $5::text[], $6::bigint[],
+                $8::bigint[])
+         WITH ORDINALITY AS i(id, token, outcome, result, message, delay_us, started_us, ord)
     ORDER BY i.id, i.ord
 ),
 updated AS (
@@ -64,6 +67,11 @@ updated AS (
                 WHERE e.n > jsonb_array_length(j.errors) + 1 - $7
             )
             ELSE j.errors
+        END,
+        started_at = CASE
+            WHEN j.started_at IS NULL AND i.started_us IS NOT NULL
+                THEN GREATEST(j.attempted_at, now() - i.started_us * interval '1 microsecond')
+            ELSE j.started_at
         END,
         lease_owner = NULL,
         lease_expires_at = NULL

@@ -6,16 +6,24 @@
 -- finished_at set; attempt, run_at, errors and cancel_requested unchanged (a success is
 -- recorded even when a cancel was requested, DESIGN.md section 9). Nothing becomes ready, so
 -- nothing is notified here; a job under a max_running bound answers whom to wake (freed_queue).
--- Simpler than finish.sql, so it is cheaper to plan and to run.
+-- A job claimed ahead whose handler started `started_us` ago records its start too, as
+-- heartbeat.sql does. Simpler than finish.sql, so it is cheaper to plan and to run.
 --
--- $1 id uuid[], $2 token bigint[], $3 result jsonb[].
+-- $1 id uuid[], $2 token bigint[], $3 result jsonb[], $4 started_us bigint[] (NULL: no start
+-- to record).
 UPDATE drover.jobs j
 SET state = 'succeeded',
     result = i.result,
     finished_at = now(),
+    started_at = CASE
+        WHEN j.started_at IS NULL AND i.started_us IS NOT NULL
+            THEN GREATEST(j.attempted_at, now() - i.started_us * interval '1 microsecond')
+        ELSE j.started_at
+    END,
     lease_owner = NULL,
     lease_expires_at = NULL
-FROM unnest($1::uuid[], $2::bigint[], $3::jsonb[]) AS i(id, token, result)
+FROM unnest($1::uuid[], $2::bigint[], $3::jsonb[], $4::bigint[])
+     AS i(id, token, result, started_us)
 WHERE j.id = i.id
   AND j.fencing_token = i.token
   -- Fenced: running under the presented token with an unexpired lease. The state test sits

@@ -1,4 +1,5 @@
--- Counts per queue and state, ready jobs (queued with run_at <= now) and how long the
+-- Counts per queue and state, running jobs waiting for a slot (claimed ahead: started_at
+-- NULL), ready jobs (queued with run_at <= now) and how long the
 -- longest-waiting ready job has been ready in milliseconds (since greatest(run_at,
 -- created_at)), for every queue with jobs or a stored pause state, at one instant of the
 -- database clock. Live jobs are counted through jobs_waiting_idx and jobs_running_lease_idx,
@@ -27,6 +28,12 @@ ready AS (
     WHERE state = 'queued' AND run_at <= now()
     GROUP BY queue
 ),
+waiting AS (
+    SELECT queue, count(*)::bigint AS n
+    FROM drover.jobs
+    WHERE state = 'running' AND started_at IS NULL
+    GROUP BY queue
+),
 names AS (
     SELECT queue AS name FROM counts
     UNION
@@ -37,9 +44,11 @@ SELECT n.name AS queue,
        COALESCE((SELECT jsonb_object_agg(c.state, c.n) FROM counts c WHERE c.queue = n.name),
                 '{}'::jsonb) AS counts,
        COALESCE(r.n, 0)::bigint AS ready,
+       COALESCE(w.n, 0)::bigint AS claimed,
        floor(EXTRACT(EPOCH FROM (now() - r.oldest)) * 1000)::bigint AS oldest_ready_age_ms,
        now() AS taken_at
 FROM names n
 LEFT JOIN drover.queues p ON p.name = n.name
 LEFT JOIN ready r ON r.queue = n.name
+LEFT JOIN waiting w ON w.queue = n.name
 ORDER BY n.name
