@@ -1044,6 +1044,18 @@ async fn jobs_claimed_ahead_show_as_waiting_for_a_slot() {
         (queues[0]["running"].as_u64(), queues[0]["claimed"].as_u64()),
         (Some(1), Some(1))
     );
+    // Metrics label the queues a registered worker serves (others fold into "(other)").
+    drover_core::JobStore::worker_register(
+        &store,
+        drover_core::WorkerRegistration {
+            id: drover_core::WorkerId::parse("w").unwrap(),
+            host: "host-a".to_owned(),
+            pid: 1,
+            queues: vec![drover_core::QueueName::parse("mail").unwrap()],
+        },
+    )
+    .await
+    .unwrap();
     let metrics = db.ok(&["metrics"]).await;
     assert!(
         metrics.contains(r#"drover_jobs_claimed{queue="mail"} 1"#),

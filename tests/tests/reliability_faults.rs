@@ -516,11 +516,14 @@ async fn audit_reports_each_broken_promise() {
         .unwrap();
     // ... and is claimed again without a new fencing token, beyond its attempts, and a run
     // under a token nobody issued leaves a side effect.
-    sqlx::query("UPDATE drover.jobs SET state = 'running', attempt = 5 WHERE id = $1")
-        .bind(ids[2])
-        .execute(db.pool())
-        .await
-        .unwrap();
+    sqlx::query(
+        "UPDATE drover.jobs SET state = 'running', attempt = 5, lease_owner = 'forger', \
+         lease_expires_at = now() + interval '1 hour' WHERE id = $1",
+    )
+    .bind(ids[2])
+    .execute(db.pool())
+    .await
+    .unwrap();
     sqlx::query(
         "INSERT INTO side_effects (job_id, attempt, fencing_token, pid, started_at) \
          VALUES ($1, 5, 7, 1, clock_timestamp())",

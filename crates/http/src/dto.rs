@@ -459,6 +459,12 @@ pub struct JobListItem {
     pub created_at: DateTime<Utc>,
     /// Latest claim time.
     pub attempted_at: Option<DateTime<Utc>>,
+    /// When the handler of the latest claim started: `null` before the first claim, while
+    /// the job waits for a slot, and when the latest claim ended before its handler started.
+    pub started_at: Option<DateTime<Utc>>,
+    /// The job is `running` (leased) but waits in a worker's backlog for a slot: the worker
+    /// claimed it ahead and its handler has not started.
+    pub waiting_for_slot: bool,
     /// Terminal time.
     pub finished_at: Option<DateTime<Utc>>,
 }
@@ -491,6 +497,8 @@ impl JobListItem {
             limit_keys: view.limit_keys,
             created_at: view.created_at,
             attempted_at: view.attempted_at,
+            started_at: view.started_at,
+            waiting_for_slot: view.waiting_for_slot,
             finished_at: view.finished_at,
         }
     }

@@ -7,9 +7,13 @@
 -- an expired lease of such a job gives its attempt back (core's state::apply).
 --
 -- A nullable column without a default is a change of the catalog only: no table rewrite, and
--- the ACCESS EXCLUSIVE lock it takes is held for an instant.
+-- the ACCESS EXCLUSIVE lock it takes is held for an instant (its own step, so the update
+-- below runs without it).
+
+-- drover:step locking
 ALTER TABLE drover.jobs ADD COLUMN IF NOT EXISTS started_at timestamptz;
 
+-- drover:step locking
 -- Jobs leased when this runs were claimed by workers that did not record starts: count them
 -- as started (an expired lease spends their attempt, as it did), not as waiting. Only running
 -- jobs, found through jobs_running_lease_idx: as many as the workers' slots and claim-ahead.

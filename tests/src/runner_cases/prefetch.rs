@@ -170,8 +170,8 @@ pub async fn runner_the_start_of_a_claimed_ahead_job_is_recorded_while_it_runs(
     let (registry, handlers) = registry();
     let mut config = one_slot("w1", 2);
     config.heartbeat_interval = Duration::from_secs(3600);
-    config.lease = Duration::from_secs(7200);
-    config.worker_stale_after = Duration::from_secs(7200);
+    config.lease = Duration::from_secs(10_800);
+    config.worker_stale_after = Duration::from_secs(10_800);
     let running = rig.start(registry, config).await;
     let first = rig.enqueue(NewJob::new(kind("quick"), json!({}))).await;
     rig.wait_state(first, JobState::Succeeded).await;

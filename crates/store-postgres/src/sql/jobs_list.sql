@@ -33,7 +33,7 @@ SELECT page.id, page.kind, page.queue, page.tenant,
        CASE WHEN $11::boolean THEN page.errors ELSE '[]'::jsonb END AS errors,
        CASE WHEN $12::boolean THEN page.progress END AS progress,
        page.idempotency_key, page.request_hash, page.unique_key, page.limit_keys,
-       page.created_at, page.attempted_at, page.finished_at
+       page.created_at, page.attempted_at, page.started_at, page.finished_at
 FROM (
     (SELECT j.*
      FROM drover.jobs j

@@ -28,7 +28,7 @@ slot AS (
     ORDER BY age(xmin) DESC
     LIMIT 1
 ),
-jobs AS (
+jobs_stats AS (
     SELECT n_dead_tup, n_live_tup, greatest(last_vacuum, last_autovacuum) AS last_vacuum_at
     FROM pg_stat_user_tables
     WHERE relid = 'drover.jobs'::regclass
@@ -45,4 +45,4 @@ SELECT CASE WHEN o.began IS NOT NULL
 FROM (SELECT 1) AS one
 LEFT JOIN oldest o ON true
 LEFT JOIN slot s ON true
-LEFT JOIN jobs j ON true
+LEFT JOIN jobs_stats j ON true
