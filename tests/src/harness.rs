@@ -85,12 +85,10 @@ where
     C: for<'a> FnOnce(&'a dyn StoreFactory) -> CaseFuture<'a>,
 {
     let Some(factory) = factory else {
-        if std::env::var_os("DROVER_REQUIRE_POSTGRES").is_some() {
-            panic!(
-                "{store} test {case} cannot run: DROVER_TEST_DATABASE_URL is not set and DROVER_REQUIRE_POSTGRES forbids skipping"
-            );
-        }
-        eprintln!("SKIPPED {store} test {case}: set DROVER_TEST_DATABASE_URL to run it");
+        crate::postgres::skip_or_fail::<()>(
+            &format!("{store} test {case}"),
+            &format!("{} is not set", crate::postgres::URL_VAR),
+        );
         return;
     };
     run(&factory).await;

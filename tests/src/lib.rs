@@ -11,16 +11,23 @@
 pub mod cases;
 pub mod harness;
 pub mod leftovers;
+pub mod postgres;
+pub mod process;
 pub mod runner_cases;
 
 pub use harness::{run_case, Harness, StoreFactory};
 
 /// Runs every contract case against one store: `contract_suite!("memory", Some(factory))`.
-/// Keep this list in step with [`cases`].
+/// The one list of contract cases: a new case in [`cases`] goes here, and the test
+/// `every_case_runs_against_every_store` fails until it does. `contract_suite!(@list m (a))`
+/// hands the list to macro `m` as `m!(a; case, ...)`.
 #[macro_export]
 macro_rules! contract_suite {
     ($store:literal, $factory:expr) => {
-        $crate::contract_cases!($store, $factory;
+        $crate::contract_suite!(@list contract_cases ($store, $factory));
+    };
+    (@list $then:ident ($($arguments:tt)*)) => {
+        $crate::$then! {$($arguments)*;
             enqueue_defaults,
             enqueue_round_trips_every_field,
             enqueue_batch_answers_in_order,
@@ -193,16 +200,19 @@ macro_rules! contract_suite {
             stored_json_numbers_of_schedule_args,
             stored_run_at_folds_leap_seconds_and_floors_to_microseconds,
             stored_schedule_tick_folds_leap_seconds_and_floors,
-        );
+        }
     };
 }
 
 /// Runs every runner case against one store: `runner_suite!("memory", Some(factory))`.
-/// Keep this list in step with [`runner_cases`].
+/// The one list of runner cases, kept like [`contract_suite!`]'s.
 #[macro_export]
 macro_rules! runner_suite {
     ($store:literal, $factory:expr) => {
-        $crate::runner_cases!($store, $factory;
+        $crate::runner_suite!(@list runner_cases ($store, $factory));
+    };
+    (@list $then:ident ($($arguments:tt)*)) => {
+        $crate::$then! {$($arguments)*;
             runner_jobs_run_and_succeed,
             runner_typed_args_run_and_bad_args_fail_without_retry,
             runner_only_registered_kinds_are_claimed,
@@ -233,6 +243,94 @@ macro_rules! runner_suite {
             runner_claimed_ahead_jobs_show_as_waiting_until_they_start,
             runner_the_start_of_a_claimed_ahead_job_is_recorded_while_it_runs,
             runner_long_jobs_are_not_claimed_ahead,
-        );
+        }
     };
+}
+
+/// The names of the cases of a suite's list, as `&[&str]`: `contract_suite!(@list case_names ())`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! case_names {
+    (; $($case:ident),* $(,)?) => {
+        &[$(stringify!($case)),*]
+    };
+}
+
+/// The contract cases [`contract_suite!`] runs, by name.
+pub const CONTRACT_CASES: &[&str] = contract_suite!(@list case_names ());
+/// The runner cases [`runner_suite!`] runs, by name.
+pub const RUNNER_CASES: &[&str] = runner_suite!(@list case_names ());
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    /// The cases defined in the modules of `folder` (under `src/`): every free `pub async fn`
+    /// that takes a `StoreFactory`, the shape of a case (helpers take stores, not factories).
+    fn defined_cases(folder: &str) -> BTreeSet<String> {
+        let folder = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src")
+            .join(folder);
+        let mut cases = BTreeSet::new();
+        for entry in std::fs::read_dir(&folder).expect("the case folder") {
+            let path = entry.expect("a case file").path();
+            if path.extension().is_none_or(|extension| extension != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("a readable case file");
+            // Cases are free functions: the signature starts a line (not a method, not a comment).
+            const SIGNATURE: &str = "\npub async fn ";
+            for (at, _) in text.match_indices(SIGNATURE) {
+                let rest = &text[at + SIGNATURE.len()..];
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                let parameters = rest
+                    .split_once('(')
+                    .and_then(|(_, after)| after.split_once(')'))
+                    .map_or("", |(parameters, _)| parameters);
+                if parameters.contains("StoreFactory") {
+                    assert!(cases.insert(name.clone()), "case {name} is defined twice");
+                }
+            }
+        }
+        cases
+    }
+
+    /// Compares the cases a suite runs with the cases its modules define.
+    fn assert_all_listed(suite: &str, folder: &str, listed: &[&str]) {
+        let defined = defined_cases(folder);
+        assert!(!defined.is_empty(), "no cases found in src/{folder}");
+        let listed: BTreeSet<String> = listed.iter().map(|name| (*name).to_owned()).collect();
+        let missing: Vec<&String> = defined.difference(&listed).collect();
+        assert!(
+            missing.is_empty(),
+            "cases of src/{folder} missing from the list of {suite}! in src/lib.rs, so no store runs them: {missing:?}"
+        );
+        // Names listed but not defined do not compile; a listed case that does not take a
+        // factory would not either.
+        assert_eq!(defined.len(), listed.len());
+    }
+
+    #[test]
+    fn every_case_runs_against_every_store() {
+        assert_all_listed("contract_suite", "cases", super::CONTRACT_CASES);
+        assert_all_listed("runner_suite", "runner_cases", super::RUNNER_CASES);
+        for store in ["memory", "postgres"] {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests")
+                .join(format!("{store}.rs"));
+            let text = std::fs::read_to_string(&path).expect("the store's test file");
+            for suite in ["contract_suite", "runner_suite"] {
+                let call = format!("drover_tests::{suite}!(\"{store}\", ");
+                assert_eq!(
+                    text.matches(&call).count(),
+                    1,
+                    "tests/{store}.rs must run the whole {suite} once: `{call}...);`"
+                );
+            }
+        }
+    }
 }

@@ -6,10 +6,9 @@
 //!
 //! Needs `DROVER_TEST_DATABASE_URL`; without it every test skips, unless
 //! `DROVER_REQUIRE_POSTGRES` is set, when they fail instead. Each test makes its own database
-//! `drover_t_<uuid v7>` (bare, migrated here to the version it needs) and drops it at the end;
-//! postgres.rs sweeps the ones a killed run left behind.
+//! (empty, migrated here to the version it needs) from the kit `drover_tests::postgres`, which
+//! drops it at the end and sweeps the ones a killed run left behind.
 
-use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,13 +17,10 @@ use drover_core::{
     ClaimJobs, Finish, JobKind, JobState, JobStore, NewJob, QueueName, Quotas, RescueExpired,
     StoreConfig, WorkerId,
 };
-use drover_store_postgres::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use drover_store_postgres::sqlx::types::Uuid;
 use drover_store_postgres::sqlx::{self, Connection, Executor, PgConnection, PgPool};
 use drover_store_postgres::{migrations, Migration, Migrator, PgOptions, PgStore};
+use drover_tests::postgres::{Schema, Server, TestDatabase};
 use serde_json::json;
-
-const URL_VAR: &str = "DROVER_TEST_DATABASE_URL";
 
 /// Rows in the table of the traffic test.
 const MILLIONS: i64 = 2_000_000;
@@ -40,44 +36,22 @@ const ONLINE_INDEX: Migration = Migration {
     sql: "-- drover:step online\nCREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_test_created_idx ON drover.jobs (created_at);\n",
 };
 
-/// A database of its own, dropped with the guard.
+/// A database of its own (empty: no Drover schema), dropped with the guard.
 struct Database {
-    admin: PgConnectOptions,
-    name: String,
-    options: PgConnectOptions,
+    database: TestDatabase,
 }
 
 impl Database {
     /// A fresh empty database, or `None` (the test skips) without `DROVER_TEST_DATABASE_URL`.
     async fn create(test: &str) -> Option<Database> {
-        let Some(url) = std::env::var(URL_VAR).ok().filter(|u| !u.is_empty()) else {
-            if std::env::var_os("DROVER_REQUIRE_POSTGRES").is_some() {
-                panic!("postgres test {test} cannot run: {URL_VAR} is not set and DROVER_REQUIRE_POSTGRES forbids skipping");
-            }
-            eprintln!("SKIPPED postgres test {test}: set {URL_VAR} to run it");
-            return None;
-        };
-        let admin = PgConnectOptions::from_str(&url).expect("DROVER_TEST_DATABASE_URL parses");
-        let name = format!("drover_t_{}", Uuid::now_v7().simple());
-        let mut conn = PgConnection::connect_with(&admin).await.expect("connect");
-        conn.execute(format!("CREATE DATABASE \"{name}\"").as_str())
-            .await
-            .expect("create database");
-        conn.close().await.ok();
-        let options = admin.clone().database(&name);
+        let server = Server::for_test(test)?;
         Some(Database {
-            admin,
-            name,
-            options,
+            database: server.database(Schema::Empty).await,
         })
     }
 
     async fn pool(&self, connections: u32) -> PgPool {
-        PgPoolOptions::new()
-            .max_connections(connections)
-            .connect_with(self.options.clone())
-            .await
-            .expect("connect to the test database")
+        self.database.pool(connections).await
     }
 
     async fn store(&self) -> Arc<PgStore> {
@@ -90,7 +64,7 @@ impl Database {
             ..PgOptions::default()
         };
         Arc::new(
-            PgStore::connect_with(self.options.clone(), options)
+            PgStore::connect_with(self.database.connect.clone(), options)
                 .await
                 .expect("store"),
         )
@@ -98,35 +72,9 @@ impl Database {
 
     /// A connection of its own, for a long transaction.
     async fn connection(&self) -> PgConnection {
-        PgConnection::connect_with(&self.options)
+        PgConnection::connect_with(&self.database.connect)
             .await
             .expect("connect")
-    }
-}
-
-impl Drop for Database {
-    fn drop(&mut self) {
-        let admin = self.admin.clone();
-        let name = self.name.clone();
-        let dropper = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            runtime.block_on(async move {
-                if let Ok(mut conn) = PgConnection::connect_with(&admin).await {
-                    let _ = conn
-                        .execute(
-                            format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)").as_str(),
-                        )
-                        .await;
-                    let _ = conn.close().await;
-                }
-            });
-        });
-        let _ = dropper.join();
     }
 }
 

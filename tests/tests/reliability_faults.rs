@@ -21,7 +21,7 @@ mod reliability_support;
 use std::time::Duration;
 
 use drover_store_postgres::sqlx;
-use reliability_support::{audit, counter, wait_until, Db, Instrument, Server};
+use reliability_support::{audit, counter, shared_server, wait_until, Db, Instrument};
 use rustix::process::Signal;
 
 /// Deadline of any wait on the loaded 2-core CI machine.
@@ -74,7 +74,7 @@ async fn freeze_outside_a_transaction(db: &Db, worker: &reliability_support::Wor
 async fn sigkill_of_a_worker_mid_job_loses_no_job() {
     const TEST: &str = "sigkill_of_a_worker_mid_job_loses_no_job";
     let _turn = TURN.lock().await;
-    let Some(server) = Server::shared(TEST) else {
+    let Some(server) = shared_server(TEST) else {
         return;
     };
     let db = Db::create(&server, TEST, Instrument::Full).await;
@@ -141,7 +141,7 @@ async fn sigkill_of_a_worker_mid_job_loses_no_job() {
 async fn sigkill_of_a_worker_spends_no_attempt_of_jobs_it_claimed_ahead() {
     const TEST: &str = "sigkill_of_a_worker_spends_no_attempt_of_jobs_it_claimed_ahead";
     let _turn = TURN.lock().await;
-    let Some(server) = Server::shared(TEST) else {
+    let Some(server) = shared_server(TEST) else {
         return;
     };
     let db = Db::create(&server, TEST, Instrument::Full).await;
@@ -220,7 +220,7 @@ async fn sigkill_of_a_worker_spends_no_attempt_of_jobs_it_claimed_ahead() {
 async fn cut_database_connections_lose_no_job() {
     const TEST: &str = "cut_database_connections_lose_no_job";
     let _turn = TURN.lock().await;
-    let Some(server) = Server::shared(TEST) else {
+    let Some(server) = shared_server(TEST) else {
         return;
     };
     let db = Db::create(&server, TEST, Instrument::Full).await;
@@ -276,7 +276,7 @@ async fn audit_all_succeeded(db: &Db, ids: &[sqlx::types::Uuid]) {
 async fn frozen_worker_past_its_lease_cannot_write_late() {
     const TEST: &str = "frozen_worker_past_its_lease_cannot_write_late";
     let _turn = TURN.lock().await;
-    let Some(server) = Server::shared(TEST) else {
+    let Some(server) = shared_server(TEST) else {
         return;
     };
     let db = Db::create(&server, TEST, Instrument::Full).await;
@@ -330,7 +330,7 @@ async fn frozen_worker_past_its_lease_cannot_write_late() {
 async fn graceful_restart_of_every_worker_loses_no_job() {
     const TEST: &str = "graceful_restart_of_every_worker_loses_no_job";
     let _turn = TURN.lock().await;
-    let Some(server) = Server::shared(TEST) else {
+    let Some(server) = shared_server(TEST) else {
         return;
     };
     let db = Db::create(&server, TEST, Instrument::Full).await;
@@ -424,7 +424,7 @@ async fn graceful_restart_of_every_worker_loses_no_job() {
 async fn dropped_schema_stops_the_worker_saying_to_migrate() {
     const TEST: &str = "dropped_schema_stops_the_worker_saying_to_migrate";
     let _turn = TURN.lock().await;
-    let Some(server) = Server::shared(TEST) else {
+    let Some(server) = shared_server(TEST) else {
         return;
     };
     let db = Db::create(&server, TEST, Instrument::None).await;
@@ -449,7 +449,7 @@ async fn dropped_schema_stops_the_worker_saying_to_migrate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_reports_each_broken_promise() {
     const TEST: &str = "audit_reports_each_broken_promise";
-    let Some(server) = Server::shared(TEST) else {
+    let Some(server) = shared_server(TEST) else {
         return;
     };
     let db = Db::create(&server, TEST, Instrument::Full).await;
@@ -563,7 +563,7 @@ async fn audit_reports_each_broken_promise() {
 async fn stalled_handler_side_effects_are_stopped_only_by_fencing() {
     const TEST: &str = "stalled_handler_side_effects_are_stopped_only_by_fencing";
     let _turn = TURN.lock().await;
-    let Some(server) = Server::shared(TEST) else {
+    let Some(server) = shared_server(TEST) else {
         return;
     };
     let db = Db::create(&server, TEST, Instrument::Full).await;

@@ -33,7 +33,7 @@ use drover_core::{
     WorkerId,
 };
 use drover_store_memory::MemoryStore;
-use reliability_support::{Db, Instrument, Server};
+use reliability_support::{shared_server, Db, Instrument};
 use serde_json::{json, Value};
 
 /// Strings that break naive SQL, LIKE patterns, JSON paths, shells and terminals.
@@ -562,7 +562,7 @@ async fn hostile_input_through_the_store_api_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_input_through_the_store_api_postgres() {
     const TEST: &str = "hostile_input_through_the_store_api_postgres";
-    let Some(server) = Server::shared(TEST) else {
+    let Some(server) = shared_server(TEST) else {
         return;
     };
     let db = Db::create(&server, TEST, Instrument::None).await;
@@ -680,7 +680,7 @@ async fn meta_filter_agrees_between_memory_and_postgres() {
     const TEST: &str = "meta_filter_agrees_between_memory_and_postgres";
     const DOCS: usize = 80;
     const FILTERS: usize = 300;
-    let Some(server) = Server::shared(TEST) else {
+    let Some(server) = shared_server(TEST) else {
         return;
     };
     let db = Db::create(&server, TEST, Instrument::None).await;
@@ -1299,7 +1299,7 @@ fn encode(text: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_input_through_the_http_api_changes_nothing() {
     const TEST: &str = "hostile_input_through_the_http_api_changes_nothing";
-    let Some(server) = Server::shared(TEST) else {
+    let Some(server) = shared_server(TEST) else {
         return;
     };
     let db = Db::create(&server, TEST, Instrument::None).await;

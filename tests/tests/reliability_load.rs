@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use drover_core::{Error, JobKind, JobStore, NewJob, Quota, Quotas, StoreConfig};
 use drover_http::{ApiConfig, ApiState, AuthMode};
 use drover_store_postgres::sqlx;
-use reliability_support::{counter, Db, Instrument, Server};
+use reliability_support::{counter, shared_server, Db, Instrument};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -57,7 +57,7 @@ where
 async fn every_job_runs_exactly_once_across_three_healthy_workers() {
     const TEST: &str = "every_job_runs_exactly_once_across_three_healthy_workers";
     let _turn = TURN.lock().await;
-    let Some(server) = Server::shared(TEST) else {
+    let Some(server) = shared_server(TEST) else {
         return;
     };
     let jobs: usize = std::env::var("DROVER_EXACTLY_ONCE_JOBS")
@@ -166,7 +166,7 @@ async fn load_above_capacity_is_refused_by_quota_memory_stays_flat_backlog_drain
     const TEST: &str = "load_above_capacity_is_refused_by_quota_memory_stays_flat_backlog_drains";
     const MAX_PENDING: u64 = 300;
     let _turn = TURN.lock().await;
-    let Some(server) = Server::shared(TEST) else {
+    let Some(server) = shared_server(TEST) else {
         return;
     };
     let load = load_duration();

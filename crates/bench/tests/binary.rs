@@ -8,11 +8,10 @@
 use std::path::Path;
 use std::process::Command;
 
-use drover_store_postgres::sqlx::postgres::PgConnectOptions;
 use drover_store_postgres::sqlx::{self, ConnectOptions, Connection};
+use drover_tests::postgres::{skip_or_fail, Server, URL_VAR};
 use serde_json::Value;
 
-const URL_VAR: &str = "DROVER_TEST_DATABASE_URL";
 const SMOKE_DATABASE: &str = "drover_bench_smoke";
 
 /// Runs the binary with `args`; returns its stdout and the JSON file it wrote.
@@ -84,20 +83,10 @@ fn check_run(stdout: &str, file: &Value, store: &str, workers: &[usize], slots: 
     );
 }
 
-/// `url` with its database name replaced by `database` (query parameters kept).
-fn with_database(url: &str, database: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, format!("?{query}")),
-        None => (url, String::new()),
-    };
-    let (server, _) = base.rsplit_once('/').expect("a postgres:// URL");
-    format!("{server}/{database}{query}")
-}
-
 #[test]
 fn urls_get_the_smoke_database() {
     assert_eq!(
-        with_database("postgres://u:p@h:5432/test?sslmode=disable", "x_bench"),
+        Server::from_url("postgres://u:p@h:5432/test?sslmode=disable").url("x_bench"),
         "postgres://u:p@h:5432/x_bench?sslmode=disable"
     );
 }
@@ -131,15 +120,15 @@ fn memory_run_measures_every_scenario() {
 
 #[test]
 fn postgres_run_measures_every_scenario_with_worker_processes() {
-    let Ok(url) = std::env::var(URL_VAR) else {
-        if std::env::var_os("DROVER_REQUIRE_POSTGRES").is_some() {
-            panic!("postgres test of drover-bench cannot run: {URL_VAR} is not set and DROVER_REQUIRE_POSTGRES forbids skipping");
-        }
-        eprintln!("SKIPPED postgres test of drover-bench: set {URL_VAR} to run it");
+    let Some(server) = Server::from_env().or_else(|| {
+        skip_or_fail(
+            "postgres test of drover-bench",
+            &format!("{URL_VAR} is not set"),
+        )
+    }) else {
         return;
     };
-    let smoke_url = with_database(&url, SMOKE_DATABASE);
-    let smoke: PgConnectOptions = smoke_url.parse().unwrap();
+    let smoke_url = server.url(SMOKE_DATABASE);
     let dir = tempfile::tempdir().unwrap();
     let (stdout, file) = run_bench(
         &[
@@ -172,7 +161,7 @@ fn postgres_run_measures_every_scenario_with_worker_processes() {
 
     // Leave no database behind.
     tokio::runtime::Runtime::new().unwrap().block_on(async {
-        let mut admin = smoke.database("postgres").connect().await.unwrap();
+        let mut admin = server.admin.connect().await.unwrap();
         sqlx::raw_sql(&format!(
             "DROP DATABASE IF EXISTS {SMOKE_DATABASE} WITH (FORCE)"
         ))

@@ -1,15 +1,15 @@
 //! Support for the tests that run the real `drover` binary (issue #5): where the binary is, a
-//! database of its own per test, running commands and worker processes, signals, and waiting
-//! for observable events with a deadline.
+//! database of its own per test, and running commands and worker processes. The database, the
+//! skip rule and the process helpers are the kit's (`drover_tests::postgres`,
+//! `drover_tests::process`); this module adds what is about the `drover` command line.
 //!
 //! - [`drover_bin`]: `target/<profile>/drover`, found beside this test executable's `deps/`
 //!   folder. `cargo test --workspace` builds it (the cli crate's own integration tests make
 //!   cargo build its binary); a clear panic says how to build it when it is missing.
-//! - [`TestDb`]: `CREATE DATABASE drover_e_<uuid v7 simple>` on the server of
-//!   `DROVER_TEST_DATABASE_URL`, dropped `WITH (FORCE)` when the value is dropped (also when the
-//!   test panics), so tests run in parallel. Without the variable a test skips (printing
-//!   `SKIPPED ...`), unless `DROVER_REQUIRE_POSTGRES` is set, when it fails: the same rule as
-//!   `drover_tests::run_case`. Databases of killed runs are swept when older than an hour.
+//! - [`TestDb`]: a database of one test (empty, or a copy of the kit's migrated template),
+//!   dropped when the value is dropped (also when the test panics), so tests run in parallel.
+//!   Without `DROVER_TEST_DATABASE_URL` a test skips (printing `SKIPPED ...`), unless
+//!   `DROVER_REQUIRE_POSTGRES` is set, when it fails.
 //! - [`Process`]: a spawned `drover` (usually `worker`) whose stderr is collected line by line;
 //!   it is SIGKILLed when dropped, so no child outlives its test.
 //! - [`wait_until`]: polls a condition every 25 ms until a deadline; used only where no event
@@ -17,25 +17,15 @@
 
 #![allow(dead_code)]
 
-use std::future::Future;
-use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Output, Stdio};
-use std::str::FromStr;
-use std::sync::{Arc, Mutex};
+use std::path::PathBuf;
+use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use drover_store_postgres::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use drover_store_postgres::sqlx::{self, Connection, PgPool};
+use drover_store_postgres::sqlx::{self, PgPool};
+use drover_tests::postgres::{Schema, Server, TestDatabase};
+pub use drover_tests::process::{wait_until, Process};
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::sync::Notify;
 
-/// Environment variable naming the PostgreSQL server (any database on it) the tests may use.
-pub const URL_VAR: &str = "DROVER_TEST_DATABASE_URL";
-/// Prefix of the databases these tests create.
-const DB_PREFIX: &str = "drover_e_";
-/// How often [`wait_until`] checks its condition.
-const POLL: Duration = Duration::from_millis(25);
 /// Deadline of a one-shot command.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -44,46 +34,7 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
 /// # Panics
 /// When it is missing, with the command that builds it.
 pub fn drover_bin() -> PathBuf {
-    built_binary("drover", "cargo build -p drover-cli")
-}
-
-/// A binary of this workspace in the profile folder that holds this test executable.
-fn built_binary(name: &str, build: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("the test executable's path");
-    // target/<profile>/deps/<test>-<hash> -> target/<profile>/<name>
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the test executable lives in target/<profile>/deps");
-    let path = profile_dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        path.is_file(),
-        "the {name} binary is missing at {}: run `{build}` (or `cargo test --workspace`, which builds it) first",
-        path.display()
-    );
-    path
-}
-
-/// Polls `check` every 25 ms until it answers `Some`, and returns that.
-///
-/// # Panics
-/// When `timeout` passes first, naming `what`.
-pub async fn wait_until<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(POLL).await;
-    }
+    drover_tests::process::built_binary("drover", "cargo build -p drover-cli")
 }
 
 /// A file in the temporary folder, removed on drop.
@@ -115,70 +66,6 @@ impl Drop for TempFile {
     }
 }
 
-/// The server of `DROVER_TEST_DATABASE_URL`, or `None` after printing why the test skips.
-///
-/// # Panics
-/// When the variable is unset and `DROVER_REQUIRE_POSTGRES` is set (CI must not skip).
-fn server(test: &str) -> Option<PgConnectOptions> {
-    let Ok(url) = std::env::var(URL_VAR) else {
-        if std::env::var_os("DROVER_REQUIRE_POSTGRES").is_some() {
-            panic!(
-                "postgres test {test} cannot run: {URL_VAR} is not set and DROVER_REQUIRE_POSTGRES forbids skipping"
-            );
-        }
-        eprintln!("SKIPPED postgres test {test}: set {URL_VAR} to run it");
-        return None;
-    };
-    Some(PgConnectOptions::from_str(&url).unwrap_or_else(|e| panic!("{URL_VAR} is not a URL: {e}")))
-}
-
-/// One statement on a fresh admin connection, retrying "database is being accessed by other
-/// users" (a concurrent `CREATE DATABASE` from the same template) a few times.
-async fn admin_exec(admin: &PgConnectOptions, statement: &str) {
-    let mut conn = sqlx::PgConnection::connect_with(admin)
-        .await
-        .expect("connect to the test server");
-    let mut tries = 0;
-    loop {
-        match sqlx::query(statement).execute(&mut conn).await {
-            Ok(_) => break,
-            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55006") && tries < 20 => {
-                tries += 1;
-                tokio::time::sleep(Duration::from_millis(50 * tries)).await;
-            }
-            Err(e) => panic!("{statement}: {e}"),
-        }
-    }
-    let _ = conn.close().await;
-}
-
-/// Drops databases of killed runs (their uuid v7 name carries their creation time).
-async fn sweep_leftovers(admin: &PgConnectOptions) {
-    static SWEPT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
-    SWEPT
-        .get_or_init(|| async {
-            let Ok(mut conn) = sqlx::PgConnection::connect_with(admin).await else {
-                return;
-            };
-            let names: Vec<String> = sqlx::query_scalar(
-                "SELECT datname FROM pg_database WHERE datname LIKE 'drover\\_e\\_%'",
-            )
-            .fetch_all(&mut conn)
-            .await
-            .unwrap_or_default();
-            for name in names {
-                if drover_tests::leftovers::is_leftover(&name, DB_PREFIX) {
-                    let _ =
-                        sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
-                            .execute(&mut conn)
-                            .await;
-                }
-            }
-            let _ = conn.close().await;
-        })
-        .await;
-}
-
 /// A database of one test, dropped `WITH (FORCE)` on drop.
 pub struct TestDb {
     /// The test's name, for messages.
@@ -187,38 +74,31 @@ pub struct TestDb {
     pub name: String,
     /// Its URL, handed to `drover` as `DROVER_DATABASE_URL`.
     pub url: String,
-    admin: PgConnectOptions,
     pool: PgPool,
+    /// Declared last: dropped after the pool, taking the database with it.
+    database: TestDatabase,
 }
 
 impl TestDb {
     /// A new empty database (no Drover schema), or `None` when the test skips.
     pub async fn empty(test: &str) -> Option<TestDb> {
-        let admin = server(test)?;
-        sweep_leftovers(&admin).await;
-        let name = format!("{DB_PREFIX}{}", uuid::Uuid::now_v7().simple());
-        admin_exec(&admin, &format!("CREATE DATABASE \"{name}\"")).await;
-        let options = admin.clone().database(&name);
-        let url = with_database(&std::env::var(URL_VAR).unwrap_or_default(), &name);
-        let pool = PgPoolOptions::new()
-            .max_connections(2)
-            .connect_with(options)
-            .await
-            .expect("connect to the test database");
-        Some(TestDb {
-            test: test.to_owned(),
-            name,
-            url,
-            admin,
-            pool,
-        })
+        TestDb::create(test, Schema::Empty).await
     }
 
-    /// A new database migrated by `drover migrate`, or `None` when the test skips.
+    /// A new migrated database, or `None` when the test skips.
     pub async fn migrated(test: &str) -> Option<TestDb> {
-        let db = TestDb::empty(test).await?;
-        db.ok(&["migrate"]).await;
-        Some(db)
+        TestDb::create(test, Schema::Migrated).await
+    }
+
+    async fn create(test: &str, schema: Schema) -> Option<TestDb> {
+        let database = Server::for_test(test)?.database(schema).await;
+        Some(TestDb {
+            test: test.to_owned(),
+            name: database.name.clone(),
+            url: database.url.clone(),
+            pool: database.pool(2).await,
+            database,
+        })
     }
 
     /// A pool on the test database, for checks by SQL.
@@ -362,47 +242,6 @@ impl TestDb {
     }
 }
 
-impl Drop for TestDb {
-    fn drop(&mut self) {
-        let pool = self.pool.clone();
-        let admin = self.admin.clone();
-        let name = self.name.clone();
-        // Drop runs in async tests and while unwinding: drop the database on a thread of its
-        // own with a small runtime, and wait for it.
-        let dropped = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime to drop the test database");
-            runtime.block_on(async move {
-                pool.close().await;
-                admin_exec(
-                    &admin,
-                    &format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"),
-                )
-                .await;
-            });
-        })
-        .join();
-        if dropped.is_err() && !std::thread::panicking() {
-            panic!("dropping test database {} failed", self.name);
-        }
-    }
-}
-
-/// `url` with its database replaced by `name` (user, password, host and query kept).
-fn with_database(url: &str, name: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, format!("?{query}")),
-        None => (url, String::new()),
-    };
-    let authority = base.find("://").map_or(0, |i| i + 3);
-    let path = base[authority..]
-        .find('/')
-        .map_or(base.len(), |i| i + authority);
-    format!("{}/{name}{query}", &base[..path])
-}
-
 /// A job's row, as far as these tests look at it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobRow {
@@ -423,135 +262,4 @@ pub fn one_line_error(stderr: &[u8]) -> String {
     assert!(lines[0].starts_with("drover: "), "{text}");
     assert!(!text.contains("panicked"), "{text}");
     lines[0].to_owned()
-}
-
-/// Collected stderr lines of a process, and a wake-up for each new one.
-#[derive(Default)]
-struct Lines {
-    lines: Mutex<Vec<String>>,
-    closed: Mutex<bool>,
-    changed: Notify,
-}
-
-/// A spawned `drover` process; SIGKILLed when dropped.
-pub struct Process {
-    child: tokio::process::Child,
-    /// Its process id.
-    pub pid: u32,
-    what: String,
-    stderr: Arc<Lines>,
-}
-
-impl Process {
-    /// Spawns `command` (made by [`TestDb::command`]; `args` name it in messages).
-    pub fn spawn(mut command: tokio::process::Command, args: &[&str]) -> Process {
-        command.stdout(Stdio::null()).stderr(Stdio::piped());
-        let mut child = command.spawn().expect("spawn drover");
-        let pid = child.id().expect("a running child has a pid");
-        let lines = Arc::new(Lines::default());
-        let stderr = child.stderr.take().expect("piped stderr");
-        let collected = Arc::clone(&lines);
-        tokio::spawn(async move {
-            let mut reader = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = reader.next_line().await {
-                collected.lines.lock().unwrap().push(line);
-                collected.changed.notify_waiters();
-            }
-            *collected.closed.lock().unwrap() = true;
-            collected.changed.notify_waiters();
-        });
-        Process {
-            child,
-            pid,
-            what: format!("drover {}", args.join(" ")),
-            stderr: lines,
-        }
-    }
-
-    /// Everything it printed on stderr so far.
-    pub fn stderr(&self) -> String {
-        self.stderr.lines.lock().unwrap().join("\n")
-    }
-
-    /// Waits for a stderr line containing `needle` and returns it.
-    ///
-    /// # Panics
-    /// When stderr closes or `timeout` passes first.
-    pub async fn wait_for_line(&self, needle: &str, timeout: Duration) -> String {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let changed = self.stderr.changed.notified();
-            if let Some(line) = self
-                .stderr
-                .lines
-                .lock()
-                .unwrap()
-                .iter()
-                .find(|l| l.contains(needle))
-            {
-                return line.clone();
-            }
-            assert!(
-                !*self.stderr.closed.lock().unwrap(),
-                "{} ended without printing {needle:?}; stderr:\n{}",
-                self.what,
-                self.stderr()
-            );
-            if tokio::time::timeout_at(deadline, changed).await.is_err() {
-                panic!(
-                    "{} did not print {needle:?} within {timeout:?}; stderr:\n{}",
-                    self.what,
-                    self.stderr()
-                );
-            }
-        }
-    }
-
-    /// Waits for the worker's `drover: worker ID started ...` line and returns the id.
-    pub async fn worker_started(&self) -> String {
-        let line = self
-            .wait_for_line(" started on ", Duration::from_secs(30))
-            .await;
-        line.strip_prefix("drover: worker ")
-            .and_then(|rest| rest.split(' ').next())
-            .unwrap_or_else(|| panic!("unexpected start line: {line}"))
-            .to_owned()
-    }
-
-    /// Sends `signal` to the process.
-    pub fn signal(&self, signal: rustix::process::Signal) {
-        let pid = rustix::process::Pid::from_raw(self.pid as i32).expect("a positive pid");
-        rustix::process::kill_process(pid, signal).expect("send a signal");
-    }
-
-    /// Waits for the process to exit, then for its stderr to be read to the end.
-    pub async fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
-        let status = tokio::time::timeout(timeout, self.child.wait())
-            .await
-            .unwrap_or_else(|_| {
-                panic!(
-                    "{} did not exit within {timeout:?}; stderr:\n{}",
-                    self.what,
-                    self.stderr()
-                )
-            })
-            .expect("wait for drover");
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        loop {
-            let changed = self.stderr.changed.notified();
-            if *self.stderr.closed.lock().unwrap() {
-                break;
-            }
-            if tokio::time::timeout_at(deadline, changed).await.is_err() {
-                break;
-            }
-        }
-        status
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.start_kill();
-    }
 }

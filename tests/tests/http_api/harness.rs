@@ -3,17 +3,14 @@
 //! (chunked bodies, `Expect: 100-continue`, declared lengths), and one PostgreSQL database per
 //! test.
 //!
-//! PostgreSQL isolation: every test creates `drover_h_<uuid v7 simple>`, migrates it (or not,
-//! for the readiness test), and drops it `WITH (FORCE)` when the test ends, panicked or not, so
-//! tests run in parallel. Databases left by killed runs are swept when older than an hour.
-//! Without `DROVER_TEST_DATABASE_URL` the PostgreSQL tests skip, unless
-//! `DROVER_REQUIRE_POSTGRES` is set, when they fail (the rule of `drover_tests::run_case`).
+//! PostgreSQL isolation and the skip rule are the kit's (`drover_tests::postgres`): every test
+//! gets a migrated database of its own (the readiness test also an empty one), dropped when the
+//! test ends, panicked or not, so tests run in parallel.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,10 +20,10 @@ use drover_core::{
 };
 use drover_http::{ApiConfig, ApiState, ApiTokens, AuthMode};
 use drover_store_memory::MemoryStore;
-use drover_store_postgres::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use drover_store_postgres::sqlx::types::Uuid;
 use drover_store_postgres::sqlx::{self, PgPool};
 use drover_store_postgres::{PgOptions, PgStore};
+pub use drover_tests::postgres::{Schema, Server, TestDatabase};
 use futures::FutureExt;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -34,8 +31,6 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-/// Environment variable naming the PostgreSQL server the tests may use.
-pub const URL_VAR: &str = "DROVER_TEST_DATABASE_URL";
 /// Bound on any single wait in these tests (a hang fails instead of blocking CI).
 pub const WAIT: Duration = Duration::from_secs(30);
 
@@ -160,7 +155,7 @@ impl Env {
                 }
             }
             Backend::Postgres => {
-                let pool = self.database.as_ref().expect("database").pool().await;
+                let pool = self.database.as_ref().expect("database").pool(2).await;
                 let updated = execute_bound(
                     &pool,
                     "UPDATE drover.jobs SET request_hash = NULL WHERE id = $1",
@@ -201,17 +196,6 @@ fn execute_bound<'a>(
     })
 }
 
-/// Runs one statement without parameters (boxed like [`execute_bound`]).
-pub fn execute<'a>(
-    pool: &'a PgPool,
-    statement: String,
-) -> Pin<Box<dyn Future<Output = Result<(), sqlx::Error>> + Send + 'a>> {
-    Box::pin(async move {
-        sqlx::query(&statement).execute(pool).await?;
-        Ok(())
-    })
-}
-
 /// Runs a case on a fresh memory store environment.
 pub async fn run_memory<C>(case: C)
 where
@@ -225,34 +209,15 @@ where
     }
 }
 
-/// The admin connect options from `DROVER_TEST_DATABASE_URL`, or `None` after deciding to skip
-/// (without `DROVER_REQUIRE_POSTGRES`); panics when skipping is forbidden.
-pub fn postgres_or_skip(case: &str) -> Option<PgConnectOptions> {
-    match std::env::var(URL_VAR).ok().filter(|u| !u.is_empty()) {
-        Some(url) => {
-            Some(PgConnectOptions::from_str(&url).expect("DROVER_TEST_DATABASE_URL parses"))
-        }
-        None => {
-            if std::env::var_os("DROVER_REQUIRE_POSTGRES").is_some() {
-                panic!(
-                    "postgres test {case} cannot run: {URL_VAR} is not set and DROVER_REQUIRE_POSTGRES forbids skipping"
-                );
-            }
-            eprintln!("SKIPPED postgres test {case}: set {URL_VAR} to run it");
-            None
-        }
-    }
-}
-
 /// Runs a case on its own migrated PostgreSQL database, dropped afterwards.
 pub async fn run_postgres<C>(name: &str, case: C)
 where
     C: for<'a> FnOnce(&'a Env) -> CaseFuture<'a>,
 {
-    let Some(admin) = postgres_or_skip(name) else {
+    let Some(server) = Server::for_test(name) else {
         return;
     };
-    let database = TestDatabase::create(admin, true).await;
+    let database = server.database(Schema::Migrated).await;
     let env = Env::new(Backend::Postgres, Some(database));
     let result = AssertUnwindSafe(case(&env)).catch_unwind().await;
     env.close().await;
@@ -261,99 +226,6 @@ where
     }
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
-    }
-}
-
-/// One test's PostgreSQL database.
-pub struct TestDatabase {
-    admin: PgConnectOptions,
-    /// Its name, `drover_h_<uuid v7 simple>`.
-    pub name: String,
-    /// Connect options of the database itself.
-    pub connect: PgConnectOptions,
-}
-
-/// A double-quoted identifier; names here are generated, never user input.
-fn ident(name: &str) -> String {
-    assert!(name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
-    format!("\"{name}\"")
-}
-
-async fn admin_pool(admin: &PgConnectOptions) -> PgPool {
-    PgPoolOptions::new()
-        .max_connections(1)
-        .connect_with(admin.clone())
-        .await
-        .expect("connect to DROVER_TEST_DATABASE_URL")
-}
-
-impl TestDatabase {
-    /// Creates `drover_h_<uuid>` on the server of `admin`, migrated when `migrated`.
-    pub async fn create(admin: PgConnectOptions, migrated: bool) -> TestDatabase {
-        let pool = admin_pool(&admin).await;
-        sweep(&pool).await;
-        let name = format!("drover_h_{}", Uuid::now_v7().simple());
-        execute(&pool, format!("CREATE DATABASE {}", ident(&name)))
-            .await
-            .expect("create test database");
-        pool.close().await;
-        let db = TestDatabase {
-            connect: admin.clone().database(&name),
-            admin,
-            name,
-        };
-        if migrated {
-            let pool = db.pool().await;
-            drover_store_postgres::migrate(&pool)
-                .await
-                .expect("migrate test database");
-            pool.close().await;
-        }
-        db
-    }
-
-    /// Connect options of the server's admin database (`DROVER_TEST_DATABASE_URL`).
-    pub fn admin(&self) -> PgConnectOptions {
-        self.admin.clone()
-    }
-
-    /// A small pool on the database, for SQL the test runs itself.
-    pub async fn pool(&self) -> PgPool {
-        PgPoolOptions::new()
-            .max_connections(2)
-            .connect_with(self.connect.clone())
-            .await
-            .expect("connect to the test database")
-    }
-
-    /// Drops the database, closing whatever connections remain.
-    pub async fn drop_database(&self) {
-        let pool = admin_pool(&self.admin).await;
-        execute(
-            &pool,
-            format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", ident(&self.name)),
-        )
-        .await
-        .expect("drop test database");
-        pool.close().await;
-    }
-}
-
-/// Drops `drover_h_*` databases older than [`drover_tests::leftovers::LEFTOVER_AGE`] (their UUID v7 holds the time).
-async fn sweep(admin: &PgPool) {
-    let names: Vec<String> =
-        sqlx::query_scalar("SELECT datname FROM pg_database WHERE datname LIKE 'drover\\_h\\_%'")
-            .fetch_all(admin)
-            .await
-            .expect("list test databases");
-    for name in names {
-        if drover_tests::leftovers::is_leftover(&name, "drover_h_") {
-            let _ = execute(
-                admin,
-                format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", ident(&name)),
-            )
-            .await;
-        }
     }
 }
 

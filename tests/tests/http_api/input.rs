@@ -1029,7 +1029,7 @@ pub(crate) async fn documented_statuses_are_the_answered_ones(env: &Env) {
     // the store.
     let mut fatal_seen = false;
     if let Some(db) = env.database() {
-        let fresh = TestDatabase::create(db.admin(), false).await;
+        let fresh = db.server().database(Schema::Empty).await;
         let result = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
             let store = drover_store_postgres::PgStore::connect_with(
                 fresh.connect.clone(),

@@ -16,7 +16,7 @@ use crate::harness::*;
 /// `drover migrate`, and 200 once it is migrated.
 pub(crate) async fn ready_is_503_until_migrated(env: &Env) {
     let db = env.database().expect("postgres");
-    let fresh = TestDatabase::create(db.admin(), false).await;
+    let fresh = db.server().database(Schema::Empty).await;
     let result = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
         let store = drover_store_postgres::PgStore::connect_with(
             fresh.connect.clone(),
@@ -113,7 +113,7 @@ pub(crate) async fn meta_containment_agrees_with_postgres(env: &Env) {
     let total = pairs.len();
     let docs: Vec<String> = pairs.iter().map(|(d, _)| d.to_string()).collect();
     let filters: Vec<String> = pairs.iter().map(|(_, f)| f.to_string()).collect();
-    let pool = env.database().expect("postgres").pool().await;
+    let pool = env.database().expect("postgres").pool(2).await;
     let verdicts = containment_in_postgres(&pool, docs, filters).await;
     pool.close().await;
     assert_eq!(verdicts.len(), total);

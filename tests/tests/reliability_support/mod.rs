@@ -4,15 +4,16 @@
 //! `drover-test-worker` binary, and [`audit`], which checks what the tests promise: no job lost,
 //! none stuck, none run after its final state was recorded, no stale writer winning.
 //!
-//! - [`Server::shared`]: the server of `DROVER_TEST_DATABASE_URL`. Without it a test skips
-//!   (printing `SKIPPED ...`), unless `DROVER_REQUIRE_POSTGRES` is set, when it fails.
-//! - [`Db`]: `CREATE DATABASE drover_r_<uuid v7 simple>`, migrated with
-//!   `drover_store_postgres::migrate`, plus the tables `side_effects` (written by the `record`
+//! - [`shared_server`]: the server of `DROVER_TEST_DATABASE_URL`. Without it a test skips
+//!   (printing `SKIPPED ...`), unless `DROVER_REQUIRE_POSTGRES` is set, when it fails (the
+//!   kit's rule, `drover_tests::postgres::skip_or_fail`).
+//! - [`Db`]: a migrated database of the kit (`drover_tests::postgres`), plus the tables `side_effects` (written by the `record`
 //!   kind of the test worker) and `job_transitions` (written by a trigger on `drover.jobs` for
 //!   every insert and every change of state or fencing token, stamped with
 //!   `clock_timestamp()`). Dropped `WITH (FORCE)` when the value is dropped, panic or not.
-//! - [`WorkerProcess`]: a spawned `drover-test-worker` (usually `worker`), stderr collected line
-//!   by line, SIGKILLed on drop; signals, exit, and its resident memory from `/proc`.
+//! - [`WorkerProcess`]: a spawned `drover-test-worker` (usually `worker`), the kit's
+//!   `drover_tests::process::Process`: stderr collected line by line, SIGKILLed on drop;
+//!   signals, exit, and its resident memory from `/proc`.
 //! - [`wait_until`]: polls a condition every 25 ms until a deadline (used where no event can be
 //!   awaited: states in the database).
 
@@ -21,30 +22,18 @@
 pub mod private_pg;
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::path::PathBuf;
-use std::process::{ExitStatus, Stdio};
-use std::str::FromStr;
-use std::sync::{Arc, Mutex};
+use std::process::Stdio;
 use std::time::Duration;
 
 use drover_core::{JobKind, JobStore, NewJob, QueueName, Quotas, StoreConfig};
-use drover_store_postgres::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use drover_store_postgres::sqlx::types::Uuid;
-use drover_store_postgres::sqlx::{self, Connection, PgPool};
+use drover_store_postgres::sqlx::{self, PgPool};
 use drover_store_postgres::{PgOptions, PgStore};
+pub use drover_tests::postgres::Server;
+use drover_tests::postgres::{Schema, TestDatabase, URL_VAR};
+pub use drover_tests::process::{wait_until, Process as WorkerProcess};
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::sync::Notify;
-
-/// Environment variable naming the shared PostgreSQL server the tests may use.
-pub const URL_VAR: &str = "DROVER_TEST_DATABASE_URL";
-/// Set (by CI) to make a test that would skip fail instead.
-pub const REQUIRE_VAR: &str = "DROVER_REQUIRE_POSTGRES";
-/// Prefix of the databases these tests create.
-const DB_PREFIX: &str = "drover_r_";
-/// How often [`wait_until`] checks its condition.
-const POLL: Duration = Duration::from_millis(25);
 
 /// Worker flags of the fault tests: a short lease, so a killed or frozen worker's jobs come back
 /// within seconds, and a rescuer that looks every 500 ms.
@@ -60,14 +49,19 @@ pub const SHORT_LEASE: [&str; 6] = [
 /// The job states after which nothing may run (DESIGN.md section 3: terminal states absorb).
 pub const TERMINAL: [&str; 3] = ["succeeded", "failed", "cancelled"];
 
-/// Skips (returning `None` after printing why) or fails, by the rule of
-/// `drover_tests::run_case`: fail when `DROVER_REQUIRE_POSTGRES` is set.
+/// Skips reliability test `test` because of `why` (returning `None` after printing
+/// `SKIPPED ...`), or fails when `DROVER_REQUIRE_POSTGRES` is set: the kit's rule.
 pub fn skip_or_fail<T>(test: &str, why: &str) -> Option<T> {
-    if std::env::var_os(REQUIRE_VAR).is_some() {
-        panic!("reliability test {test} cannot run: {why}, and {REQUIRE_VAR} forbids skipping");
-    }
-    eprintln!("SKIPPED reliability test {test}: {why}");
-    None
+    drover_tests::postgres::skip_or_fail(&format!("reliability test {test}"), why)
+}
+
+/// The shared server of `DROVER_TEST_DATABASE_URL`, or `None` after printing why the test
+/// skips.
+///
+/// # Panics
+/// When the variable is unset and `DROVER_REQUIRE_POSTGRES` is set.
+pub fn shared_server(test: &str) -> Option<Server> {
+    Server::from_env().or_else(|| skip_or_fail(test, &format!("{URL_VAR} is not set")))
 }
 
 /// The `drover-test-worker` binary cargo built for these tests.
@@ -82,123 +76,6 @@ pub fn test_worker_bin() -> PathBuf {
         path.display()
     );
     path
-}
-
-/// Polls `check` every 25 ms until it answers `Some`, and returns that.
-///
-/// # Panics
-/// When `timeout` passes first, naming `what`.
-pub async fn wait_until<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-/// A PostgreSQL server the tests create databases on.
-#[derive(Clone)]
-pub struct Server {
-    /// Connect options of an administrative database on it.
-    pub admin: PgConnectOptions,
-    /// `postgres://user@host:port` (plus password and query, if any) without a database.
-    url_base: String,
-    url_query: String,
-}
-
-impl Server {
-    /// The shared server of `DROVER_TEST_DATABASE_URL`, or `None` after printing why the test
-    /// skips.
-    ///
-    /// # Panics
-    /// When the variable is unset and `DROVER_REQUIRE_POSTGRES` is set.
-    pub fn shared(test: &str) -> Option<Server> {
-        let Some(url) = std::env::var(URL_VAR).ok().filter(|u| !u.is_empty()) else {
-            return skip_or_fail(test, &format!("{URL_VAR} is not set"));
-        };
-        Some(Server::from_url(&url))
-    }
-
-    /// A server from the URL of any database on it.
-    pub fn from_url(url: &str) -> Server {
-        let admin = PgConnectOptions::from_str(url)
-            .unwrap_or_else(|e| panic!("the test database URL does not parse: {e}"));
-        let (base, query) = match url.split_once('?') {
-            Some((base, query)) => (base, format!("?{query}")),
-            None => (url, String::new()),
-        };
-        let authority = base.find("://").map_or(0, |i| i + 3);
-        let path = base[authority..]
-            .find('/')
-            .map_or(base.len(), |i| i + authority);
-        Server {
-            admin,
-            url_base: base[..path].to_owned(),
-            url_query: query,
-        }
-    }
-
-    /// The URL of database `name` on this server.
-    pub fn url(&self, name: &str) -> String {
-        format!("{}/{name}{}", self.url_base, self.url_query)
-    }
-}
-
-/// One statement on a fresh admin connection, retrying "database is being accessed by other
-/// users" (a concurrent `CREATE DATABASE` from the same template) a few times.
-async fn admin_exec(admin: &PgConnectOptions, statement: &str) -> Result<(), sqlx::Error> {
-    let mut conn = sqlx::PgConnection::connect_with(admin).await?;
-    let mut tries = 0;
-    let result = loop {
-        match sqlx::query(statement).execute(&mut conn).await {
-            Ok(_) => break Ok(()),
-            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55006") && tries < 20 => {
-                tries += 1;
-                tokio::time::sleep(Duration::from_millis(50 * tries)).await;
-            }
-            Err(e) => break Err(e),
-        }
-    };
-    let _ = conn.close().await;
-    result
-}
-
-/// Drops databases of killed runs (their uuid v7 name carries their creation time), once per
-/// test process.
-async fn sweep_leftovers(admin: &PgConnectOptions) {
-    static SWEPT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
-    SWEPT
-        .get_or_init(|| async {
-            let Ok(mut conn) = sqlx::PgConnection::connect_with(admin).await else {
-                return;
-            };
-            let names: Vec<String> = sqlx::query_scalar(
-                "SELECT datname FROM pg_database WHERE datname LIKE 'drover\\_r\\_%'",
-            )
-            .fetch_all(&mut conn)
-            .await
-            .unwrap_or_default();
-            for name in names {
-                if drover_tests::leftovers::is_leftover(&name, DB_PREFIX) {
-                    let _ =
-                        sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
-                            .execute(&mut conn)
-                            .await;
-                }
-            }
-            let _ = conn.close().await;
-        })
-        .await;
 }
 
 /// The instrumentation every test database gets: the side effects of the `record` kind, and
@@ -259,35 +136,23 @@ pub struct Db {
     pub name: String,
     /// Its URL, handed to workers as `DROVER_DATABASE_URL`.
     pub url: String,
-    admin: PgConnectOptions,
     pool: PgPool,
+    /// Declared last: dropped after the pool, taking the database with it.
+    database: TestDatabase,
 }
 
 impl Db {
-    /// Creates the database on `server`, migrates it and installs `instrument`.
+    /// Creates the database on `server` (a copy of the kit's migrated template) and installs
+    /// `instrument`.
     pub async fn create(server: &Server, test: &str, instrument: Instrument) -> Db {
-        sweep_leftovers(&server.admin).await;
-        let name = format!("{DB_PREFIX}{}", uuid::Uuid::now_v7().simple());
-        admin_exec(&server.admin, &format!("CREATE DATABASE \"{name}\""))
-            .await
-            .unwrap_or_else(|e| panic!("create database {name}: {e}"));
-        let url = server.url(&name);
-        let pool = PgPoolOptions::new()
-            .max_connections(3)
-            .acquire_timeout(Duration::from_secs(30))
-            .connect_with(server.admin.clone().database(&name))
-            .await
-            .expect("connect to the test database");
+        let database = server.database(Schema::Migrated).await;
         let db = Db {
             test: test.to_owned(),
-            name,
-            url,
-            admin: server.admin.clone(),
-            pool,
+            name: database.name.clone(),
+            url: database.url.clone(),
+            pool: database.pool(3).await,
+            database,
         };
-        drover_store_postgres::migrate(&db.pool)
-            .await
-            .expect("migrate the test database");
         let ddl = match instrument {
             Instrument::Full => INSTRUMENTATION_DDL.to_owned(),
             Instrument::SideEffectsOnly => INSTRUMENTATION_DDL
@@ -489,30 +354,6 @@ impl Db {
     }
 }
 
-impl Drop for Db {
-    fn drop(&mut self) {
-        let pool = self.pool.clone();
-        let admin = self.admin.clone();
-        let name = self.name.clone();
-        // Drop runs in async tests and while unwinding: drop the database on a thread of its
-        // own with a small runtime, and wait for it. A private server may already be gone.
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime to drop the test database");
-            runtime.block_on(async move {
-                pool.close().await;
-                let statement = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
-                let _ =
-                    tokio::time::timeout(Duration::from_secs(30), admin_exec(&admin, &statement))
-                        .await;
-            });
-        })
-        .join();
-    }
-}
-
 /// What [`audit`] found.
 #[derive(Debug, Default)]
 pub struct Audit {
@@ -706,195 +547,6 @@ pub async fn audit(db: &Db, ids: &[Uuid]) -> Audit {
         .await;
     }
     audit
-}
-
-/// Collected stderr lines of a process, and a wake-up for each new one.
-#[derive(Default)]
-struct Lines {
-    lines: Mutex<Vec<String>>,
-    closed: Mutex<bool>,
-    changed: Notify,
-}
-
-/// A spawned `drover-test-worker`; SIGKILLed when dropped.
-pub struct WorkerProcess {
-    child: tokio::process::Child,
-    /// Its process id.
-    pub pid: u32,
-    what: String,
-    stderr: Arc<Lines>,
-}
-
-impl WorkerProcess {
-    fn spawn(mut command: tokio::process::Command, args: &[&str]) -> WorkerProcess {
-        command.stdout(Stdio::null()).stderr(Stdio::piped());
-        let mut child = command.spawn().expect("spawn drover-test-worker");
-        let pid = child.id().expect("a running child has a pid");
-        let lines = Arc::new(Lines::default());
-        let stderr = child.stderr.take().expect("piped stderr");
-        let collected = Arc::clone(&lines);
-        tokio::spawn(async move {
-            let mut reader = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = reader.next_line().await {
-                collected.lines.lock().unwrap().push(line);
-                collected.changed.notify_waiters();
-            }
-            *collected.closed.lock().unwrap() = true;
-            collected.changed.notify_waiters();
-        });
-        WorkerProcess {
-            child,
-            pid,
-            what: format!("drover-test-worker {}", args.join(" ")),
-            stderr: lines,
-        }
-    }
-
-    /// Everything it printed on stderr so far.
-    pub fn stderr(&self) -> String {
-        self.stderr.lines.lock().unwrap().join("\n")
-    }
-
-    /// How many stderr lines so far contain `needle`.
-    pub fn count_lines(&self, needle: &str) -> usize {
-        self.stderr
-            .lines
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|l| l.contains(needle))
-            .count()
-    }
-
-    /// The stderr lines so far that contain `needle`.
-    pub fn lines_with(&self, needle: &str) -> Vec<String> {
-        self.stderr
-            .lines
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|l| l.contains(needle))
-            .cloned()
-            .collect()
-    }
-
-    /// Waits for a stderr line containing `needle` and returns it.
-    ///
-    /// # Panics
-    /// When stderr closes or `timeout` passes first.
-    pub async fn wait_for_line(&self, needle: &str, timeout: Duration) -> String {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let changed = self.stderr.changed.notified();
-            if let Some(line) = self
-                .stderr
-                .lines
-                .lock()
-                .unwrap()
-                .iter()
-                .find(|l| l.contains(needle))
-            {
-                return line.clone();
-            }
-            assert!(
-                !*self.stderr.closed.lock().unwrap(),
-                "{} ended without printing {needle:?}; stderr:\n{}",
-                self.what,
-                self.stderr()
-            );
-            if tokio::time::timeout_at(deadline, changed).await.is_err() {
-                panic!(
-                    "{} did not print {needle:?} within {timeout:?}; stderr:\n{}",
-                    self.what,
-                    self.stderr()
-                );
-            }
-        }
-    }
-
-    /// Waits for the worker's `drover: worker ID started ...` line and returns the id.
-    pub async fn worker_started(&self) -> String {
-        let line = self
-            .wait_for_line(" started on ", Duration::from_secs(60))
-            .await;
-        line.strip_prefix("drover: worker ")
-            .and_then(|rest| rest.split(' ').next())
-            .unwrap_or_else(|| panic!("unexpected start line: {line}"))
-            .to_owned()
-    }
-
-    /// Sends `signal` to the process.
-    pub fn signal(&self, signal: rustix::process::Signal) {
-        let pid = rustix::process::Pid::from_raw(self.pid as i32).expect("a positive pid");
-        rustix::process::kill_process(pid, signal).expect("send a signal");
-    }
-
-    /// True while the process has not exited.
-    pub fn is_running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    /// Its resident memory in KiB (`VmRSS` of `/proc/<pid>/status`), `None` once it exited.
-    pub fn rss_kib(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).ok()?;
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix("VmRSS:"))
-            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-    }
-
-    /// Waits for the process to exit, then for its stderr to be read to the end.
-    pub async fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
-        let status = tokio::time::timeout(timeout, self.child.wait())
-            .await
-            .unwrap_or_else(|_| {
-                panic!(
-                    "{} did not exit within {timeout:?}; stderr:\n{}",
-                    self.what,
-                    self.stderr()
-                )
-            })
-            .expect("wait for drover-test-worker");
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        loop {
-            let changed = self.stderr.changed.notified();
-            if *self.stderr.closed.lock().unwrap() {
-                break;
-            }
-            if tokio::time::timeout_at(deadline, changed).await.is_err() {
-                break;
-            }
-        }
-        status
-    }
-
-    /// SIGTERM, then waits for a clean exit (code 0) and returns the `worker stopped:` line.
-    ///
-    /// # Panics
-    /// When it does not exit cleanly within `timeout`.
-    pub async fn stop(&mut self, timeout: Duration) -> String {
-        self.signal(rustix::process::Signal::TERM);
-        let status = self.wait_exit(timeout).await;
-        assert!(
-            status.success(),
-            "{} did not stop cleanly on SIGTERM: {status}; stderr:\n{}",
-            self.what,
-            self.stderr()
-        );
-        self.wait_for_line("drover: worker stopped: ", timeout)
-            .await
-    }
-}
-
-impl Drop for WorkerProcess {
-    fn drop(&mut self) {
-        // A stopped (SIGSTOP) process must be continued to die of SIGKILL promptly; SIGKILL
-        // works on stopped processes, but continue it anyway so nothing lingers.
-        if let Some(pid) = rustix::process::Pid::from_raw(self.pid as i32) {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::CONT);
-        }
-        let _ = self.child.start_kill();
-    }
 }
 
 /// The number after `name ` in a worker's `worker stopped: ...` line.
