@@ -145,7 +145,10 @@ impl<'a> Process<'a> {
             worker: None,
         };
         // From here on a failure stops what has started, and closes the store.
-        match running.start(self.api, self.worker, self.flags, process, metrics).await {
+        match running
+            .start(self.api, self.worker, self.flags, process, metrics)
+            .await
+        {
             Ok(()) => Ok(running),
             Err(e) => {
                 let _ = running.finish().await;
@@ -247,8 +250,7 @@ impl Running<'_> {
             .metrics(metrics);
         match self.kind {
             ProcessKind::Worker => {
-                let kinds: Vec<String> =
-                    registry.kinds().iter().map(ToString::to_string).collect();
+                let kinds: Vec<String> = registry.kinds().iter().map(ToString::to_string).collect();
                 errln!(
                     "drover: worker {} started on {}: {} slot(s), queues {}, kinds {}",
                     worker.id(),

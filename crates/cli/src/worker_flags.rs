@@ -513,4 +513,3 @@ mod tests {
         assert!(!crate::usage::is_usage(&err), "{err}");
     }
 }
-

@@ -408,7 +408,11 @@ mod tests {
         assert_eq!(client.get(id).await.unwrap().state, JobState::Queued);
         let page = client.list(ListJobs::default()).await.unwrap();
         assert_eq!(page.jobs.len(), 3);
-        assert_eq!(metrics.0.lock().unwrap().len(), 3, "a retry enqueues nothing");
+        assert_eq!(
+            metrics.0.lock().unwrap().len(),
+            3,
+            "a retry enqueues nothing"
+        );
     }
 
     #[tokio::test]

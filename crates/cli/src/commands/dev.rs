@@ -226,7 +226,9 @@ pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()>
             // DROVER_API_TOKENS (exit 2).
             Some(_) => crate::commands::serve::auth_mode(None, false)?,
             None => {
-                errln!("drover: API without authentication (set DROVER_API_TOKENS to require tokens)");
+                errln!(
+                    "drover: API without authentication (set DROVER_API_TOKENS to require tokens)"
+                );
                 AuthMode::InsecureNoAuth
             }
         };
