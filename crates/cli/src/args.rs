@@ -223,7 +223,7 @@ pub struct WorkerArgs {
     /// e.g. `long:reports:1:report.build` reserves one slot for a long-running kind; pools
     /// without KIND (--queue) then leave that kind in those queues to it. With --pool and no
     /// --queue the worker serves only its pools (--slots applies to --queue).
-    #[arg(long = "pool", value_name = "SPEC", value_parser = pool_spec)]
+    #[arg(long = "pool", value_name = "SPEC", value_parser = parse_pool)]
     pub pools: Vec<PoolConfig>,
 
     /// Cap on concurrent executions of this process over all pools, 1..=1000000 (or
@@ -849,9 +849,44 @@ fn schedule_name(value: &str) -> Result<ScheduleName, String> {
     ScheduleName::parse(value).map_err(rule)
 }
 
-/// A `--pool` spec; see [`crate::commands::worker::parse_pool`].
-fn pool_spec(value: &str) -> Result<PoolConfig, String> {
-    crate::commands::worker::parse_pool(value)
+/// Parses `NAME:QUEUE[,QUEUE...]:SLOTS[:KIND[,KIND...]]` (SLOTS 1..=10,000): the value parser
+/// of `--pool`, so clap names the flag and the value in front of the message.
+///
+/// # Errors
+/// The rule the bad part breaks.
+pub fn parse_pool(spec: &str) -> Result<PoolConfig, String> {
+    let parts: Vec<&str> = spec.split(':').collect();
+    if !(3..=4).contains(&parts.len()) {
+        return Err(
+            "use NAME:QUEUE[,QUEUE...]:SLOTS[:KIND[,KIND...]], e.g. long:reports:1:report.build"
+                .to_owned(),
+        );
+    }
+    if parts[0].trim().is_empty() {
+        return Err(
+            "the pool NAME must not be empty (NAME:QUEUE[,QUEUE...]:SLOTS[:KIND[,KIND...]])"
+                .to_owned(),
+        );
+    }
+    let bad = |e: drover_core::Error| e.to_string();
+    let queues = parts[1]
+        .split(',')
+        .map(|q| QueueName::parse(q).map_err(bad))
+        .collect::<Result<Vec<_>, _>>()?;
+    let slots: usize = parts[2]
+        .parse()
+        .ok()
+        .filter(|slots| (1..=SLOTS_MAX).contains(slots))
+        .ok_or_else(|| format!("SLOTS must be between 1 and {SLOTS_MAX}"))?;
+    let mut pool = PoolConfig::new(parts[0], queues, slots);
+    if let Some(kinds) = parts.get(3) {
+        let kinds = kinds
+            .split(',')
+            .map(|k| JobKind::parse(k).map_err(bad))
+            .collect::<Result<Vec<_>, _>>()?;
+        pool = pool.with_kinds(kinds);
+    }
+    Ok(pool)
 }
 
 /// `migrate --lock-timeout`: 1 ms..=60 s (PostgreSQL reads 0 as "wait forever").
@@ -1055,6 +1090,30 @@ mod tests {
                 text.contains(flag) && text.contains("at most 100 years"),
                 "{text}"
             );
+        }
+    }
+
+    #[test]
+    fn bad_pool_specs_name_the_problem() {
+        for (spec, needle) in [
+            ("long", "NAME:QUEUE"),
+            (":reports:1", "NAME must not be empty"),
+            ("long:reports:x", "SLOTS"),
+            ("long:reports:0", "SLOTS must be between 1 and 10000"),
+            (
+                "long:reports:10000000000",
+                "SLOTS must be between 1 and 10000",
+            ),
+            ("long:bad queue:1", "invalid queue"),
+            ("long:reports:1:bad kind", "invalid kind"),
+        ] {
+            let err = parse_pool(spec).unwrap_err();
+            assert!(err.contains(needle), "{spec}: {err}");
+            // The value parser of --pool: a usage error (exit code 2) naming the flag.
+            let err = Cli::try_parse_from(["drover", "worker", "--pool", spec]).unwrap_err();
+            assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation);
+            let text = err.to_string();
+            assert!(text.contains("--pool") && text.contains(needle), "{text}");
         }
     }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Result};
 use drover_core::{Error, JobStore, SucceededJobs};
+use drover_runner::Client;
 use drover_store_postgres::{PgOptions, PgStore};
 use sqlx::postgres::PgConnectOptions;
 
@@ -126,6 +127,15 @@ impl Ctx {
             .push(store.clone());
         store.check_ready().await.map_err(|e| self.explain(e))?;
         Ok(Arc::new(store))
+    }
+
+    /// [`Ctx::store`] behind the operator façade, through which commands enqueue, read and
+    /// change jobs and queues.
+    ///
+    /// # Errors
+    /// As [`Ctx::store`].
+    pub async fn client(&self) -> Result<Client> {
+        Ok(Client::new(self.store().await?))
     }
 
     /// Rewrites a store error as one line that says what to do.

@@ -32,7 +32,10 @@ pub mod context;
 pub mod env;
 pub mod jsonl;
 pub mod output;
+pub mod process;
+pub mod signals;
 pub mod usage;
+pub mod worker_flags;
 
 use std::ffi::OsString;
 use std::process::ExitCode;

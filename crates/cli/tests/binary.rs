@@ -752,6 +752,42 @@ fn serve_refuses_worker_flags_without_worker_and_dev_refuses_database_flags() {
     }
 }
 
+/// `drover serve --worker` sizes its database pool by the rule of `drover worker` and warns,
+/// as the worker does, when the pool is below slots + 2 (the warning comes before connecting).
+#[test]
+fn serve_with_a_worker_warns_about_a_small_pool_as_the_worker_does() {
+    let unreachable = "postgres://nobody@127.0.0.1:1/x";
+    let warning = "drover: warning: --db-connections 10 is below slots + 2 = 202";
+    let worker = drover(&[
+        "--database-url",
+        unreachable,
+        "worker",
+        "--slots",
+        "200",
+        "--db-connections",
+        "10",
+    ]);
+    let serve = drover(&[
+        "--database-url",
+        unreachable,
+        "serve",
+        "--insecure-no-auth",
+        "--listen",
+        "127.0.0.1:0",
+        "--worker",
+        "--slots",
+        "200",
+        "--db-connections",
+        "10",
+    ]);
+    for (command, out) in [("worker", worker), ("serve --worker", serve)] {
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{command}: {stderr}");
+        assert!(stderr.contains(warning), "{command}: {stderr}");
+        assert!(stderr.contains("cannot reach"), "{command}: {stderr}");
+    }
+}
+
 /// `drover serve --worker --metrics-listen ADDR` and `drover dev --metrics-listen ADDR` serve
 /// the worker's metrics there, as `drover worker --metrics-listen` does (the flag was silently
 /// ignored).

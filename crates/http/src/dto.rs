@@ -7,14 +7,14 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use drover_core::{
-    CancelEffect, EnqueueStatus, Enqueued, Job, JobDetails, JobKind, LimitKey, NewJob, QueueInfo,
-    QueueName, QueueSnapshot, RunAt, SizeLimits, TenantId, VacuumStatus, WorkerInfo,
+    CancelEffect, EnqueueStatus, Enqueued, Job, JobDetails, JobKind, LimitKey, NewJob, QueueName,
+    RunAt, SizeLimits, TenantId, VacuumStatus, WorkerInfo,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use drover_runner::QueueChange;
+use drover_runner::{QueueChange, QueueSummary};
 
 use crate::auth::{Principal, Role, TenantScope};
 use crate::error::ApiError;
@@ -582,30 +582,21 @@ pub struct QueueView {
     pub lag_seconds: Option<f64>,
 }
 
-impl QueueView {
-    /// Merges a queue's stored state with its snapshot.
-    pub fn new(name: &QueueName, info: Option<&QueueInfo>, snap: Option<&QueueSnapshot>) -> Self {
+impl From<&QueueSummary> for QueueView {
+    fn from(queue: &QueueSummary) -> Self {
         QueueView {
-            name: name.to_string(),
-            paused: info
-                .map(|i| i.paused)
-                .or(snap.map(|s| s.paused))
-                .unwrap_or(false),
-            paused_at: info.and_then(|i| i.paused_at),
-            counts: snap
-                .map(|s| {
-                    s.counts
-                        .iter()
-                        .map(|(k, v)| (k.as_str().to_owned(), *v))
-                        .collect()
-                })
-                .unwrap_or_default(),
-            ready: snap.map_or(0, |s| s.ready),
-            running: snap.map_or(0, |s| s.running),
-            claimed: snap.map_or(0, |s| s.claimed),
-            lag_seconds: snap
-                .and_then(|s| s.oldest_ready_age_ms)
-                .map(|ms| ms as f64 / 1000.0),
+            name: queue.name.to_string(),
+            paused: queue.paused,
+            paused_at: queue.paused_at,
+            counts: queue
+                .counts
+                .iter()
+                .map(|(state, count)| (state.as_str().to_owned(), *count))
+                .collect(),
+            ready: queue.ready,
+            running: queue.running,
+            claimed: queue.claimed,
+            lag_seconds: queue.lag_seconds(),
         }
     }
 }

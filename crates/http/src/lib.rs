@@ -40,6 +40,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use drover_core::JobStore;
+use drover_runner::Client;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -80,7 +81,8 @@ impl Default for ApiConfig {
     }
 }
 
-/// What every handler shares: the store, authentication, settings and the process's metrics.
+/// What every handler shares: the store, the operator façade over it ([`Client`], which counts
+/// enqueues in the process's metrics), authentication, settings and the process's metrics.
 /// Cheap to clone.
 #[derive(Clone)]
 pub struct ApiState {
@@ -89,6 +91,7 @@ pub struct ApiState {
 
 struct StateInner {
     store: Arc<dyn JobStore>,
+    client: Client,
     auth: AuthMode,
     config: ApiConfig,
     process_metrics: Option<ProcessMetrics>,
@@ -103,9 +106,14 @@ impl ApiState {
         config: ApiConfig,
         process_metrics: Option<ProcessMetrics>,
     ) -> Self {
+        let mut client = Client::new(Arc::clone(&store));
+        if let Some(metrics) = &process_metrics {
+            client = client.with_metrics(Arc::new(metrics.clone()));
+        }
         ApiState {
             inner: Arc::new(StateInner {
                 store,
+                client,
                 auth,
                 config,
                 process_metrics,
@@ -116,6 +124,11 @@ impl ApiState {
     /// The store.
     pub fn store(&self) -> &Arc<dyn JobStore> {
         &self.inner.store
+    }
+
+    /// The operator façade every route that reads or changes jobs and queues goes through.
+    pub fn client(&self) -> &Client {
+        &self.inner.client
     }
 
     /// How callers authenticate.
@@ -171,13 +184,6 @@ impl ApiState {
             &principal.scope,
             request,
         )
-    }
-
-    /// Counts an enqueued job in the process metrics, if any.
-    pub fn count_enqueued(&self, kind: &str) {
-        if let Some(m) = &self.inner.process_metrics {
-            m.record_enqueued(kind);
-        }
     }
 }
 

@@ -1,14 +1,23 @@
-//! [`Client`]: the application's handle for enqueueing jobs and looking at them, wrapping the
-//! store and reporting [`Metrics::job_enqueued`] for every new job; for pausing and resuming
-//! queues with an answer that says what changed ([`QueueChange`]), which the CLI and the HTTP
-//! API both give; and for declaring cron schedules at start-up ([`Client::schedule_upsert`]).
+//! [`Client`]: the one operator façade. The HTTP API, the CLI and embedding applications
+//! enqueue (one job or a batch), list, get, cancel, retry and requeue jobs, pause and resume
+//! queues (with an answer that says what changed, [`QueueChange`]) and read the queue view
+//! ([`QueueOverview`]) through it, and declare cron schedules at start-up
+//! ([`Client::schedule_upsert`]). It reports [`Metrics::job_enqueued`] for every new job, once,
+//! whoever enqueued it.
+//!
+//! Every operator write passes through this type, so the audit record of those writes, when
+//! there is one, is written here: in [`Client::written`], which each of them calls after the
+//! store answered.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+use chrono::{DateTime, Utc};
 use drover_core::{
-    CancelOutcome, EnqueueStatus, Enqueued, Entity, Error, Job, JobId, JobKind, JobStore, NewJob,
-    NewSchedule, QueueChange, QueueName, RequeueOutcome, Schedule, ScheduleName, ScheduleUpsert,
+    CancelOutcome, EnqueueStatus, Enqueued, Entity, Error, Job, JobId, JobKind, JobPage, JobState,
+    JobStore, ListJobs, NewJob, NewSchedule, QueueChange, QueueInfo, QueueName, QueueSnapshot,
+    RequeueOutcome, Schedule, ScheduleName, ScheduleUpsert, VacuumStatus,
 };
 use serde::Serialize;
 
@@ -54,7 +63,7 @@ impl Client {
     /// `Unavailable`, `Fatal`.
     pub async fn enqueue(&self, job: NewJob) -> Result<Enqueued, Error> {
         let enqueued = self.store.job_enqueue(job).await?;
-        self.report(std::slice::from_ref(&enqueued));
+        self.enqueued(std::slice::from_ref(&enqueued));
         Ok(enqueued)
     }
 
@@ -81,8 +90,16 @@ impl Client {
     /// Those of [`JobStore::jobs_enqueue`]; on any error nothing is stored.
     pub async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>, Error> {
         let enqueued = self.store.jobs_enqueue(jobs).await?;
-        self.report(&enqueued);
+        self.enqueued(&enqueued);
         Ok(enqueued)
+    }
+
+    /// Lists jobs newest first, a page at a time; see [`JobStore::jobs_list`].
+    ///
+    /// # Errors
+    /// `InvalidInput` naming the field ([`ListJobs::validate`]); `Unavailable`, `Fatal`.
+    pub async fn list(&self, query: ListJobs) -> Result<JobPage, Error> {
+        self.store.jobs_list(query).await
     }
 
     /// Fetches a job.
@@ -99,7 +116,21 @@ impl Client {
     /// # Errors
     /// `NotFound`; `InvalidTransition` for a finished job.
     pub async fn cancel(&self, id: JobId) -> Result<CancelOutcome, Error> {
-        self.store.job_cancel(id).await
+        let outcome = self.store.job_cancel(id).await?;
+        self.written();
+        Ok(outcome)
+    }
+
+    /// Runs a finished job again: same id and args, attempt budget reset, ready at once,
+    /// quotas checked again, unique key kept.
+    ///
+    /// # Errors
+    /// `NotFound`; `InvalidTransition` for a queued, running or reconciling job;
+    /// `QuotaExceeded`; `Conflict` when another live job of the tenant now holds its unique key.
+    pub async fn retry(&self, id: JobId) -> Result<Job, Error> {
+        let job = self.store.job_retry(id).await?;
+        self.written();
+        Ok(job)
     }
 
     /// Makes a queued job ready now: one scheduled for later, or waiting for a retry's backoff
@@ -110,7 +141,9 @@ impl Client {
     /// `NotFound`; `InvalidTransition` for a running, reconciling or finished job (retry a
     /// finished one).
     pub async fn requeue(&self, id: JobId) -> Result<RequeueOutcome, Error> {
-        self.store.job_requeue(id).await
+        let outcome = self.store.job_requeue(id).await?;
+        self.written();
+        Ok(outcome)
     }
 
     /// Pauses `queue` cluster-wide (no worker claims from it; running jobs finish), creating
@@ -120,7 +153,9 @@ impl Client {
     /// # Errors
     /// `Unavailable`, `Fatal`.
     pub async fn queue_pause(&self, queue: QueueName) -> Result<QueueChange, Error> {
-        self.store.queue_pause(queue).await
+        let change = self.store.queue_pause(queue).await?;
+        self.written();
+        Ok(change)
     }
 
     /// Resumes `queue`. Resuming is idempotent at the store, so a typo would "succeed" and leave
@@ -151,7 +186,20 @@ impl Client {
                 id: queue.to_string(),
             });
         }
-        self.store.queue_resume(queue).await
+        let change = self.store.queue_resume(queue).await?;
+        self.written();
+        Ok(change)
+    }
+
+    /// The queue view: every queue that has jobs or a stored pause state, by name, its pause
+    /// state joined with its counts, and what keeps the database from cleaning the jobs table.
+    ///
+    /// # Errors
+    /// `Unavailable`, `Fatal`.
+    pub async fn queue_overview(&self) -> Result<QueueOverview, Error> {
+        let infos = self.store.queues_list().await?;
+        let snapshot = self.store.queue_snapshot().await?;
+        Ok(QueueOverview::new(infos, snapshot.queues, snapshot.vacuum))
     }
 
     /// Creates or replaces a cron schedule, as an application does at every start for the
@@ -182,12 +230,242 @@ impl Client {
         self.store.schedule_remove(name).await
     }
 
-    fn report(&self, enqueued: &[Enqueued]) {
+    /// Counts the new jobs among `enqueued` (not replays or duplicates).
+    fn enqueued(&self, enqueued: &[Enqueued]) {
         for answer in enqueued {
             if answer.status == EnqueueStatus::Created {
                 self.metrics
                     .job_enqueued(&answer.job.kind, &answer.job.queue);
             }
         }
+        self.written();
+    }
+
+    /// Called after every operator write the store accepted (enqueue, cancel, retry, requeue,
+    /// pause, resume): the one place where their audit record is to be written.
+    fn written(&self) {}
+}
+
+/// The queue view operators read (`GET /v1/queues`, `drover queues list`): one
+/// [`QueueSummary`] per queue, by name, and the vacuum status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueOverview {
+    /// Every queue that has jobs or a stored pause state, sorted by name, each once.
+    pub queues: Vec<QueueSummary>,
+    /// What keeps the database from cleaning the jobs table; `None` for a store without
+    /// vacuum (the in-memory store).
+    pub vacuum: Option<VacuumStatus>,
+}
+
+impl QueueOverview {
+    /// Joins the stored queues with the snapshot's: a queue in either appears once, paused as
+    /// its stored record says (else as the snapshot says), with the snapshot's counts (zero
+    /// without one).
+    pub fn new(
+        infos: Vec<QueueInfo>,
+        snapshots: Vec<QueueSnapshot>,
+        vacuum: Option<VacuumStatus>,
+    ) -> Self {
+        let mut joined: BTreeMap<QueueName, (Option<QueueInfo>, Option<QueueSnapshot>)> =
+            BTreeMap::new();
+        for info in infos {
+            let entry = joined.entry(info.name.clone()).or_default();
+            entry.0 = Some(info);
+        }
+        for snapshot in snapshots {
+            let entry = joined.entry(snapshot.queue.clone()).or_default();
+            entry.1 = Some(snapshot);
+        }
+        let queues = joined
+            .into_iter()
+            .map(|(name, (info, snapshot))| QueueSummary::new(name, info, snapshot))
+            .collect();
+        QueueOverview { queues, vacuum }
+    }
+}
+
+/// One queue of the [`QueueOverview`]: its pause state and its counts at one instant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueSummary {
+    /// Name.
+    pub name: QueueName,
+    /// Paused cluster-wide: no worker claims from it.
+    pub paused: bool,
+    /// When it was paused, while paused.
+    pub paused_at: Option<DateTime<Utc>>,
+    /// Jobs per state; states without jobs are absent.
+    pub counts: BTreeMap<JobState, u64>,
+    /// Queued jobs that are ready now.
+    pub ready: u64,
+    /// Running jobs whose handler started.
+    pub running: u64,
+    /// Jobs claimed ahead by a worker, waiting in its backlog for a slot (leased, so counted
+    /// in `counts[running]`, but not started).
+    pub claimed: u64,
+    /// Age of the oldest ready job, in milliseconds (`None` when none is ready).
+    pub oldest_ready_age_ms: Option<u64>,
+}
+
+impl QueueSummary {
+    fn new(name: QueueName, info: Option<QueueInfo>, snapshot: Option<QueueSnapshot>) -> Self {
+        let paused = info
+            .as_ref()
+            .map(|i| i.paused)
+            .or(snapshot.as_ref().map(|s| s.paused))
+            .unwrap_or(false);
+        let paused_at = info.and_then(|i| i.paused_at);
+        match snapshot {
+            Some(s) => QueueSummary {
+                name,
+                paused,
+                paused_at,
+                counts: s.counts,
+                ready: s.ready,
+                running: s.running,
+                claimed: s.claimed,
+                oldest_ready_age_ms: s.oldest_ready_age_ms,
+            },
+            None => QueueSummary {
+                name,
+                paused,
+                paused_at,
+                counts: BTreeMap::new(),
+                ready: 0,
+                running: 0,
+                claimed: 0,
+                oldest_ready_age_ms: None,
+            },
+        }
+    }
+
+    /// Jobs in `state`.
+    pub fn count(&self, state: JobState) -> u64 {
+        self.counts.get(&state).copied().unwrap_or(0)
+    }
+
+    /// The lag (age of the oldest ready job) in seconds.
+    pub fn lag_seconds(&self) -> Option<f64> {
+        self.oldest_ready_age_ms.map(|ms| ms as f64 / 1000.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use drover_core::{CancelEffect, StoreConfig};
+    use drover_store_memory::MemoryStore;
+    use serde_json::json;
+
+    use super::*;
+
+    /// Counts `job_enqueued` calls by kind.
+    #[derive(Default)]
+    struct Enqueues(Mutex<Vec<String>>);
+
+    impl Metrics for Enqueues {
+        fn job_enqueued(&self, kind: &JobKind, _queue: &QueueName) {
+            self.0.lock().unwrap().push(kind.to_string());
+        }
+    }
+
+    fn queue(name: &str) -> QueueName {
+        QueueName::parse(name).unwrap()
+    }
+
+    #[tokio::test]
+    async fn new_jobs_are_counted_once_and_a_cancelled_job_is_retried() {
+        let metrics = Arc::new(Enqueues::default());
+        let client = Client::new(Arc::new(MemoryStore::new(StoreConfig::default())))
+            .with_metrics(Arc::clone(&metrics) as Arc<dyn Metrics>);
+        let mut job = NewJob::new(JobKind::parse("email.send").unwrap(), json!({}));
+        job.idempotency_key = Some("once".to_owned());
+        let first = client.enqueue(job.clone()).await.unwrap();
+        let replay = client.enqueue(job).await.unwrap();
+        assert_eq!(
+            (first.status, replay.status),
+            (EnqueueStatus::Created, EnqueueStatus::Replayed)
+        );
+        let batch = client
+            .enqueue_many(vec![
+                NewJob::new(JobKind::parse("report.build").unwrap(), json!({})),
+                NewJob::new(JobKind::parse("email.send").unwrap(), json!({})),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(batch.len(), 2);
+        assert_eq!(
+            *metrics.0.lock().unwrap(),
+            ["email.send", "report.build", "email.send"],
+            "a replay is not a new job"
+        );
+
+        let id = first.job.id;
+        let cancelled = client.cancel(id).await.unwrap();
+        assert_eq!(cancelled.effect, CancelEffect::Cancelled);
+        let retried = client.retry(id).await.unwrap();
+        assert_eq!((retried.id, retried.state), (id, JobState::Queued));
+        assert_eq!(client.get(id).await.unwrap().state, JobState::Queued);
+        let page = client.list(ListJobs::default()).await.unwrap();
+        assert_eq!(page.jobs.len(), 3);
+        assert_eq!(
+            metrics.0.lock().unwrap().len(),
+            3,
+            "a retry enqueues nothing"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_queue_view_joins_stored_queues_with_the_snapshot() {
+        let client = Client::new(Arc::new(MemoryStore::new(StoreConfig::default())));
+        let mut job = NewJob::new(JobKind::parse("email.send").unwrap(), json!({}));
+        job.queue = queue("mail");
+        client.enqueue(job.clone()).await.unwrap();
+        client.enqueue(job).await.unwrap();
+        // Paused before its first job: a stored queue the snapshot may not list.
+        client.queue_pause(queue("later")).await.unwrap();
+        let overview = client.queue_overview().await.unwrap();
+        let names: Vec<&str> = overview.queues.iter().map(|q| q.name.as_str()).collect();
+        assert_eq!(names, ["later", "mail"]);
+        let later = &overview.queues[0];
+        assert!(later.paused && later.paused_at.is_some(), "{later:?}");
+        assert_eq!(later.count(JobState::Queued), 0);
+        let mail = &overview.queues[1];
+        assert!(!mail.paused, "{mail:?}");
+        assert_eq!((mail.count(JobState::Queued), mail.ready), (2, 2));
+        assert_eq!(overview.vacuum, None, "the memory store has no vacuum");
+    }
+
+    #[test]
+    fn a_queue_in_either_list_appears_once_paused_as_its_record_says() {
+        let snapshot = |name: &str, paused: bool| QueueSnapshot {
+            queue: queue(name),
+            paused,
+            counts: BTreeMap::from([(JobState::Running, 3)]),
+            ready: 0,
+            running: 2,
+            claimed: 1,
+            oldest_ready_age_ms: Some(1_500),
+        };
+        let overview = QueueOverview::new(
+            vec![
+                QueueInfo::unpaused(queue("b")),
+                QueueInfo {
+                    name: queue("a"),
+                    paused: true,
+                    paused_at: Some(Utc::now()),
+                },
+            ],
+            vec![snapshot("c", true), snapshot("b", true)],
+            None,
+        );
+        let rows: Vec<(&str, bool, u64)> = overview
+            .queues
+            .iter()
+            .map(|q| (q.name.as_str(), q.paused, q.count(JobState::Running)))
+            .collect();
+        assert_eq!(rows, [("a", true, 0), ("b", false, 3), ("c", true, 3)]);
+        assert_eq!(overview.queues[2].lag_seconds(), Some(1.5));
+        assert_eq!(overview.queues[0].lag_seconds(), None);
     }
 }

@@ -2,7 +2,8 @@
 //! [`Worker`] that runs pools of slots claiming and executing jobs from any
 //! [`drover_core::JobStore`], heartbeats that extend leases and save progress, a batched
 //! completer, maintenance (rescue of expired leases, reconcile sweep, cron schedules,
-//! retention, vacuum warnings) and graceful shutdown; a [`Client`] for enqueueing; [`Metrics`] and an
+//! retention, vacuum warnings) and graceful shutdown; a [`Client`], the one operator façade
+//! (enqueue, inspect, cancel, retry, requeue, pause, resume, the queue view); [`Metrics`] and an
 //! `on_transition` hook for observability.
 //!
 //! The runner never names a concrete store: it takes `Arc<dyn JobStore>`.
@@ -51,7 +52,7 @@ mod running;
 mod runtime;
 mod worker;
 
-pub use client::Client;
+pub use client::{Client, QueueOverview, QueueSummary};
 pub use config::{
     default_worker_id, heartbeat_interval_max, PoolConfig, WorkerConfig, CANCEL_GRACE_DEFAULT,
     COMPLETER_BATCH_DEFAULT, COMPLETER_BATCH_MAX, DEAD_ROWS_WARNING_DEFAULT, DEAD_ROWS_WARNING_MIN,

@@ -4,10 +4,13 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
+use chrono::{DateTime, Utc};
 use drover_core::{
     JobState, LimitKey, LimitPolicy, NewSchedule, PruneJobs, QueueName, Rate, ScheduleChange,
     VacuumStatus,
 };
+use drover_runner::QueueSummary;
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::args::{LimitsCommand, MigrateArgs, PruneArgs, QueuesCommand, SchedulesCommand};
@@ -95,13 +98,12 @@ pub async fn migrations_list(ctx: &Ctx) -> Result<()> {
 
 /// `drover queues list|pause|resume`.
 pub async fn queues(ctx: &Ctx, command: QueuesCommand) -> Result<()> {
-    let store = ctx.store().await?;
-    let client = drover_runner::Client::new(std::sync::Arc::clone(&store));
+    let client = ctx.client().await?;
     match command {
         QueuesCommand::Pause { name } => {
             // Pausing a queue before its first job is allowed (ahead of a deploy), but a name
             // no job has used is more often a typo that leaves the real queue running: say so.
-            let known = call(ctx, store.queues_list())
+            let known = call(ctx, client.store().queues_list())
                 .await?
                 .iter()
                 .any(|queue| queue.name == name);
@@ -150,52 +152,24 @@ pub async fn queues(ctx: &Ctx, command: QueuesCommand) -> Result<()> {
             }
         }
         QueuesCommand::List => {
-            let infos = call(ctx, store.queues_list()).await?;
-            let snapshot = call(ctx, store.queue_snapshot()).await?;
-            let mut names: Vec<QueueName> = infos
-                .iter()
-                .map(|q| q.name.clone())
-                .chain(snapshot.queues.iter().map(|q| q.queue.clone()))
-                .collect();
-            names.sort();
-            names.dedup();
-            let rows: Vec<Value> = names
-                .iter()
-                .map(|name| {
-                    let info = infos.iter().find(|i| &i.name == name);
-                    let snap = snapshot.queues.iter().find(|s| &s.queue == name);
-                    json!({
-                        "name": name,
-                        "paused": info.map(|i| i.paused).or(snap.map(|s| s.paused)).unwrap_or(false),
-                        "paused_at": info.and_then(|i| i.paused_at),
-                        "queued": snap.map_or(0, |s| s.count(JobState::Queued)),
-                        "ready": snap.map_or(0, |s| s.ready),
-                        "running": snap.map_or(0, |s| s.running),
-                        "claimed": snap.map_or(0, |s| s.claimed),
-                        "lag_seconds": snap.and_then(|s| s.oldest_ready_age_ms).map(|ms| ms as f64 / 1000.0),
-                    })
-                })
-                .collect();
+            let overview = call(ctx, client.queue_overview()).await?;
+            let rows: Vec<QueueRow> = overview.queues.iter().map(QueueRow::from).collect();
             if ctx.json {
-                return print_json(&rows);
+                // Through a JSON value, so the keys come out as they always have.
+                return print_json(&serde_json::to_value(&rows)?);
             }
             let mut t = table(&[
                 "queue", "paused", "queued", "ready", "running", "claimed", "lag",
             ]);
             for r in &rows {
                 t.add_row(vec![
-                    r["name"].as_str().unwrap_or("").to_owned(),
-                    if r["paused"].as_bool().unwrap_or(false) {
-                        "yes"
-                    } else {
-                        "no"
-                    }
-                    .to_owned(),
-                    r["queued"].to_string(),
-                    r["ready"].to_string(),
-                    r["running"].to_string(),
-                    r["claimed"].to_string(),
-                    r["lag_seconds"].as_f64().map_or_else(
+                    r.name.to_string(),
+                    if r.paused { "yes" } else { "no" }.to_owned(),
+                    r.queued.to_string(),
+                    r.ready.to_string(),
+                    r.running.to_string(),
+                    r.claimed.to_string(),
+                    r.lag_seconds.map_or_else(
                         || "-".to_owned(),
                         |s| output::duration(Duration::from_secs_f64(s)),
                     ),
@@ -205,6 +179,35 @@ pub async fn queues(ctx: &Ctx, command: QueuesCommand) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A queue as `queues list` shows it: the queue view's row with the queued count and the lag
+/// in seconds.
+#[derive(Serialize)]
+struct QueueRow<'a> {
+    name: &'a QueueName,
+    paused: bool,
+    paused_at: Option<DateTime<Utc>>,
+    queued: u64,
+    ready: u64,
+    running: u64,
+    claimed: u64,
+    lag_seconds: Option<f64>,
+}
+
+impl<'a> From<&'a QueueSummary> for QueueRow<'a> {
+    fn from(queue: &'a QueueSummary) -> Self {
+        QueueRow {
+            name: &queue.name,
+            paused: queue.paused,
+            paused_at: queue.paused_at,
+            queued: queue.count(JobState::Queued),
+            ready: queue.ready,
+            running: queue.running,
+            claimed: queue.claimed,
+            lag_seconds: queue.lag_seconds(),
+        }
+    }
 }
 
 /// `drover workers list`.

@@ -9,20 +9,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, Context, Result};
-use drover_core::{Backoff, JobKind, JobState, JobStore, NewJob, QueueName};
-use drover_http::{ApiConfig, ApiState, AuthMode, ProcessMetrics};
-use drover_runner::{JobOutcome, KindConfig, Metrics, Registry, Worker};
+use anyhow::{anyhow, Result};
+use drover_core::{Backoff, JobKind, JobState, NewJob, QueueName};
+use drover_http::{ApiConfig, AuthMode, ProcessMetrics};
+use drover_runner::{JobOutcome, KindConfig, Metrics, Registry};
 use serde::Serialize;
 use serde_json::json;
 use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 
 use crate::args::DevArgs;
-use crate::commands::{enqueue, worker};
+use crate::commands::enqueue;
 use crate::context::Ctx;
 use crate::jsonl::{self, RejectedLine};
 use crate::output::{self, errln, outln, table};
+use crate::process::{Api, Process, ProcessKind};
+use crate::worker_flags::worker_config;
 use crate::{env, Extensions};
 
 /// Outcomes of one kind.
@@ -196,15 +197,12 @@ pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()>
         None => (demo_jobs(), Vec::new()),
     };
     errln!("drover: in-memory development mode: nothing persists after exit");
-    let config = env::store_config_with(args.worker_args.succeeded_jobs())?;
-    let memory = drover_store_memory::MemoryStore::new(config);
-    let store: Arc<dyn JobStore> = Arc::new(memory);
 
     let mut queues: Vec<QueueName> = jobs.iter().map(|(_, j)| j.queue.clone()).collect();
     queues.push(QueueName::default_queue());
     queues.sort();
     queues.dedup();
-    let mut config = worker::worker_config(&args.worker_args, &queues);
+    let mut config = worker_config(&args.worker_args, &queues);
     if args.worker_args.poll_interval.is_none() {
         // Retries become ready on their own clock; poll often so the demo does not idle.
         config.poll_interval = Duration::from_millis(50);
@@ -216,68 +214,49 @@ pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()>
         cap: Duration::from_secs(2),
         jitter: 0.25,
     }));
+    let process = Process::new(ctx, ProcessKind::Dev, &args.worker_args);
+    let registry = Arc::new(registry);
+    let mut process = process.worker(config, Arc::clone(&registry))?;
     // A job of a kind without a handler would wait until --max-wait; report it like a bad line.
-    worker::check_config(&config, &registry, &args.worker_args)?;
     let (jobs, unhandled) = split_unhandled(jobs, &registry);
     rejected.extend(unhandled);
-    let registry = Arc::new(registry);
-
+    if let Some(listen) = args.listen {
+        let auth = match env::api_tokens() {
+            // Parsed as serve parses it: a malformed list is a usage error naming
+            // DROVER_API_TOKENS (exit 2).
+            Some(_) => crate::commands::serve::auth_mode(None, false)?,
+            None => {
+                errln!(
+                    "drover: API without authentication (set DROVER_API_TOKENS to require tokens)"
+                );
+                AuthMode::InsecureNoAuth
+            }
+        };
+        process = process.api(Api {
+            listen,
+            auth,
+            config: ApiConfig::default(),
+        });
+    }
     let counter = Arc::new(DevCounter::default());
-    let process = ProcessMetrics::new(registry.kinds());
-    let metrics = Arc::new(DevMetrics {
-        counter: counter.clone(),
-        process: process.clone(),
-    });
-    let shutdown = CancellationToken::new();
-    worker::shutdown_on_signals(shutdown.clone(), worker::Finishing::RunningJobs);
-    let server = match args.listen {
-        Some(addr) => {
-            let auth = match env::api_tokens() {
-                // Parsed as serve parses it: a malformed list is a usage error naming
-                // DROVER_API_TOKENS (exit 2).
-                Some(_) => crate::commands::serve::auth_mode(None, false)?,
-                None => {
-                    errln!("drover: API without authentication (set DROVER_API_TOKENS to require tokens)");
-                    AuthMode::InsecureNoAuth
-                }
-            };
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("cannot listen on {addr}"))?;
-            let state = ApiState::new(
-                store.clone(),
-                auth,
-                ApiConfig::default(),
-                Some(process.clone()),
-            );
-            let bound = listener.local_addr().unwrap_or(addr);
-            errln!("drover: API on http://{bound}/v1 (OpenAPI at /v1/openapi.json)");
-            Some(tokio::spawn(drover_http::serve(
-                listener,
-                drover_http::router(state),
-                shutdown.clone(),
-            )))
-        }
-        None => None,
-    };
-    let metrics_server = match args.worker_args.metrics_listen {
-        Some(addr) => Some(
-            worker::serve_metrics(addr, store.clone(), process.clone(), shutdown.clone()).await?,
-        ),
-        None => None,
-    };
+    let counted = Arc::clone(&counter);
+    let running = process
+        .worker_metrics(move |process| {
+            Arc::new(DevMetrics {
+                counter: counted,
+                process,
+            })
+        })
+        .start()
+        .await?;
+    let shutdown = running.shutdown().clone();
 
     let started = Instant::now();
-    let worker = Worker::new(store.clone(), registry, config)
-        .map_err(|e| anyhow!("{e}"))?
-        .metrics(metrics);
-    let worker_task = tokio::spawn(worker.run(shutdown.clone()));
-
     let deadline = tokio::time::Instant::now() + args.max_wait;
     // Quotas hold in dev mode too (DROVER_MAX_PENDING, DROVER_MAX_TENANT_PENDING): a file with
     // more jobs than they allow waits for this worker to make room instead of dropping lines.
     let loaded = enqueue::load(
-        store.as_ref(),
+        running.client(),
         jobs,
         1000,
         None,
@@ -359,21 +338,11 @@ pub async fn run(ctx: &Ctx, args: DevArgs, extensions: Extensions) -> Result<()>
     };
     print_summary(ctx, &summary)?;
 
-    if server.is_some() && !shutdown.is_cancelled() {
+    if running.serves_api() && !shutdown.is_cancelled() {
         errln!("drover: still serving the API and working jobs; Ctrl-C to stop");
-        shutdown.cancelled().await;
+        running.wait().await;
     }
-    shutdown.cancel();
-    let report = worker_task
-        .await
-        .map_err(|e| anyhow!("the worker task failed: {e}"))?;
-    if let Some(server) = server {
-        let _ = server.await;
-    }
-    if let Some(metrics_server) = metrics_server {
-        let _ = metrics_server.await;
-    }
-    report.map_err(|e| anyhow!("{e}"))?;
+    running.stop().await?;
     if summary.rejected.is_empty() {
         Ok(())
     } else {

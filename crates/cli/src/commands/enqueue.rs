@@ -8,14 +8,15 @@ use anyhow::{anyhow, Result};
 use drover_core::{EnqueueStatus, NewJob};
 use drover_http::dto::EnqueueRequest;
 use drover_http::Principal;
+use drover_runner::Client;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::args::EnqueueArgs;
-use crate::commands::worker;
 use crate::context::{call, Ctx};
 use crate::jsonl::{self, RejectedLine};
 use crate::output::{errln, outln, print_json};
+use crate::signals;
 use crate::usage::{flag_error, usage};
 
 /// The flag of each field of an enqueue request, for messages about a single-job `enqueue`.
@@ -209,7 +210,7 @@ enum Step {
 /// then the refusal is returned) or the interrupt fires. Returns the answers of the jobs that
 /// went in (the first ones, in order) and how it ended; `bar` advances as jobs go in.
 async fn send_batch(
-    store: &dyn drover_core::JobStore,
+    client: &Client,
     jobs: &[NewJob],
     on_quota: OnQuota<'_>,
     bar: Option<&indicatif::ProgressBar>,
@@ -224,7 +225,7 @@ async fn send_batch(
             OnQuota::Wait(wait) if wait.waiting() => Some(wait),
             _ => None,
         };
-        match (store.jobs_enqueue(rest[..take].to_vec()).await, waiting) {
+        match (client.enqueue_many(rest[..take].to_vec()).await, waiting) {
             (Ok(done), _) => {
                 if let Some(bar) = bar {
                     bar.inc(take as u64);
@@ -279,7 +280,7 @@ async fn send_batch(
 /// automatically: a batch whose commit was cut off may be stored already, and sending it again
 /// would enqueue its jobs twice.
 pub async fn load(
-    store: &dyn drover_core::JobStore,
+    client: &Client,
     jobs: Vec<(usize, NewJob)>,
     batch_size: usize,
     bar: Option<&indicatif::ProgressBar>,
@@ -288,7 +289,7 @@ pub async fn load(
     let mut loaded = Loaded::default();
     for chunk in jobs.chunks(batch_size.max(1)) {
         let batch: Vec<NewJob> = chunk.iter().map(|(_, j)| j.clone()).collect();
-        let (answers, step) = send_batch(store, &batch, on_quota, bar).await;
+        let (answers, step) = send_batch(client, &batch, on_quota, bar).await;
         // The lines answered so far are settled; `next` is the first that is not.
         let next = answers.len();
         count(&mut loaded, answers);
@@ -311,7 +312,7 @@ pub async fn load(
             Step::Refused(_) => {}
         }
         for (line, job) in &chunk[next..] {
-            match send_batch(store, std::slice::from_ref(job), on_quota, bar).await {
+            match send_batch(client, std::slice::from_ref(job), on_quota, bar).await {
                 (answers, Step::Done) => count(&mut loaded, answers),
                 (_, Step::Refused(e)) => {
                     loaded.rejected.push(RejectedLine::refused(*line, &e));
@@ -368,8 +369,8 @@ pub async fn run(ctx: &Ctx, args: EnqueueArgs) -> Result<()> {
         return from_file(ctx, &args, &path).await;
     }
     let job = job_from_flags(&args)?;
-    let store = ctx.store().await?;
-    let answer = call(ctx, store.job_enqueue(job)).await?;
+    let client = ctx.client().await?;
+    let answer = call(ctx, client.enqueue(job)).await?;
     if ctx.json {
         return print_json(&answer);
     }
@@ -391,7 +392,7 @@ pub async fn run(ctx: &Ctx, args: EnqueueArgs) -> Result<()> {
 
 async fn from_file(ctx: &Ctx, args: &EnqueueArgs, path: &std::path::Path) -> Result<()> {
     let parsed = jsonl::read_path(path)?;
-    let store = ctx.store().await?;
+    let client = ctx.client().await?;
     let mut rejected: Vec<RejectedLine> = parsed.rejected;
     let total = parsed.jobs.len() as u64;
     // A bar only for people: not with --json, not when stderr is a file or a pipe.
@@ -409,7 +410,7 @@ async fn from_file(ctx: &Ctx, args: &EnqueueArgs, path: &std::path::Path) -> Res
     let on_quota = if args.wait_for_room {
         // A stop signal ends the load between batches or while it waits, with the line to
         // resume from.
-        worker::shutdown_on_signals(interrupt.clone(), worker::Finishing::Load);
+        signals::shutdown_on_signals(interrupt.clone(), signals::Finishing::Load);
         OnQuota::Wait(RoomWait {
             interrupt: Some(&interrupt),
             ..RoomWait::default()
@@ -418,7 +419,7 @@ async fn from_file(ctx: &Ctx, args: &EnqueueArgs, path: &std::path::Path) -> Res
         OnQuota::Reject
     };
     let loaded = load(
-        store.as_ref(),
+        &client,
         parsed.jobs,
         args.batch_size,
         bar.as_ref(),

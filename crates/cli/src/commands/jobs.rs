@@ -50,12 +50,12 @@ pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
         JobsCommand::List(args) => Some(list_query(args)?),
         _ => None,
     };
-    let store = ctx.store().await?;
+    let client = ctx.client().await?;
     match command {
         JobsCommand::List(_) => {
             let query = query.unwrap_or_default();
             let details = query.details;
-            let page = call(ctx, store.jobs_list(query)).await?;
+            let page = call(ctx, client.list(query)).await?;
             if ctx.json {
                 return print_json(&listed_json(&page, details)?);
             }
@@ -83,14 +83,14 @@ pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
             }
         }
         JobsCommand::Get { id } => {
-            let job = call(ctx, store.job_get(id)).await?;
+            let job = call(ctx, client.get(id)).await?;
             if ctx.json {
                 return print_json(&JobJson::from(&job));
             }
             print_job(&job)?;
         }
         JobsCommand::Cancel { id } => {
-            let outcome = call(ctx, store.job_cancel(id)).await?;
+            let outcome = call(ctx, client.cancel(id)).await?;
             if ctx.json {
                 return print_json(&outcome);
             }
@@ -103,7 +103,7 @@ pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
             }
         }
         JobsCommand::Retry { id } => {
-            let job = call(ctx, store.job_retry(id)).await?;
+            let job = call(ctx, client.retry(id)).await?;
             if ctx.json {
                 return print_json(&job);
             }
@@ -114,7 +114,7 @@ pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
             )?;
         }
         JobsCommand::Requeue { id } => {
-            let outcome = call(ctx, store.job_requeue(id)).await?;
+            let outcome = call(ctx, client.requeue(id)).await?;
             if ctx.json {
                 return print_json(&outcome);
             }

@@ -42,7 +42,7 @@ fn idempotency_header(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 /// one (hyphenated lowercase).
 async fn visible_job(state: &ApiState, principal: &Principal, id: &str) -> Result<Job, ApiError> {
     let job_id: JobId = id.parse().map_err(|e| state.error(e))?;
-    let job = match state.store().job_get(job_id).await {
+    let job = match state.client().get(job_id).await {
         Ok(job) => job,
         Err(drover_core::Error::NotFound { .. }) => return Err(ApiError::job_not_found(job_id)),
         Err(e) => return Err(state.error(e)),
@@ -86,15 +86,12 @@ pub async fn enqueue_job(
     let sizes = state.store().config().sizes;
     let job = request.into_valid_job(&principal, key, &sizes)?;
     let answer = state
-        .store()
-        .job_enqueue(job)
+        .client()
+        .enqueue(job)
         .await
         .map_err(|e| state.error_for(&principal, QuotaRequest::Enqueue, e))?;
     let status = match answer.status {
-        EnqueueStatus::Created => {
-            state.count_enqueued(answer.job.kind.as_str());
-            StatusCode::ACCEPTED
-        }
+        EnqueueStatus::Created => StatusCode::ACCEPTED,
         EnqueueStatus::Replayed | EnqueueStatus::Duplicate => StatusCode::OK,
     };
     Ok((status, Json(EnqueueResponse::from(answer))).into_response())
@@ -153,17 +150,11 @@ pub async fn enqueue_batch(
         })
         .collect::<Result<Vec<_>, _>>()?;
     let answers = state
-        .store()
-        .jobs_enqueue(jobs)
+        .client()
+        .enqueue_many(jobs)
         .await
         .map_err(|e| state.error_for(&principal, QuotaRequest::Enqueue, e))?;
-    let mut created = false;
-    for a in &answers {
-        if a.status == EnqueueStatus::Created {
-            created = true;
-            state.count_enqueued(a.job.kind.as_str());
-        }
-    }
+    let created = answers.iter().any(|a| a.status == EnqueueStatus::Created);
     let status = if created {
         StatusCode::ACCEPTED
     } else {
@@ -280,7 +271,7 @@ pub async fn list_jobs(
         query.details = JobDetails::parse_list("include", include).map_err(store_err)?;
     }
     let details = query.details;
-    let page = state.store().jobs_list(query).await.map_err(store_err)?;
+    let page = state.client().list(query).await.map_err(store_err)?;
     Ok(Json(JobListResponse {
         jobs: page
             .jobs
@@ -340,8 +331,8 @@ pub async fn cancel_job(
 ) -> Result<Json<CancelResponse>, ApiError> {
     let job = visible_job(&state, &principal, &id).await?;
     let outcome = state
-        .store()
-        .job_cancel(job.id)
+        .client()
+        .cancel(job.id)
         .await
         .map_err(|e| state.error(e))?;
     Ok(Json(CancelResponse::new(outcome.effect, outcome.job)))
@@ -376,8 +367,8 @@ pub async fn retry_job(
     }
     let job = visible_job(&state, &principal, &id).await?;
     let job = state
-        .store()
-        .job_retry(job.id)
+        .client()
+        .retry(job.id)
         .await
         .map_err(|e| state.error_for(&principal, QuotaRequest::Retry, e))?;
     Ok(Json(JobResponse { job: job.into() }))
@@ -413,8 +404,8 @@ pub async fn requeue_job(
     }
     let job = visible_job(&state, &principal, &id).await?;
     let outcome = state
-        .store()
-        .job_requeue(job.id)
+        .client()
+        .requeue(job.id)
         .await
         .map_err(|e| state.error(e))?;
     Ok(Json(RequeueResponse {

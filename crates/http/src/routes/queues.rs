@@ -1,12 +1,8 @@
 //! `/v1/queues` and `/v1/workers` routes.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-
 use axum::extract::State;
 use axum::Json;
 use drover_core::QueueName;
-use drover_runner::Client;
 
 use crate::auth::{Principal, Role, TenantScope};
 use crate::dto::{QueueListResponse, QueueStateResponse, QueueView, WorkerListResponse};
@@ -36,29 +32,14 @@ pub async fn list_queues(
     principal: Principal,
 ) -> Result<Json<QueueListResponse>, ApiError> {
     principal.require_all_tenants("the queue list counts the jobs of every tenant")?;
-    let store = state.store();
-    let infos = store.queues_list().await.map_err(|e| state.error(e))?;
-    let snapshot = store.queue_snapshot().await.map_err(|e| state.error(e))?;
-    let mut names: BTreeMap<QueueName, ()> = BTreeMap::new();
-    for q in &infos {
-        names.insert(q.name.clone(), ());
-    }
-    for q in &snapshot.queues {
-        names.insert(q.queue.clone(), ());
-    }
-    let queues = names
-        .keys()
-        .map(|name| {
-            QueueView::new(
-                name,
-                infos.iter().find(|i| &i.name == name),
-                snapshot.queues.iter().find(|s| &s.queue == name),
-            )
-        })
-        .collect();
+    let overview = state
+        .client()
+        .queue_overview()
+        .await
+        .map_err(|e| state.error(e))?;
     Ok(Json(QueueListResponse {
-        queues,
-        vacuum: snapshot.vacuum.as_ref().map(Into::into),
+        queues: overview.queues.iter().map(QueueView::from).collect(),
+        vacuum: overview.vacuum.as_ref().map(Into::into),
     }))
 }
 
@@ -106,7 +87,8 @@ pub async fn pause_queue(
 ) -> Result<Json<QueueStateResponse>, ApiError> {
     require_cluster_operator(&principal, "pausing a queue")?;
     let queue = queue_name(&state, &name)?;
-    let change = Client::new(Arc::clone(state.store()))
+    let change = state
+        .client()
         .queue_pause(queue)
         .await
         .map_err(|e| state.error(e))?;
@@ -138,7 +120,8 @@ pub async fn resume_queue(
 ) -> Result<Json<QueueStateResponse>, ApiError> {
     require_cluster_operator(&principal, "resuming a queue")?;
     let queue = queue_name(&state, &name)?;
-    let change = Client::new(Arc::clone(state.store()))
+    let change = state
+        .client()
         .queue_resume(queue.clone())
         .await
         .map_err(|e| match e {
