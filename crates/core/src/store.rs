@@ -23,6 +23,7 @@ use crate::names::{JobKind, LimitKey, QueueName, ScheduleName, TenantId, WorkerI
 use crate::queue::{
     QueueChange, QueueInfo, Snapshot, VacuumStatus, WorkerInfo, WorkerRegistration,
 };
+pub use crate::schedule::FireSchedule;
 use crate::schedule::{NewSchedule, Schedule, ScheduleUpsert};
 use crate::state::{JobState, Resolution, Retry, Transition};
 
@@ -617,23 +618,6 @@ impl PruneJobs {
     pub fn validate(&self) -> Result<()> {
         check_range("limit", self.limit, 1, PRUNE_LIMIT_MAX)
     }
-}
-
-/// Fire one schedule tick: atomically advance the schedule's last tick and enqueue its job.
-/// Build it with [`Schedule::fire`] from the schedule as read.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FireSchedule {
-    /// The schedule.
-    pub name: ScheduleName,
-    /// The schedule's `created_at` as read (when its timing was last set): the tick fires only
-    /// while the schedule still has it and only if it is later, so a tick computed from a
-    /// timing that was changed since (or from a schedule removed and added again) never
-    /// fires.
-    pub created_at: DateTime<Utc>,
-    /// The tick being fired.
-    pub tick: DateTime<Utc>,
-    /// The job to enqueue (normally `Schedule::job_for_tick`).
-    pub job: NewJob,
 }
 
 /// A stream of store events; see [`JobStore::subscribe`].
