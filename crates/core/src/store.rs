@@ -946,6 +946,66 @@ mod tests {
     }
 
     #[test]
+    fn params_check_their_bounds_and_name_the_field() {
+        let field_of = |result: Result<()>| match result {
+            Err(Error::InvalidInput { field, .. }) => field,
+            other => panic!("expected InvalidInput, got {other:?}"),
+        };
+        let claim = ClaimJobs {
+            worker: WorkerId::parse("w").unwrap(),
+            queues: Vec::new(),
+            kinds: Vec::new(),
+            limit: CLAIM_LIMIT_MAX,
+            start: CLAIM_LIMIT_MAX,
+            lease: Duration::from_secs(30),
+        };
+        claim.validate().unwrap();
+        let over = ClaimJobs {
+            limit: CLAIM_LIMIT_MAX + 1,
+            ..claim.clone()
+        };
+        assert_eq!(field_of(over.validate()), "limit");
+        let start = ClaimJobs {
+            limit: 2,
+            start: 3,
+            ..claim.clone()
+        };
+        assert_eq!(field_of(start.validate()), "start");
+        let lease = ClaimJobs {
+            lease: Duration::ZERO,
+            ..claim
+        };
+        assert_eq!(field_of(lease.validate()), "lease");
+        let prune = |limit| PruneJobs {
+            older_than: Duration::ZERO,
+            limit,
+        };
+        prune(PRUNE_LIMIT_MAX).validate().unwrap();
+        assert_eq!(field_of(prune(0).validate()), "limit");
+        assert_eq!(field_of(prune(PRUNE_LIMIT_MAX + 1).validate()), "limit");
+        let list = |limit| ListJobs {
+            limit,
+            ..ListJobs::default()
+        };
+        list(0).validate().unwrap();
+        list(LIST_LIMIT_MAX).validate().unwrap();
+        assert_eq!(field_of(list(LIST_LIMIT_MAX + 1).validate()), "limit");
+        let item = |meta| HeartbeatItem {
+            id: JobId::new_v7(),
+            token: FencingToken(1),
+            meta,
+            progress: None,
+            started: None,
+        };
+        let heartbeat = HeartbeatJobs {
+            lease: Duration::from_secs(30),
+            jobs: vec![item(Some(serde_json::json!({}))), item(Some(Value::Null))],
+        };
+        let sizes = SizeLimits::default();
+        assert_eq!(field_of(heartbeat.validate(&sizes)), "jobs[1].meta");
+    }
+
+    #[test]
     fn stripped_jobs_keep_only_the_details_asked_for() {
         let mut job = NewJob::new(
             crate::JobKind::parse("k").unwrap(),
