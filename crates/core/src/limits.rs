@@ -226,6 +226,15 @@ impl LimitPolicy {
             rate,
         })
     }
+
+    /// The policy checked and in the form every store keeps ([`LimitPolicy::new`]): what
+    /// `limit_set` calls on a policy a caller built field by field.
+    ///
+    /// # Errors
+    /// Those of [`LimitPolicy::new`].
+    pub fn validated(self) -> Result<Self, Error> {
+        LimitPolicy::new(self.key, self.max_running, self.rate)
+    }
 }
 
 /// A policy with its current usage, as `limits list` shows it.

@@ -652,7 +652,7 @@ impl JobStore for MemoryStore {
     }
 
     async fn limit_set(&self, policy: LimitPolicy) -> Result<LimitPolicy> {
-        let policy = LimitPolicy::new(policy.key, policy.max_running, policy.rate)?;
+        let policy = policy.validated()?;
         let mut guard = self.inner.lock();
         let now = self.clock_now();
         let inner = &mut *guard;
