@@ -200,6 +200,7 @@ macro_rules! contract_suite {
             stored_json_numbers_of_schedule_args,
             stored_run_at_folds_leap_seconds_and_floors_to_microseconds,
             stored_schedule_tick_folds_leap_seconds_and_floors,
+            transitions_every_state_and_event_match_apply,
         }
     };
 }

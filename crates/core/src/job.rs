@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
+use crate::bounds::{check_range, ENQUEUE_BATCH_MAX};
 use crate::clock;
 use crate::error::Error;
 use crate::json;
@@ -306,15 +307,12 @@ impl NewJob {
             return Err(Error::invalid("meta", "must be a JSON object"));
         }
         json::check_value("meta", &self.meta, sizes.max_meta_bytes)?;
-        if !(MAX_ATTEMPTS_MIN..=MAX_ATTEMPTS_MAX).contains(&self.max_attempts) {
-            return Err(Error::invalid(
-                "max_attempts",
-                format!(
-                    "must be between {MAX_ATTEMPTS_MIN} and {MAX_ATTEMPTS_MAX}, got {}",
-                    self.max_attempts
-                ),
-            ));
-        }
+        check_range(
+            "max_attempts",
+            self.max_attempts,
+            MAX_ATTEMPTS_MIN,
+            MAX_ATTEMPTS_MAX,
+        )?;
         match self.run_at {
             Some(RunAt::At(at))
                 if !(run_at_min()..=run_at_max()).contains(&clock::stored_instant(at)) =>
@@ -485,7 +483,7 @@ pub struct Enqueued {
 
 /// Validates an enqueue batch the same way for every store and returns the request hash of
 /// each job (`None` without an idempotency key), in input order: at most
-/// [`crate::store::ENQUEUE_BATCH_MAX`] jobs, each valid ([`NewJob::validate`]), and no
+/// [`crate::bounds::ENQUEUE_BATCH_MAX`] jobs, each valid ([`NewJob::validate`]), and no
 /// idempotency key repeated with a different request ([`check_batch_idempotency`]). Then
 /// rewrites each job into its stored form ([`NewJob::normalize`]); the hashes are those of the
 /// requests as sent, so a key stored before normalization existed still replays.
@@ -497,7 +495,7 @@ pub fn prepare_batch(
     jobs: &mut [NewJob],
     sizes: &SizeLimits,
 ) -> Result<Vec<Option<String>>, Error> {
-    let max = crate::store::ENQUEUE_BATCH_MAX;
+    let max = ENQUEUE_BATCH_MAX;
     if jobs.len() > max {
         return Err(Error::invalid(
             "jobs",

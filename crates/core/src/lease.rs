@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::bounds::range_rule;
+
 /// Default lease length (DESIGN.md section 3).
 pub const LEASE_DEFAULT: Duration = Duration::from_secs(60);
 /// Shortest accepted lease.
@@ -50,13 +52,31 @@ pub fn check_lease(lease: Duration) -> Result<(), crate::Error> {
     if lease < LEASE_MIN || lease > LEASE_MAX {
         return Err(crate::Error::invalid(
             "lease",
-            format!(
-                "must be between {} ms and {} s, got {} ms",
-                LEASE_MIN.as_millis(),
-                LEASE_MAX.as_secs(),
-                lease.as_millis()
+            range_rule(
+                format_args!("{} ms", LEASE_MIN.as_millis()),
+                format_args!("{} s", LEASE_MAX.as_secs()),
+                format_args!("{} ms", lease.as_millis()),
             ),
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_lease_accepts_its_bounds_and_says_them_in_its_units() {
+        assert!(check_lease(LEASE_MIN).is_ok());
+        assert!(check_lease(LEASE_MAX).is_ok());
+        match check_lease(Duration::from_millis(10)) {
+            Err(crate::Error::InvalidInput { field, reason }) => {
+                assert_eq!(field, "lease");
+                assert_eq!(reason, "must be between 100 ms and 86400 s, got 10 ms");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(check_lease(LEASE_MAX + Duration::from_millis(1)).is_err());
+    }
 }

@@ -6,6 +6,7 @@
 //! every store (transitions, validation, backoff, limit admission, cron ticks, JSON
 //! containment) lives here once. See ARCHITECTURE.md and DESIGN.md.
 
+pub mod bounds;
 pub mod clock;
 pub mod error;
 pub mod job;

@@ -18,6 +18,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::bounds::range_rule;
 use crate::error::Error;
 use crate::names::LimitKey;
 
@@ -52,7 +53,7 @@ impl Rate {
         if count == 0 || count > RATE_COUNT_MAX {
             return Err(Error::invalid(
                 "rate",
-                format!("count must be between 1 and {RATE_COUNT_MAX}, got {count}"),
+                format!("count {}", range_rule(1, RATE_COUNT_MAX, count)),
             ));
         }
         if !(RATE_PERIOD_MIN..=RATE_PERIOD_MAX).contains(&period) {
@@ -152,7 +153,7 @@ impl FromStr for Rate {
             _ => {
                 return Err(Error::invalid(
                     "rate",
-                    format!("count must be between 1 and {RATE_COUNT_MAX}, got {count}"),
+                    format!("count {}", range_rule(1, RATE_COUNT_MAX, count)),
                 ))
             }
         };
@@ -224,6 +225,15 @@ impl LimitPolicy {
             max_running,
             rate,
         })
+    }
+
+    /// The policy checked and in the form every store keeps ([`LimitPolicy::new`]): what
+    /// `limit_set` calls on a policy a caller built field by field.
+    ///
+    /// # Errors
+    /// Those of [`LimitPolicy::new`].
+    pub fn validated(self) -> Result<Self, Error> {
+        LimitPolicy::new(self.key, self.max_running, self.rate)
     }
 }
 

@@ -36,7 +36,6 @@ use crate::error::Error;
 use crate::job::{NewJob, SizeLimits, MAX_ATTEMPTS_DEFAULT};
 use crate::json;
 use crate::names::{JobKind, QueueName, ScheduleName};
-use crate::store::FireSchedule;
 
 /// Longest accepted cron expression, in bytes.
 pub const CRON_MAX_LEN: usize = 256;
@@ -569,6 +568,24 @@ impl Schedule {
             .with_unique_key(format!("schedule:{}:{tick_text}", self.name))
             .with_meta(json!({"schedule": self.name.as_str(), "tick": tick_text}))
     }
+}
+
+/// Fire one schedule tick ([`crate::JobStore::schedule_fire`]): atomically advance the
+/// schedule's last tick and enqueue its job. Build it with [`Schedule::fire`] from the
+/// schedule as read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FireSchedule {
+    /// The schedule.
+    pub name: ScheduleName,
+    /// The schedule's `created_at` as read (when its timing was last set): the tick fires only
+    /// while the schedule still has it and only if it is later, so a tick computed from a
+    /// timing that was changed since (or from a schedule removed and added again) never
+    /// fires.
+    pub created_at: DateTime<Utc>,
+    /// The tick being fired.
+    pub tick: DateTime<Utc>,
+    /// The job to enqueue (normally `Schedule::job_for_tick`).
+    pub job: NewJob,
 }
 
 #[cfg(test)]

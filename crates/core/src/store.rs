@@ -14,14 +14,16 @@ use futures_core::Stream;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::bounds::check_range;
 use crate::error::{Error, Result};
 use crate::job::{Enqueued, Job, JobId, NewJob, SizeLimits};
-use crate::lease::FencingToken;
+use crate::lease::{check_lease, FencingToken};
 use crate::limits::{LimitPolicy, LimitStatus};
 use crate::names::{JobKind, LimitKey, QueueName, ScheduleName, TenantId, WorkerId};
 use crate::queue::{
     QueueChange, QueueInfo, Snapshot, VacuumStatus, WorkerInfo, WorkerRegistration,
 };
+pub use crate::schedule::FireSchedule;
 use crate::schedule::{NewSchedule, Schedule, ScheduleUpsert};
 use crate::state::{JobState, Resolution, Retry, Transition};
 
@@ -29,18 +31,10 @@ use crate::state::{JobState, Resolution, Retry, Transition};
 pub const MAX_PENDING_DEFAULT: u64 = 10_000;
 /// Default quota on pending jobs of one tenant (DESIGN.md section 7).
 pub const MAX_TENANT_PENDING_DEFAULT: u64 = 1_000;
-/// Largest batch accepted by `jobs_claim`.
-pub const CLAIM_LIMIT_MAX: u32 = 10_000;
-/// Default page size of `jobs_list`.
-pub const LIST_LIMIT_DEFAULT: u32 = 50;
-/// Largest page size of `jobs_list`.
-pub const LIST_LIMIT_MAX: u32 = 1_000;
-/// Largest batch accepted by `jobs_enqueue`.
-pub const ENQUEUE_BATCH_MAX: usize = 100_000;
-/// Default retention of terminal jobs (DESIGN.md section 3): 7 days.
-pub const RETENTION_DEFAULT: Duration = Duration::from_secs(7 * 24 * 3600);
-/// Default bound on rows deleted by one prune pass (DESIGN.md section 6).
-pub const PRUNE_LIMIT_DEFAULT: u32 = 1_000;
+pub use crate::bounds::{
+    CLAIM_LIMIT_MAX, ENQUEUE_BATCH_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, PRUNE_LIMIT_DEFAULT,
+    PRUNE_LIMIT_MAX, RETENTION_DEFAULT,
+};
 
 /// Quotas on pending (queued, running and reconciling) jobs; `None` means unbounded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -143,21 +137,13 @@ pub struct ClaimJobs {
 }
 
 impl ClaimJobs {
-    /// Checks `limit` (1..=10,000) and `start` (at most `limit`); the lease is checked by
-    /// [`crate::lease::check_lease`].
+    /// Checks `limit` (1..=10,000), `start` (at most `limit`) and the lease
+    /// ([`crate::lease::check_lease`]).
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] naming `limit` or `start`.
-    pub fn validate_counts(&self) -> Result<()> {
-        if self.limit == 0 || self.limit > CLAIM_LIMIT_MAX {
-            return Err(Error::invalid(
-                "limit",
-                format!(
-                    "must be between 1 and {CLAIM_LIMIT_MAX}, got {}",
-                    self.limit
-                ),
-            ));
-        }
+    /// [`Error::InvalidInput`] naming `limit`, `start` or `lease`.
+    pub fn validate(&self) -> Result<()> {
+        check_range("limit", self.limit, 1, CLAIM_LIMIT_MAX)?;
         if self.start > self.limit {
             return Err(Error::invalid(
                 "start",
@@ -167,7 +153,7 @@ impl ClaimJobs {
                 ),
             ));
         }
-        Ok(())
+        check_lease(self.lease)
     }
 }
 
@@ -220,6 +206,43 @@ pub struct HeartbeatJobs {
     pub lease: Duration,
     /// The jobs.
     pub jobs: Vec<HeartbeatItem>,
+}
+
+impl HeartbeatItem {
+    /// Checks the item's meta (a JSON object) and progress against the meta bound
+    /// ([`crate::json::check_value`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] naming `meta` or `progress`.
+    pub fn validate(&self, sizes: &SizeLimits) -> Result<()> {
+        if let Some(meta) = &self.meta {
+            if !meta.is_object() {
+                return Err(Error::invalid("meta", "must be a JSON object"));
+            }
+            crate::json::check_value("meta", meta, sizes.max_meta_bytes)?;
+        }
+        if let Some(progress) = &self.progress {
+            crate::json::check_value("progress", progress, sizes.max_meta_bytes)?;
+        }
+        Ok(())
+    }
+}
+
+impl HeartbeatJobs {
+    /// Checks the lease ([`crate::lease::check_lease`]) and every item
+    /// ([`HeartbeatItem::validate`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] naming `lease`, or the first bad item's field, prefixed
+    /// `jobs[i].` when the batch holds more than one item.
+    pub fn validate(&self, sizes: &SizeLimits) -> Result<()> {
+        check_lease(self.lease)?;
+        let len = self.jobs.len();
+        for (i, item) in self.jobs.iter().enumerate() {
+            item.validate(sizes).map_err(|e| e.in_batch_item(i, len))?;
+        }
+        Ok(())
+    }
 }
 
 /// The answer to one heartbeat item.
@@ -286,6 +309,35 @@ pub struct FinishItem {
     /// recorded: how long ago it started, by the worker's clock; recorded before the outcome
     /// ([`crate::Event::Started`]). `None` otherwise (also for a job that never started).
     pub started: Option<Duration>,
+}
+
+impl FinishItem {
+    /// Checks the item's result against the result bound ([`crate::json::check_value`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] naming `result`.
+    pub fn validate(&self, sizes: &SizeLimits) -> Result<()> {
+        if let Finish::Succeeded {
+            result: Some(result),
+        } = &self.finish
+        {
+            crate::json::check_value("result", result, sizes.max_result_bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Checks every item of a `jobs_finish` batch ([`FinishItem::validate`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] naming the first bad item's field, prefixed `jobs[i].` when the
+    /// batch holds more than one item.
+    pub fn validate_batch(items: &[FinishItem], sizes: &SizeLimits) -> Result<()> {
+        for (i, item) in items.iter().enumerate() {
+            item.validate(sizes)
+                .map_err(|e| e.in_batch_item(i, items.len()))?;
+        }
+        Ok(())
+    }
 }
 
 /// The answer to one [`FinishItem`].
@@ -475,11 +527,9 @@ impl ListJobs {
         if let Some(meta) = &self.meta {
             crate::json::check_meta_filter(meta)?;
         }
-        if self.limit > LIST_LIMIT_MAX {
-            return Err(Error::invalid(
-                "limit",
-                format!("must be between 1 and {LIST_LIMIT_MAX}, got {}", self.limit),
-            ));
+        // 0 asks for the default page size.
+        if self.limit != 0 {
+            check_range("limit", self.limit, 1, LIST_LIMIT_MAX)?;
         }
         Ok(())
     }
@@ -541,6 +591,16 @@ pub struct ClaimReconciling {
     pub lease: Duration,
 }
 
+impl ClaimReconciling {
+    /// Checks the lease ([`crate::lease::check_lease`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] naming `lease`.
+    pub fn validate(&self) -> Result<()> {
+        check_lease(self.lease)
+    }
+}
+
 /// Delete terminal jobs finished more than `older_than` ago (store clock), at most `limit`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PruneJobs {
@@ -550,21 +610,14 @@ pub struct PruneJobs {
     pub limit: u32,
 }
 
-/// Fire one schedule tick: atomically advance the schedule's last tick and enqueue its job.
-/// Build it with [`Schedule::fire`] from the schedule as read.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FireSchedule {
-    /// The schedule.
-    pub name: ScheduleName,
-    /// The schedule's `created_at` as read (when its timing was last set): the tick fires only
-    /// while the schedule still has it and only if it is later, so a tick computed from a
-    /// timing that was changed since (or from a schedule removed and added again) never
-    /// fires.
-    pub created_at: DateTime<Utc>,
-    /// The tick being fired.
-    pub tick: DateTime<Utc>,
-    /// The job to enqueue (normally `Schedule::job_for_tick`).
-    pub job: NewJob,
+impl PruneJobs {
+    /// Checks `limit` (1..=[`PRUNE_LIMIT_MAX`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] naming `limit`.
+    pub fn validate(&self) -> Result<()> {
+        check_range("limit", self.limit, 1, PRUNE_LIMIT_MAX)
+    }
 }
 
 /// A stream of store events; see [`JobStore::subscribe`].
@@ -890,6 +943,66 @@ mod tests {
         assert_eq!(JobDetails::ALL.names(), JobDetails::NAMES);
         assert!(JobDetails::NONE.names().is_empty());
         assert_eq!(ListJobs::default().details, JobDetails::ALL);
+    }
+
+    #[test]
+    fn params_check_their_bounds_and_name_the_field() {
+        let field_of = |result: Result<()>| match result {
+            Err(Error::InvalidInput { field, .. }) => field,
+            other => panic!("expected InvalidInput, got {other:?}"),
+        };
+        let claim = ClaimJobs {
+            worker: WorkerId::parse("w").unwrap(),
+            queues: Vec::new(),
+            kinds: Vec::new(),
+            limit: CLAIM_LIMIT_MAX,
+            start: CLAIM_LIMIT_MAX,
+            lease: Duration::from_secs(30),
+        };
+        claim.validate().unwrap();
+        let over = ClaimJobs {
+            limit: CLAIM_LIMIT_MAX + 1,
+            ..claim.clone()
+        };
+        assert_eq!(field_of(over.validate()), "limit");
+        let start = ClaimJobs {
+            limit: 2,
+            start: 3,
+            ..claim.clone()
+        };
+        assert_eq!(field_of(start.validate()), "start");
+        let lease = ClaimJobs {
+            lease: Duration::ZERO,
+            ..claim
+        };
+        assert_eq!(field_of(lease.validate()), "lease");
+        let prune = |limit| PruneJobs {
+            older_than: Duration::ZERO,
+            limit,
+        };
+        prune(PRUNE_LIMIT_MAX).validate().unwrap();
+        assert_eq!(field_of(prune(0).validate()), "limit");
+        assert_eq!(field_of(prune(PRUNE_LIMIT_MAX + 1).validate()), "limit");
+        let list = |limit| ListJobs {
+            limit,
+            ..ListJobs::default()
+        };
+        list(0).validate().unwrap();
+        list(LIST_LIMIT_MAX).validate().unwrap();
+        assert_eq!(field_of(list(LIST_LIMIT_MAX + 1).validate()), "limit");
+        let item = |meta| HeartbeatItem {
+            id: JobId::new_v7(),
+            token: FencingToken(1),
+            meta,
+            progress: None,
+            started: None,
+        };
+        let heartbeat = HeartbeatJobs {
+            lease: Duration::from_secs(30),
+            jobs: vec![item(Some(serde_json::json!({}))), item(Some(Value::Null))],
+        };
+        let sizes = SizeLimits::default();
+        assert_eq!(field_of(heartbeat.validate(&sizes)), "jobs[1].meta");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use drover_core::bounds::check_range;
 use drover_core::lease::{check_lease, HEARTBEAT_DEFAULT, LEASE_DEFAULT};
 use drover_core::store::{PRUNE_LIMIT_DEFAULT, RETENTION_DEFAULT};
 use drover_core::{Error, JobKind, QueueName, WorkerId};
@@ -59,7 +60,7 @@ pub const PRUNE_INTERVAL_DEFAULT: Duration = Duration::from_secs(60);
 /// [`WorkerConfig::maintenance_start_delay`]).
 pub const MAINTENANCE_START_DELAY_DEFAULT: Duration = Duration::from_secs(1);
 /// Largest prune batch accepted by stores.
-pub const PRUNE_LIMIT_MAX: u32 = 100_000;
+pub use drover_core::bounds::PRUNE_LIMIT_MAX;
 /// Default age after which another worker's registration counts as stale and is pruned.
 pub const WORKER_STALE_AFTER_DEFAULT: Duration = Duration::from_secs(120);
 /// Default grace period at shutdown: running jobs may finish within it; after it, a handler
@@ -397,20 +398,9 @@ impl WorkerConfig {
                     ));
                 }
             }
-            if pool.slots_per_queue == 0 || pool.slots_per_queue > SLOTS_MAX {
-                return Err(Error::invalid(
-                    field("slots_per_queue"),
-                    format!(
-                        "must be between 1 and {SLOTS_MAX}, got {}",
-                        pool.slots_per_queue
-                    ),
-                ));
-            }
-            if let Some(prefetch) = pool.prefetch.filter(|&prefetch| prefetch > PREFETCH_MAX) {
-                return Err(Error::invalid(
-                    field("prefetch"),
-                    format!("must be between 0 and {PREFETCH_MAX}, got {prefetch}"),
-                ));
+            check_range(field("slots_per_queue"), pool.slots_per_queue, 1, SLOTS_MAX)?;
+            if let Some(prefetch) = pool.prefetch {
+                check_range(field("prefetch"), prefetch, 0, PREFETCH_MAX)?;
             }
             if let Some(kinds) = &pool.kinds {
                 if kinds.is_empty() {
@@ -469,12 +459,7 @@ impl WorkerConfig {
             }
         }
         if let Some(cap) = self.max_concurrent {
-            if cap == 0 || cap > MAX_CONCURRENT_MAX {
-                return Err(Error::invalid(
-                    "max_concurrent",
-                    format!("must be between 1 and {MAX_CONCURRENT_MAX}, got {cap}"),
-                ));
-            }
+            check_range("max_concurrent", cap, 1, MAX_CONCURRENT_MAX)?;
         }
         check_lease(self.lease)?;
         for (name, value) in [
@@ -508,24 +493,13 @@ impl WorkerConfig {
                 "must be longer than the heartbeat interval",
             ));
         }
-        if self.prune_limit == 0 || self.prune_limit > PRUNE_LIMIT_MAX {
-            return Err(Error::invalid(
-                "prune_limit",
-                format!(
-                    "must be between 1 and {PRUNE_LIMIT_MAX}, got {}",
-                    self.prune_limit
-                ),
-            ));
-        }
-        if self.completer_batch == 0 || self.completer_batch > COMPLETER_BATCH_MAX {
-            return Err(Error::invalid(
-                "completer_batch",
-                format!(
-                    "must be between 1 and {COMPLETER_BATCH_MAX}, got {}",
-                    self.completer_batch
-                ),
-            ));
-        }
+        check_range("prune_limit", self.prune_limit, 1, PRUNE_LIMIT_MAX)?;
+        check_range(
+            "completer_batch",
+            self.completer_batch,
+            1,
+            COMPLETER_BATCH_MAX,
+        )?;
         if self.store_retry_min > self.store_retry_max {
             return Err(Error::invalid(
                 "store_retry_min",

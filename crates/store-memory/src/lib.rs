@@ -9,4 +9,4 @@ mod index;
 mod inner;
 mod store;
 
-pub use store::{MemoryStore, EVENT_BUFFER, PRUNE_LIMIT_MAX};
+pub use store::MemoryStore;

@@ -9,9 +9,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use drover_core::bounds::EVENT_BUFFER;
 use drover_core::FencingToken;
 use drover_core::{
-    clock, json, lease, CancelEffect, CancelOutcome, ClaimJobs, ClaimReconciling, Claimed, Clock,
+    clock, json, CancelEffect, CancelOutcome, ClaimJobs, ClaimReconciling, Claimed, Clock,
     Enqueued, Entity, Error, Event, EventStream, Finish, FinishItem, FinishReply, FireSchedule,
     HeartbeatJobs, HeartbeatReply, Job, JobId, JobPage, JobState, JobStore, LimitKey, LimitPolicy,
     LimitStatus, ListJobs, NewJob, NewSchedule, PruneJobs, QueueChange, QueueInfo, QueueName,
@@ -26,11 +27,6 @@ use tokio_stream::StreamExt;
 
 use crate::index::{id_of, key_time, state_slot, time_of, ReadyKey, WAITING_SLOT};
 use crate::inner::{micros, Inner, Prepared, StoredLimit};
-
-/// Events buffered per subscriber before it lags (and then receives [`StoreEvent::Resync`]).
-pub const EVENT_BUFFER: usize = 1024;
-/// Largest `limit` accepted by `jobs_prune`.
-pub const PRUNE_LIMIT_MAX: u32 = 100_000;
 
 /// The in-memory job store: DESIGN.md's explicit development mode (nothing survives a restart)
 /// and the benchmark baseline.
@@ -139,15 +135,6 @@ fn prepare(mut jobs: Vec<NewJob>, config: &StoreConfig) -> Result<Vec<Prepared>>
         .collect())
 }
 
-/// Prefixes an error's field with `jobs[i].` when a batch holds more than one item.
-fn in_item(error: Error, i: usize, many: bool) -> Error {
-    if many {
-        error.in_field(&format!("jobs[{i}]"))
-    } else {
-        error
-    }
-}
-
 /// Since when the longest-waiting ready job of `set` has been ready: the earliest
 /// `max(run_at, created_at)` (a job cannot wait from before it existed, so a `run_at` far in
 /// the past does not inflate the lag; DESIGN.md section 4, queue snapshot). Looks at every
@@ -232,33 +219,14 @@ impl JobStore for MemoryStore {
     }
 
     async fn jobs_claim(&self, claim: ClaimJobs) -> Result<Claimed> {
-        claim.validate_counts()?;
-        lease::check_lease(claim.lease)?;
+        claim.validate()?;
         let mut inner = self.inner.lock();
         let now = self.clock_now();
         Ok(inner.claim(&claim, now))
     }
 
     async fn jobs_heartbeat(&self, heartbeat: HeartbeatJobs) -> Result<Vec<HeartbeatReply>> {
-        lease::check_lease(heartbeat.lease)?;
-        let many = heartbeat.jobs.len() > 1;
-        for (i, item) in heartbeat.jobs.iter().enumerate() {
-            if let Some(meta) = &item.meta {
-                if !meta.is_object() {
-                    return Err(in_item(
-                        Error::invalid("meta", "must be a JSON object"),
-                        i,
-                        many,
-                    ));
-                }
-                json::check_value("meta", meta, self.config.sizes.max_meta_bytes)
-                    .map_err(|e| in_item(e, i, many))?;
-            }
-            if let Some(progress) = &item.progress {
-                json::check_value("progress", progress, self.config.sizes.max_meta_bytes)
-                    .map_err(|e| in_item(e, i, many))?;
-            }
-        }
+        heartbeat.validate(&self.config.sizes)?;
         let mut inner = self.inner.lock();
         let now = self.clock_now();
         let replies = heartbeat
@@ -287,16 +255,7 @@ impl JobStore for MemoryStore {
     }
 
     async fn jobs_finish(&self, items: Vec<FinishItem>) -> Result<Vec<FinishReply>> {
-        let many = items.len() > 1;
-        for (i, item) in items.iter().enumerate() {
-            if let Finish::Succeeded {
-                result: Some(result),
-            } = &item.finish
-            {
-                json::check_value("result", result, self.config.sizes.max_result_bytes)
-                    .map_err(|e| in_item(e, i, many))?;
-            }
-        }
+        FinishItem::validate_batch(&items, &self.config.sizes)?;
         let mut ready = Vec::new();
         // A finish under a kind's or an explicit key's max_running bound wakes every loop.
         let mut wake_all = false;
@@ -485,7 +444,7 @@ impl JobStore for MemoryStore {
     }
 
     async fn jobs_claim_reconciling(&self, claim: ClaimReconciling) -> Result<Vec<Job>> {
-        lease::check_lease(claim.lease)?;
+        claim.validate()?;
         let limit = usize::try_from(claim.limit).unwrap_or(usize::MAX);
         let mut inner = self.inner.lock();
         let now = self.clock_now();
@@ -527,15 +486,7 @@ impl JobStore for MemoryStore {
     }
 
     async fn jobs_prune(&self, prune: PruneJobs) -> Result<u64> {
-        if prune.limit == 0 || prune.limit > PRUNE_LIMIT_MAX {
-            return Err(Error::invalid(
-                "limit",
-                format!(
-                    "must be between 1 and {PRUNE_LIMIT_MAX}, got {}",
-                    prune.limit
-                ),
-            ));
-        }
+        prune.validate()?;
         let mut inner = self.inner.lock();
         let now = self.clock_now();
         let cutoff = clock::sub(now, prune.older_than);
@@ -701,7 +652,7 @@ impl JobStore for MemoryStore {
     }
 
     async fn limit_set(&self, policy: LimitPolicy) -> Result<LimitPolicy> {
-        let policy = LimitPolicy::new(policy.key, policy.max_running, policy.rate)?;
+        let policy = policy.validated()?;
         let mut guard = self.inner.lock();
         let now = self.clock_now();
         let inner = &mut *guard;

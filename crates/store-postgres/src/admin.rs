@@ -362,7 +362,7 @@ pub(crate) async fn limit_set(
     conn: &mut PgConnection,
     policy: LimitPolicy,
 ) -> Result<LimitPolicy, Error> {
-    let policy = LimitPolicy::new(policy.key, policy.max_running, policy.rate)?;
+    let policy = policy.validated()?;
     let max_running = policy
         .max_running
         .map(|m| i32::try_from(m).unwrap_or(i32::MAX));

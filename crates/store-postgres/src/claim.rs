@@ -23,7 +23,6 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use drover_core::lease::check_lease;
 use drover_core::{
     Admission, ClaimJobs, Claimed, Error, Job, JobKind, LimitKey, LimitState, QueueName, WorkerId,
 };
@@ -70,15 +69,9 @@ impl Candidate {
     }
 }
 
-/// Checks a claim's limit, start count and lease.
-fn validate(claim: &ClaimJobs) -> Result<(), Error> {
-    claim.validate_counts()?;
-    check_lease(claim.lease)
-}
-
 /// Claims up to `claim.limit` ready jobs; see the module docs.
 pub(crate) async fn claim(conn: &mut PgConnection, claim: ClaimJobs) -> Result<Claimed, Error> {
-    validate(&claim)?;
+    claim.validate()?;
     if claim.queues.is_empty() || claim.kinds.is_empty() {
         return Ok(Claimed::default());
     }

@@ -29,8 +29,14 @@ use sqlx::pool::PoolConnection;
 use sqlx::{PgConnection, PgPool, Postgres};
 
 use crate::error::{connection_lost_recently, SqlxResultExt};
-use crate::store::IDLE_CHECK_AFTER;
 
+/// A pooled connection idle for at least this long is checked with a ping (one round trip)
+/// before use, so one the server or network dropped meanwhile is replaced instead of failing
+/// the call. Busier connections skip the check (it would double the round trips of a short
+/// call) unless this process lost a database connection in the last 10 s (a restart or
+/// failover drops them all). Applies to pools built by [`crate::PgStore::connect`]; sqlx's own
+/// default, a ping before every use, stays with [`crate::PgStore::from_pool`] pools.
+pub const IDLE_CHECK_AFTER: Duration = Duration::from_secs(1);
 /// Longest a connection is reused without going back through the sqlx pool.
 pub(crate) const REUSE_MAX: Duration = Duration::from_secs(60);
 /// Share of the pool's `max_connections` that may be kept here (at least one).

@@ -4,7 +4,6 @@
 //! leases and the reconciler's verdict. Plus the reconcile claim and prune, which are single statements.
 
 use chrono::{DateTime, Utc};
-use drover_core::lease::check_lease;
 use drover_core::{
     apply, CancelEffect, CancelOutcome, ClaimReconciling, Error, Event, FencingToken, Job, JobId,
     JobKind, JobState, PruneJobs, Quota, RequeueOutcome, RescueExpired, Rescued, Resolution,
@@ -19,9 +18,6 @@ use crate::error::SqlxResultExt;
 use crate::records::{into_jobs, micros, JobRecord};
 use crate::sql;
 use crate::transaction::settle;
-
-/// Largest `limit` of a prune pass.
-const PRUNE_LIMIT_MAX: u32 = 100_000;
 
 /// A job locked FOR UPDATE with the database clock of its transaction.
 #[derive(sqlx::FromRow)]
@@ -284,7 +280,7 @@ pub(crate) async fn claim_reconciling(
     conn: &mut PgConnection,
     claim: ClaimReconciling,
 ) -> Result<Vec<Job>, Error> {
-    check_lease(claim.lease)?;
+    claim.validate()?;
     if claim.limit == 0 || claim.kinds.is_empty() {
         return Ok(Vec::new());
     }
@@ -329,15 +325,7 @@ async fn reconcile_in(
 
 /// Deletes at most `limit` terminal jobs finished before `now - older_than` (one statement).
 pub(crate) async fn prune(conn: &mut PgConnection, prune: PruneJobs) -> Result<u64, Error> {
-    if prune.limit == 0 || prune.limit > PRUNE_LIMIT_MAX {
-        return Err(Error::invalid(
-            "limit",
-            format!(
-                "must be between 1 and {PRUNE_LIMIT_MAX}, got {}",
-                prune.limit
-            ),
-        ));
-    }
+    prune.validate()?;
     let done = sqlx::query(sql::JOBS_PRUNE)
         .bind(micros(prune.older_than))
         .bind(i32::try_from(prune.limit).unwrap_or(i32::MAX))

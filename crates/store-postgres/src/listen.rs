@@ -31,7 +31,7 @@ pub const LIMITS_CHANGED_PAYLOAD: &str = "*";
 /// Channel of "cancel requested for this running job" notifications.
 pub const CANCEL_CHANNEL: &str = "drover_cancel";
 /// Events buffered per subscriber before it is sent a `Resync` instead.
-pub const EVENT_BUFFER: usize = 1024;
+pub use drover_core::bounds::EVENT_BUFFER;
 
 const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(100);
 const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(5);

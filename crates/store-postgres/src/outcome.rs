@@ -10,8 +10,6 @@ use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use drover_core::job::{truncate_message, ERRORS_KEPT};
-use drover_core::json::check_value;
-use drover_core::lease::check_lease;
 use drover_core::{
     Error, Finish, FinishItem, FinishReply, HeartbeatItem, HeartbeatJobs, HeartbeatReply, JobId,
     JobState, Retry, StoreConfig, SucceededJobs,
@@ -24,39 +22,13 @@ use crate::error::SqlxResultExt;
 use crate::records::{micros, parse_state};
 use crate::sql;
 
-/// Names a field of item `i` when the batch has more than one item.
-fn field(prefix: &str, i: usize, many: bool, name: &str) -> String {
-    if many {
-        format!("{prefix}[{i}].{name}")
-    } else {
-        name.to_owned()
-    }
-}
-
 /// Extends leases and saves meta/progress; answers per item in input order.
 pub(crate) async fn heartbeat(
     conn: &mut PgConnection,
     config: &StoreConfig,
     heartbeat: HeartbeatJobs,
 ) -> Result<Vec<HeartbeatReply>, Error> {
-    check_lease(heartbeat.lease)?;
-    let many = heartbeat.jobs.len() > 1;
-    for (i, item) in heartbeat.jobs.iter().enumerate() {
-        if let Some(meta) = &item.meta {
-            let name = field("jobs", i, many, "meta");
-            if !meta.is_object() {
-                return Err(Error::invalid(name, "must be a JSON object"));
-            }
-            check_value(&name, meta, config.sizes.max_meta_bytes)?;
-        }
-        if let Some(progress) = &item.progress {
-            check_value(
-                &field("jobs", i, many, "progress"),
-                progress,
-                config.sizes.max_meta_bytes,
-            )?;
-        }
-    }
+    heartbeat.validate(&config.sizes)?;
     if heartbeat.jobs.is_empty() {
         return Ok(Vec::new());
     }
@@ -191,19 +163,7 @@ pub(crate) async fn finish(
     config: &StoreConfig,
     items: Vec<FinishItem>,
 ) -> Result<Finished, Error> {
-    let many = items.len() > 1;
-    for (i, item) in items.iter().enumerate() {
-        if let Finish::Succeeded {
-            result: Some(result),
-        } = &item.finish
-        {
-            check_value(
-                &field("jobs", i, many, "result"),
-                result,
-                config.sizes.max_result_bytes,
-            )?;
-        }
-    }
+    FinishItem::validate_batch(&items, &config.sizes)?;
     if items.is_empty() {
         return Ok(Finished::default());
     }

@@ -21,6 +21,7 @@ use sqlx::{Connection, PgConnection, PgPool};
 
 use crate::combine::Combiner;
 use crate::connections::Connections;
+pub use crate::connections::IDLE_CHECK_AFTER;
 use crate::copy;
 use crate::enqueue::{self, Batch, Wake};
 use crate::error::{connection_lost_recently, SqlxResultExt};
@@ -35,13 +36,6 @@ pub const APPLICATION_NAME: &str = "drover";
 pub const MAX_CONNECTIONS_DEFAULT: u32 = 10;
 /// Default time to wait for a pooled connection before `Unavailable`.
 pub const ACQUIRE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
-/// A pooled connection idle for at least this long is checked with a ping (one round trip)
-/// before use, so one the server or network dropped meanwhile is replaced instead of failing
-/// the call. Busier connections skip the check (it would double the round trips of a short
-/// call) unless this process lost a database connection in the last 10 s (a restart or
-/// failover drops them all). Applies to pools built by [`PgStore::connect`]; sqlx's own
-/// default, a ping before every use, stays with [`PgStore::from_pool`] pools.
-pub const IDLE_CHECK_AFTER: Duration = Duration::from_secs(1);
 
 /// How [`PgStore::connect`] builds its pool, and the store's configuration.
 #[derive(Debug, Clone, PartialEq)]

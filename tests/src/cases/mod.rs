@@ -24,6 +24,7 @@ mod schedules;
 mod snapshot;
 mod started;
 mod stored;
+mod transitions;
 mod workers;
 
 pub use cancel::*;
@@ -44,6 +45,7 @@ pub use schedules::*;
 pub use snapshot::*;
 pub use started::*;
 pub use stored::*;
+pub use transitions::*;
 pub use workers::*;
 
 use std::fmt::Debug;
