@@ -50,6 +50,8 @@ mod notify;
 mod outcome;
 mod records;
 mod sql;
+#[cfg(test)]
+mod sql_check;
 mod store;
 mod transaction;
 
