@@ -10,52 +10,64 @@
 
 use std::collections::BTreeSet;
 
+use chrono::{DateTime, Utc};
+use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{Column, Connection, Executor, PgConnection, TypeInfo};
+use sqlx::{Column, Connection, Executor, PgConnection, Postgres, TypeInfo};
+use uuid::Uuid;
 
 use crate::{enqueue, sql};
 
-/// The parameter types of the batch enqueue statements (enqueue_insert_rows.sql; bound by
-/// `Columns::bind`, then the counting flags, the tenants and the wake flag).
-const BATCH_PARAMETERS: &[&str] = &[
-    "UUID[]",
-    "TEXT[]",
-    "TEXT[]",
-    "TEXT[]",
-    "JSONB[]",
-    "JSONB[]",
-    "INT2[]",
-    "TIMESTAMPTZ[]",
-    "INT8[]",
-    "INT4[]",
-    "TEXT[]",
-    "TEXT[]",
-    "TEXT[]",
-    "TEXT[]",
-    "BOOL",
-    "BOOL",
-    "TEXT[]",
-    "BOOL",
-];
+/// The PostgreSQL type name of a Rust type as sqlx binds it.
+fn name<T: sqlx::Type<Postgres>>() -> String {
+    T::type_info().name().to_owned()
+}
 
-/// The parameter types of enqueue_one.sql, as `insert_one` binds them.
-const ONE_PARAMETERS: &[&str] = &[
-    "UUID",
-    "TEXT",
-    "TEXT",
-    "TEXT",
-    "JSONB",
-    "JSONB",
-    "INT2",
-    "TIMESTAMPTZ",
-    "INT8",
-    "INT4",
-    "TEXT",
-    "TEXT",
-    "TEXT",
-    "TEXT[]",
-    "BOOL",
-];
+/// The parameter types of the batch enqueue statements, from the Rust types `Columns::bind`
+/// binds (enqueue_insert_rows.sql), then the counting flags, the tenants and the wake flag.
+fn batch_parameters() -> Vec<String> {
+    vec![
+        name::<Vec<Uuid>>(),
+        name::<Vec<&str>>(),
+        name::<Vec<&str>>(),
+        name::<Vec<&str>>(),
+        name::<Vec<&Value>>(),
+        name::<Vec<Option<&Value>>>(),
+        name::<Vec<i16>>(),
+        name::<Vec<Option<DateTime<Utc>>>>(),
+        name::<Vec<Option<i64>>>(),
+        name::<Vec<i32>>(),
+        name::<Vec<Option<&str>>>(),
+        name::<Vec<Option<&str>>>(),
+        name::<Vec<Option<&str>>>(),
+        name::<Vec<String>>(),
+        name::<bool>(),
+        name::<bool>(),
+        name::<Vec<&str>>(),
+        name::<bool>(),
+    ]
+}
+
+/// The parameter types of enqueue_one.sql, from the Rust types `insert_one` binds.
+fn one_parameters() -> Vec<String> {
+    vec![
+        name::<Uuid>(),
+        name::<&str>(),
+        name::<&str>(),
+        name::<&str>(),
+        name::<&Value>(),
+        name::<&Value>(),
+        name::<i16>(),
+        name::<Option<DateTime<Utc>>>(),
+        name::<Option<i64>>(),
+        name::<i32>(),
+        name::<Option<&str>>(),
+        name::<Option<&str>>(),
+        name::<Option<&str>>(),
+        name::<Vec<&str>>(),
+        name::<bool>(),
+    ]
+}
 
 /// The columns `Inserted` decodes by name.
 const INSERTED_COLUMNS: &[&str] = &[
@@ -68,15 +80,15 @@ const INSERTED_COLUMNS: &[&str] = &[
 ];
 
 /// What each hand-bound statement must take and answer.
-fn expected(text: &str) -> Option<(&'static [&'static str], Vec<&'static str>)> {
+fn expected(text: &str) -> Option<(Vec<String>, Vec<&'static str>)> {
     if text == sql::ENQUEUE_INSERT {
-        Some((BATCH_PARAMETERS, INSERTED_COLUMNS.to_vec()))
+        Some((batch_parameters(), INSERTED_COLUMNS.to_vec()))
     } else if text == sql::ENQUEUE_INSERT_KEYLESS {
         let mut columns = INSERTED_COLUMNS.to_vec();
         columns.push("inserted");
-        Some((BATCH_PARAMETERS, columns))
+        Some((batch_parameters(), columns))
     } else if text == sql::ENQUEUE_ONE {
-        Some((ONE_PARAMETERS, INSERTED_COLUMNS.to_vec()))
+        Some((one_parameters(), INSERTED_COLUMNS.to_vec()))
     } else {
         None
     }

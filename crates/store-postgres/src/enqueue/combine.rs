@@ -27,8 +27,8 @@ use drover_core::{Enqueued, Error, NewJob, StoreConfig};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use crate::connections::Connections;
 use super::insert::{self, Batch, Resolved, Wake};
+use crate::connections::Connections;
 use crate::notify::Notifier;
 
 /// Most flushes in flight at once: while one waits for its commit, the next can insert.

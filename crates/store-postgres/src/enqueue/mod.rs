@@ -115,7 +115,9 @@ mod tests {
 
     fn jobs(n: usize) -> Vec<NewJob> {
         let kind = JobKind::parse("k").unwrap();
-        (0..n).map(|_| NewJob::new(kind.clone(), json!({}))).collect()
+        (0..n)
+            .map(|_| NewJob::new(kind.clone(), json!({})))
+            .collect()
     }
 
     #[test]
@@ -126,7 +128,10 @@ mod tests {
         };
         assert_eq!(Lane::choose(&jobs(1), &config), Lane::Group);
         assert_eq!(Lane::choose(&jobs(0), &config), Lane::Insert);
-        assert_eq!(Lane::choose(&jobs(COPY_MIN_JOBS - 1), &config), Lane::Insert);
+        assert_eq!(
+            Lane::choose(&jobs(COPY_MIN_JOBS - 1), &config),
+            Lane::Insert
+        );
         assert_eq!(Lane::choose(&jobs(COPY_MIN_JOBS), &config), Lane::Copy);
 
         let mut keyed = jobs(1);
