@@ -1,18 +1,17 @@
-//! The insert lane (enqueue/mod.rs; `PgStore::enqueue_in` and a schedule's tick too): validation, then one
-//! `INSERT ... SELECT FROM unnest(...) ON CONFLICT DO NOTHING` for the whole batch, then the
-//! resolution of skipped jobs (idempotency replay or conflict, unique-key duplicate), then the
-//! quotas.
+//! The insert lane (enqueue/mod.rs; also `PgStore::enqueue_in` and a schedule's tick) of a
+//! validated [`Batch`]: one `INSERT ... SELECT FROM unnest(...) ON CONFLICT DO NOTHING` for
+//! the whole batch, then the resolution of skipped jobs (idempotency replay or conflict,
+//! unique-key duplicate), then the quotas.
 //!
 //! Round trips: a batch without keys and without quotas is one statement (autocommit). A single
 //! job with keys is one statement, plus one lookup when it was skipped. A single job without
 //! quota counts uses enqueue_one.sql, a plain `INSERT ... VALUES` whose plan PostgreSQL caches
 //! instead of planning the batch statement every call. A batch without keys uses
-//! enqueue_insert_keyless.sql, the same without ON CONFLICT (nothing can conflict):
-//! [`Statement::choose`]. A batch with keys runs
-//! in a transaction (or a savepoint inside the caller's transaction) so a conflict stores
-//! nothing: BEGIN, insert, [lookup], COMMIT. With quotas: BEGIN, advisory locks (the global
-//! lock, or tenant stripe locks when only tenant quotas are configured), insert (which also
-//! reads the pending counts), [lookup], COMMIT.
+//! enqueue_insert_keyless.sql, the same without ON CONFLICT (nothing can conflict): one choice,
+//! [`Statement::choose`]. A batch with keys runs in a transaction (or a savepoint inside the
+//! caller's transaction) so a conflict stores nothing: BEGIN, insert, [lookup], COMMIT. With
+//! quotas: BEGIN, advisory locks (the global lock, or tenant stripe locks when only tenant
+//! quotas are configured), insert (which also reads the pending counts), [lookup], COMMIT.
 //!
 //! Semantics are those of enqueueing the jobs one after another: a key repeated inside the batch
 //! resolves to the first job that used it.
