@@ -905,7 +905,12 @@ async fn runner_claim_updates_the_locked_rows_by_tuple_address() {
         .await
         .unwrap();
     let mut conn = pool.acquire().await.unwrap();
-    let statement = include_str!("../../crates/store-postgres/src/sql/claim_queue.sql");
+    // Joined from its parts as the store's sql.rs joins them.
+    let statement = concat!(
+        include_str!("../../crates/store-postgres/src/sql/claim_queue.sql"),
+        include_str!("../../crates/store-postgres/src/sql/claim_start.sql"),
+        include_str!("../../crates/store-postgres/src/sql/claim_queue_end.sql"),
+    );
     sqlx::query("SET plan_cache_mode = force_generic_plan")
         .execute(&mut *conn)
         .await

@@ -40,9 +40,7 @@
 
 mod admin;
 mod claim;
-mod combine;
 mod connections;
-mod copy;
 mod enqueue;
 mod error;
 mod lifecycle;
@@ -52,10 +50,12 @@ mod notify;
 mod outcome;
 mod records;
 mod sql;
+#[cfg(test)]
+mod sql_check;
 mod store;
 mod transaction;
 
-pub use copy::COPY_MIN_JOBS;
+pub use enqueue::COPY_MIN_JOBS;
 pub use listen::{CANCEL_CHANNEL, EVENT_BUFFER, JOBS_CHANNEL};
 pub use migrate::{
     applied_versions, migrate, migrations, AppliedMigration, Migration, Migrator, Step, StepKind,

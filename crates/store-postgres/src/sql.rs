@@ -1,6 +1,7 @@
 //! The SQL statements of the store, one `.sql` file each under `src/sql/` (or several joined in
-//! order, where statements share a part: the finishes' `freed_queue` column), compiled in with
-//! `include_str!`. Every statement takes bind parameters only (never text built from user
+//! order where statements share a part: the batch enqueues' counts and INSERT, the one-statement
+//! claims' update, the finishes' `freed_queue` column), compiled in with `include_str!`, so a
+//! shared part is written once and costs nothing at run time. Every statement takes bind parameters only (never text built from user
 //! data), so SQL injection is impossible; sqlx prepares and caches each one per connection
 //! unless the statement cache is off (PgBouncer).
 
@@ -14,17 +15,20 @@ macro_rules! statements {
             );
         )*
 
-        /// Every statement with its (first) file name, for tests.
+        /// Every statement with the files it is joined from (`a.sql + b.sql`), for tests.
         #[cfg(test)]
-        pub(crate) const ALL: &[(&str, &str)] = &[$(($file, $name)),*];
+        pub(crate) const ALL: &[(&str, &str)] = &[$(
+            (concat!($file $(, " + ", $part)*), $name)
+        ),*];
     };
 }
 
 statements! {
     /// Batch insert of new jobs (UNNEST arrays, ON CONFLICT DO NOTHING, NOTIFY).
-    ENQUEUE_INSERT = "enqueue_insert.sql";
+    ENQUEUE_INSERT = "enqueue_insert.sql" + "enqueue_insert_rows.sql" + "enqueue_insert_end.sql";
     /// Batch insert of jobs without keys (no ON CONFLICT).
-    ENQUEUE_INSERT_KEYLESS = "enqueue_insert_keyless.sql";
+    ENQUEUE_INSERT_KEYLESS = "enqueue_insert_keyless.sql" + "enqueue_insert_rows.sql"
+        + "enqueue_insert_keyless_end.sql";
     /// Insert of one job without quota counts (a plain INSERT ... VALUES).
     ENQUEUE_ONE = "enqueue_one.sql";
     /// Holders of the keys that made an insert skip jobs.
@@ -32,9 +36,9 @@ statements! {
     /// Quota advisory locks.
     QUOTA_LOCK = "quota_lock.sql";
     /// Claim from one queue in one statement while no limit policy exists.
-    CLAIM_QUEUE = "claim_queue.sql";
+    CLAIM_QUEUE = "claim_queue.sql" + "claim_start.sql" + "claim_queue_end.sql";
     /// Claim in one statement, up to the first job subject to a limit policy.
-    CLAIM_FAST = "claim_fast.sql";
+    CLAIM_FAST = "claim_fast.sql" + "claim_start.sql" + "claim_fast_end.sql";
     /// Slow claim: lock the policies.
     CLAIM_POLICIES = "claim_policies.sql";
     /// Running jobs per limit key.

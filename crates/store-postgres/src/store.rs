@@ -19,11 +19,9 @@ use drover_core::{
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgConnection, PgPool};
 
-use crate::combine::Combiner;
 use crate::connections::Connections;
 pub use crate::connections::IDLE_CHECK_AFTER;
-use crate::copy;
-use crate::enqueue::{self, Batch, Wake};
+use crate::enqueue::{self, Batch, Combiner, Wake};
 use crate::error::{connection_lost_recently, SqlxResultExt};
 use crate::notify::Notifier;
 use crate::transaction::settle;
@@ -250,33 +248,14 @@ impl PgStore {
 #[async_trait]
 impl JobStore for PgStore {
     async fn jobs_enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>, Error> {
-        let config = &self.options.config;
-        if self.combiner.accepts(&jobs) {
-            let batch = Batch::prepare(jobs, config)?;
-            return Ok(vec![self.combiner.enqueue(batch).await?]);
-        }
-        let result = if copy::copyable(&jobs, config) {
-            // Validated by copy::enqueue while the store's clock is read.
-            let mut conn = match self.connections.acquire().await {
-                Ok(conn) => conn,
-                Err(e) => {
-                    // A bad batch is told as such, whatever the database's state.
-                    Batch::prepare(jobs, config)?;
-                    return Err(e);
-                }
-            };
-            let result = copy::enqueue(&mut conn, jobs, config).await;
-            conn.done(result)
-        } else {
-            let batch = Batch::prepare(jobs, config)?;
-            let mut conn = self.connections.acquire().await?;
-            let result = enqueue::enqueue(&mut conn, config, batch, Wake::AfterCommit).await;
-            conn.done(result)
-        };
-        let enqueue = result?;
-        self.notifier
-            .notify(enqueue.ready_queues.iter().map(String::as_str));
-        Ok(enqueue.answers)
+        enqueue::jobs_enqueue(
+            &self.connections,
+            &self.combiner,
+            &self.notifier,
+            &self.options.config,
+            jobs,
+        )
+        .await
     }
 
     async fn job_get(&self, id: JobId) -> Result<Job, Error> {

@@ -1,5 +1,6 @@
--- Claim from ONE queue while no limit policy exists (the runner's claim: one claim loop per
--- queue): claim_fast.sql without the per-queue lateral join and the per-candidate policy
+-- Claim from ONE queue while no limit policy exists (this file, then claim_start.sql, then
+-- claim_queue_end.sql; sql.rs joins them at compile time; the runner's claim: one claim loop
+-- per queue): claim_fast.sql without the per-queue lateral join and the per-candidate policy
 -- checks, so it is cheaper to plan and to run. Locks up to $3 ready jobs of the queue (unless
 -- it is paused) and of the registered kinds in claim order (priority, run_at, id), skipping
 -- rows other claimers hold, and claims them: attempt + 1, a new fencing token, the lease from
@@ -7,9 +8,6 @@
 -- the rest are claimed ahead (started_at NULL): the first one that does not start is found
 -- among the candidates (`ahead`, one row or none), and only rows before it in claim order
 -- start.
--- The claim's time (attempted_at, started_at, the lease's start) is read from the clock once,
--- while the statement runs, after its snapshot: `now()` is the transaction's start and can
--- precede a change the claim saw.
 --
 -- The update finds the locked candidates by their tuple address (`ctid = ANY(ARRAY(...))`, a
 -- TID scan). Joined with the candidates instead, a large claim is planned as a hash join over
@@ -28,8 +26,7 @@
 --
 -- $1 queue text, $2 kinds text[], $3 limit integer, $4 worker text, $5 lease_us bigint,
 -- $6 start integer (0..=$3).
-WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS at),
-candidates AS (
+WITH candidates AS (
     SELECT j.ctid, j.priority, j.run_at, j.id
     FROM drover.jobs j
     WHERE j.state = 'queued'
@@ -42,30 +39,3 @@ candidates AS (
     LIMIT $3
     FOR UPDATE OF j SKIP LOCKED
 ),
-ahead AS (
-    SELECT c.priority, c.run_at, c.id
-    FROM candidates c
-    ORDER BY c.priority, c.run_at, c.id
-    OFFSET $6
-    LIMIT 1
-),
-claimed AS (
-    UPDATE drover.jobs j
-    SET state = 'running',
-        attempt = j.attempt + 1,
-        fencing_token = j.fencing_token + 1,
-        lease_owner = $4,
-        lease_expires_at = (SELECT at FROM clock) + $5 * interval '1 microsecond',
-        attempted_at = (SELECT at FROM clock),
-        started_at = CASE
-            WHEN NOT EXISTS (SELECT 1 FROM ahead)
-                 OR (j.priority, j.run_at, j.id) < (SELECT a.priority, a.run_at, a.id FROM ahead a)
-                THEN (SELECT at FROM clock)
-        END,
-        cancel_requested = false
-    WHERE j.ctid = ANY (ARRAY(SELECT c.ctid FROM candidates c))
-    RETURNING j.*
-)
-SELECT EXISTS (SELECT 1 FROM drover.limits) AS blocked, claimed.*
-FROM (SELECT 1) AS one
-LEFT JOIN claimed ON true

@@ -20,7 +20,7 @@ WITH inserted AS (
                              max_attempts, idempotency_key, request_hash, unique_key,
                              limit_keys, created_at)
     VALUES ($1, $2, $3, $4, $5, $6, $7,
-            COALESCE($8, now() + COALESCE($9, 0) * interval '1 microsecond'),
+            COALESCE($8, now() + COALESCE($9::bigint, 0) * interval '1 microsecond'),
             'queued', $10, $11, $12, $13, $14, now())
     ON CONFLICT DO NOTHING
     RETURNING id, queue, run_at, created_at

@@ -1,6 +1,6 @@
 //! Large batches of ready jobs without keys: `COPY drover.jobs FROM STDIN (FORMAT binary)`
 //! instead of enqueue_insert_keyless.sql (the store's own enqueue decides which:
-//! [`Batch::copyable`]).
+//! `Lane::choose`, enqueue/mod.rs).
 //!
 //! Why: a 1,000-job INSERT from parameter arrays costs the backend a plan, a ProjectSet node
 //! unnesting fourteen arrays, a tuplestore for the RETURNING rows and one heap insertion (and
@@ -20,26 +20,25 @@
 //! Round trips: `SELECT now()`, the COPY statement, then the data (one statement in
 //! autocommit: all or nothing): three, against one for the INSERT, which is why small batches
 //! keep the INSERT ([`COPY_MIN_JOBS`]). The first two wait on the client's work instead of
-//! adding to it: the clock is read while the batch is validated ([`enqueue`]), and the COPY
-//! statement travels while the first rows are encoded ([`copy`]).
+//! adding to it: the clock is read while the batch is validated (`jobs_enqueue`,
+//! enqueue/mod.rs), and the COPY statement travels while the first rows are encoded ([`copy`]).
 //!
 //! The binary format: PostgreSQL documentation, "COPY", section "Binary Format" (a header, one
 //! tuple per row as a field count and length-prefixed fields in each type's binary send format,
 //! then a trailer).
 
 use chrono::{DateTime, Utc};
-use drover_core::{Error, NewJob, StoreConfig};
+use drover_core::{Error, NewJob};
 use serde_json::Value;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::admin;
+use super::insert::{is_empty_object, Batch, Enqueue};
 use crate::connections::Conn;
-use crate::enqueue::{is_empty_object, Batch, Enqueue};
 use crate::error::SqlxResultExt;
 
-/// Smallest batch the store's own enqueue stores with COPY (when [`copyable`]); smaller ones
-/// take the INSERT (enqueue.rs), whose single round trip costs less than COPY's extra ones.
+/// Smallest batch the store's own enqueue stores with COPY (`Lane::Copy`); smaller ones
+/// take the INSERT (insert.rs), whose single round trip costs less than COPY's extra ones.
 /// Measured on the bench machine (BENCHMARKS.md, 2026-12-04 23:30 UTC; the `enqueue-batch`
 /// workload with `--batch`, one producer, 20,000-30,000 jobs, medians of 3, INSERT against
 /// COPY): 20-job batches 33,600-34,000 jobs/s against 29,000-29,900, 30 jobs 40,300-41,200
@@ -74,6 +73,23 @@ const COPY_JOBS: &str = copy_jobs!();
 const COPY_JOBS_META: &str = copy_jobs!("meta");
 const COPY_JOBS_LIMIT_KEYS: &str = copy_jobs!("limit_keys");
 const COPY_JOBS_META_LIMIT_KEYS: &str = copy_jobs!("meta", "limit_keys");
+
+/// The COPY statements, for the check against the schema (sql_check.rs).
+#[cfg(test)]
+pub(crate) fn statements() -> [&'static str; 4] {
+    [
+        COPY_JOBS,
+        COPY_JOBS_META,
+        COPY_JOBS_LIMIT_KEYS,
+        COPY_JOBS_META_LIMIT_KEYS,
+    ]
+}
+
+/// The data of a COPY of no rows: the header, then the trailer.
+#[cfg(test)]
+pub(crate) fn empty_data() -> Vec<u8> {
+    [HEADER, TRAILER].concat()
+}
 
 /// How many bytes of rows are encoded while the COPY statement is on its way, before any is
 /// sent: about 1,000 small jobs (`{"seq": n}` args take about 115 bytes a row), encoded in
@@ -276,39 +292,17 @@ fn length(n: usize) -> Result<i32, Error> {
     i32::try_from(n).map_err(|_| Error::fatal("a field is too large for COPY's 32-bit length"))
 }
 
-/// Whether the store's own enqueue stores `jobs` with COPY ([`enqueue`]): at least
-/// [`COPY_MIN_JOBS`] jobs, no quota to check, and every job ready at once without an
-/// idempotency or unique key (nothing can conflict, and one instant of the store's clock dates
-/// every job: run_at = created_at). Validation ([`Batch::prepare`]) changes none of what this
-/// reads, so it answers the same before and after it.
-pub(crate) fn copyable(jobs: &[NewJob], config: &StoreConfig) -> bool {
-    jobs.len() >= COPY_MIN_JOBS
-        && config.quotas.is_unbounded()
-        && jobs.iter().all(|job| {
-            job.run_at.is_none() && job.idempotency_key.is_none() && job.unique_key.is_none()
-        })
-}
-
-/// Validates `jobs` ([`Batch::prepare`]) and stores them with COPY on `conn` ([`copy`]); the
-/// caller has checked [`copyable`]. From the COPY on, `conn` is closed unless the call succeeds
-/// ([`Conn::close_unless_done`]). The store's clock is read while the batch is validated:
-/// the query is sent first, and its answer is awaited after the validation, so the round trip
-/// costs no time of its own. The instant is still taken during the call and before the jobs
-/// exist.
+/// Stores a validated `batch` with COPY on `conn` ([`copy`]), every job dated `now`, an
+/// instant of the store's clock read during the call (`Lane::Copy`). From the COPY on,
+/// `conn` is closed unless the call succeeds ([`Conn::close_unless_done`]).
 ///
 /// # Errors
-/// `InvalidInput` from the validation (first: a bad batch is told as such even when the
-/// database failed meanwhile); otherwise as [`copy`].
+/// As [`copy`].
 pub(crate) async fn enqueue(
     conn: &mut Conn<'_>,
-    jobs: Vec<NewJob>,
-    config: &StoreConfig,
+    batch: Batch,
+    now: DateTime<Utc>,
 ) -> Result<Enqueue, Error> {
-    // join! polls in order: the clock's query is written to the socket before the
-    // validation (synchronous) runs.
-    let (now, batch) = tokio::join!(admin::now(conn), async { Batch::prepare(jobs, config) });
-    let batch = batch?;
-    let now = now?;
     conn.close_unless_done();
     copy(conn, batch, now).await
 }

@@ -27,8 +27,8 @@ use drover_core::{Enqueued, Error, NewJob, StoreConfig};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
+use super::insert::{self, Batch, Resolved, Wake};
 use crate::connections::Connections;
-use crate::enqueue::{self, Batch, Resolved, Wake};
 use crate::notify::Notifier;
 
 /// Most flushes in flight at once: while one waits for its commit, the next can insert.
@@ -88,12 +88,7 @@ impl Combiner {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether an enqueue of `jobs` may be grouped: one job, without keys.
-    pub(crate) fn accepts(&self, jobs: &[NewJob]) -> bool {
-        matches!(jobs, [job] if job.idempotency_key.is_none() && job.unique_key.is_none())
-    }
-
-    /// Enqueues the one job of a prepared `batch` (see [`Combiner::accepts`]) with whatever
+    /// Enqueues the one job of a prepared `batch` (`Lane::Group`) with whatever
     /// else is waiting; returns its answer once committed.
     ///
     /// # Errors
@@ -142,7 +137,7 @@ impl Combiner {
             .ok_or_else(|| Error::unavailable("the store was closed"))?;
         let mut conn = connections.acquire().await?;
         let result =
-            enqueue::enqueue_answers(&mut conn, &self.config, batch, Wake::AfterCommit).await;
+            insert::enqueue_answers(&mut conn, &self.config, batch, Wake::AfterCommit).await;
         conn.done(result)
     }
 

@@ -1,17 +1,17 @@
-//! Enqueue (DESIGN.md sections 3 and 4; `JobStore::jobs_enqueue`): validation, then one
-//! `INSERT ... SELECT FROM unnest(...) ON CONFLICT DO NOTHING` for the whole batch, then the
-//! resolution of skipped jobs (idempotency replay or conflict, unique-key duplicate), then the
-//! quotas.
+//! The insert lane (enqueue/mod.rs; also `PgStore::enqueue_in` and a schedule's tick) of a
+//! validated [`Batch`]: one `INSERT ... SELECT FROM unnest(...) ON CONFLICT DO NOTHING` for
+//! the whole batch, then the resolution of skipped jobs (idempotency replay or conflict,
+//! unique-key duplicate), then the quotas.
 //!
 //! Round trips: a batch without keys and without quotas is one statement (autocommit). A single
 //! job with keys is one statement, plus one lookup when it was skipped. A single job without
 //! quota counts uses enqueue_one.sql, a plain `INSERT ... VALUES` whose plan PostgreSQL caches
 //! instead of planning the batch statement every call. A batch without keys uses
-//! enqueue_insert_keyless.sql, the same without ON CONFLICT (nothing can conflict). A batch with keys runs
-//! in a transaction (or a savepoint inside the caller's transaction) so a conflict stores
-//! nothing: BEGIN, insert, [lookup], COMMIT. With quotas: BEGIN, advisory locks (the global
-//! lock, or tenant stripe locks when only tenant quotas are configured), insert (which also
-//! reads the pending counts), [lookup], COMMIT.
+//! enqueue_insert_keyless.sql, the same without ON CONFLICT (nothing can conflict): one choice,
+//! [`Statement::choose`]. A batch with keys runs in a transaction (or a savepoint inside the
+//! caller's transaction) so a conflict stores nothing: BEGIN, insert, [lookup], COMMIT. With
+//! quotas: BEGIN, advisory locks (the global lock, or tenant stripe locks when only tenant
+//! quotas are configured), insert (which also reads the pending counts), [lookup], COMMIT.
 //!
 //! Semantics are those of enqueueing the jobs one after another: a key repeated inside the batch
 //! resolves to the first job that used it.
@@ -30,7 +30,7 @@ use drover_core::{
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use sqlx::postgres::PgRow;
-use sqlx::{Connection, PgConnection, Row};
+use sqlx::{Connection, PgConnection};
 use uuid::Uuid;
 
 use crate::error::SqlxResultExt;
@@ -573,8 +573,11 @@ fn resolve<'a>(
     Ok(None)
 }
 
-/// What enqueue_insert.sql returns for each created job: the values the database chose, whether
-/// it is ready at once, and the pending counts before the statement (zero unless asked for).
+/// What the insert statements return for each created job: the values the database chose,
+/// whether it is ready at once, and the pending counts before the statement (NULL unless
+/// asked for). Decoded by column name: enqueue_insert.sql and enqueue_one.sql answer a row per
+/// created job, enqueue_insert_keyless.sql a summary ([`KeylessRow`]).
+#[derive(sqlx::FromRow)]
 struct Inserted {
     id: Uuid,
     run_at: DateTime<Utc>,
@@ -587,29 +590,7 @@ struct Inserted {
     tenant_pending_before: Option<Value>,
 }
 
-/// Decoded by position (the statements' column order: id, run_at, created_at, ready,
-/// notified_queues, pending_before, tenant_pending_before): enqueue_insert.sql and
-/// enqueue_one.sql return one row per created job (enqueue_insert_keyless.sql sums its answer
-/// up: [`KeylessRow`]), and looking each column up by name costs a hash per column per row.
-impl<'r> sqlx::FromRow<'r, PgRow> for Inserted {
-    fn from_row(row: &'r PgRow) -> Result<Self, sqlx::Error> {
-        Inserted::decode(row, row.try_get(0)?)
-    }
-}
-
 impl Inserted {
-    /// Every column but the id (decoded by the caller: NULL in a keyless summary row).
-    fn decode(row: &PgRow, id: Uuid) -> Result<Self, sqlx::Error> {
-        Ok(Inserted {
-            id,
-            run_at: row.try_get(1)?,
-            created_at: row.try_get(2)?,
-            ready: row.try_get(3)?,
-            pending_before: row.try_get(5)?,
-            tenant_pending_before: row.try_get(6)?,
-        })
-    }
-
     fn pending_before(&self) -> Result<PendingBefore, Error> {
         let count = |n: i64| u64::try_from(n).unwrap_or(0);
         let mut tenants = HashMap::new();
@@ -633,7 +614,142 @@ pub(crate) fn is_empty_object(value: &Value) -> bool {
     matches!(value, Value::Object(map) if map.is_empty())
 }
 
-/// Runs enqueue_insert.sql for the jobs at `positions`; returns the created ones.
+/// The statement that inserts the jobs at some positions of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Statement {
+    /// enqueue_one.sql: one job, no quota counts (a plain `INSERT ... VALUES` whose plan
+    /// PostgreSQL caches).
+    One,
+    /// enqueue_insert.sql: some job has a key (ON CONFLICT DO NOTHING, in input order).
+    Keyed,
+    /// enqueue_insert_keyless.sql: no job has a key (nothing can conflict).
+    Keyless,
+}
+
+impl Statement {
+    fn choose(batch: &Batch, positions: &[usize], counting: Counting) -> Statement {
+        if positions.len() == 1 && !counting.global && !counting.tenants {
+            return Statement::One;
+        }
+        let keyless = positions.iter().all(|&i| {
+            let job = &batch.jobs[i];
+            job.idempotency_key.is_none() && job.unique_key.is_none()
+        });
+        if keyless {
+            Statement::Keyless
+        } else {
+            Statement::Keyed
+        }
+    }
+}
+
+/// The columns of the jobs to insert, one array each, in the batch statements' parameter
+/// order ($1-$14; enqueue_insert_rows.sql).
+struct Columns<'a> {
+    ids: Vec<Uuid>,
+    kinds: Vec<&'a str>,
+    queues: Vec<&'a str>,
+    tenants: Vec<&'a str>,
+    args: Vec<&'a Value>,
+    /// An empty meta (most jobs) travels as NULL: the statement stores `{}` for it, and the
+    /// server does not parse a JSON document per job for nothing.
+    metas: Vec<Option<&'a Value>>,
+    priorities: Vec<i16>,
+    run_ats: Vec<Option<DateTime<Utc>>>,
+    delays: Vec<Option<i64>>,
+    max_attempts: Vec<i32>,
+    idempotency_keys: Vec<Option<&'a str>>,
+    request_hashes: Vec<Option<&'a str>>,
+    unique_keys: Vec<Option<&'a str>>,
+    /// Comma-joined; '' for none.
+    limit_keys: Vec<String>,
+}
+
+impl<'a> Columns<'a> {
+    fn new(batch: &'a Batch, positions: &[usize]) -> Columns<'a> {
+        let len = positions.len();
+        let mut columns = Columns {
+            ids: Vec::with_capacity(len),
+            kinds: Vec::with_capacity(len),
+            queues: Vec::with_capacity(len),
+            tenants: Vec::with_capacity(len),
+            args: Vec::with_capacity(len),
+            metas: Vec::with_capacity(len),
+            priorities: Vec::with_capacity(len),
+            run_ats: Vec::with_capacity(len),
+            delays: Vec::with_capacity(len),
+            max_attempts: Vec::with_capacity(len),
+            idempotency_keys: Vec::with_capacity(len),
+            request_hashes: Vec::with_capacity(len),
+            unique_keys: Vec::with_capacity(len),
+            limit_keys: Vec::with_capacity(len),
+        };
+        for &i in positions {
+            let job = &batch.jobs[i];
+            let (run_at, delay) = run_at_or_delay(job);
+            columns.ids.push(batch.ids[i]);
+            columns.kinds.push(job.kind.as_str());
+            columns.queues.push(job.queue.as_str());
+            columns.tenants.push(job.tenant.as_str());
+            columns.args.push(&job.args);
+            columns
+                .metas
+                .push(Some(&job.meta).filter(|meta| !is_empty_object(meta)));
+            columns.priorities.push(job.priority);
+            columns.run_ats.push(run_at);
+            columns.delays.push(delay);
+            columns.max_attempts.push(job.max_attempts);
+            columns
+                .idempotency_keys
+                .push(job.idempotency_key.as_deref());
+            columns.request_hashes.push(batch.hashes[i].as_deref());
+            columns.unique_keys.push(job.unique_key.as_deref());
+            columns.limit_keys.push(
+                job.limit_keys
+                    .iter()
+                    .map(|k| k.as_str())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            );
+        }
+        columns
+    }
+
+    /// Binds the columns as $1-$14 of `query`.
+    fn bind<'q>(
+        &'q self,
+        query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+        query
+            .bind(&self.ids)
+            .bind(&self.kinds)
+            .bind(&self.queues)
+            .bind(&self.tenants)
+            .bind(&self.args)
+            .bind(&self.metas)
+            .bind(&self.priorities)
+            .bind(&self.run_ats)
+            .bind(&self.delays)
+            .bind(&self.max_attempts)
+            .bind(&self.idempotency_keys)
+            .bind(&self.request_hashes)
+            .bind(&self.unique_keys)
+            .bind(&self.limit_keys)
+    }
+}
+
+/// A job's `run_at` as the insert statements take it: an instant, or a delay after the
+/// statement's `now()`, or neither (ready now).
+fn run_at_or_delay(job: &NewJob) -> (Option<DateTime<Utc>>, Option<i64>) {
+    match job.run_at {
+        None => (None, None),
+        Some(RunAt::At(at)) => (Some(at), None),
+        Some(RunAt::After(d)) => (None, Some(micros(d))),
+    }
+}
+
+/// Inserts the jobs at `positions` with the statement [`Statement::choose`] picks; returns the
+/// created ones.
 async fn insert(
     conn: &mut PgConnection,
     batch: &Batch,
@@ -641,90 +757,29 @@ async fn insert(
     counting: Counting,
     wake: Wake,
 ) -> Result<Vec<Inserted>, Error> {
-    if let ([i], false, false) = (positions, counting.global, counting.tenants) {
+    let statement = Statement::choose(batch, positions, counting);
+    if let (Statement::One, [i]) = (statement, positions) {
         return insert_one(conn, batch, *i, wake).await;
     }
-    let len = positions.len();
-    let keyless = positions.iter().all(|&i| {
-        let job = &batch.jobs[i];
-        job.idempotency_key.is_none() && job.unique_key.is_none()
-    });
-    let statement = if keyless {
-        sql::ENQUEUE_INSERT_KEYLESS
-    } else {
-        sql::ENQUEUE_INSERT
-    };
-    let mut ids = Vec::with_capacity(len);
-    let mut kinds = Vec::with_capacity(len);
-    let mut queues = Vec::with_capacity(len);
-    let mut tenants = Vec::with_capacity(len);
-    let mut args: Vec<&Value> = Vec::with_capacity(len);
-    // An empty meta (most jobs) travels as NULL: the statement stores `{}` for it, and the
-    // server does not parse a JSON document per job for nothing.
-    let mut metas: Vec<Option<&Value>> = Vec::with_capacity(len);
-    let mut priorities = Vec::with_capacity(len);
-    let mut run_ats = Vec::with_capacity(len);
-    let mut delays = Vec::with_capacity(len);
-    let mut max_attempts = Vec::with_capacity(len);
-    let mut idempotency_keys = Vec::with_capacity(len);
-    let mut hashes = Vec::with_capacity(len);
-    let mut unique_keys = Vec::with_capacity(len);
-    let mut limit_keys = Vec::with_capacity(len);
-    for &i in positions {
-        let job = &batch.jobs[i];
-        ids.push(batch.ids[i]);
-        kinds.push(job.kind.as_str());
-        queues.push(job.queue.as_str());
-        tenants.push(job.tenant.as_str());
-        args.push(&job.args);
-        metas.push(Some(&job.meta).filter(|meta| !is_empty_object(meta)));
-        priorities.push(job.priority);
-        let (at, delay) = match job.run_at {
-            None => (None, None),
-            Some(RunAt::At(at)) => (Some(at), None),
-            Some(RunAt::After(d)) => (None, Some(micros(d))),
-        };
-        run_ats.push(at);
-        delays.push(delay);
-        max_attempts.push(job.max_attempts);
-        idempotency_keys.push(job.idempotency_key.as_deref());
-        hashes.push(batch.hashes[i].as_deref());
-        unique_keys.push(job.unique_key.as_deref());
-        limit_keys.push(
-            job.limit_keys
-                .iter()
-                .map(|k| k.as_str())
-                .collect::<Vec<_>>()
-                .join(","),
-        );
-    }
+    let columns = Columns::new(batch, positions);
     let mut distinct_tenants: Vec<&str> = if counting.tenants {
-        tenants.clone()
+        columns.tenants.clone()
     } else {
         Vec::new()
     };
     distinct_tenants.sort_unstable();
     distinct_tenants.dedup();
-    let query = sqlx::query(statement)
-        .bind(&ids)
-        .bind(&kinds)
-        .bind(&queues)
-        .bind(&tenants)
-        .bind(&args)
-        .bind(&metas)
-        .bind(&priorities)
-        .bind(&run_ats)
-        .bind(&delays)
-        .bind(&max_attempts)
-        .bind(&idempotency_keys)
-        .bind(&hashes)
-        .bind(&unique_keys)
-        .bind(&limit_keys)
+    let text = match statement {
+        Statement::Keyless => sql::ENQUEUE_INSERT_KEYLESS,
+        Statement::One | Statement::Keyed => sql::ENQUEUE_INSERT,
+    };
+    let query = columns
+        .bind(sqlx::query(text))
         .bind(counting.global)
         .bind(counting.tenants)
         .bind(&distinct_tenants)
         .bind(wake == Wake::InTransaction);
-    if keyless {
+    if statement == Statement::Keyless {
         let rows = query
             .try_map(|row: PgRow| <KeylessRow as sqlx::FromRow<PgRow>>::from_row(&row))
             .fetch_all(conn)
@@ -741,22 +796,29 @@ async fn insert(
 }
 
 /// A row of enqueue_insert_keyless.sql: the summary (`id` NULL, `inserted` set) or a
-/// job whose run_at is not the statement's `now()`. Decoded by position like [`Inserted`],
-/// with `inserted` (the number of jobs inserted) after its columns.
+/// job whose run_at is not the statement's `now()`.
+#[derive(sqlx::FromRow)]
 struct KeylessRow {
-    row: Inserted,
     id: Option<Uuid>,
+    run_at: DateTime<Utc>,
+    created_at: DateTime<Utc>,
+    ready: bool,
+    pending_before: Option<i64>,
+    tenant_pending_before: Option<Value>,
+    /// How many jobs the statement inserted (the summary only).
     inserted: Option<i64>,
 }
 
-impl<'r> sqlx::FromRow<'r, PgRow> for KeylessRow {
-    fn from_row(row: &'r PgRow) -> Result<Self, sqlx::Error> {
-        let id: Option<Uuid> = row.try_get(0)?;
-        Ok(KeylessRow {
-            row: Inserted::decode(row, id.unwrap_or_default())?,
+impl KeylessRow {
+    fn into_inserted(self, id: Uuid) -> Inserted {
+        Inserted {
             id,
-            inserted: row.try_get(7)?,
-        })
+            run_at: self.run_at,
+            created_at: self.created_at,
+            ready: self.ready,
+            pending_before: self.pending_before,
+            tenant_pending_before: self.tenant_pending_before,
+        }
     }
 }
 
@@ -778,9 +840,11 @@ fn expand_keyless(
     for row in rows {
         match (row.id, row.inserted) {
             (Some(id), _) => {
-                listed.insert(id, row.row);
+                listed.insert(id, row.into_inserted(id));
             }
-            (None, Some(n)) if summary.is_none() => summary = Some((row.row, n)),
+            (None, Some(n)) if summary.is_none() => {
+                summary = Some((row.into_inserted(Uuid::nil()), n));
+            }
             (None, _) => {
                 return Err(Error::fatal(
                     "enqueue answered a second summary row, or one without a count",
@@ -830,11 +894,7 @@ async fn insert_one(
     wake: Wake,
 ) -> Result<Vec<Inserted>, Error> {
     let job = &batch.jobs[i];
-    let (run_at, delay) = match job.run_at {
-        None => (None, None),
-        Some(RunAt::At(at)) => (Some(at), None),
-        Some(RunAt::After(d)) => (None, Some(micros(d))),
-    };
+    let (run_at, delay) = run_at_or_delay(job);
     let limit_keys: Vec<&str> = job.limit_keys.iter().map(|k| k.as_str()).collect();
     sqlx::query_as::<_, Inserted>(sql::ENQUEUE_ONE)
         .bind(batch.ids[i])
