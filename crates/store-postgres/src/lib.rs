@@ -50,12 +50,18 @@ mod notify;
 mod outcome;
 mod records;
 mod sql;
-#[cfg(test)]
-mod sql_check;
 mod store;
 mod transaction;
 
 pub use enqueue::COPY_MIN_JOBS;
+
+/// The store's statements, for the test that prepares each against the migrated schema
+/// (docs/adr/0003-sql-checked-by-a-test.md); not part of the API.
+#[doc(hidden)]
+pub mod statements {
+    pub use crate::enqueue::{copy_empty_data, copy_statements};
+    pub use crate::sql::ALL;
+}
 pub use listen::{CANCEL_CHANNEL, EVENT_BUFFER, JOBS_CHANNEL};
 pub use migrate::{
     applied_versions, migrate, migrations, AppliedMigration, Migration, Migrator, Step, StepKind,

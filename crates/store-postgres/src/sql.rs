@@ -15,9 +15,9 @@ macro_rules! statements {
             );
         )*
 
-        /// Every statement with the files it is joined from (`a.sql + b.sql`), for tests.
-        #[cfg(test)]
-        pub(crate) const ALL: &[(&str, &str)] = &[$(
+        /// Every statement with the files it is joined from (`a.sql + b.sql`), for the check
+        /// against the schema.
+        pub const ALL: &[(&str, &str)] = &[$(
             (concat!($file $(, " + ", $part)*), $name)
         ),*];
     };

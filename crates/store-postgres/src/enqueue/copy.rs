@@ -74,9 +74,8 @@ const COPY_JOBS_META: &str = copy_jobs!("meta");
 const COPY_JOBS_LIMIT_KEYS: &str = copy_jobs!("limit_keys");
 const COPY_JOBS_META_LIMIT_KEYS: &str = copy_jobs!("meta", "limit_keys");
 
-/// The COPY statements, for the check against the schema (sql_check.rs).
-#[cfg(test)]
-pub(crate) fn statements() -> [&'static str; 4] {
+/// The COPY statements, for the check against the schema.
+pub fn statements() -> [&'static str; 4] {
     [
         COPY_JOBS,
         COPY_JOBS_META,
@@ -86,8 +85,7 @@ pub(crate) fn statements() -> [&'static str; 4] {
 }
 
 /// The data of a COPY of no rows: the header, then the trailer.
-#[cfg(test)]
-pub(crate) fn empty_data() -> Vec<u8> {
+pub fn empty_data() -> Vec<u8> {
     [HEADER, TRAILER].concat()
 }
 

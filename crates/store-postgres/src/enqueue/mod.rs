@@ -26,8 +26,7 @@ use crate::notify::Notifier;
 
 pub(crate) use combine::Combiner;
 pub use copy::COPY_MIN_JOBS;
-#[cfg(test)]
-pub(crate) use copy::{empty_data as copy_empty_data, statements as copy_statements};
+pub use copy::{empty_data as copy_empty_data, statements as copy_statements};
 pub(crate) use insert::{enqueue, lock_quotas, quota_lock_keys, Batch, Wake};
 
 /// How the store's own enqueue (`JobStore::jobs_enqueue`) stores a batch.

@@ -1,22 +1,20 @@
-//! Every SQL statement of the store checked against the schema the migrations build (docs/adr,
-//! "SQL checked by a test"): each statement of sql.rs is prepared (parsed, its names resolved,
-//! its parameter and column types inferred) in a freshly migrated database, the statements the
-//! store builds at run time (the COPY statements) are run with no rows, every `.sql` file is
-//! part of some statement, and the statements the enqueue binds and decodes by hand answer the
-//! parameter types and column names the Rust code uses. A failure names the file.
-//!
-//! Needs `DROVER_TEST_DATABASE_URL` (a server where the test may create a database); without
-//! it the test skips, unless `DROVER_REQUIRE_POSTGRES` is set, when it fails instead.
+//! Every SQL statement of the PostgreSQL store checked against the schema the migrations build
+//! (docs/adr/0003-sql-checked-by-a-test.md): each statement is prepared (parsed, its names
+//! resolved, its parameter and column types inferred) in a migrated test database, the COPY
+//! statements the store builds are run with no rows, every `.sql` file is part of some
+//! statement, and the statements the enqueue binds and decodes by hand answer the parameter
+//! types and column names the Rust code uses. A failure names the file.
 
 use std::collections::BTreeSet;
 
 use chrono::{DateTime, Utc};
+use drover_store_postgres::sqlx::{
+    self, Column, Connection, Executor, PgConnection, Postgres, TypeInfo,
+};
+use drover_store_postgres::statements::{copy_empty_data, copy_statements, ALL};
+use drover_tests::postgres::{Schema, Server};
 use serde_json::Value;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{Column, Connection, Executor, PgConnection, Postgres, TypeInfo};
 use uuid::Uuid;
-
-use crate::{enqueue, sql};
 
 /// The PostgreSQL type name of a Rust type as sqlx binds it.
 fn name<T: sqlx::Type<Postgres>>() -> String {
@@ -79,70 +77,17 @@ const INSERTED_COLUMNS: &[&str] = &[
     "tenant_pending_before",
 ];
 
-/// What each hand-bound statement must take and answer.
-fn expected(text: &str) -> Option<(Vec<String>, Vec<&'static str>)> {
-    if text == sql::ENQUEUE_INSERT {
-        Some((batch_parameters(), INSERTED_COLUMNS.to_vec()))
-    } else if text == sql::ENQUEUE_INSERT_KEYLESS {
-        let mut columns = INSERTED_COLUMNS.to_vec();
-        columns.push("inserted");
-        Some((batch_parameters(), columns))
-    } else if text == sql::ENQUEUE_ONE {
-        Some((one_parameters(), INSERTED_COLUMNS.to_vec()))
-    } else {
-        None
-    }
-}
-
-/// A database of its own on the test server, migrated; dropped by [`Scratch::drop_database`].
-struct Scratch {
-    admin: PgConnectOptions,
-    name: String,
-}
-
-impl Scratch {
-    /// `None` when no test server is configured and none is required.
-    async fn create() -> Option<(Scratch, PgConnection)> {
-        let url = match std::env::var("DROVER_TEST_DATABASE_URL") {
-            Ok(url) => url,
-            Err(_) if std::env::var_os("DROVER_REQUIRE_POSTGRES").is_some() => {
-                panic!("DROVER_REQUIRE_POSTGRES is set but DROVER_TEST_DATABASE_URL is not")
-            }
-            Err(_) => {
-                eprintln!("skipped: DROVER_TEST_DATABASE_URL is not set");
-                return None;
-            }
-        };
-        let admin: PgConnectOptions = url.parse().expect("DROVER_TEST_DATABASE_URL");
-        let name = format!("drover_sql_{}", uuid::Uuid::now_v7().simple());
-        let mut conn = PgConnection::connect_with(&admin)
-            .await
-            .expect("connect to the test server");
-        conn.execute(format!("CREATE DATABASE {name}").as_str())
-            .await
-            .expect("create the scratch database");
-        conn.close().await.ok();
-        let options = admin.clone().database(&name);
-        let pool = PgPoolOptions::new()
-            .max_connections(2)
-            .connect_with(options.clone())
-            .await
-            .expect("connect to the scratch database");
-        crate::migrate(&pool).await.expect("migrate");
-        pool.close().await;
-        let conn = PgConnection::connect_with(&options)
-            .await
-            .expect("connect to the scratch database");
-        Some((Scratch { admin, name }, conn))
-    }
-
-    async fn drop_database(self) {
-        let mut conn = PgConnection::connect_with(&self.admin)
-            .await
-            .expect("connect to the test server");
-        conn.execute(format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name).as_str())
-            .await
-            .expect("drop the scratch database");
+/// What each hand-bound statement must take and answer, by the first file it is joined from.
+fn expected(files: &str) -> Option<(Vec<String>, Vec<&'static str>)> {
+    match files.split(" + ").next() {
+        Some("enqueue_insert.sql") => Some((batch_parameters(), INSERTED_COLUMNS.to_vec())),
+        Some("enqueue_insert_keyless.sql") => {
+            let mut columns = INSERTED_COLUMNS.to_vec();
+            columns.push("inserted");
+            Some((batch_parameters(), columns))
+        }
+        Some("enqueue_one.sql") => Some((one_parameters(), INSERTED_COLUMNS.to_vec())),
+        _ => None,
     }
 }
 
@@ -152,7 +97,7 @@ async fn check_statement(conn: &mut PgConnection, files: &str, text: &str) -> Ve
         Ok(describe) => describe,
         Err(error) => return vec![format!("{files} does not prepare: {error}")],
     };
-    let Some((parameters, columns)) = expected(text) else {
+    let Some((parameters, columns)) = expected(files) else {
         return Vec::new();
     };
     let mut problems = Vec::new();
@@ -183,27 +128,31 @@ async fn check_statement(conn: &mut PgConnection, files: &str, text: &str) -> Ve
 async fn check_copy(conn: &mut PgConnection, statement: &str) -> Result<(), sqlx::Error> {
     let mut tx = conn.begin().await?;
     let mut copy = tx.copy_in_raw(statement).await?;
-    copy.send(enqueue::copy_empty_data()).await?;
+    copy.send(copy_empty_data()).await?;
     copy.finish().await?;
     tx.rollback().await
 }
 
 #[tokio::test]
 async fn every_statement_prepares_against_the_migrated_schema() {
-    let Some((scratch, mut conn)) = Scratch::create().await else {
+    let Some(server) = Server::for_test("every_statement_prepares_against_the_migrated_schema")
+    else {
         return;
     };
+    let database = server.database(Schema::Migrated).await;
+    let pool = database.pool(1).await;
+    let mut conn = pool.acquire().await.expect("a connection");
     let mut problems = Vec::new();
-    for (files, text) in sql::ALL {
+    for (files, text) in ALL {
         problems.extend(check_statement(&mut conn, files, text).await);
     }
-    for statement in enqueue::copy_statements() {
+    for statement in copy_statements() {
         if let Err(error) = check_copy(&mut conn, statement).await {
             problems.push(format!("copy.rs `{statement}` fails: {error}"));
         }
     }
-    conn.close().await.ok();
-    scratch.drop_database().await;
+    drop(conn);
+    pool.close().await;
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
@@ -214,11 +163,14 @@ const SCRIPTS: &[&str] = &["migrations_bootstrap.sql"];
 
 #[test]
 fn every_sql_file_is_part_of_a_statement() {
-    let used: BTreeSet<&str> = sql::ALL
+    let used: BTreeSet<&str> = ALL
         .iter()
         .flat_map(|(files, _)| files.split(" + "))
         .collect();
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/sql");
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../crates/store-postgres/src/sql"
+    );
     let mut unused = Vec::new();
     for entry in std::fs::read_dir(dir).expect("src/sql") {
         let name = entry.expect("src/sql entry").file_name();
@@ -238,12 +190,10 @@ fn every_sql_file_is_part_of_a_statement() {
 
 #[test]
 fn the_checked_statements_are_recognised() {
-    for text in [
-        sql::ENQUEUE_INSERT,
-        sql::ENQUEUE_INSERT_KEYLESS,
-        sql::ENQUEUE_ONE,
-    ] {
-        assert!(expected(text).is_some());
-    }
-    assert_eq!(enqueue::copy_statements().len(), 4);
+    let checked = ALL
+        .iter()
+        .filter(|(files, _)| expected(files).is_some())
+        .count();
+    assert_eq!(checked, 3, "the three hand-bound enqueue statements");
+    assert_eq!(copy_statements().len(), 4);
 }
