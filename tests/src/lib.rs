@@ -1,4 +1,4 @@
-//! Drover's store contract suite (DESIGN.md sections 4 and 8), and the runner suite that drives
+//! Drover's store contract suite (docs/design.md sections 4 and 8), and the runner suite that drives
 //! `drover-runner` workers against every store (issue #4).
 //!
 //! Every case is one `pub async fn(&dyn StoreFactory)` in [`cases`] (store contract) or

@@ -18,7 +18,7 @@ use crate::process::{bench_worker, noop_registry, SucceededCounter};
 use crate::target::PgTarget;
 
 /// Connections beyond the slots a worker's pool may open (claim loop, completer, heartbeat,
-/// maintenance; DESIGN.md section 5 asks for at least slots + 2).
+/// maintenance; docs/design.md section 5 asks for at least slots + 2).
 pub const EXTRA_CONNECTIONS: usize = 4;
 
 /// Runs the child mode until `stop` or end of input.

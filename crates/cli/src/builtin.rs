@@ -1,5 +1,5 @@
 //! The built-in kinds of the stock `drover` binary and of `drover dev` (issue #2 item 6,
-//! DESIGN.md section 9):
+//! docs/design.md section 9):
 //!
 //! - `noop`: succeeds at once.
 //! - `sleep` `{"ms": N}`: waits N milliseconds (at most 1 hour), stopping early on cancellation.

@@ -171,7 +171,7 @@ pub fn registry(extensions: Extensions, args: &WorkerArgs) -> Registry {
 pub const API_CONNECTIONS: u32 = 8;
 
 /// The database pool of a process: `--db-connections` (`db_connections`), else what its worker
-/// running up to `slots` jobs at once needs, slots + 2 (DESIGN.md section 5), with 2 to spare,
+/// running up to `slots` jobs at once needs, slots + 2 (docs/design.md section 5), with 2 to spare,
 /// plus [`API_CONNECTIONS`] when it serves the HTTP API, up to [`DB_CONNECTIONS_MAX`]; and the
 /// warning to print once when a worker runs on a pool below slots + 2. The pool opens
 /// connections only as they are used (claims, outcome writes and heartbeats are batched, so far

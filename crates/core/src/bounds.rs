@@ -18,9 +18,9 @@ pub const LIST_LIMIT_DEFAULT: u32 = 50;
 pub const LIST_LIMIT_MAX: u32 = 1_000;
 /// Largest batch accepted by `jobs_enqueue`.
 pub const ENQUEUE_BATCH_MAX: usize = 100_000;
-/// Default retention of terminal jobs (DESIGN.md section 3): 7 days.
+/// Default retention of terminal jobs (docs/design.md section 3): 7 days.
 pub const RETENTION_DEFAULT: Duration = Duration::from_secs(7 * 24 * 3600);
-/// Default bound on rows deleted by one prune pass (DESIGN.md section 6).
+/// Default bound on rows deleted by one prune pass (docs/design.md section 6).
 pub const PRUNE_LIMIT_DEFAULT: u32 = 1_000;
 /// Largest `limit` accepted by `jobs_prune`.
 pub const PRUNE_LIMIT_MAX: u32 = 100_000;

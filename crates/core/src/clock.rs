@@ -1,7 +1,7 @@
 //! Time as an injected value. `core` never reads the system clock in its logic: callers pass
 //! `now` in. Stores take a [`Clock`]: the memory store uses [`SystemClock`] in production and
 //! [`ManualClock`] in tests; the PostgreSQL store uses the database's `now()` instead
-//! (DESIGN.md section 9).
+//! (docs/design.md section 9).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -56,7 +56,7 @@ impl Clock for ManualClock {
     }
 }
 
-/// The instant as every store keeps it (DESIGN.md section 4), applied by both stores to every
+/// The instant as every store keeps it (docs/design.md section 4), applied by both stores to every
 /// instant a caller supplies (`run_at`, a schedule tick) and by the memory store to its clock:
 ///
 /// - a leap second is folded into the next second (`2026-12-01T23:59:60.5Z`, which chrono

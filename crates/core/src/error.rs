@@ -1,4 +1,4 @@
-//! The one error type of the store contract (DESIGN.md section 4).
+//! The one error type of the store contract (docs/design.md section 4).
 //!
 //! Every store maps its driver errors into [`Error`] in exactly one place, so callers (runner, HTTP,
 //! CLI) decide what to do from the variant alone: retry with backoff on [`Error::Unavailable`],
@@ -71,7 +71,7 @@ pub enum Error {
         job_id: JobId,
     },
 
-    /// The event is not allowed from the job's current state (DESIGN.md section 3).
+    /// The event is not allowed from the job's current state (docs/design.md section 3).
     #[error(
         "cannot {event} a job that is {from} (allowed only for {}){}",
         .event.applies_to(),
@@ -269,7 +269,7 @@ impl fmt::Display for Entity {
     }
 }
 
-/// Which quota refused a request (DESIGN.md section 7, Quotas).
+/// Which quota refused a request (docs/design.md section 7, Quotas).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Quota {
     /// All pending jobs of the cluster (`DROVER_MAX_PENDING`).
@@ -297,7 +297,7 @@ impl fmt::Display for Quota {
     }
 }
 
-/// The events of the state machine, named for error messages (DESIGN.md section 3).
+/// The events of the state machine, named for error messages (docs/design.md section 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum EventName {
@@ -333,7 +333,7 @@ pub enum EventName {
 
 impl EventName {
     /// The jobs this event applies to, as a phrase for messages: `"failed, cancelled or
-    /// succeeded jobs"` for [`EventName::Retry`] (the "from" column of DESIGN.md section 3).
+    /// succeeded jobs"` for [`EventName::Retry`] (the "from" column of docs/design.md section 3).
     /// Every state named is spelled as `JobState` displays it.
     #[must_use]
     pub fn applies_to(self) -> &'static str {

@@ -1,5 +1,5 @@
 //! The job model: [`Job`] as stored, [`NewJob`] as enqueued, and the rules an enqueue must pass
-//! before anything is stored (DESIGN.md sections 1, 3 and 9).
+//! before anything is stored (docs/design.md sections 1, 3 and 9).
 
 use std::fmt;
 use std::str::FromStr;
@@ -18,13 +18,13 @@ use crate::lease::FencingToken;
 use crate::names::{check_free_key, JobKind, LimitKey, QueueName, TenantId, WorkerId};
 use crate::state::JobState;
 
-/// Default number of attempts a job gets (DESIGN.md section 3).
+/// Default number of attempts a job gets (docs/design.md section 3).
 pub const MAX_ATTEMPTS_DEFAULT: i32 = 3;
-/// Smallest accepted `max_attempts` (DESIGN.md section 9).
+/// Smallest accepted `max_attempts` (docs/design.md section 9).
 pub const MAX_ATTEMPTS_MIN: i32 = 1;
-/// Largest accepted `max_attempts` (DESIGN.md section 9).
+/// Largest accepted `max_attempts` (docs/design.md section 9).
 pub const MAX_ATTEMPTS_MAX: i32 = 1000;
-/// Default size bound of `args` and of `meta`, in bytes of their JSON text (DESIGN.md section 9).
+/// Default size bound of `args` and of `meta`, in bytes of their JSON text (docs/design.md section 9).
 pub const JSON_BYTES_DEFAULT: usize = 256 * 1024;
 /// Largest number of explicit limit keys on one job.
 pub const LIMIT_KEYS_MAX: usize = 16;
@@ -86,7 +86,7 @@ impl FromStr for JobId {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunAt {
-    /// At this absolute instant (UTC); never "client now + d" (DESIGN.md section 9).
+    /// At this absolute instant (UTC); never "client now + d" (docs/design.md section 9).
     At(DateTime<Utc>),
     /// This long after the store's clock at enqueue.
     After(#[serde(with = "duration_ms")] Duration),
@@ -167,7 +167,7 @@ pub struct Job {
 
 impl Job {
     /// Every limit key the job is subject to: its explicit keys plus `kind:<kind>` and
-    /// `queue:<queue>` (DESIGN.md section 4, Limits).
+    /// `queue:<queue>` (docs/design.md section 4, Limits).
     pub fn effective_limit_keys(&self) -> Vec<LimitKey> {
         let mut keys = self.limit_keys.clone();
         keys.push(LimitKey::for_kind(&self.kind));
@@ -190,7 +190,7 @@ impl Job {
 }
 
 /// A job to enqueue. Build with [`NewJob::new`] and the `with_*` methods; unset fields take the
-/// defaults of DESIGN.md section 3 (queue `default`, tenant `default`, priority 0, ready at once,
+/// defaults of docs/design.md section 3 (queue `default`, tenant `default`, priority 0, ready at once,
 /// max_attempts 3, empty meta).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NewJob {
@@ -294,7 +294,7 @@ impl NewJob {
     }
 
     /// Checks every rule an enqueue must pass that does not depend on stored state
-    /// (DESIGN.md section 9). Stores call this before writing anything.
+    /// (docs/design.md section 9). Stores call this before writing anything.
     ///
     /// # Errors
     /// [`Error::InvalidInput`] naming the first offending field: `args` or `meta` larger than
@@ -391,7 +391,7 @@ impl NewJob {
         hex::encode(Sha256::digest(canonical.as_bytes()))
     }
 
-    /// Rewrites the request into the form every store keeps (DESIGN.md section 4): the numbers
+    /// Rewrites the request into the form every store keeps (docs/design.md section 4): the numbers
     /// of `args` and `meta` as PostgreSQL's `jsonb` gives them back
     /// ([`json::normalize_numbers`]) and an absolute `run_at` as
     /// [`clock::stored_instant`] gives it (leap second folded, floored to microseconds).
@@ -438,7 +438,7 @@ impl NewJob {
     }
 }
 
-/// Size bounds a store applies to job JSON (DESIGN.md section 9).
+/// Size bounds a store applies to job JSON (docs/design.md section 9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SizeLimits {
     /// Largest `args` JSON text, in bytes (default 256 KiB).
@@ -519,7 +519,7 @@ pub fn prepare_batch(
 /// different requests: such a batch could never be answered (its second job would conflict
 /// with a job that exists only inside the refused batch). `hashes[i]` is the request hash of
 /// `jobs[i]` (`None` without a key). Repeats with the same request are allowed: the later ones
-/// are answered as replays of the first. DESIGN.md section 4 (idempotency).
+/// are answered as replays of the first. docs/design.md section 4 (idempotency).
 ///
 /// # Errors
 /// `InvalidInput` on `jobs[i].idempotency_key` for the first job that repeats the key of an

@@ -18,7 +18,7 @@ pub const JSON_DEPTH_MAX: usize = 100;
 /// `max_bytes` of JSON text, both as sent and in its stored form ([`normalize_numbers`]: the
 /// longer of the two counts), and holds no NUL character (`\u0000`) in any string or object
 /// key: PostgreSQL's `jsonb` cannot store one, so every store refuses it the same way
-/// (DESIGN.md section 9).
+/// (docs/design.md section 9).
 ///
 /// # Errors
 /// [`Error::InvalidInput`] naming `field` when the value is nested too deep, too large or
@@ -122,7 +122,7 @@ pub fn has_nul(value: &Value) -> bool {
 }
 
 /// Rewrites every number inside `value` as it comes back from a PostgreSQL `jsonb` column, so
-/// that every store gives back the same JSON for the same input (DESIGN.md section 4).
+/// that every store gives back the same JSON for the same input (docs/design.md section 4).
 ///
 /// `jsonb` keeps numbers as `numeric`, an exact decimal without exponent and without negative
 /// zero. A float travels to PostgreSQL as serde_json writes it (`1e+16`, `-0.0`, `1.5e-7`),

@@ -1,4 +1,4 @@
-//! Leases and fencing tokens (DESIGN.md sections 1 and 3).
+//! Leases and fencing tokens (docs/design.md sections 1 and 3).
 //!
 //! A claim gives a worker a lease: `lease_owner`, `lease_expires_at` and a new [`FencingToken`].
 //! Every later worker write (heartbeat, complete, fail, snooze, release) presents the token; the
@@ -13,13 +13,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::bounds::range_rule;
 
-/// Default lease length (DESIGN.md section 3).
+/// Default lease length (docs/design.md section 3).
 pub const LEASE_DEFAULT: Duration = Duration::from_secs(60);
 /// Shortest accepted lease.
 pub const LEASE_MIN: Duration = Duration::from_millis(100);
 /// Longest accepted lease: 24 hours.
 pub const LEASE_MAX: Duration = Duration::from_secs(24 * 3600);
-/// Default heartbeat interval (DESIGN.md section 3).
+/// Default heartbeat interval (docs/design.md section 3).
 pub const HEARTBEAT_DEFAULT: Duration = Duration::from_secs(15);
 
 /// A job's fencing token: 0 before its first claim, then incremented by every claim (and every

@@ -4,7 +4,7 @@
 //! Nothing here does I/O, reads the system clock in its logic, or knows a database: stores
 //! implement [`JobStore`], the runner drives it, and every rule that must hold the same way in
 //! every store (transitions, validation, backoff, limit admission, cron ticks, JSON
-//! containment) lives here once. See ARCHITECTURE.md and DESIGN.md.
+//! containment) lives here once. See ARCHITECTURE.md and docs/design.md.
 
 pub mod bounds;
 pub mod clock;

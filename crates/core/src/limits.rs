@@ -1,4 +1,4 @@
-//! Limit policies (DESIGN.md section 4, Limits): cluster-wide bounds per key on how many jobs run
+//! Limit policies (docs/design.md section 4, Limits): cluster-wide bounds per key on how many jobs run
 //! at once (`max_running`) and how many claims happen per period (`rate`).
 //!
 //! The admission rule is pure and shared: both stores feed [`Admission`] the policies, the
@@ -6,7 +6,7 @@
 //! order, without touching the rest. Rates use GCRA (the generic cell rate algorithm) without
 //! burst tolerance: one timestamp per policy ("theoretical arrival time"), one claim at most
 //! every `period / count` (rounded up to the microsecond), so that ANY window of one period
-//! holds at most `count` claims, as DESIGN.md section 4 states the rule ("at most N claims per
+//! holds at most `count` claims, as docs/design.md section 4 states the rule ("at most N claims per
 //! period"). A burst tolerance would let a full burst at the end of one period be followed by
 //! the steady rate, nearly `2 x count` claims within one period.
 
@@ -442,7 +442,7 @@ mod tests {
         assert!(r.admit(Some(later), t(60_000)).is_none());
     }
 
-    /// The rule of DESIGN.md section 4: whatever the claim times, no window of one period holds
+    /// The rule of docs/design.md section 4: whatever the claim times, no window of one period holds
     /// more than `count` admitted claims (checked by brute force over many rates and arrival
     /// patterns, periods that `count` does not divide included).
     #[test]

@@ -98,7 +98,7 @@ pub fn check_free_key(field: &str, value: &str) -> Result<(), Error> {
 }
 
 /// A limit key that names a kind or a queue (`kind:<kind>`, `queue:<queue>`, the implicit keys
-/// of DESIGN.md section 4, Limits) must name a valid one: `kind:` alone, or a queue name longer
+/// of docs/design.md section 4, Limits) must name a valid one: `kind:` alone, or a queue name longer
 /// than a queue can be, would be a policy no job is ever subject to.
 fn check_limit_key_target(value: &str) -> Result<(), Error> {
     let reason = |what: &str, e: Error| {
@@ -228,7 +228,7 @@ name_type!(
 );
 name_type!(
     /// The key of a limit policy, e.g. `kind:email.send`, `queue:mail` or `customer:42`
-    /// (DESIGN.md section 4, Limits). 1 to 255 ASCII letters, digits and `_ . : - @ / = +`;
+    /// (docs/design.md section 4, Limits). 1 to 255 ASCII letters, digits and `_ . : - @ / = +`;
     /// a key starting `kind:` or `queue:` must go on with a valid kind or queue name.
     LimitKey, field = "limit_key", max = 255, charset = Charset::Key,
     extra = check_limit_key_target

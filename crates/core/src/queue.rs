@@ -1,4 +1,4 @@
-//! Queues, workers and the queue snapshot: what operators look at (DESIGN.md sections 4 and 7).
+//! Queues, workers and the queue snapshot: what operators look at (docs/design.md sections 4 and 7).
 
 use std::collections::BTreeMap;
 use std::time::Duration;

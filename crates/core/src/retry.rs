@@ -1,4 +1,4 @@
-//! Retry backoff (DESIGN.md section 3): exponential with jitter, capped (default 1 hour).
+//! Retry backoff (docs/design.md section 3): exponential with jitter, capped (default 1 hour).
 //!
 //! Pure: the caller passes the attempt number and a random number, so the same inputs always
 //! give the same delay and the policy is easy to test.
@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 /// Default first retry delay.
 pub const BACKOFF_BASE_DEFAULT: Duration = Duration::from_secs(1);
-/// Default cap on any retry delay (DESIGN.md section 3).
+/// Default cap on any retry delay (docs/design.md section 3).
 pub const BACKOFF_CAP_DEFAULT: Duration = Duration::from_secs(3600);
 /// Default jitter: each delay is spread over plus or minus this fraction.
 pub const BACKOFF_JITTER_DEFAULT: f64 = 0.25;

@@ -1,4 +1,4 @@
-//! Cron schedules (DESIGN.md sections 6 and 9): parsing, tick computation in a named time zone,
+//! Cron schedules (docs/design.md sections 6 and 9): parsing, tick computation in a named time zone,
 //! and the job each tick enqueues.
 //!
 //! Ticks are computed on wall-clock time in the schedule's zone, then mapped to instants:

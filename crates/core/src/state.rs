@@ -1,4 +1,4 @@
-//! Job states and the one transition function (DESIGN.md section 3).
+//! Job states and the one transition function (docs/design.md section 3).
 //!
 //! [`apply`] is the whole state machine: every store calls it (the memory store directly; the
 //! PostgreSQL store's SQL is pinned to the same table by the contract suite), and the property
@@ -113,7 +113,7 @@ pub enum Retry {
     Never,
 }
 
-/// How a reconciler resolved a reconciling job (DESIGN.md section 6).
+/// How a reconciler resolved a reconciling job (docs/design.md section 6).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "resolution")]
 pub enum Resolution {
@@ -130,7 +130,7 @@ pub enum Resolution {
     Inconclusive,
 }
 
-/// An event that may move a job between states (DESIGN.md section 3).
+/// An event that may move a job between states (docs/design.md section 3).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     /// A worker claims a ready queued job.
@@ -297,12 +297,12 @@ fn unstarted_rescues(job: &Job) -> usize {
         .count()
 }
 
-/// Applies `event` to `job` at instant `now`, per the table of DESIGN.md section 3.
+/// Applies `event` to `job` at instant `now`, per the table of docs/design.md section 3.
 ///
 /// Worker writes (heartbeat, complete, fail, snooze, release, cancelled) require the job to be
 /// running under `token` with `lease_expires_at > now`; otherwise [`Error::LeaseLost`]. A job
 /// with `cancel_requested` that fails, snoozes, is released or has its lease expire ends
-/// `cancelled` (DESIGN.md section 9); one that completes ends `succeeded`. An expired lease
+/// `cancelled` (docs/design.md section 9); one that completes ends `succeeded`. An expired lease
 /// of a job whose handler never started (`started_at` is `None`: it waited for a slot) gives
 /// the attempt back and queues the job again, as a release would, noting it in `errors`; after
 /// [`UNSTARTED_RESCUES_MAX`] such rescues of the same attempt it is rescued as a started job.

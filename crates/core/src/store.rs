@@ -1,5 +1,5 @@
 //! The [`JobStore`] trait: the contract every store implements and the contract suite in
-//! `tests/` proves (DESIGN.md section 4), with one params struct per operation so that adding a
+//! `tests/` proves (docs/design.md section 4), with one params struct per operation so that adding a
 //! field never breaks a caller.
 //!
 //! Atomicity: each method is one atomic step of the store. Batch methods apply all or nothing
@@ -27,9 +27,9 @@ pub use crate::schedule::FireSchedule;
 use crate::schedule::{NewSchedule, Schedule, ScheduleUpsert};
 use crate::state::{JobState, Resolution, Retry, Transition};
 
-/// Default quota on pending jobs of the cluster (DESIGN.md section 7).
+/// Default quota on pending jobs of the cluster (docs/design.md section 7).
 pub const MAX_PENDING_DEFAULT: u64 = 10_000;
-/// Default quota on pending jobs of one tenant (DESIGN.md section 7).
+/// Default quota on pending jobs of one tenant (docs/design.md section 7).
 pub const MAX_TENANT_PENDING_DEFAULT: u64 = 1_000;
 pub use crate::bounds::{
     CLAIM_LIMIT_MAX, ENQUEUE_BATCH_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, PRUNE_LIMIT_DEFAULT,
@@ -82,7 +82,7 @@ pub struct StoreConfig {
 }
 
 /// What a store does with a job when it records the job's success through
-/// [`JobStore::jobs_finish`] (a handler completed it; DESIGN.md section 3, complete).
+/// [`JobStore::jobs_finish`] (a handler completed it; docs/design.md section 3, complete).
 ///
 /// Failed and cancelled jobs are always kept until retention prunes them, and so are jobs a
 /// reconcile resolves; only a handler's success can skip the kept `succeeded` row.
@@ -90,7 +90,7 @@ pub struct StoreConfig {
 #[serde(rename_all = "snake_case")]
 pub enum SucceededJobs {
     /// The job becomes `succeeded` with its result and is kept until retention prunes it
-    /// (default 7 days, DESIGN.md section 1): `jobs get` shows it, lists and counts include
+    /// (default 7 days, docs/design.md section 1): `jobs get` shows it, lists and counts include
     /// it, and its idempotency key answers replays meanwhile.
     #[default]
     Keep,
@@ -116,7 +116,7 @@ impl SucceededJobs {
     }
 }
 
-/// Claim a batch of ready jobs (DESIGN.md section 3, claim).
+/// Claim a batch of ready jobs (docs/design.md section 3, claim).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimJobs {
     /// The claiming worker: becomes the lease owner.
@@ -374,7 +374,7 @@ pub enum CancelEffect {
     /// The job was queued or reconciling and is now cancelled.
     Cancelled,
     /// The job is running: its handler's cancellation token fires; it ends cancelled if the
-    /// handler stops or fails, but succeeded if the handler completes anyway (DESIGN.md 9).
+    /// handler stops or fails, but succeeded if the handler completes anyway (docs/design.md 9).
     Requested,
 }
 
@@ -648,10 +648,10 @@ pub enum StoreEvent {
     LimitsChanged,
 }
 
-/// The store contract (DESIGN.md section 4). Implementations: `drover-store-memory`,
+/// The store contract (docs/design.md section 4). Implementations: `drover-store-memory`,
 /// `drover-store-postgres`. Used as `Arc<dyn JobStore>`.
 ///
-/// Time: every method uses the store's clock, never the caller's (DESIGN.md section 9).
+/// Time: every method uses the store's clock, never the caller's (docs/design.md section 9).
 /// Errors: every method may return [`Error::Unavailable`] (transient) or [`Error::Fatal`]
 /// (schema missing and the like) besides the errors listed on it.
 #[cfg_attr(feature = "mock", mockall::automock)]

@@ -1,7 +1,7 @@
-//! Property tests of the state machine (DESIGN.md sections 3 and 8): random sequences of
+//! Property tests of the state machine (docs/design.md sections 3 and 8): random sequences of
 //! events, with current or stale fencing tokens and clock advances, are applied to one job
 //! with `drover_core::apply` and checked against a small independent model of the table in
-//! DESIGN.md section 3, plus invariants: attempts stay within 0..=max_attempts, terminal
+//! docs/design.md section 3, plus invariants: attempts stay within 0..=max_attempts, terminal
 //! states are absorbing except for an operator retry, fencing tokens strictly increase across
 //! claims, stale tokens are always rejected, release and snooze never spend an attempt, an
 //! expired lease of a job whose handler never started gives its attempt back (at most
@@ -80,7 +80,7 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
-/// The model: the fields the table of DESIGN.md section 3 talks about, time in ms from `t0`.
+/// The model: the fields the table of docs/design.md section 3 talks about, time in ms from `t0`.
 #[derive(Debug, Clone, PartialEq)]
 struct Model {
     state: JobState,

@@ -1,4 +1,4 @@
-//! Bearer-token authentication (DESIGN.md section 7; issue #6 item 4).
+//! Bearer-token authentication (docs/design.md section 7; issue #6 item 4).
 //!
 //! Tokens map to a tenant and a role. They are given as `token:tenant:role` entries separated by
 //! commas or newlines (`DROVER_API_TOKENS`, or a file passed to `drover serve --tokens`); `#`
@@ -74,7 +74,7 @@ impl Principal {
     }
 
     /// Refuses a token scoped to one tenant: `what` (a clause such as "the queue list counts
-    /// the jobs of every tenant") spans every tenant (DESIGN.md section 7: a tenant never sees
+    /// the jobs of every tenant") spans every tenant (docs/design.md section 7: a tenant never sees
     /// another tenant's jobs, nor counts of them).
     ///
     /// # Errors

@@ -19,7 +19,7 @@ use drover_runner::{QueueChange, QueueSummary};
 use crate::auth::{Principal, Role, TenantScope};
 use crate::error::ApiError;
 
-/// The kind that runs programs; only operators may enqueue it over HTTP (DESIGN.md section 9).
+/// The kind that runs programs; only operators may enqueue it over HTTP (docs/design.md section 9).
 pub const EXEC_KIND: &str = "exec";
 
 /// Smallest `priority`.
@@ -126,7 +126,7 @@ impl EnqueueRequest {
     ///
     /// # Errors
     /// 400 naming the field; 403 naming `tenant` when the tenant is not the caller's, or
-    /// `kind` when a producer enqueues `exec` (DESIGN.md section 9).
+    /// `kind` when a producer enqueues `exec` (docs/design.md section 9).
     pub fn into_new_job(
         self,
         principal: &Principal,

@@ -277,7 +277,7 @@ impl ApiError {
     /// (`max_pending` or `max_tenant_pending`) and `setting` (`DROVER_MAX_PENDING` or
     /// `DROVER_MAX_TENANT_PENDING`), a tenant quota's `tenant`, and `current` and `max`;
     /// except that a caller of one tenant refused by the cluster-wide quota learns only that
-    /// it has no room: the counts of every tenant's jobs are not its to see (DESIGN.md
+    /// it has no room: the counts of every tenant's jobs are not its to see (docs/design.md
     /// section 7). A tenant quota's counts are the caller's own tenant's.
     pub fn quota_exceeded(
         quota: &Quota,
@@ -326,7 +326,7 @@ impl ApiError {
         answer.with_retry_after(retry_after_secs)
     }
 
-    /// Maps a store error to its answer (DESIGN.md section 4 errors; issue #6 statuses), with
+    /// Maps a store error to its answer (docs/design.md section 4 errors; issue #6 statuses), with
     /// every fact of a quota refusal (for callers of every tenant; see
     /// [`ApiError::from_store_for`]).
     pub fn from_store(error: Error, retry_after_secs: u64) -> Self {

@@ -1,4 +1,4 @@
-//! Prometheus exposition (DESIGN.md section 7, metric names): queue gauges computed from a store
+//! Prometheus exposition (docs/design.md section 7, metric names): queue gauges computed from a store
 //! snapshot at scrape time, plus this process's counters when it runs jobs.
 //!
 //! Labels are queue names, states, kinds and outcomes only: never args, results or tenants.

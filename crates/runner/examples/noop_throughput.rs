@@ -1,6 +1,6 @@
 //! Measures end-to-end processing throughput of no-op jobs on the memory store: enqueues N
 //! jobs up front, runs one worker until all succeeded, prints jobs per second. Not a test: no
-//! assertion on time (DESIGN.md section 8).
+//! assertion on time (docs/design.md section 8).
 //!
 //! `cargo run --release -p drover-runner --example noop_throughput -- [jobs] [slots] [store-only]`
 //!

@@ -1,6 +1,6 @@
 //! Typed args without leaking them: decoding a job's args into a handler's type, and an error
 //! message that says where and why they do not fit without quoting any value from them
-//! (DESIGN.md section 9: job args never appear in error messages, which are stored with the job,
+//! (docs/design.md section 9: job args never appear in error messages, which are stored with the job,
 //! logged and shown by the API).
 
 use drover_core::Error;

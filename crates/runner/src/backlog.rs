@@ -12,7 +12,7 @@
 //! A waiting job whose cancellation token fires (cancel requested, lease lost) leaves the
 //! backlog at once ([`Runtime::cancel_job`]): "cancelled on request before it started", or
 //! nothing written when its lease was lost. When shutdown begins every waiting job is
-//! released without spending an attempt (DESIGN.md sections 6 and 9). A waiting job has no
+//! released without spending an attempt (docs/design.md sections 6 and 9). A waiting job has no
 //! start time in the store; the executor reports its start when it leaves for a slot.
 
 use std::collections::VecDeque;

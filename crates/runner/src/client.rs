@@ -111,7 +111,7 @@ impl Client {
     }
 
     /// Cancels a job: queued or reconciling ones end cancelled at once; a running one has its
-    /// handler's cancellation token fired (DESIGN.md section 9).
+    /// handler's cancellation token fired (docs/design.md section 9).
     ///
     /// # Errors
     /// `NotFound`; `InvalidTransition` for a finished job.

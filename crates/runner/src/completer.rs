@@ -2,7 +2,7 @@
 //! `jobs_finish` in batches (everything waiting, up to the batch size, then repeat; no
 //! artificial delay). Meta and progress changed since the last heartbeat are saved first.
 //!
-//! Faults (DESIGN.md sections 5 and 9): `Unavailable` keeps the batch and retries it with
+//! Faults (docs/design.md sections 5 and 9): `Unavailable` keeps the batch and retries it with
 //! capped backoff (fenced writes are safe to repeat) and pauses claims; once shutdown began the
 //! retries stop at the flush timeout. A `LeaseLost` reply is logged and counted, never
 //! retried. `Fatal` stops the worker.

@@ -1,5 +1,5 @@
 //! [`WorkerConfig`] and [`PoolConfig`]: everything a [`crate::Worker`] is built from, with the
-//! defaults of DESIGN.md sections 3 and 6 and [`WorkerConfig::validate`].
+//! defaults of docs/design.md sections 3 and 6 and [`WorkerConfig::validate`].
 //!
 //! Durations are `std::time::Duration`; the CLI maps flags such as `--slots`, `--queue` and
 //! `DROVER_MAX_CONCURRENT` onto these fields (only the CLI reads the environment).
@@ -54,7 +54,7 @@ pub const RESCUE_INTERVAL_DEFAULT: Duration = Duration::from_secs(15);
 pub const RECONCILE_INTERVAL_DEFAULT: Duration = Duration::from_secs(30);
 /// Default interval of the cron scheduler.
 pub const SCHEDULE_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
-/// Default interval of retention pruning (DESIGN.md section 6: about once a minute).
+/// Default interval of retention pruning (docs/design.md section 6: about once a minute).
 pub const PRUNE_INTERVAL_DEFAULT: Duration = Duration::from_secs(60);
 /// Default wait before the first pass of each maintenance service (see
 /// [`WorkerConfig::maintenance_start_delay`]).
@@ -95,7 +95,7 @@ pub const STORE_RETRY_MIN_DEFAULT: Duration = Duration::from_millis(100);
 /// Default cap of the delay before retrying a store call that failed transiently.
 pub const STORE_RETRY_MAX_DEFAULT: Duration = Duration::from_secs(10);
 
-/// A set of slots serving some queues and optionally only some kinds (DESIGN.md section 6).
+/// A set of slots serving some queues and optionally only some kinds (docs/design.md section 6).
 ///
 /// Each queue of the pool gets its own claim loop with `slots_per_queue` slots, so a pool with
 /// `--slots 8 --queue default --queue mail` runs up to 16 jobs at once. A long-running kind can

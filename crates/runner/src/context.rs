@@ -1,4 +1,4 @@
-//! [`JobContext`]: what a handler gets for one run of a job (DESIGN.md section 6): the job,
+//! [`JobContext`]: what a handler gets for one run of a job (docs/design.md section 6): the job,
 //! its args, the fencing token of this run, a cancellation token and best-effort progress and
 //! meta updates that the heartbeat saves.
 
@@ -52,7 +52,7 @@ impl JobContext {
     /// # Errors
     /// [`Error::InvalidInput`] with field `args` saying where and why they do not fit `A`
     /// (`do not match SleepArgs: at ms: invalid type: string, expected u64`): the path, the
-    /// kind of problem and what the type expects, never a value from the args (DESIGN.md
+    /// kind of problem and what the type expects, never a value from the args (docs/design.md
     /// section 9). Field names are shown; see `args::decode` in this crate for the rules.
     pub fn args<A: DeserializeOwned>(&self) -> Result<A, Error> {
         crate::args::decode(&self.shared.job.args)

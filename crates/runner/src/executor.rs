@@ -7,7 +7,7 @@
 //! no-op job. It runs the handler with a [`JobContext`], enforces the kind's timeout, catches
 //! panics, aborts a handler that ignores its cancellation for longer than the cancel grace,
 //! hands the outcome to the completer, then gives the slot to the next waiting job or back
-//! (DESIGN.md sections 3, 6 and 9).
+//! (docs/design.md sections 3, 6 and 9).
 
 use std::any::Any;
 use std::panic::AssertUnwindSafe;
@@ -473,7 +473,7 @@ fn decide(ran: Ran, shared: &JobShared, config: &KindConfig, rt: &Runtime) -> Fi
     let attempt = shared.job.attempt;
     let backoff = || Retry::After(config.backoff.delay(attempt, rand::random::<f64>()));
     let cancel_grace_ms = rt.config.cancel_grace.as_millis();
-    // Success is recorded whatever fired the token: the work happened (DESIGN.md section 9).
+    // Success is recorded whatever fired the token: the work happened (docs/design.md section 9).
     if let Ran::Returned(Outcome::Success { result }) = ran {
         return succeeded(result, rt);
     }

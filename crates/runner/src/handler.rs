@@ -1,5 +1,5 @@
 //! The [`Handler`] trait and the adapters behind [`crate::Registry::register_fn`] and
-//! [`crate::Registry::register_typed`] (DESIGN.md section 6).
+//! [`crate::Registry::register_typed`] (docs/design.md section 6).
 
 use std::future::Future;
 use std::marker::PhantomData;

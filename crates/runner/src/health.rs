@@ -1,4 +1,4 @@
-//! Store health and fault handling (DESIGN.md section 5, "transient errors are retried with
+//! Store health and fault handling (docs/design.md section 5, "transient errors are retried with
 //! backoff"; seeds: "the worker makes no claims until a heartbeat passes").
 //!
 //! [`Health`] is the gate of the claim loops: a claim, heartbeat or outcome write that fails

@@ -1,4 +1,4 @@
-//! The heartbeat loop (DESIGN.md sections 3 and 6): every interval, one `jobs_heartbeat` call
+//! The heartbeat loop (docs/design.md sections 3 and 6): every interval, one `jobs_heartbeat` call
 //! extends the leases of all running jobs of the process and saves their changed meta and
 //! progress, and `worker_heartbeat` keeps the worker registered (re-registering after
 //! `NotFound`). A `LeaseLost` reply cancels that handler at once and marks it so its outcome

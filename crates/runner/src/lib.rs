@@ -1,4 +1,4 @@
-//! Drover's worker runtime (DESIGN.md section 6): a [`Registry`] of handlers by kind, a
+//! Drover's worker runtime (docs/design.md section 6): a [`Registry`] of handlers by kind, a
 //! [`Worker`] that runs pools of slots claiming and executing jobs from any
 //! [`drover_core::JobStore`], heartbeats that extend leases and save progress, a batched
 //! completer, maintenance (rescue of expired leases, reconcile sweep, cron schedules,

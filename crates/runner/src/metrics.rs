@@ -1,4 +1,4 @@
-//! Observability hooks (DESIGN.md sections 6 and 7): the [`Metrics`] trait with no-op
+//! Observability hooks (docs/design.md sections 6 and 7): the [`Metrics`] trait with no-op
 //! defaults, and [`TransitionEvent`]s delivered to an `on_transition` hook for every state
 //! change the runner causes or observes (claim, finish, rescue, reconcile).
 //!

@@ -1,5 +1,5 @@
-//! [`Outcome`]: what a handler tells the runner about one run of a job (DESIGN.md section 3,
-//! STYLE.md "a handler's outcome is a value").
+//! [`Outcome`]: what a handler tells the runner about one run of a job (docs/design.md section 3):
+//! a value the handler returns, never a panic or a side channel.
 //!
 //! The runner turns an outcome into a [`drover_core::Finish`] for the completer: success,
 //! retry (after an explicit delay or the kind's backoff), discard (fail without retry), snooze
@@ -16,7 +16,7 @@ use serde_json::Value;
 /// The result of one run of a handler.
 ///
 /// Messages end up in the job's error list and in operator views: they must not contain job
-/// args, results or secrets (DESIGN.md section 9).
+/// args, results or secrets (docs/design.md section 9).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Outcome {

@@ -1,5 +1,5 @@
 //! The producer: one claim loop per queue of each pool, and the event dispatcher that wakes
-//! them (DESIGN.md sections 3 and 6).
+//! them (docs/design.md sections 3 and 6).
 //!
 //! A claim loop reserves capacity BEFORE it claims: at least one slot of its queue (waiting
 //! for one when all are busy) plus any others free at that moment, and as many places of the

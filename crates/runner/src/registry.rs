@@ -1,4 +1,4 @@
-//! [`Registry`]: handlers, per-kind settings and reconcilers by [`JobKind`] (DESIGN.md
+//! [`Registry`]: handlers, per-kind settings and reconcilers by [`JobKind`] (docs/design.md
 //! section 6). A worker claims only the kinds registered here, so during a rolling deploy a
 //! kind that only new code knows stays queued without spending attempts.
 
@@ -22,7 +22,7 @@ use crate::outcome::Outcome;
 #[non_exhaustive]
 pub struct KindConfig {
     /// Delay before retrying a failed attempt when the handler gives none: exponential with
-    /// jitter, capped (default 1 s doubling, at most 1 h; DESIGN.md section 3).
+    /// jitter, capped (default 1 s doubling, at most 1 h; docs/design.md section 3).
     pub backoff: Backoff,
     /// Longest run of one attempt; when it elapses the cancellation token fires and the
     /// attempt is recorded as a retryable failure "timed out after N ms". `None` (default):
@@ -45,7 +45,7 @@ impl KindConfig {
 }
 
 /// Drives a job interrupted by a crash (its lease expired while running) toward a terminal
-/// state instead of a blind re-run (DESIGN.md sections 1 and 3). A kind with a registered
+/// state instead of a blind re-run (docs/design.md sections 1 and 3). A kind with a registered
 /// reconciler is rescued to `reconciling`; the reconcile sweep then calls
 /// [`Reconciler::reconcile`] until it resolves the job.
 #[async_trait]

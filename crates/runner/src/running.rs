@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum CancelReason {
-    /// A client or operator cancelled the running job (DESIGN.md section 9).
+    /// A client or operator cancelled the running job (docs/design.md section 9).
     CancelRequested,
     /// The lease was lost (heartbeat answered `LeaseLost`, or the job was rescued): the outcome
     /// of this run is never written.

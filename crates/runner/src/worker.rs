@@ -1,5 +1,5 @@
 //! [`Worker`]: builds the services of one worker process from a validated [`WorkerConfig`]
-//! and runs them until shutdown (DESIGN.md section 6).
+//! and runs them until shutdown (docs/design.md section 6).
 //!
 //! `run` registers the worker, then starts the completer, the heartbeat loop, the event
 //! dispatcher, one claim loop per queue of each pool and the maintenance services. When the

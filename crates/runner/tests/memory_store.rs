@@ -1,7 +1,7 @@
 //! The runner on `MemoryStore` with a `ManualClock` set to absolute dates: cron schedules
 //! across the Europe/Berlin daylight-saving changes (autumn: a repeated 02:30 fires once, at
 //! its first occurrence; spring: a skipped 02:30 fires once, at the first instant after the
-//! gap) with three competing workers (DESIGN.md section 9).
+//! gap) with three competing workers (docs/design.md section 9).
 //!
 //! Only these stay here because they need a clock at chosen wall-clock dates, which
 //! PostgreSQL's clock cannot be. Every other store-touching runner behaviour is in the runner

@@ -1,5 +1,5 @@
 //! Drover's [`JobStore`](drover_core::JobStore) in memory: the explicit development mode
-//! (nothing survives a restart; DESIGN.md section 2) and the benchmark baseline.
+//! (nothing survives a restart; docs/design.md section 2) and the benchmark baseline.
 //!
 //! [`MemoryStore`] keeps every job, key, queue, worker, limit and schedule behind one mutex and
 //! moves jobs only with `drover_core::apply`, so it answers every operation exactly as the

@@ -28,7 +28,7 @@ use tokio_stream::StreamExt;
 use crate::index::{id_of, key_time, state_slot, time_of, ReadyKey, WAITING_SLOT};
 use crate::inner::{micros, Inner, Prepared, StoredLimit};
 
-/// The in-memory job store: DESIGN.md's explicit development mode (nothing survives a restart)
+/// The in-memory job store: docs/design.md's explicit development mode (nothing survives a restart)
 /// and the benchmark baseline.
 ///
 /// Claims, finishes, rescue and prune cost O(batch · log n) thanks to per-queue, per-kind
@@ -137,7 +137,7 @@ fn prepare(mut jobs: Vec<NewJob>, config: &StoreConfig) -> Result<Vec<Prepared>>
 
 /// Since when the longest-waiting ready job of `set` has been ready: the earliest
 /// `max(run_at, created_at)` (a job cannot wait from before it existed, so a `run_at` far in
-/// the past does not inflate the lag; DESIGN.md section 4, queue snapshot). Looks at every
+/// the past does not inflate the lag; docs/design.md section 4, queue snapshot). Looks at every
 /// ready job of the set (a snapshot is an operator's call, not the claim path).
 fn oldest_ready_since(
     set: &std::collections::BTreeSet<ReadyKey>,

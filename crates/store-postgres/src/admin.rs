@@ -1,4 +1,4 @@
-//! What operators look at and manage (DESIGN.md sections 4 and 7): job get and list, queues
+//! What operators look at and manage (docs/design.md sections 4 and 7): job get and list, queues
 //! (pause, resume, list, snapshot), workers, limit policies and cron schedules. Each operation
 //! is one statement unless its doc says otherwise.
 

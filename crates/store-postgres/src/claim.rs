@@ -1,4 +1,4 @@
-//! Claim (DESIGN.md sections 3 and 4; `JobStore::jobs_claim`).
+//! Claim (docs/design.md sections 3 and 4; `JobStore::jobs_claim`).
 //!
 //! Fast path, one statement (claim_fast.sql): lock the next ready jobs `FOR UPDATE SKIP LOCKED`
 //! in claim order and start them in the same `UPDATE`, up to the first job subject to a limit

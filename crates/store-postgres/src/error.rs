@@ -1,4 +1,4 @@
-//! The one place where sqlx errors become `drover_core::Error` (STYLE.md, Errors; DESIGN.md
+//! The one place where sqlx errors become `drover_core::Error` (docs/design.md
 //! section 5): transient trouble is `Unavailable` (retry with backoff), a missing or old schema
 //! is `Fatal` telling the operator to run `drover migrate`, data PostgreSQL cannot store is
 //! `InvalidInput`.

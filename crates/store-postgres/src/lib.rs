@@ -1,4 +1,4 @@
-//! Drover's `JobStore` on PostgreSQL (DESIGN.md section 5), built on sqlx.
+//! Drover's `JobStore` on PostgreSQL (docs/design.md section 5), built on sqlx.
 //!
 //! - [`PgStore`]: the store. Connect with [`PgStore::connect`] and [`PgOptions`], or wrap a pool
 //!   with [`PgStore::from_pool`]; [`PgStore::enqueue_in`] enqueues inside the caller's own
@@ -8,7 +8,7 @@
 //! - SQL lives in `src/sql/*.sql`, one statement per file, bound parameters only; rows decode
 //!   into private records converted into `core` types.
 //!
-//! Time is the database's `now()` everywhere (DESIGN.md section 9). Driver errors become
+//! Time is the database's `now()` everywhere (docs/design.md section 9). Driver errors become
 //! `drover_core::Error` in exactly one function. Transitions on the worker hot path (claim,
 //! heartbeat, finish) are single fenced statements over `unnest` arrays pinned to core's
 //! `state::apply` table by the contract suite; rarer ones (cancel, retry, rescue, reconcile)

@@ -1,6 +1,6 @@
 //! Transitions outside the worker hot path, computed by core's `state::apply` itself inside a
 //! transaction (lock the rows, apply, write back with jobs_write.sql), so they cannot drift from
-//! the table of DESIGN.md section 3: cancel, operator retry and requeue, rescue of expired
+//! the table of docs/design.md section 3: cancel, operator retry and requeue, rescue of expired
 //! leases and the reconciler's verdict. Plus the reconcile claim and prune, which are single statements.
 
 use chrono::{DateTime, Utc};

@@ -1,4 +1,4 @@
-//! Wake-up events over LISTEN/NOTIFY (DESIGN.md section 5; `JobStore::subscribe`).
+//! Wake-up events over LISTEN/NOTIFY (docs/design.md section 5; `JobStore::subscribe`).
 //!
 //! Channels: `drover_jobs` (payload: a queue name; sent by enqueue, retry, release, rescue and
 //! resume when jobs become ready) and `drover_cancel` (payload: a job id; sent when a cancel is

@@ -1,4 +1,4 @@
-//! Drover's own migrator (DESIGN.md section 5): numbered, forward-only SQL files from
+//! Drover's own migrator (docs/design.md section 5): numbered, forward-only SQL files from
 //! `crates/store-postgres/migrations/`, compiled into the binary, applied in order, with the
 //! bookkeeping table `drover.schema_migrations` (sqlx's built-in migrator keeps its table in
 //! `public`, which Drover never touches).

@@ -1,4 +1,4 @@
-//! Wake-ups sent after commit (DESIGN.md section 5: "LISTEN/NOTIFY wakes idle workers on
+//! Wake-ups sent after commit (docs/design.md section 5: "LISTEN/NOTIFY wakes idle workers on
 //! enqueue (payload small, coalesced)").
 //!
 //! Why not NOTIFY inside the enqueue: PostgreSQL serialises the commits of transactions that

@@ -1,4 +1,4 @@
-//! Worker writes on running jobs, batched and fenced (DESIGN.md section 3; ADR 0001):
+//! Worker writes on running jobs, batched and fenced (docs/design.md section 3; ADR 0001):
 //! `jobs_heartbeat` and `jobs_finish`, one statement each over `unnest` arrays, whatever the
 //! batch size (a finish whose items all succeeded, the common batch, uses the simpler
 //! finish_succeeded.sql, or finish_succeeded_delete.sql when the store keeps no succeeded

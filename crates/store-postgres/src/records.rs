@@ -1,5 +1,5 @@
 //! Private row types: what the SQL returns, decoded by column name, then converted into `core`
-//! types (STYLE.md, SQL: "rows decode into private record structs"). `core` derives no sqlx
+//! types (rows decode into private record structs, never into `core` types). `core` derives no sqlx
 //! traits, so the conversion checks every stored name again and turns a bad row into
 //! [`Error::Fatal`] instead of panicking.
 

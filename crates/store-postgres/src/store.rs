@@ -39,7 +39,7 @@ pub const ACQUIRE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone, PartialEq)]
 pub struct PgOptions {
     /// Largest number of pooled connections (default 10). A worker needs at least its slots + 2
-    /// (DESIGN.md section 5); a subscription uses one more connection of its own.
+    /// (docs/design.md section 5); a subscription uses one more connection of its own.
     pub max_connections: u32,
     /// Connections kept open while idle (default 0).
     pub min_connections: u32,
@@ -75,7 +75,7 @@ impl Default for PgOptions {
 /// The PostgreSQL job store: a connection pool plus the store configuration. Cheap to clone
 /// (the pool is shared).
 ///
-/// Every method uses the database clock (`now()`), never the caller's (DESIGN.md section 9),
+/// Every method uses the database clock (`now()`), never the caller's (docs/design.md section 9),
 /// and needs the schema applied by [`migrate`](crate::migrate()) (`drover migrate`); without it
 /// methods fail with `Fatal` saying so.
 #[derive(Debug, Clone)]
@@ -211,7 +211,7 @@ impl PgStore {
         self.pool.close().await;
     }
 
-    /// Enqueues `jobs` inside the caller's own transaction (DESIGN.md section 5, transactional
+    /// Enqueues `jobs` inside the caller's own transaction (docs/design.md section 5, transactional
     /// enqueue): pass `&mut *tx` of a `sqlx::Transaction`. The jobs become visible, and idle
     /// workers are notified, only if that transaction commits; a rollback leaves no trace.
     /// Answers and errors as [`JobStore::jobs_enqueue`]. After `InvalidInput`, `Conflict` or

@@ -1,5 +1,5 @@
 //! Cancel: queued and reconciling jobs end cancelled at once; running jobs get a cancel
-//! request that decides how their outcome is recorded (DESIGN.md section 9).
+//! request that decides how their outcome is recorded (docs/design.md section 9).
 
 use std::time::Duration;
 

@@ -19,7 +19,7 @@ use super::{
 };
 use crate::StoreFactory;
 
-/// A job enqueued with only kind and args takes the defaults of DESIGN.md section 3.
+/// A job enqueued with only kind and args takes the defaults of docs/design.md section 3.
 pub async fn enqueue_defaults(f: &dyn StoreFactory) {
     let h = f.open(unbounded()).await;
     let store = h.store();

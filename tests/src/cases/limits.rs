@@ -82,7 +82,7 @@ pub async fn limits_max_running_implicit_queue_key(f: &dyn StoreFactory) {
 }
 
 /// A rate of N per period allows one claim every period / N, never a burst: no window of one
-/// period holds more than N claims (DESIGN.md section 4).
+/// period holds more than N claims (docs/design.md section 4).
 pub async fn limits_rate_spaces_claims_period_over_count_apart(f: &dyn StoreFactory) {
     let h = f.open(unbounded()).await;
     let store = h.store();

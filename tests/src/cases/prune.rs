@@ -1,5 +1,5 @@
 //! Retention: prune deletes only terminal jobs finished before the cutoff, in bounded batches,
-//! and frees their idempotency keys (DESIGN.md section 9).
+//! and frees their idempotency keys (docs/design.md section 9).
 
 use std::time::Duration;
 

@@ -87,7 +87,7 @@ pub async fn retry_rechecks_quota(f: &dyn StoreFactory) {
     store.job_retry(failed.id).await.unwrap();
 }
 
-/// Running jobs count against both pending quotas of a retry (DESIGN.md: quotas bound
+/// Running jobs count against both pending quotas of a retry (docs/design.md: quotas bound
 /// queued + running jobs): a running job of the tenant fills a tenant quota of 1, a running job
 /// of another tenant a global quota of 1; once it finished the retry passes.
 pub async fn retry_quota_counts_running_jobs(f: &dyn StoreFactory) {

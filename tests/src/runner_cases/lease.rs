@@ -1,6 +1,6 @@
 //! Leases and heartbeats: a handler that outlives its lease loses the job to another worker
 //! and its late completion is rejected by the fencing token (issue #4), and heartbeats save a
-//! running job's progress and meta (DESIGN.md sections 1, 3, 6 and 9).
+//! running job's progress and meta (docs/design.md sections 1, 3, 6 and 9).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! The maintenance services every worker runs: retention pruning (old terminal jobs only),
 //! the reconcile sweep of a rescued job, and cron schedules firing each tick exactly once
-//! across competing workers (DESIGN.md sections 6 and 9).
+//! across competing workers (docs/design.md sections 6 and 9).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;

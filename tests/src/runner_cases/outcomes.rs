@@ -1,6 +1,6 @@
 //! Handler outcomes other than success, as the store records them: failures retried with
 //! exponential backoff until the job fails, snooze (no attempt spent), a panic (a retryable
-//! failure) and a timeout (the handler's token fires; a deaf handler is aborted) (DESIGN.md
+//! failure) and a timeout (the handler's token fires; a deaf handler is aborted) (docs/design.md
 //! sections 3 and 6).
 
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,5 +1,5 @@
 //! Capacity: a long-running kind in its own pool cannot starve the other kinds, and
-//! `max_concurrent` caps the executions of a process over all its pools (DESIGN.md section 6).
+//! `max_concurrent` caps the executions of a process over all its pools (docs/design.md section 6).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

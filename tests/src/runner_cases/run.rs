@@ -1,5 +1,5 @@
 //! Running jobs: handlers run and their results are stored, typed args deserialize (and bad
-//! args fail without retry), and only registered kinds are claimed (DESIGN.md section 6).
+//! args fail without retry), and only registered kinds are claimed (docs/design.md section 6).
 
 use std::collections::BTreeSet;
 

@@ -1,6 +1,6 @@
 //! Stopping running handlers: graceful shutdown releases unfinished jobs without spending an
 //! attempt (issue #2) while a job that finishes within the grace period keeps its result, and
-//! an operator's cancel of a running job reaches its handler (DESIGN.md sections 3, 6 and 9).
+//! an operator's cancel of a running job reaches its handler (docs/design.md sections 3, 6 and 9).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -631,7 +631,7 @@ pub(crate) async fn ready_and_openapi_need_no_token(env: &Env) {
 /// `/metrics` names every tenant's queues and kinds and counts every tenant's jobs, so with
 /// tokens configured it needs a token of tenant `*` (401 without one, 403 for a token of one
 /// tenant, answers that show none of the data), like `/v1/queues`; it is Prometheus text with
-/// the DESIGN.md names and no tenant or args. Open under `--insecure-no-auth`, and on the
+/// the docs/design.md names and no tenant or args. Open under `--insecure-no-auth`, and on the
 /// worker's metrics-only router, which serves nothing else.
 pub(crate) async fn metrics_need_a_token_of_every_tenant(env: &Env) {
     let api = env.api(unbounded()).await;

@@ -46,7 +46,7 @@ pub const SHORT_LEASE: [&str; 6] = [
     "500ms",
 ];
 
-/// The job states after which nothing may run (DESIGN.md section 3: terminal states absorb).
+/// The job states after which nothing may run (docs/design.md section 3: terminal states absorb).
 pub const TERMINAL: [&str; 3] = ["succeeded", "failed", "cancelled"];
 
 /// Skips reliability test `test` because of `why` (returning `None` after printing

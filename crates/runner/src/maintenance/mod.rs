@@ -1,4 +1,4 @@
-//! Maintenance services every worker runs (DESIGN.md section 6); store operations are safe to
+//! Maintenance services every worker runs (docs/design.md section 6); store operations are safe to
 //! run concurrently from many workers: the rescuer (expired leases), the reconcile sweep, the
 //! cron scheduler, the cleaner (retention pruning and stale worker registrations) and the
 //! vacuum watch (warnings when the database cannot clean the jobs table).

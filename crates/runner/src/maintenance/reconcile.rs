@@ -1,7 +1,7 @@
 //! The reconcile sweep: takes reconciling jobs of the kinds this worker has reconcilers for
 //! under a short lease, asks each kind's [`crate::Reconciler`] how the interrupted work ended,
 //! and records the verdict. An error or an inconclusive verdict leaves the job reconciling for
-//! the next sweep (DESIGN.md sections 3 and 6). The reconciler's cancellation token fires on
+//! the next sweep (docs/design.md sections 3 and 6). The reconciler's cancellation token fires on
 //! shutdown; the sweep then stops after the current job.
 
 use std::sync::Arc;

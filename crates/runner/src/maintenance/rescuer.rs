@@ -1,6 +1,6 @@
 //! The rescuer: moves running jobs whose lease expired (by the store's clock) back to queued,
 //! to failed when their attempts are spent, to reconciling when this worker registers a
-//! reconciler for their kind, or to cancelled when a cancel was requested (DESIGN.md sections 3
+//! reconciler for their kind, or to cancelled when a cancel was requested (docs/design.md sections 3
 //! and 9); a job whose handler never started (it waited for a slot in a worker that stopped)
 //! goes back to queued with its attempt given back. Each expired lease is rescued exactly once
 //! however many workers race.

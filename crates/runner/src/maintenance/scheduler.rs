@@ -1,7 +1,7 @@
 //! The cron scheduler: for each schedule, the tick due at the STORE's clock
 //! ([`drover_core::Schedule::due_tick`]) is fired with `schedule_fire`, which advances the
 //! schedule and enqueues [`drover_core::Schedule::job_for_tick`] atomically, so each tick
-//! enqueues exactly one job however many workers compete (DESIGN.md sections 6 and 9).
+//! enqueues exactly one job however many workers compete (docs/design.md sections 6 and 9).
 //!
 //! A pass fires every due tick of a schedule, oldest first: ticks missed by at most
 //! [`drover_core::schedule::CATCH_UP_GRACE`] (a pass that ran late) each get their job; older

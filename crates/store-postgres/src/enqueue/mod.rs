@@ -1,4 +1,4 @@
-//! Enqueue (DESIGN.md sections 3 and 4): every way a job gets into `drover.jobs`.
+//! Enqueue (docs/design.md sections 3 and 4): every way a job gets into `drover.jobs`.
 //!
 //! A batch is validated once ([`Batch::prepare`]: the rules every store shares, ids and
 //! request hashes assigned) and stored by one lane, chosen once ([`Lane::choose`]) from what

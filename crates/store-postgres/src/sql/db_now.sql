@@ -1,2 +1,2 @@
--- The database clock, the store's only clock (DESIGN.md section 9).
+-- The database clock, the store's only clock (docs/design.md section 9).
 SELECT now()

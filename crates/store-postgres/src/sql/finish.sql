@@ -2,7 +2,7 @@
 -- changed only while running under the presented token with an unexpired lease; the caller
 -- answers every other item LeaseLost. Of repeated ids only the first item counts.
 --
--- The transitions are core's `state::apply` table (DESIGN.md section 3), pinned by the
+-- The transitions are core's `state::apply` table (docs/design.md section 3), pinned by the
 -- contract suite:
 --   succeeded -> succeeded, result stored;
 --   failed    -> error appended; cancelled if a cancel was requested; else queued at

@@ -2,9 +2,9 @@
 -- for the common batch where every item succeeded and no id repeats (the caller checks both).
 -- Fenced like finish.sql: a job is changed only while running under the presented token with
 -- an unexpired lease; the caller answers every other item LeaseLost. The transition is core's
--- `state::apply` for complete (DESIGN.md section 3): succeeded, result stored, lease cleared,
+-- `state::apply` for complete (docs/design.md section 3): succeeded, result stored, lease cleared,
 -- finished_at set; attempt, run_at, errors and cancel_requested unchanged (a success is
--- recorded even when a cancel was requested, DESIGN.md section 9). Nothing becomes ready, so
+-- recorded even when a cancel was requested, docs/design.md section 9). Nothing becomes ready, so
 -- nothing is notified here; a job under a max_running bound answers whom to wake (freed_queue).
 -- A job claimed ahead whose handler started `started_us` ago records its start too, as
 -- heartbeat.sql does. Simpler than finish.sql, so it is cheaper to plan and to run.
