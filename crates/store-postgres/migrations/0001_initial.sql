@@ -137,7 +137,7 @@ CREATE TABLE IF NOT EXISTS drover.workers (
 
 CREATE INDEX IF NOT EXISTS workers_heartbeat_idx ON drover.workers (last_heartbeat_at);
 
--- Limit policies (docs/design.md section 4, Limits) and their GCRA state.
+-- Limit policies (DESIGN.md section 4, Limits) and their GCRA state.
 CREATE TABLE IF NOT EXISTS drover.limits (
     key             text        PRIMARY KEY,
     max_running     integer,
