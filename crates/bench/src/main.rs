@@ -1,4 +1,4 @@
-//! `drover-bench`: Drover's benchmark harness (issue #7, docs/design.md section 8). Not a test: it
+//! `drover-bench`: Drover's benchmark harness (docs/design.md section 8). Not a test: it
 //! asserts nothing about time, it measures and reports.
 //!
 //! Against PostgreSQL and against the memory store it measures

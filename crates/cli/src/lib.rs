@@ -1,4 +1,4 @@
-//! The `drover` command line (docs/design.md section 7; issue #5), as a library so that an
+//! The `drover` command line (docs/design.md section 7), as a library so that an
 //! application binary with its own handlers gets the same `worker`, `serve`, `dev` and
 //! operator commands in a few lines:
 //!

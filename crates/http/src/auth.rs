@@ -1,4 +1,4 @@
-//! Bearer-token authentication (docs/design.md section 7; issue #6 item 4).
+//! Bearer-token authentication (docs/design.md section 7).
 //!
 //! Tokens map to a tenant and a role. They are given as `token:tenant:role` entries separated by
 //! commas or newlines (`DROVER_API_TOKENS`, or a file passed to `drover serve --tokens`); `#`

@@ -326,7 +326,7 @@ impl ApiError {
         answer.with_retry_after(retry_after_secs)
     }
 
-    /// Maps a store error to its answer (docs/design.md section 4 errors; issue #6 statuses), with
+    /// Maps a store error to its answer (docs/design.md section 4, errors), with
     /// every fact of a quota refusal (for callers of every tenant; see
     /// [`ApiError::from_store_for`]).
     pub fn from_store(error: Error, retry_after_secs: u64) -> Self {

@@ -1,4 +1,4 @@
-//! Drover's HTTP API (docs/design.md section 7; issue #6): the network face of the queue for
+//! Drover's HTTP API (docs/design.md section 7): the network face of the queue for
 //! services that do not link the Rust library.
 //!
 //! Build an [`ApiState`] around any `JobStore`, turn it into an axum `Router` with [`router`],
