@@ -255,6 +255,8 @@ pub enum Entity {
     Schedule,
     /// A worker, by id.
     Worker,
+    /// A workflow, by id.
+    Workflow,
 }
 
 impl fmt::Display for Entity {
@@ -265,6 +267,7 @@ impl fmt::Display for Entity {
             Entity::Limit => "limit",
             Entity::Schedule => "schedule",
             Entity::Worker => "worker",
+            Entity::Workflow => "workflow",
         })
     }
 }
@@ -329,6 +332,14 @@ pub enum EventName {
     Retry,
     /// An operator makes a queued job ready now.
     Requeue,
+    /// A waiting job's dependency ended.
+    DependencyResolved,
+    /// A parent's children were stored.
+    ChildrenAdded,
+    /// One of a parent's children ended.
+    ChildFinished,
+    /// A worker records that the handler waits for its children.
+    WaitForChildren,
 }
 
 impl EventName {
@@ -345,10 +356,14 @@ impl EventName {
             | EventName::Fail
             | EventName::Snooze
             | EventName::Release
-            | EventName::Cancelled => "running jobs",
+            | EventName::Cancelled
+            | EventName::ChildrenAdded
+            | EventName::WaitForChildren => "running jobs",
+            EventName::DependencyResolved => "waiting jobs",
+            EventName::ChildFinished => "jobs",
             EventName::Rescue => "running jobs whose lease expired",
             EventName::ReconcileClaim | EventName::Reconcile => "reconciling jobs",
-            EventName::Cancel => "queued, running or reconciling jobs",
+            EventName::Cancel => "waiting, queued, running or reconciling jobs",
             EventName::Retry => "failed, cancelled or succeeded jobs",
             EventName::Requeue => "queued jobs",
         }
@@ -386,6 +401,10 @@ impl fmt::Display for EventName {
             EventName::Cancel => "cancel",
             EventName::Retry => "retry",
             EventName::Requeue => "requeue",
+            EventName::DependencyResolved => "resolve a dependency of",
+            EventName::ChildrenAdded => "add children to",
+            EventName::ChildFinished => "finish a child of",
+            EventName::WaitForChildren => "wait for the children of",
         })
     }
 }
@@ -434,7 +453,7 @@ mod tests {
         };
         assert_eq!(
             refused.to_string(),
-            "cannot cancel a job that is succeeded (allowed only for queued, running or reconciling jobs)"
+            "cannot cancel a job that is succeeded (allowed only for waiting, queued, running or reconciling jobs)"
         );
     }
 

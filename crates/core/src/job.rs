@@ -82,6 +82,50 @@ impl FromStr for JobId {
     }
 }
 
+/// A workflow's id: a UUID v7 the store generates when it stores the graph
+/// ([`crate::JobStore::workflow_enqueue`]); every job of the graph, and every child a job of it
+/// enqueues, carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct WorkflowId(pub Uuid);
+
+impl WorkflowId {
+    /// A new time-ordered id. Stores call this; `core` itself never does.
+    pub fn new_v7() -> Self {
+        WorkflowId(Uuid::now_v7())
+    }
+
+    /// The wrapped UUID.
+    pub fn as_uuid(&self) -> Uuid {
+        self.0
+    }
+}
+
+impl fmt::Display for WorkflowId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl FromStr for WorkflowId {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        Uuid::parse_str(s).map(WorkflowId).map_err(|_| {
+            Error::invalid(
+                "workflow",
+                "must be a UUID such as 0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79",
+            )
+        })
+    }
+}
+
+/// Most dependencies one job may have (docs/design.md section 10).
+pub const DEPENDENCIES_MAX: usize = 1_000;
+/// Most live (not terminal) children one parent may have (docs/design.md section 10).
+pub const CHILDREN_MAX: usize = 10_000;
+/// Most jobs in one workflow graph (docs/design.md section 10).
+pub const WORKFLOW_JOBS_MAX: usize = 10_000;
+
 /// When a new job becomes ready.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -163,6 +207,32 @@ pub struct Job {
     pub started_at: Option<DateTime<Utc>>,
     /// When the job reached its terminal state; retention counts from here.
     pub finished_at: Option<DateTime<Utc>>,
+    /// The workflow the job belongs to, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow_id: Option<WorkflowId>,
+    /// The job's name within its workflow (unique there), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The job that enqueued this one as its child, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<JobId>,
+    /// The jobs this one waits for, in the order given at enqueue.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<JobId>,
+    /// Runs even when a dependency failed or was cancelled (otherwise it is cancelled then).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub run_regardless: bool,
+    /// Dependencies not yet resolved: the job waits while this is above 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pending_dependencies: i32,
+    /// Children not yet terminal; a parent that waits for its children waits while this is
+    /// above 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub live_children: i32,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 impl Job {
@@ -216,6 +286,17 @@ pub struct NewJob {
     pub limit_keys: Vec<LimitKey>,
     /// Client metadata: a JSON object.
     pub meta: Value,
+    /// Jobs that must be terminal before this one runs: ids of stored jobs of the same
+    /// tenant, at most [`DEPENDENCIES_MAX`], none repeated.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<JobId>,
+    /// Run even when a dependency failed or was cancelled (default: the job is cancelled then).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub run_regardless: bool,
+    /// The job's name within its workflow (set from the graph's local names by
+    /// [`crate::JobStore::workflow_enqueue`]; shown by `workflows get`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 impl NewJob {
@@ -233,7 +314,31 @@ impl NewJob {
             unique_key: None,
             limit_keys: Vec::new(),
             meta: Value::Object(Default::default()),
+            depends_on: Vec::new(),
+            run_regardless: false,
+            name: None,
         }
+    }
+
+    /// Adds a dependency: the job waits until `job` is terminal (adding one already present
+    /// changes nothing).
+    pub fn with_dependency(mut self, job: JobId) -> Self {
+        if !self.depends_on.contains(&job) {
+            self.depends_on.push(job);
+        }
+        self
+    }
+
+    /// Runs the job even when a dependency failed or was cancelled.
+    pub fn run_regardless(mut self) -> Self {
+        self.run_regardless = true;
+        self
+    }
+
+    /// Sets the job's name within its workflow.
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
     }
 
     /// Sets the queue.
@@ -300,7 +405,8 @@ impl NewJob {
     /// [`Error::InvalidInput`] naming the first offending field: `args` or `meta` larger than
     /// the bound or holding a NUL character, `meta` not an object, `max_attempts` outside
     /// 1..=1000, `run_at` outside 1970..=9999, `delay` above 100 years, a bad idempotency or
-    /// unique key, or more than 16 limit keys.
+    /// unique key, more than 16 limit keys, more than [`DEPENDENCIES_MAX`] dependencies or a
+    /// repeated one, or a bad name.
     pub fn validate(&self, sizes: &SizeLimits) -> Result<(), Error> {
         json::check_value("args", &self.args, sizes.max_args_bytes)?;
         if !self.meta.is_object() {
@@ -341,6 +447,10 @@ impl NewJob {
                     self.limit_keys.len()
                 ),
             ));
+        }
+        check_dependencies(&self.depends_on)?;
+        if let Some(name) = &self.name {
+            check_free_key("name", name)?;
         }
         Ok(())
     }
@@ -387,6 +497,18 @@ impl NewJob {
         limit_keys.dedup();
         fields.insert("limit_keys".into(), Value::from(limit_keys));
         fields.insert("meta".into(), self.meta.clone());
+        // Workflow fields count only when set, so the hash of a job without them is the one
+        // stored before they existed.
+        if !self.depends_on.is_empty() {
+            let ids: Vec<String> = self.depends_on.iter().map(JobId::to_string).collect();
+            fields.insert("depends_on".into(), Value::from(ids));
+        }
+        if self.run_regardless {
+            fields.insert("run_regardless".into(), Value::Bool(true));
+        }
+        if let Some(name) = &self.name {
+            fields.insert("name".into(), Value::from(name.as_str()));
+        }
         let canonical = json::canonical(&Value::Object(fields));
         hex::encode(Sha256::digest(canonical.as_bytes()))
     }
@@ -434,8 +556,41 @@ impl NewJob {
             attempted_at: None,
             started_at: None,
             finished_at: None,
+            workflow_id: None,
+            name: self.name,
+            parent_id: None,
+            pending_dependencies: 0,
+            live_children: 0,
+            depends_on: self.depends_on,
+            run_regardless: self.run_regardless,
         }
     }
+}
+
+/// Checks a job's dependency list: at most [`DEPENDENCIES_MAX`] ids, none repeated.
+///
+/// # Errors
+/// [`Error::InvalidInput`] naming `depends_on`.
+pub fn check_dependencies(ids: &[JobId]) -> Result<(), Error> {
+    if ids.len() > DEPENDENCIES_MAX {
+        return Err(Error::invalid(
+            "depends_on",
+            format!(
+                "at most {DEPENDENCIES_MAX} dependencies per job, got {}",
+                ids.len()
+            ),
+        ));
+    }
+    let mut seen = std::collections::HashSet::with_capacity(ids.len());
+    for id in ids {
+        if !seen.insert(*id) {
+            return Err(Error::invalid(
+                "depends_on",
+                format!("must not repeat a job; {id} appears twice"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Size bounds a store applies to job JSON (docs/design.md section 9).

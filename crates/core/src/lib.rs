@@ -19,10 +19,13 @@ pub mod retry;
 pub mod schedule;
 pub mod state;
 pub mod store;
+pub mod workflow;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{BoxError, Entity, Error, EventName, Quota, Result};
-pub use job::{AttemptError, EnqueueStatus, Enqueued, Job, JobId, NewJob, RunAt, SizeLimits};
+pub use job::{
+    AttemptError, EnqueueStatus, Enqueued, Job, JobId, NewJob, RunAt, SizeLimits, WorkflowId,
+};
 pub use lease::FencingToken;
 pub use limits::{Admission, LimitPolicy, LimitState, LimitStatus, Rate};
 pub use names::{JobKind, LimitKey, QueueName, ScheduleName, TenantId, WorkerId};
@@ -39,4 +42,8 @@ pub use store::{
     FinishItem, FinishReply, FireSchedule, HeartbeatItem, HeartbeatJobs, HeartbeatReply,
     JobDetails, JobPage, JobStore, ListJobs, PruneJobs, Quotas, RequeueOutcome, RescueExpired,
     Rescued, StoreConfig, StoreEvent, SucceededJobs,
+};
+pub use workflow::{
+    Dependency, EnqueueChildren, EnqueuedWorkflow, ListWorkflows, NewWorkflow, Workflow,
+    WorkflowChange, WorkflowJob, WorkflowPage, WorkflowSummary,
 };

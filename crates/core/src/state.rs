@@ -23,7 +23,10 @@ use crate::names::WorkerId;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
-    /// Waiting: ready when `run_at <= now`.
+    /// Waiting for other jobs: its dependencies, or the children it enqueued (docs/design.md
+    /// section 10). Not claimable, no lease, counted by quotas as pending.
+    Waiting,
+    /// Ready when `run_at <= now`.
     Queued,
     /// Claimed by a worker under a lease.
     Running,
@@ -39,7 +42,8 @@ pub enum JobState {
 
 impl JobState {
     /// Every state, in lifecycle order.
-    pub const ALL: [JobState; 6] = [
+    pub const ALL: [JobState; 7] = [
+        JobState::Waiting,
         JobState::Queued,
         JobState::Running,
         JobState::Reconciling,
@@ -52,12 +56,18 @@ impl JobState {
     pub const TERMINAL: [JobState; 3] =
         [JobState::Succeeded, JobState::Failed, JobState::Cancelled];
 
-    /// The states counted as pending by quotas: queued, running and reconciling.
-    pub const PENDING: [JobState; 3] = [JobState::Queued, JobState::Running, JobState::Reconciling];
+    /// The states counted as pending by quotas: waiting, queued, running and reconciling.
+    pub const PENDING: [JobState; 4] = [
+        JobState::Waiting,
+        JobState::Queued,
+        JobState::Running,
+        JobState::Reconciling,
+    ];
 
     /// The state's name as stored and shown: `queued`, `running`, ...
     pub fn as_str(self) -> &'static str {
         match self {
+            JobState::Waiting => "waiting",
             JobState::Queued => "queued",
             JobState::Running => "running",
             JobState::Reconciling => "reconciling",
@@ -88,7 +98,7 @@ impl FromStr for JobState {
     /// Parses a state name.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] with field `state` for anything but the six state names.
+    /// [`Error::InvalidInput`] with field `state` for anything but the seven state names.
     fn from_str(s: &str) -> Result<Self, Error> {
         JobState::ALL
             .into_iter()
@@ -96,7 +106,7 @@ impl FromStr for JobState {
             .ok_or_else(|| {
                 Error::invalid(
                     "state",
-                    "must be one of queued, running, reconciling, succeeded, failed, cancelled",
+                    "must be one of waiting, queued, running, reconciling, succeeded, failed, cancelled",
                 )
             })
     }
@@ -228,6 +238,36 @@ pub enum Event {
     /// retry's backoff, a snooze) gets `run_at = now`, attempts unchanged; a ready one is left
     /// as it is.
     Requeue,
+    /// One of a waiting job's dependencies reached the terminal state `state`. A failed or
+    /// cancelled dependency cancels the job, naming the dependency, unless it runs regardless
+    /// ([`Job::run_regardless`]); otherwise one fewer dependency is pending, and the job is
+    /// queued (ready at once, or at its own later `run_at`) when none is.
+    DependencyResolved {
+        /// The dependency.
+        dependency: crate::JobId,
+        /// Its terminal state.
+        state: JobState,
+    },
+    /// The lease holder stored `count` children of the job (fenced: `token` is `Some`), or an
+    /// operator retried `count` of its finished children (`None`): that many more live children.
+    ChildrenAdded {
+        /// The token of the parent's claim; `None` for an operator's retry of a child.
+        token: Option<FencingToken>,
+        /// How many children became live.
+        count: u32,
+    },
+    /// One of the job's children reached a terminal state: one fewer live child. A parent
+    /// waiting for its children is queued, ready at once, when none is left. Allowed in every
+    /// state (a parent may still be running when a child finishes).
+    ChildFinished,
+    /// The handler returned "wait for my children": the lease is released and the attempt
+    /// given back (as a snooze does); the job waits while it has live children and is queued,
+    /// ready at once, when it has none (an empty fan-out resumes at once). A requested cancel
+    /// ends it cancelled instead.
+    WaitForChildren {
+        /// The token from the claim.
+        token: FencingToken,
+    },
 }
 
 impl Event {
@@ -248,6 +288,10 @@ impl Event {
             Event::Cancel => EventName::Cancel,
             Event::Retry => EventName::Retry,
             Event::Requeue => EventName::Requeue,
+            Event::DependencyResolved { .. } => EventName::DependencyResolved,
+            Event::ChildrenAdded { .. } => EventName::ChildrenAdded,
+            Event::ChildFinished => EventName::ChildFinished,
+            Event::WaitForChildren { .. } => EventName::WaitForChildren,
         }
     }
 }
@@ -260,6 +304,11 @@ pub struct Transition {
     pub from: JobState,
     /// State after the event.
     pub to: JobState,
+}
+
+/// The message a job cancelled by its dependency's end records.
+pub fn dependency_failed_message(dependency: crate::JobId, state: JobState) -> String {
+    format!("dependency {dependency} ended {state}: this job does not run (enqueue it with run_regardless to run it anyway)")
 }
 
 /// The message recorded when a lease expires.
@@ -457,7 +506,9 @@ pub fn apply(job: &mut Job, event: Event, now: DateTime<Utc>) -> Result<Transiti
             }
         }
         Event::Cancel => match from {
-            JobState::Queued | JobState::Reconciling => finish(job, JobState::Cancelled, now),
+            JobState::Waiting | JobState::Queued | JobState::Reconciling => {
+                finish(job, JobState::Cancelled, now);
+            }
             JobState::Running => job.cancel_requested = true,
             _ => return Err(refuse(name)),
         },
@@ -471,12 +522,56 @@ pub fn apply(job: &mut Job, event: Event, now: DateTime<Utc>) -> Result<Transiti
             job.finished_at = None;
             job.progress = None;
             requeue(job, now);
+            if job.pending_dependencies > 0 {
+                job.state = JobState::Waiting;
+            }
         }
         Event::Requeue => {
             if from != JobState::Queued {
                 return Err(refuse(name));
             }
             job.run_at = job.run_at.min(now);
+        }
+        Event::DependencyResolved { dependency, state } => {
+            if from != JobState::Waiting || job.pending_dependencies <= 0 || !state.is_terminal() {
+                return Err(refuse(name));
+            }
+            job.pending_dependencies -= 1;
+            let failed = matches!(state, JobState::Failed | JobState::Cancelled);
+            if failed && !job.run_regardless {
+                push_error(job, &dependency_failed_message(dependency, state), now);
+                job.pending_dependencies = 0;
+                finish(job, JobState::Cancelled, now);
+            } else if job.pending_dependencies == 0 && job.live_children == 0 {
+                requeue(job, job.run_at.max(now));
+            }
+        }
+        Event::ChildrenAdded { token, count } => {
+            if let Some(token) = token {
+                check_lease(job, token, now)?;
+            }
+            job.live_children = job
+                .live_children
+                .saturating_add(i32::try_from(count).unwrap_or(i32::MAX));
+        }
+        Event::ChildFinished => {
+            job.live_children = job.live_children.saturating_sub(1).max(0);
+            if from == JobState::Waiting && job.live_children == 0 && job.pending_dependencies == 0
+            {
+                requeue(job, now);
+            }
+        }
+        Event::WaitForChildren { token } => {
+            check_lease(job, token, now)?;
+            if job.cancel_requested {
+                finish(job, JobState::Cancelled, now);
+            } else {
+                job.attempt = job.attempt.saturating_sub(1).max(0);
+                requeue(job, now);
+                if job.live_children > 0 {
+                    job.state = JobState::Waiting;
+                }
+            }
         }
     }
     Ok(Transition {

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::bounds::check_range;
 use crate::error::{Error, Result};
-use crate::job::{Enqueued, Job, JobId, NewJob, SizeLimits};
+use crate::job::{Enqueued, Job, JobId, NewJob, SizeLimits, WorkflowId};
 use crate::lease::{check_lease, FencingToken};
 use crate::limits::{LimitPolicy, LimitStatus};
 use crate::names::{JobKind, LimitKey, QueueName, ScheduleName, TenantId, WorkerId};
@@ -26,6 +26,10 @@ use crate::queue::{
 pub use crate::schedule::FireSchedule;
 use crate::schedule::{NewSchedule, Schedule, ScheduleUpsert};
 use crate::state::{JobState, Resolution, Retry, Transition};
+use crate::workflow::{
+    EnqueueChildren, EnqueuedWorkflow, ListWorkflows, NewWorkflow, Workflow, WorkflowChange,
+    WorkflowPage,
+};
 
 /// Default quota on pending jobs of the cluster (docs/design.md section 7).
 pub const MAX_PENDING_DEFAULT: u64 = 10_000;
@@ -294,6 +298,29 @@ pub enum Finish {
         /// Why.
         message: String,
     },
+    /// Wait for the job's children without a lease or a slot, attempt not spent; the job runs
+    /// again when every child is terminal, at once when none is live
+    /// ([`crate::Event::WaitForChildren`]).
+    WaitForChildren,
+}
+
+impl Finish {
+    /// The state-machine event this outcome is, for the lease of `token`.
+    pub fn into_event(self, token: FencingToken) -> crate::Event {
+        use crate::Event;
+        match self {
+            Finish::Succeeded { result } => Event::Complete { token, result },
+            Finish::Failed { message, retry } => Event::Fail {
+                token,
+                message,
+                retry,
+            },
+            Finish::Snoozed { delay } => Event::Snooze { token, delay },
+            Finish::Released => Event::Release { token },
+            Finish::Cancelled { message } => Event::Cancelled { token, message },
+            Finish::WaitForChildren => Event::WaitForChildren { token },
+        }
+    }
 }
 
 /// One finished run to record.
@@ -385,6 +412,14 @@ pub struct CancelOutcome {
     pub effect: CancelEffect,
     /// The job after the cancel.
     pub job: Job,
+    /// Other jobs the cancel reached (docs/design.md section 10): children cancelled or
+    /// signalled, dependents cancelled, round after round.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cascaded: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The answer to a requeue ([`JobStore::job_requeue`]).
@@ -507,6 +542,12 @@ pub struct ListJobs {
     pub tenant: Option<TenantId>,
     /// Only jobs whose meta contains this object (jsonb `@>` semantics).
     pub meta: Option<Value>,
+    /// Only jobs of this workflow.
+    #[serde(default)]
+    pub workflow: Option<WorkflowId>,
+    /// Only children of this job.
+    #[serde(default)]
+    pub parent: Option<JobId>,
     /// Keyset cursor: only jobs with an id smaller than this (the previous page's `next`).
     pub before: Option<JobId>,
     /// Page size, 1..=1,000 (default 50 when 0).
@@ -667,11 +708,117 @@ pub trait JobStore: Send + Sync + 'static {
     /// idempotency key repeated inside one batch with a different request is refused before
     /// anything is looked up ([`crate::job::check_batch_idempotency`]).
     ///
+    /// A job with `depends_on` is settled against its stored dependencies
+    /// ([`crate::workflow::settle_new`]): `waiting`, `queued` or `cancelled`, in the same
+    /// atomic step; a dependency cannot end unseen meanwhile.
+    ///
     /// # Errors
     /// `InvalidInput` (field prefixed `jobs[i].` for batches of more than one; an in-batch
-    /// idempotency repeat names `jobs[i].idempotency_key`), `Conflict`, `QuotaExceeded`. On
-    /// any error nothing is stored.
+    /// idempotency repeat names `jobs[i].idempotency_key`; a dependency that names no job of
+    /// the tenant names `jobs[i].depends_on`), `Conflict`, `QuotaExceeded`. On any error
+    /// nothing is stored.
     async fn jobs_enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>>;
+
+    /// Enqueues a workflow graph as one unit, all or nothing: checks it
+    /// ([`NewWorkflow::plan`]), then stores every job with a new workflow id, its name, and its
+    /// dependencies (local names resolved to the new ids, plus any stored ids it names), as
+    /// `jobs_enqueue` would in one batch (idempotency and unique keys, quotas for all of them
+    /// together). Answers per job in input order.
+    ///
+    /// # Errors
+    /// `InvalidInput` naming `jobs` or `jobs[i].<field>`; `Conflict`; `QuotaExceeded`. On any
+    /// error nothing is stored.
+    async fn workflow_enqueue(&self, workflow: NewWorkflow) -> Result<EnqueuedWorkflow> {
+        // SCAFFOLD: replaced by each store.
+        let _ = workflow;
+        Err(Error::fatal(
+            "workflows are not implemented by this store yet",
+        ))
+    }
+
+    /// Stores children of a running parent in one atomic step with a fenced write of the
+    /// parent: the parent must be running under `token` with an unexpired lease; each child
+    /// gets `parent_id`, the parent's workflow id, and is enqueued as by `jobs_enqueue` (keys,
+    /// quotas, dependencies); the parent counts them as live children (replayed and duplicate
+    /// answers are not new children). The parent's tenant is every child's tenant.
+    ///
+    /// # Errors
+    /// `LeaseLost` for a stale or expired parent lease (nothing stored); `NotFound` for an
+    /// unknown parent; `InvalidInput` as `jobs_enqueue`, `jobs[i].tenant` for a child of another
+    /// tenant, `jobs` when the parent would have more than [`crate::job::CHILDREN_MAX`] live
+    /// children; `Conflict`; `QuotaExceeded`.
+    async fn children_enqueue(&self, children: EnqueueChildren) -> Result<Vec<Enqueued>> {
+        // SCAFFOLD: replaced by each store.
+        let _ = children;
+        Err(Error::fatal(
+            "workflows are not implemented by this store yet",
+        ))
+    }
+
+    /// Fetches the jobs with these ids (at most 1,000), in the order asked; ids of no stored
+    /// job are left out.
+    ///
+    /// # Errors
+    /// `InvalidInput` naming `ids` for more than 1,000.
+    async fn jobs_get(&self, ids: Vec<JobId>) -> Result<Vec<Job>> {
+        // SCAFFOLD: replaced by each store.
+        let _ = ids;
+        Err(Error::fatal(
+            "workflows are not implemented by this store yet",
+        ))
+    }
+
+    /// Fetches a workflow with all its jobs (children included).
+    ///
+    /// # Errors
+    /// `NotFound` (entity workflow).
+    async fn workflow_get(&self, id: WorkflowId) -> Result<Workflow> {
+        // SCAFFOLD: replaced by each store.
+        let _ = id;
+        Err(Error::fatal(
+            "workflows are not implemented by this store yet",
+        ))
+    }
+
+    /// Lists workflows newest first, each with its counts per state.
+    ///
+    /// # Errors
+    /// `InvalidInput` from [`ListWorkflows::validate`].
+    async fn workflows_list(&self, query: ListWorkflows) -> Result<WorkflowPage> {
+        // SCAFFOLD: replaced by each store.
+        let _ = query;
+        Err(Error::fatal(
+            "workflows are not implemented by this store yet",
+        ))
+    }
+
+    /// Cancels every job of a workflow that is not terminal, as `job_cancel` does for each
+    /// (waiting and queued jobs cancelled, running ones signalled), in one atomic step.
+    ///
+    /// # Errors
+    /// `NotFound`.
+    async fn workflow_cancel(&self, id: WorkflowId) -> Result<WorkflowChange> {
+        // SCAFFOLD: replaced by each store.
+        let _ = id;
+        Err(Error::fatal(
+            "workflows are not implemented by this store yet",
+        ))
+    }
+
+    /// Retries every failed or cancelled job of a workflow in one atomic step
+    /// ([`crate::workflow::plan_retry`]): each waits again for its dependencies that run again,
+    /// the others are queued; quotas re-checked for them all.
+    ///
+    /// # Errors
+    /// `NotFound`; `QuotaExceeded`; `Conflict` when a live job now holds a retried job's
+    /// unique key.
+    async fn workflow_retry(&self, id: WorkflowId) -> Result<WorkflowChange> {
+        // SCAFFOLD: replaced by each store.
+        let _ = id;
+        Err(Error::fatal(
+            "workflows are not implemented by this store yet",
+        ))
+    }
 
     /// Fetches one job.
     ///
@@ -712,14 +859,22 @@ pub trait JobStore: Send + Sync + 'static {
     /// [`FinishItem::started`]); answers per item in input order. An item with a stale token or
     /// an expired lease is answered `LeaseLost` and changes nothing. Of repeated ids only the
     /// first item counts (the others are answered `LeaseLost`). With
-    /// [`SucceededJobs::Delete`] a recorded success deletes the job.
+    /// [`SucceededJobs::Delete`] a recorded success deletes the job, unless a job depends on it
+    /// or it is a child (its result is kept for them; retention prunes it later).
+    ///
+    /// In the same atomic step a job that ended propagates ([`crate::workflow::propagate`]):
+    /// its dependents resolve, its parent counts one live child less (a waiting parent with
+    /// none left is queued), a cancelled job's children are cancelled.
     ///
     /// # Errors
     /// `InvalidInput` when a result is larger than the size bound (nothing is recorded).
     async fn jobs_finish(&self, items: Vec<FinishItem>) -> Result<Vec<FinishReply>>;
 
-    /// Cancels a job: queued or reconciling -> cancelled; running -> `cancel_requested` and a
-    /// [`StoreEvent::CancelRequested`].
+    /// Cancels a job: waiting, queued or reconciling -> cancelled; running ->
+    /// `cancel_requested` and a [`StoreEvent::CancelRequested`]. In the same atomic step the
+    /// cancel propagates ([`crate::workflow::propagate`]): the job's live children are cancelled
+    /// or signalled, and when the job ended cancelled its dependents are cancelled (unless they
+    /// run regardless), round after round.
     ///
     /// # Errors
     /// `NotFound`; `InvalidTransition` for a finished job.
@@ -770,7 +925,9 @@ pub trait JobStore: Send + Sync + 'static {
     ) -> Result<Transition>;
 
     /// Deletes terminal jobs finished before `now - older_than`, at most `limit`; returns how
-    /// many. Never touches queued, running or reconciling jobs.
+    /// many. Never touches waiting, queued, running or reconciling jobs, a job that a job not
+    /// yet terminal depends on, a parent with live children, or a child whose parent is not
+    /// terminal (docs/design.md section 10).
     ///
     /// # Errors
     /// `InvalidInput` for a limit of 0 or above 100,000.

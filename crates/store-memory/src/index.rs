@@ -193,20 +193,21 @@ impl Placement {
 
 /// Position in per-queue count arrays of the running jobs that wait for a slot (claimed
 /// ahead, not started); they are counted in the running slot too.
-pub(crate) const WAITING_SLOT: usize = 6;
+pub(crate) const WAITING_SLOT: usize = 7;
 
 /// Per-queue counts: jobs per state (slots from [`state_slot`]), then [`WAITING_SLOT`].
-pub(crate) type QueueCounts = [u64; 7];
+pub(crate) type QueueCounts = [u64; 8];
 
 /// Position of a state in per-queue count arrays (the order of `JobState::ALL`).
 pub(crate) fn state_slot(state: JobState) -> usize {
     match state {
-        JobState::Queued => 0,
-        JobState::Running => 1,
-        JobState::Reconciling => 2,
-        JobState::Succeeded => 3,
-        JobState::Failed => 4,
-        JobState::Cancelled => 5,
+        JobState::Waiting => 0,
+        JobState::Queued => 1,
+        JobState::Running => 2,
+        JobState::Reconciling => 3,
+        JobState::Succeeded => 4,
+        JobState::Failed => 5,
+        JobState::Cancelled => 6,
     }
 }
 
@@ -376,7 +377,7 @@ impl Indexes {
                 counts[WAITING_SLOT] += waiting;
             }
             None => {
-                let mut counts = [0; 7];
+                let mut counts = [0; 8];
                 counts[state_slot(placement.state)] = 1;
                 counts[WAITING_SLOT] = waiting;
                 self.counts.insert(job.queue.clone(), counts);
@@ -405,6 +406,7 @@ impl Indexes {
             JobState::Reconciling => {
                 self.reconciling.insert(job.id);
             }
+            JobState::Waiting => {}
             JobState::Succeeded | JobState::Failed | JobState::Cancelled => {
                 let at = placement.finished_at.unwrap_or(now);
                 self.finished.insert(key_time(at), key_id(job.id));
@@ -449,6 +451,7 @@ impl Indexes {
             JobState::Reconciling => {
                 self.reconciling.remove(&job.id);
             }
+            JobState::Waiting => {}
             JobState::Succeeded | JobState::Failed | JobState::Cancelled => {
                 if let Some(at) = placement.finished_at {
                     self.finished.remove(key_time(at), key_id(job.id));

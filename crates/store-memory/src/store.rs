@@ -270,20 +270,13 @@ impl JobStore for MemoryStore {
                     let id = item.id;
                     let token = item.token;
                     let started = item.started.map(|elapsed| (token, elapsed));
-                    let event = match item.finish {
-                        Finish::Succeeded { result } => Event::Complete {
-                            token,
+                    let finish = match item.finish {
+                        Finish::Succeeded { result } => Finish::Succeeded {
                             result: result.map(json::normalized),
                         },
-                        Finish::Failed { message, retry } => Event::Fail {
-                            token,
-                            message,
-                            retry,
-                        },
-                        Finish::Snoozed { delay } => Event::Snooze { token, delay },
-                        Finish::Released => Event::Release { token },
-                        Finish::Cancelled { message } => Event::Cancelled { token, message },
+                        other => other,
                     };
+                    let event = finish.into_event(token);
                     match inner.transition_started(id, started, event, now) {
                         Ok((transition, job)) => {
                             let freed = if job.is_ready(now) {
@@ -338,6 +331,7 @@ impl JobStore for MemoryStore {
             CancelOutcome {
                 effect,
                 job: job.clone(),
+                cascaded: 0,
             }
         };
         if outcome.effect == CancelEffect::Requested {

@@ -128,7 +128,11 @@ async fn cancel_in(conn: &mut PgConnection, id: JobId) -> Result<CancelOutcome, 
     } else {
         CancelEffect::Cancelled
     };
-    Ok(CancelOutcome { effect, job })
+    Ok(CancelOutcome {
+        effect,
+        job,
+        cascaded: 0,
+    })
 }
 
 /// Operator retry of a finished job: same id, attempt budget reset, ready now; quotas

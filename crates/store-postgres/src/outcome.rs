@@ -258,6 +258,8 @@ async fn finish_any(conn: &mut PgConnection, items: &[FinishItem]) -> Result<Fin
             Finish::Cancelled { message } => {
                 ("cancelled", None, Some(truncate_message(message)), None)
             }
+            // SCAFFOLD: the workflow finish path replaces this.
+            Finish::WaitForChildren => ("released", None, None, None),
         };
         outcomes.push(outcome);
         results.push(result);

@@ -90,6 +90,14 @@ impl JobRecord {
             attempted_at: self.attempted_at,
             started_at: self.started_at,
             finished_at: self.finished_at,
+            // SCAFFOLD: read from the workflow columns once they exist.
+            workflow_id: None,
+            name: None,
+            parent_id: None,
+            depends_on: Vec::new(),
+            run_regardless: false,
+            pending_dependencies: 0,
+            live_children: 0,
         })
     }
 }

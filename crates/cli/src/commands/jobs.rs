@@ -157,6 +157,7 @@ pub fn list_query(args: &ListArgs) -> Result<ListJobs> {
         limit: args.limit,
         // The table shows none of the large fields; `--json` those `--include` names.
         details: args.include.unwrap_or(JobDetails::NONE),
+        ..ListJobs::default()
     };
     query
         .validate()

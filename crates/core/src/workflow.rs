@@ -1,0 +1,593 @@
+//! Workflows (docs/design.md section 10): jobs that wait for other jobs, parents that wait for
+//! the children they enqueued, and graphs enqueued as one unit.
+//!
+//! Rules, the same for every store:
+//!
+//! | situation | what happens | where |
+//! |---|---|---|
+//! | enqueue with dependencies, none terminal | `waiting`, `pending_dependencies` = their number | [`settle_new`] |
+//! | enqueue with a dependency already terminal | resolved at once, as below | [`settle_new`] |
+//! | a dependency ends `succeeded` | one fewer pending; `queued` at 0 | [`propagate`], [`crate::Event::DependencyResolved`] |
+//! | a dependency ends `failed` or `cancelled` | the dependent is `cancelled` naming it, unless `run_regardless` | same |
+//! | a child ends | the parent has one fewer live child; a waiting parent with none is `queued` | [`propagate`], [`crate::Event::ChildFinished`] |
+//! | a job is cancelled (or its cancel requested) | its waiting and queued children are cancelled, its running ones signalled | [`propagate`] |
+//! | a job ends `cancelled` through any of these | its own dependents and children follow, round after round | the store's loop over [`propagate`] |
+//!
+//! Each edge "job waits for dependency" is resolved exactly once: the store marks it resolved in
+//! the same atomic step as it applies it, so a dependency that finishes again after an operator
+//! retry does not count twice. Work is proportional to the edges and children touched: a
+//! fan-out of n children costs n decrements of one counter, a chain one resolution per link.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+use crate::job::{
+    check_dependencies, Job, JobId, NewJob, SizeLimits, WorkflowId, DEPENDENCIES_MAX,
+    WORKFLOW_JOBS_MAX,
+};
+use crate::names::check_free_key;
+use crate::state::{apply, Event, JobState};
+
+/// One stored dependency edge: `job` waits for `dependency`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Dependency {
+    /// The dependent job.
+    pub job: JobId,
+    /// The job it waits for.
+    pub dependency: JobId,
+}
+
+/// Decides the state of a new job with dependencies, before it is stored: `dependencies` are
+/// the stored jobs its `depends_on` names (in any order; the store looked them up, and locked
+/// them so none ends meanwhile). Each one already terminal is resolved at once
+/// ([`crate::Event::DependencyResolved`]); the job is `waiting` while any is pending, `queued`
+/// when none is, `cancelled` when one failed (unless it runs regardless). Returns the edges the
+/// store must keep unresolved; empty for a job without dependencies, which stays as it is.
+///
+/// # Errors
+/// [`Error::InvalidInput`] naming `depends_on` when an id names no stored job of the job's
+/// tenant (a job of another tenant answers the same, so ids of other tenants stay unknown).
+pub fn settle_new(
+    job: &mut Job,
+    dependencies: &[Job],
+    now: DateTime<Utc>,
+) -> Result<Vec<Dependency>, Error> {
+    if job.depends_on.is_empty() {
+        return Ok(Vec::new());
+    }
+    let found: HashMap<JobId, &Job> = dependencies
+        .iter()
+        .filter(|d| d.tenant == job.tenant)
+        .map(|d| (d.id, d))
+        .collect();
+    let mut ordered = Vec::with_capacity(job.depends_on.len());
+    for id in &job.depends_on {
+        match found.get(id) {
+            Some(dependency) => ordered.push(*dependency),
+            None => {
+                return Err(Error::invalid(
+                    "depends_on",
+                    format!("names no job of tenant {}: {id}", job.tenant),
+                ))
+            }
+        }
+    }
+    job.state = JobState::Waiting;
+    job.pending_dependencies = i32::try_from(ordered.len()).unwrap_or(i32::MAX);
+    let mut pending = Vec::new();
+    for dependency in ordered {
+        if dependency.state.is_terminal() {
+            let event = Event::DependencyResolved {
+                dependency: dependency.id,
+                state: dependency.state,
+            };
+            apply(job, event, now)?;
+            if job.state == JobState::Cancelled {
+                return Ok(Vec::new());
+            }
+        } else {
+            pending.push(Dependency {
+                job: job.id,
+                dependency: dependency.id,
+            });
+        }
+    }
+    Ok(pending)
+}
+
+/// What a store loads, and locks, for one round of [`propagate`] after the jobs `ended`
+/// changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Needs {
+    /// Jobs that became terminal: load the unresolved edges whose `dependency` is one of these,
+    /// and their dependents.
+    pub dependents_of: Vec<JobId>,
+    /// Parents of jobs that became terminal: load them.
+    pub parents: Vec<JobId>,
+    /// Jobs cancelled or with a cancel requested that have live children: load their children
+    /// that are not terminal.
+    pub children_of: Vec<JobId>,
+}
+
+impl Needs {
+    /// What to load after `ended` changed (each became terminal, or had its cancel requested,
+    /// in the step before).
+    pub fn of(ended: &[Job]) -> Needs {
+        let mut needs = Needs::default();
+        for job in ended {
+            if job.state.is_terminal() {
+                needs.dependents_of.push(job.id);
+                if let Some(parent) = job.parent_id {
+                    needs.parents.push(parent);
+                }
+            }
+            let cancelling = job.state == JobState::Cancelled || job.cancel_requested;
+            if cancelling && job.live_children > 0 {
+                needs.children_of.push(job.id);
+            }
+        }
+        needs.parents.sort();
+        needs.parents.dedup();
+        needs
+    }
+
+    /// True when there is nothing to load: propagation is over.
+    pub fn is_empty(&self) -> bool {
+        self.dependents_of.is_empty() && self.parents.is_empty() && self.children_of.is_empty()
+    }
+}
+
+/// What one round of [`propagate`] changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Propagated {
+    /// Edges applied in this round: the store marks them resolved.
+    pub resolved: Vec<Dependency>,
+    /// Jobs of the loaded set that changed: the store writes them back.
+    pub changed: BTreeSet<JobId>,
+    /// Jobs that became terminal or had their cancel requested in this round: the next round's
+    /// `ended`.
+    pub ended: Vec<JobId>,
+}
+
+/// One round of propagation: applies the ends of `ended` to what the store loaded for
+/// [`Needs::of`] (`edges`: the unresolved edges whose dependency ended; `jobs`: their
+/// dependents, the parents and the live children, by id). Dependents resolve
+/// ([`crate::Event::DependencyResolved`]), parents count a child less
+/// ([`crate::Event::ChildFinished`]), children of a cancelled job are cancelled
+/// ([`crate::Event::Cancel`]). A job no longer in the state an event needs (a dependent an
+/// operator cancelled meanwhile) is left as it is; its edge is resolved all the same.
+pub fn propagate(
+    ended: &[Job],
+    edges: &[Dependency],
+    jobs: &mut BTreeMap<JobId, Job>,
+    now: DateTime<Utc>,
+) -> Propagated {
+    let mut out = Propagated::default();
+    let ended_by_id: HashMap<JobId, &Job> = ended.iter().map(|j| (j.id, j)).collect();
+    for edge in edges {
+        let Some(dependency) = ended_by_id.get(&edge.dependency) else {
+            continue;
+        };
+        if !dependency.state.is_terminal() {
+            continue;
+        }
+        out.resolved.push(*edge);
+        let event = Event::DependencyResolved {
+            dependency: edge.dependency,
+            state: dependency.state,
+        };
+        apply_to(jobs, edge.job, event, now, &mut out);
+    }
+    for job in ended {
+        if let (true, Some(parent)) = (job.state.is_terminal(), job.parent_id) {
+            apply_to(jobs, parent, Event::ChildFinished, now, &mut out);
+        }
+    }
+    let cancelling: BTreeSet<JobId> = ended
+        .iter()
+        .filter(|j| j.state == JobState::Cancelled || j.cancel_requested)
+        .map(|j| j.id)
+        .collect();
+    let children: Vec<JobId> = jobs
+        .values()
+        .filter(|j| !j.state.is_terminal() && !j.cancel_requested)
+        .filter(|j| j.parent_id.is_some_and(|p| cancelling.contains(&p)))
+        .map(|j| j.id)
+        .collect();
+    for child in children {
+        apply_to(jobs, child, Event::Cancel, now, &mut out);
+    }
+    out
+}
+
+/// Applies `event` to the loaded job `id`, noting what changed and what ended.
+fn apply_to(
+    jobs: &mut BTreeMap<JobId, Job>,
+    id: JobId,
+    event: Event,
+    now: DateTime<Utc>,
+    out: &mut Propagated,
+) {
+    let Some(job) = jobs.get_mut(&id) else {
+        return;
+    };
+    let before = (job.state, job.cancel_requested);
+    if apply(job, event, now).is_ok() {
+        out.changed.insert(id);
+        let became_terminal = !before.0.is_terminal() && job.state.is_terminal();
+        let newly_requested = !before.1 && job.cancel_requested;
+        if became_terminal || newly_requested {
+            out.ended.push(id);
+        }
+    }
+}
+
+/// One job of a workflow graph: a local `name`, the job, and the local names of the jobs of
+/// the graph it depends on (besides any stored jobs its own `depends_on` names).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkflowJob {
+    /// Unique within the graph; stored as the job's [`Job::name`].
+    pub name: String,
+    /// The job.
+    pub job: NewJob,
+    /// Names of jobs of the same graph this one waits for.
+    #[serde(default)]
+    pub depends_on: Vec<String>,
+}
+
+/// A graph of jobs enqueued as one unit, all or nothing
+/// ([`crate::JobStore::workflow_enqueue`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NewWorkflow {
+    /// The jobs, in any order (dependencies by name may point forward).
+    pub jobs: Vec<WorkflowJob>,
+}
+
+/// A job of a checked graph, in an order where every job comes after the jobs of the graph it
+/// depends on ([`NewWorkflow::plan`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedJob {
+    /// Its position in [`NewWorkflow::jobs`].
+    pub index: usize,
+    /// Positions of the graph's jobs it depends on.
+    pub depends_on: Vec<usize>,
+}
+
+impl NewWorkflow {
+    /// An empty graph.
+    pub fn new() -> Self {
+        NewWorkflow::default()
+    }
+
+    /// Adds a job named `name` that depends on the graph's jobs named `depends_on`.
+    pub fn job(mut self, name: impl Into<String>, job: NewJob, depends_on: &[&str]) -> Self {
+        self.jobs.push(WorkflowJob {
+            name: name.into(),
+            job,
+            depends_on: depends_on.iter().map(|s| s.to_string()).collect(),
+        });
+        self
+    }
+
+    /// Checks the graph before anything is stored and orders it: at least one and at most
+    /// [`WORKFLOW_JOBS_MAX`] jobs; each valid ([`NewJob::validate`]) with a valid, unique name;
+    /// every job of the tenant of the first; every local dependency naming a job of the graph,
+    /// none repeated, at most [`DEPENDENCIES_MAX`] dependencies per job with its stored ones;
+    /// and no cycle. Returns the jobs in dependency order (among independent jobs, input order).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] naming `jobs`, or `jobs[i].<field>` for the first bad job.
+    pub fn plan(&self, sizes: &SizeLimits) -> Result<Vec<PlannedJob>, Error> {
+        let len = self.jobs.len();
+        if len == 0 || len > WORKFLOW_JOBS_MAX {
+            return Err(Error::invalid(
+                "jobs",
+                format!("a workflow holds 1 to {WORKFLOW_JOBS_MAX} jobs, got {len}"),
+            ));
+        }
+        let at = |i: usize, e: Error| e.in_batch_item(i, usize::MAX);
+        let mut by_name: HashMap<&str, usize> = HashMap::with_capacity(len);
+        let tenant = &self.jobs[0].job.tenant;
+        for (i, entry) in self.jobs.iter().enumerate() {
+            check_free_key("name", &entry.name).map_err(|e| at(i, e))?;
+            entry.job.validate(sizes).map_err(|e| at(i, e))?;
+            if &entry.job.tenant != tenant {
+                return Err(at(
+                    i,
+                    Error::invalid(
+                        "tenant",
+                        format!("must be the tenant of the workflow's first job ({tenant})"),
+                    ),
+                ));
+            }
+            if by_name.insert(entry.name.as_str(), i).is_some() {
+                return Err(at(
+                    i,
+                    Error::invalid(
+                        "name",
+                        format!("must be unique in the workflow; {:?} repeats", entry.name),
+                    ),
+                ));
+            }
+        }
+        let mut edges: Vec<Vec<usize>> = Vec::with_capacity(len);
+        for (i, entry) in self.jobs.iter().enumerate() {
+            let mut local = Vec::with_capacity(entry.depends_on.len());
+            for name in &entry.depends_on {
+                let Some(&j) = by_name.get(name.as_str()) else {
+                    return Err(at(
+                        i,
+                        Error::invalid(
+                            "depends_on",
+                            format!("names no job of the workflow: {name:?}"),
+                        ),
+                    ));
+                };
+                if local.contains(&j) {
+                    return Err(at(
+                        i,
+                        Error::invalid(
+                            "depends_on",
+                            format!("must not repeat a job; {name:?} appears twice"),
+                        ),
+                    ));
+                }
+                local.push(j);
+            }
+            let total = local.len() + entry.job.depends_on.len();
+            if total > DEPENDENCIES_MAX {
+                return Err(at(
+                    i,
+                    Error::invalid(
+                        "depends_on",
+                        format!("at most {DEPENDENCIES_MAX} dependencies per job, got {total}"),
+                    ),
+                ));
+            }
+            check_dependencies(&entry.job.depends_on).map_err(|e| at(i, e))?;
+            edges.push(local);
+        }
+        order(&self.jobs, &edges)
+    }
+}
+
+/// Kahn's algorithm over the local edges; a job left over is on a cycle, which the error
+/// spells out by name.
+fn order(jobs: &[WorkflowJob], edges: &[Vec<usize>]) -> Result<Vec<PlannedJob>, Error> {
+    let len = jobs.len();
+    let mut waiting_on: Vec<usize> = edges.iter().map(Vec::len).collect();
+    let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); len];
+    for (i, deps) in edges.iter().enumerate() {
+        for &d in deps {
+            dependents[d].push(i);
+        }
+    }
+    let mut ready: std::collections::BTreeSet<usize> =
+        (0..len).filter(|&i| waiting_on[i] == 0).collect();
+    let mut planned = Vec::with_capacity(len);
+    while let Some(i) = ready.pop_first() {
+        planned.push(PlannedJob {
+            index: i,
+            depends_on: edges[i].clone(),
+        });
+        for &d in &dependents[i] {
+            waiting_on[d] -= 1;
+            if waiting_on[d] == 0 {
+                ready.insert(d);
+            }
+        }
+    }
+    if planned.len() < len {
+        return Err(Error::invalid("jobs", cycle_rule(jobs, edges, &waiting_on)));
+    }
+    Ok(planned)
+}
+
+/// Names one cycle among the jobs still waiting after [`order`]: walks dependencies from one
+/// of them until a job repeats.
+fn cycle_rule(jobs: &[WorkflowJob], edges: &[Vec<usize>], waiting_on: &[usize]) -> String {
+    let Some(start) = (0..jobs.len()).find(|&i| waiting_on[i] > 0) else {
+        return "must not have a cycle".to_string();
+    };
+    let mut path = vec![start];
+    let mut at = start;
+    loop {
+        let Some(&next) = edges[at].iter().find(|&&d| waiting_on[d] > 0) else {
+            break;
+        };
+        if let Some(pos) = path.iter().position(|&p| p == next) {
+            let names: Vec<&str> = path[pos..]
+                .iter()
+                .chain(std::iter::once(&next))
+                .map(|&i| jobs[i].name.as_str())
+                .collect();
+            return format!(
+                "must not have a cycle; {} (each waits for the next)",
+                names.join(" -> ")
+            );
+        }
+        path.push(next);
+        at = next;
+    }
+    "must not have a cycle".to_string()
+}
+
+/// The answer to [`crate::JobStore::workflow_enqueue`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EnqueuedWorkflow {
+    /// The new workflow's id.
+    pub id: WorkflowId,
+    /// Per job of the graph, in input order: what happened (a job whose unique key a live job
+    /// holds answers that job, `duplicate`, and its dependents wait for it).
+    pub jobs: Vec<crate::Enqueued>,
+}
+
+/// A workflow as stored: every job that carries its id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Workflow {
+    /// The id.
+    pub id: WorkflowId,
+    /// Its tenant (the tenant of its jobs).
+    pub tenant: crate::TenantId,
+    /// When it was enqueued (store clock).
+    pub created_at: DateTime<Utc>,
+    /// Its jobs, children included, by id (creation order).
+    pub jobs: Vec<Job>,
+}
+
+/// One workflow in a list: counts, not jobs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkflowSummary {
+    /// The id.
+    pub id: WorkflowId,
+    /// Its tenant.
+    pub tenant: crate::TenantId,
+    /// When it was enqueued.
+    pub created_at: DateTime<Utc>,
+    /// How many of its jobs (children included) are in each state; states without jobs are
+    /// left out.
+    pub states: BTreeMap<JobState, u64>,
+}
+
+impl WorkflowSummary {
+    /// The workflow's overall state: `running` while any job is not terminal (`waiting`
+    /// when all live ones wait), else `failed` when any job failed, `cancelled` when any was
+    /// cancelled, `succeeded` when all succeeded.
+    pub fn overall(&self) -> JobState {
+        overall(&self.states)
+    }
+}
+
+/// See [`WorkflowSummary::overall`].
+pub fn overall(states: &BTreeMap<JobState, u64>) -> JobState {
+    let has = |s: JobState| states.get(&s).is_some_and(|&n| n > 0);
+    let live = [JobState::Queued, JobState::Running, JobState::Reconciling];
+    if live.into_iter().any(has) {
+        JobState::Running
+    } else if has(JobState::Waiting) {
+        JobState::Waiting
+    } else if has(JobState::Failed) {
+        JobState::Failed
+    } else if has(JobState::Cancelled) {
+        JobState::Cancelled
+    } else {
+        JobState::Succeeded
+    }
+}
+
+/// Filters and page of [`crate::JobStore::workflows_list`], newest first.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ListWorkflows {
+    /// Only this tenant's workflows.
+    pub tenant: Option<crate::TenantId>,
+    /// Keyset cursor: only workflows with an id smaller than this.
+    pub before: Option<WorkflowId>,
+    /// Page size, 1..=1,000 (default 50 when 0).
+    pub limit: u32,
+}
+
+impl ListWorkflows {
+    /// Checks the page size.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] naming `limit` above 1,000.
+    pub fn validate(&self) -> Result<(), Error> {
+        if self.limit != 0 {
+            crate::bounds::check_range("limit", self.limit, 1, crate::bounds::LIST_LIMIT_MAX)?;
+        }
+        Ok(())
+    }
+
+    /// The effective page size.
+    pub fn page_size(&self) -> u32 {
+        if self.limit == 0 {
+            crate::bounds::LIST_LIMIT_DEFAULT
+        } else {
+            self.limit.min(crate::bounds::LIST_LIMIT_MAX)
+        }
+    }
+}
+
+/// One page of workflows, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkflowPage {
+    /// The workflows, by id descending.
+    pub workflows: Vec<WorkflowSummary>,
+    /// Cursor for the next page, `None` on the last page.
+    pub next: Option<WorkflowId>,
+}
+
+/// What a workflow-wide cancel or retry did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkflowChange {
+    /// The workflow.
+    pub id: WorkflowId,
+    /// How many of its jobs the operation changed (cancelled, cancel-requested, or retried).
+    pub jobs: u64,
+}
+
+/// Children to store for a running parent ([`crate::JobStore::children_enqueue`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EnqueueChildren {
+    /// The parent.
+    pub parent: JobId,
+    /// The token of the parent's claim: a stale parent stores nothing.
+    pub token: crate::FencingToken,
+    /// The children (each of the parent's tenant); at most
+    /// [`crate::job::CHILDREN_MAX`] live children per parent in all.
+    pub jobs: Vec<NewJob>,
+}
+
+/// Plans a workflow-wide retry: every `failed` or `cancelled` job of `jobs` (the whole
+/// workflow) runs again with [`crate::Event::Retry`]. Its edges (`edges`: every stored edge
+/// whose job is in the workflow) to a dependency that is not terminal after the
+/// retry become unresolved again and count as pending, so it waits for them; a retried child
+/// adds a live child to its parent. Returns the ids changed and the edges to store as
+/// unresolved.
+pub fn plan_retry(
+    jobs: &mut BTreeMap<JobId, Job>,
+    edges: &[Dependency],
+    now: DateTime<Utc>,
+) -> (BTreeSet<JobId>, Vec<Dependency>) {
+    let retried: BTreeSet<JobId> = jobs
+        .values()
+        .filter(|j| matches!(j.state, JobState::Failed | JobState::Cancelled))
+        .map(|j| j.id)
+        .collect();
+    let mut changed = retried.clone();
+    let mut unresolved = Vec::new();
+    for id in &retried {
+        let mut pending = 0;
+        for edge in edges.iter().filter(|e| e.job == *id) {
+            let live_after = retried.contains(&edge.dependency)
+                || jobs
+                    .get(&edge.dependency)
+                    .is_some_and(|d| !d.state.is_terminal());
+            if live_after {
+                pending += 1;
+                unresolved.push(*edge);
+            }
+        }
+        if let Some(job) = jobs.get_mut(id) {
+            job.pending_dependencies = pending;
+            // A retried job is terminal, so Retry applies.
+            let _ = apply(job, Event::Retry, now);
+        }
+    }
+    for id in &retried {
+        let parent = jobs.get(id).and_then(|j| j.parent_id);
+        if let Some(parent) = parent.and_then(|p| jobs.get_mut(&p)) {
+            let event = Event::ChildrenAdded {
+                token: None,
+                count: 1,
+            };
+            if apply(parent, event, now).is_ok() {
+                changed.insert(parent.id);
+            }
+        }
+    }
+    (changed, unresolved)
+}
