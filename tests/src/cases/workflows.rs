@@ -801,7 +801,7 @@ pub async fn workflows_prune_keeps_jobs_live_jobs_need(f: &dyn StoreFactory) {
     assert_eq!(state_of(&*store, q.id).await, JobState::Queued);
 
     h.advance(2 * HOUR).await;
-    assert_eq!(store.jobs_prune(prune.clone()).await.unwrap(), 0);
+    assert_eq!(store.jobs_prune(prune).await.unwrap(), 0);
     for id in [a.id, p.id, d.id] {
         store.job_get(id).await.expect("kept");
     }
