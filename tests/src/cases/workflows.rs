@@ -329,8 +329,8 @@ pub async fn workflows_concurrent_finishes_of_the_last_two_dependencies_queue_on
     }
 }
 
-/// An unknown id, or the id of another tenant's job, is `InvalidInput` on `depends_on`, and
-/// nothing of the batch is stored.
+/// An unknown id, the id of another tenant's job, or more than 1,000 dependencies is
+/// `InvalidInput` on `depends_on`, and nothing of the batch is stored.
 pub async fn workflows_unknown_or_foreign_dependency_is_invalid_and_stores_nothing(
     f: &dyn StoreFactory,
 ) {
@@ -359,6 +359,10 @@ pub async fn workflows_unknown_or_foreign_dependency_is_invalid_and_stores_nothi
             .await,
         "jobs[1].depends_on",
     );
+    let too_many = (0..=1_000).fold(job("d", json!(4)), |j, _| {
+        j.with_dependency(JobId::new_v7())
+    });
+    expect_invalid(store.job_enqueue(too_many).await, "depends_on");
     assert_eq!(count(&*store).await, before, "nothing stored");
     // The other tenant's own job may depend on it.
     let same = enqueue(
@@ -1204,8 +1208,8 @@ pub async fn workflows_chain_of_a_thousand_completes(f: &dyn StoreFactory) {
     assert_eq!(summary.overall(), JobState::Succeeded);
 }
 
-/// A parent fans out 10,000 children and waits; they run in big batches; the last one's
-/// finish queues the parent.
+/// A parent fans out 10,000 children (the bound: one more is refused) and waits; they run in
+/// big batches; the last one's finish queues the parent.
 pub async fn workflows_fan_out_of_ten_thousand_children_completes(f: &dyn StoreFactory) {
     let h = f.open(unbounded()).await;
     let store = h.store();
@@ -1221,6 +1225,23 @@ pub async fn workflows_fan_out_of_ten_thousand_children_completes(f: &dyn StoreF
         .await
         .unwrap();
     assert_eq!(answers.len(), CHILDREN);
+    // One more live child than the bound is refused, and stores nothing.
+    expect_invalid(
+        store
+            .children_enqueue(EnqueueChildren {
+                parent: parent.id,
+                token: parent.fencing_token,
+                jobs: vec![job("kid", json!("one too many"))],
+            })
+            .await,
+        "jobs",
+    );
+    assert_eq!(
+        store.job_get(parent.id).await.unwrap().live_children,
+        10_000
+    );
+    let snapshot = store.queue_snapshot().await.unwrap();
+    assert_eq!(snapshot.queues[0].count(JobState::Queued), CHILDREN as u64);
     let to = finish(&*store, &parent, Finish::WaitForChildren).await;
     assert_eq!(to, JobState::Waiting);
     let mut done = 0;
