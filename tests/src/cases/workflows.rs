@@ -614,7 +614,11 @@ pub async fn workflows_children_are_fenced_by_the_parent_lease(f: &dyn StoreFact
 pub async fn workflows_parent_waits_for_children_and_resumes_after_the_last(f: &dyn StoreFactory) {
     let h = f.open(unbounded()).await;
     let store = h.store();
-    let parent = start(&*store, job("parent", json!(1))).await;
+    let parent = start(
+        &*store,
+        job("parent", json!(1)).with_queue(queue("parents")),
+    )
+    .await;
     assert_eq!(parent.attempt, 1);
     children(
         &*store,
@@ -628,15 +632,24 @@ pub async fn workflows_parent_waits_for_children_and_resumes_after_the_last(f: &
     assert_eq!(waiting.attempt, 0, "the attempt is given back");
     assert!(waiting.lease_expires_at.is_none() && waiting.lease_owner.is_none());
     assert_eq!(waiting.live_children, 2);
-    assert!(claim(&*store, &["parent"], 10).await.is_empty());
+    assert!(claim_from(&*store, &["parents"], &["parent"], 10)
+        .await
+        .is_empty());
 
     let kids = claim(&*store, &["child"], 10).await;
     assert_eq!(kids.len(), 2);
     complete(&*store, &kids[0]).await;
     assert_eq!(state_of(&*store, parent.id).await, JobState::Waiting);
+    let mut events = store.subscribe().await.unwrap();
     complete(&*store, &kids[1]).await;
-    let again = claim(&*store, &["parent"], 10).await;
+    let again = claim_from(&*store, &["parents"], &["parent"], 10).await;
     assert_eq!(again.len(), 1, "the parent runs again at once");
+    wait_for(
+        &mut events,
+        |e| matches!(e, StoreEvent::JobsAvailable { queue } if queue.as_str() == "parents"),
+        "JobsAvailable for the parent's queue",
+    )
+    .await;
     assert_eq!(again[0].attempt, 1);
     assert_eq!(again[0].live_children, 0);
 }
@@ -1256,4 +1269,88 @@ pub async fn workflows_fan_out_of_ten_thousand_children_completes(f: &dyn StoreF
     let again = claim(&*store, &["parent"], 1).await;
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].live_children, 0);
+}
+
+/// A job that a rescue or a reconcile ends propagates in the same step: a child a rescue
+/// fails for good resumes its waiting parent; a dependency a reconciler resolves failed
+/// cancels its dependent, one resolved succeeded queues its dependent.
+pub async fn workflows_rescue_and_reconcile_ends_propagate(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let parent = start(&*store, job("parent", json!(1))).await;
+    let kid = children(
+        &*store,
+        &parent,
+        vec![job("kid", json!(1)).with_max_attempts(1)],
+    )
+    .await
+    .remove(0);
+    finish(&*store, &parent, Finish::WaitForChildren).await;
+    let kid_run = claim(&*store, &["kid"], 1).await.remove(0);
+    assert_eq!(kid_run.id, kid.id);
+    let bad = start(&*store, job("recon", json!(1))).await;
+    let good = start(&*store, job("recon", json!(2))).await;
+    let after_bad = enqueue(&*store, job("after", json!(1)).with_dependency(bad.id)).await;
+    let after_good = enqueue(&*store, job("after", json!(2)).with_dependency(good.id)).await;
+
+    h.advance(LEASE + Duration::from_secs(1)).await;
+    let rescued = store
+        .jobs_rescue_expired(RescueExpired {
+            reconciler_kinds: vec![super::kind("recon")],
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    assert_eq!(rescued.len(), 3);
+    assert_eq!(state_of(&*store, kid.id).await, JobState::Failed);
+    assert_eq!(state_of(&*store, parent.id).await, JobState::Queued);
+    assert_eq!(state_of(&*store, after_bad.id).await, JobState::Waiting);
+
+    let sweep = store
+        .jobs_claim_reconciling(drover_core::ClaimReconciling {
+            worker: super::worker("sweeper"),
+            kinds: vec![super::kind("recon")],
+            limit: 10,
+            lease: LEASE,
+        })
+        .await
+        .unwrap();
+    assert_eq!(sweep.len(), 2);
+    for held in sweep {
+        let resolution = if held.id == bad.id {
+            drover_core::Resolution::Failed {
+                message: "not done".into(),
+            }
+        } else {
+            drover_core::Resolution::Succeeded
+        };
+        store
+            .job_reconcile(held.id, held.fencing_token, resolution)
+            .await
+            .unwrap();
+    }
+    assert_eq!(state_of(&*store, after_bad.id).await, JobState::Cancelled);
+    assert_eq!(state_of(&*store, after_good.id).await, JobState::Queued);
+    assert_eq!(claim(&*store, &["after"], 10).await.len(), 1);
+}
+
+/// `jobs_get` answers the stored jobs among the ids, in the order asked, and refuses more
+/// than 1,000 ids.
+pub async fn workflows_jobs_get_answers_in_the_order_asked(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let a = enqueue(&*store, job("k", json!(1))).await;
+    let b = enqueue(&*store, job("k", json!(2))).await;
+    let got = store
+        .jobs_get(vec![b.id, JobId::new_v7(), a.id])
+        .await
+        .unwrap();
+    assert_eq!(
+        got.iter().map(|j| j.id).collect::<Vec<_>>(),
+        vec![b.id, a.id]
+    );
+    assert_eq!(got[1], a);
+    assert!(store.jobs_get(Vec::new()).await.unwrap().is_empty());
+    let many: Vec<JobId> = (0..1_001).map(|_| JobId::new_v7()).collect();
+    expect_invalid(store.jobs_get(many).await, "ids");
 }
