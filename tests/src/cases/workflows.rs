@@ -744,6 +744,29 @@ pub async fn workflows_cancel_of_a_parent_cascades_to_its_children(f: &dyn Store
     let signalled = store.job_get(running.id).await.unwrap();
     assert_eq!(signalled.state, JobState::Running);
     assert!(signalled.cancel_requested);
+    let beat = store
+        .jobs_heartbeat(drover_core::HeartbeatJobs {
+            lease: LEASE,
+            jobs: vec![drover_core::HeartbeatItem {
+                id: running.id,
+                token: running.fencing_token,
+                meta: None,
+                progress: None,
+                started: None,
+            }],
+        })
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            beat.as_slice(),
+            [drover_core::HeartbeatReply::Extended {
+                cancel_requested: true,
+                ..
+            }]
+        ),
+        "the running child's heartbeat reports the request: {beat:?}"
+    );
     let id = running.id;
     wait_for(
         &mut events,
