@@ -217,20 +217,20 @@ impl JobStore for MemoryStore {
         }
         let mut slots: Vec<Option<(NewJob, Option<String>)>> =
             jobs.into_iter().zip(hashes).map(Some).collect();
-        let batch: Vec<Prepared> = plan
+        let batch = plan
             .iter()
             .map(|planned| {
                 let (job, hash) = slots[planned.index]
                     .take()
-                    .unwrap_or_else(|| unreachable!("a plan names each job once"));
-                Prepared {
+                    .ok_or_else(|| Error::fatal("memory store: a plan named a job twice"))?;
+                Ok(Prepared {
                     job,
                     hash,
                     label: planned.index,
                     local_deps: planned.depends_on.iter().map(|&d| position[d]).collect(),
-                }
+                })
             })
-            .collect();
+            .collect::<Result<Vec<Prepared>>>()?;
         let (id, answers, ready) = {
             let mut inner = self.inner.lock();
             let now = self.clock_now();
