@@ -3,7 +3,8 @@
 //!
 //! The runner turns an outcome into a [`drover_core::Finish`] for the completer: success,
 //! retry (after an explicit delay or the kind's backoff), discard (fail without retry), snooze
-//! (no attempt spent) or cancelled. Handlers that return `Result<T, E>` get the conversion
+//! (no attempt spent), cancelled, or wait for the children the run enqueued
+//! ([`Outcome::WaitForChildren`], docs/design.md section 10). Handlers that return `Result<T, E>` get the conversion
 //! `Ok(value)` -> success with `value` as the result, `Err(error)` -> retry with the error's
 //! text.
 
@@ -48,6 +49,11 @@ pub enum Outcome {
         /// Why.
         reason: String,
     },
+    /// Wait for the children this job enqueued ([`crate::JobContext::enqueue_children`]):
+    /// the lease and the slot are given back at once, no attempt is spent, and the job runs
+    /// again when every child is terminal (at once when none is live), reading their outcomes
+    /// with [`crate::JobContext::children`] (docs/design.md section 10).
+    WaitForChildren,
 }
 
 impl Outcome {
@@ -103,6 +109,11 @@ impl Outcome {
         Outcome::Cancelled {
             reason: reason.into(),
         }
+    }
+
+    /// Wait for this job's children without holding a lease or a slot.
+    pub fn wait_for_children() -> Self {
+        Outcome::WaitForChildren
     }
 
     /// True for [`Outcome::Success`].
