@@ -72,6 +72,9 @@ pub fn job_from_flags(args: &EnqueueArgs) -> Result<NewJob> {
         limit_keys: (!args.limit_keys.is_empty()).then(|| args.limit_keys.clone()),
         meta: parse("meta", &args.meta)?,
         idempotency_key: args.idempotency_key.clone(),
+        depends_on: None,
+        run_regardless: None,
+        name: None,
     };
     let job = request
         .into_new_job(&Principal::insecure(), None)
