@@ -393,13 +393,13 @@ fn cycle_rule(jobs: &[WorkflowJob], edges: &[Vec<usize>], waiting_on: &[usize]) 
         return "must not have a cycle".to_string();
     };
     let mut path = vec![start];
+    // Where each job sits on the path, so the walk stays linear in the graph's size.
+    let mut on_path = vec![usize::MAX; jobs.len()];
+    on_path[start] = 0;
     let mut at = start;
-    loop {
-        let Some(&next) = edges[at].iter().find(|&&d| waiting_on[d] > 0) else {
-            break;
-        };
-        if let Some(pos) = path.iter().position(|&p| p == next) {
-            let names: Vec<&str> = path[pos..]
+    while let Some(&next) = edges[at].iter().find(|&&d| waiting_on[d] > 0) {
+        if on_path[next] != usize::MAX {
+            let names: Vec<&str> = path[on_path[next]..]
                 .iter()
                 .chain(std::iter::once(&next))
                 .map(|&i| jobs[i].name.as_str())
@@ -409,6 +409,7 @@ fn cycle_rule(jobs: &[WorkflowJob], edges: &[Vec<usize>], waiting_on: &[usize]) 
                 names.join(" -> ")
             );
         }
+        on_path[next] = path.len();
         path.push(next);
         at = next;
     }
@@ -559,9 +560,14 @@ pub fn plan_retry(
         .collect();
     let mut changed = retried.clone();
     let mut unresolved = Vec::new();
+    // Edges by dependent, so a large workflow costs its edges once, not once per retried job.
+    let mut by_job: HashMap<JobId, Vec<&Dependency>> = HashMap::new();
+    for edge in edges.iter().filter(|e| retried.contains(&e.job)) {
+        by_job.entry(edge.job).or_default().push(edge);
+    }
     for id in &retried {
         let mut pending = 0;
-        for edge in edges.iter().filter(|e| e.job == *id) {
+        for &edge in by_job.get(id).map_or(&[][..], Vec::as_slice) {
             let live_after = retried.contains(&edge.dependency)
                 || jobs
                     .get(&edge.dependency)
