@@ -414,6 +414,15 @@ pub(crate) async fn openapi_document_matches_the_routes(env: &Env) {
     let job = api
         .enqueue_ok(OPERATOR_ALL, &json!({"kind": "doc.probe"}))
         .await;
+    let workflow = api
+        .post(
+            Some(OPERATOR_ALL),
+            "/v1/workflows",
+            &json!({"jobs": [{"name": "a", "kind": "doc.probe"}]}),
+        )
+        .await;
+    assert_eq!(workflow.status, 202, "{}", workflow.text);
+    let workflow = workflow.json["id"].as_str().unwrap().to_owned();
     for (method, path) in &documented {
         let operation = &doc.json["paths"][path][method.to_lowercase()];
         let listed: BTreeSet<u16> = operation["responses"]
@@ -422,10 +431,16 @@ pub(crate) async fn openapi_document_matches_the_routes(env: &Env) {
             .keys()
             .map(|k| k.parse().unwrap())
             .collect();
-        let concrete = path.replace("{id}", &job).replace("{name}", "default");
+        let id = if path.starts_with("/v1/workflows") {
+            &workflow
+        } else {
+            &job
+        };
+        let concrete = path.replace("{id}", id).replace("{name}", "default");
         let body = match path.as_str() {
             "/v1/jobs" => Some(json!({"kind": "doc.probe"})),
             "/v1/jobs/batch" => Some(json!({"jobs": [{"kind": "doc.probe"}]})),
+            "/v1/workflows" => Some(json!({"jobs": [{"name": "a", "kind": "doc.probe"}]})),
             _ => None,
         };
         let http_method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
@@ -623,7 +638,8 @@ pub(crate) async fn integer_fields_name_their_rule(env: &Env) {
 }
 
 /// A query parameter on a route that takes none is refused with 400 naming it and the rule,
-/// on every such route of the OpenAPI document (every route but `GET /v1/jobs`), and the
+/// on every such route of the OpenAPI document (every route but `GET /v1/jobs` and `GET
+/// /v1/workflows`), and the
 /// request does nothing: `POST /v1/jobs?tenant=...` does not enqueue for the token's tenant.
 pub(crate) async fn query_parameters_are_refused_where_none_are_taken(env: &Env) {
     let api = env.api(unbounded()).await;
@@ -636,13 +652,18 @@ pub(crate) async fn query_parameters_are_refused_where_none_are_taken(env: &Env)
                 .as_array()
                 .is_some_and(|ps| ps.iter().any(|p| p["in"] == "query"));
             if takes_query {
-                assert_eq!((method.as_str(), path.as_str()), ("get", "/v1/jobs"));
+                assert!(
+                    [("get", "/v1/jobs"), ("get", "/v1/workflows")]
+                        .contains(&(method.as_str(), path.as_str())),
+                    "{method} {path}"
+                );
                 continue;
             }
             let concrete = path.replace("{id}", &job).replace("{name}", "default");
             let body = match path.as_str() {
                 "/v1/jobs" => Some(json!({"kind": "k"})),
                 "/v1/jobs/batch" => Some(json!({"jobs": [{"kind": "k"}]})),
+                "/v1/workflows" => Some(json!({"jobs": [{"name": "a", "kind": "k"}]})),
                 _ => None,
             };
             let http_method =
@@ -676,7 +697,7 @@ pub(crate) async fn query_parameters_are_refused_where_none_are_taken(env: &Env)
             checked += 1;
         }
     }
-    assert_eq!(checked, 13, "every route but GET /v1/jobs");
+    assert_eq!(checked, 17, "every route but GET /v1/jobs and GET /v1/workflows");
     let refused = api
         .post(
             Some(PRODUCER_A),
