@@ -151,7 +151,13 @@ impl WorkflowRequest {
             };
             let mut local = Vec::new();
             let mut stored = Vec::new();
-            for (k, entry) in item.depends_on.take().unwrap_or_default().into_iter().enumerate() {
+            for (k, entry) in item
+                .depends_on
+                .take()
+                .unwrap_or_default()
+                .into_iter()
+                .enumerate()
+            {
                 if names.contains(&entry) {
                     local.push(entry);
                 } else {
@@ -958,9 +964,8 @@ impl From<drover_core::Workflow> for WorkflowView {
             .iter()
             .map(|j| (j.id, j.name.clone().unwrap_or_else(|| j.id.to_string())))
             .collect();
-        let name_of = |id: &drover_core::JobId| {
-            label.get(id).cloned().unwrap_or_else(|| id.to_string())
-        };
+        let name_of =
+            |id: &drover_core::JobId| label.get(id).cloned().unwrap_or_else(|| id.to_string());
         let edges = w
             .jobs
             .iter()
@@ -1125,8 +1130,8 @@ mod tests {
         let empty = workflow(r#"{"jobs": []}"#).unwrap_err();
         assert_eq!(field_of(&empty), "jobs");
 
-        let unknown = workflow(r#"{"jobs": [{"name": "a", "kind": "k", "after": []}]}"#)
-            .unwrap_err();
+        let unknown =
+            workflow(r#"{"jobs": [{"name": "a", "kind": "k", "after": []}]}"#).unwrap_err();
         assert_eq!(field_of(&unknown), "jobs[0].after");
     }
 
@@ -1143,8 +1148,10 @@ mod tests {
         assert_eq!(job.depends_on, [id]);
         let bad = parse(r#"{"kind": "k", "depends_on": ["a"]}"#).unwrap_err();
         assert_eq!(field_of(&bad), "depends_on[0]");
-        let twice = parse(&format!(r#"{{"kind": "k", "depends_on": ["{id}", "{id}"]}}"#))
-            .unwrap_err();
+        let twice = parse(&format!(
+            r#"{{"kind": "k", "depends_on": ["{id}", "{id}"]}}"#
+        ))
+        .unwrap_err();
         assert_eq!(field_of(&twice), "depends_on");
         let named = parse(r#"{"kind": "k", "name": "a"}"#).unwrap_err();
         assert_eq!(field_of(&named), "name");

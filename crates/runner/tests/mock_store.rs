@@ -929,7 +929,10 @@ async fn a_failed_child_runs_the_rollback_hook_instead_of_the_handler() {
         .unwrap();
     let item = until_finished(&finished).await;
     stop(shutdown, handle).await.unwrap();
-    assert_eq!(failed, failed_ids, "the failed and cancelled children, oldest first");
+    assert_eq!(
+        failed, failed_ids,
+        "the failed and cancelled children, oldest first"
+    );
     assert_eq!(all.unwrap(), 3);
     assert_eq!(
         item.finish,
@@ -946,8 +949,8 @@ async fn a_parent_whose_children_succeeded_runs_its_handler_and_reads_them() {
     let parent = claimed("evacuate", "default");
     let parent_id = parent.id;
     let (mut store, finished) = one_job_store(parent, JobState::Succeeded);
-    let mut done = NewJob::new(kind("migrate"), serde_json::json!({}))
-        .into_job(JobId::new_v7(), Utc::now());
+    let mut done =
+        NewJob::new(kind("migrate"), serde_json::json!({})).into_job(JobId::new_v7(), Utc::now());
     done.parent_id = Some(parent_id);
     done.state = JobState::Succeeded;
     done.result = Some(serde_json::json!(7));

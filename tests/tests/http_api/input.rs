@@ -697,7 +697,10 @@ pub(crate) async fn query_parameters_are_refused_where_none_are_taken(env: &Env)
             checked += 1;
         }
     }
-    assert_eq!(checked, 17, "every route but GET /v1/jobs and GET /v1/workflows");
+    assert_eq!(
+        checked, 17,
+        "every route but GET /v1/jobs and GET /v1/workflows"
+    );
     let refused = api
         .post(
             Some(PRODUCER_A),
@@ -995,10 +998,10 @@ pub(crate) async fn documented_statuses_are_the_answered_ones(env: &Env) {
         &api.post_empty(Some(OPERATOR_ALL), &format!("/v1/jobs/{waiting}/requeue"))
             .await,
     ); // 200
-    // Workflows: a replay of every job (200), a key reused with another request (409), a bad
-    // graph (400), exec by a producer (403), too large (413), not JSON (415); reads and
-    // changes of a stored workflow (200), a malformed id (400), another tenant's list (403),
-    // a producer's retry (403, in the generic probes), a unique key taken meanwhile (409).
+       // Workflows: a replay of every job (200), a key reused with another request (409), a bad
+       // graph (400), exec by a producer (403), too large (413), not JSON (415); reads and
+       // changes of a stored workflow (200), a malformed id (400), another tenant's list (403),
+       // a producer's retry (403, in the generic probes), a unique key taken meanwhile (409).
     let wf = "/v1/workflows";
     let keyed = json!({"jobs": [{"name": "a", "kind": "doc.wf", "idempotency_key": "doc-wf"}]});
     let created = api.post(Some(OPERATOR_ALL), wf, &keyed).await;
@@ -1065,11 +1068,27 @@ pub(crate) async fn documented_statuses_are_the_answered_ones(env: &Env) {
     let unique = unique.json["id"].as_str().unwrap().to_owned();
     for (method, path, concrete) in [
         (get, "/v1/workflows/{id}", format!("{wf}/{unique}")),
-        (post, "/v1/workflows/{id}/cancel", format!("{wf}/{unique}/cancel")),
-        (post, "/v1/workflows/{id}/retry", format!("{wf}/{unique}/retry")),
+        (
+            post,
+            "/v1/workflows/{id}/cancel",
+            format!("{wf}/{unique}/cancel"),
+        ),
+        (
+            post,
+            "/v1/workflows/{id}/retry",
+            format!("{wf}/{unique}/retry"),
+        ),
         (get, "/v1/workflows/{id}", format!("{wf}/not-a-uuid")),
-        (post, "/v1/workflows/{id}/cancel", format!("{wf}/not-a-uuid/cancel")),
-        (post, "/v1/workflows/{id}/retry", format!("{wf}/not-a-uuid/retry")),
+        (
+            post,
+            "/v1/workflows/{id}/cancel",
+            format!("{wf}/not-a-uuid/cancel"),
+        ),
+        (
+            post,
+            "/v1/workflows/{id}/retry",
+            format!("{wf}/not-a-uuid/retry"),
+        ),
     ] {
         let http_method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
         let answer = api
@@ -1154,8 +1173,8 @@ pub(crate) async fn documented_statuses_are_the_answered_ones(env: &Env) {
         )
         .await;
     seen.note(post, "/v1/workflows", &b_workflow); // 429: tenant B has its one pending job
-    // A workflow of tenant B cancelled while B's pending job was cancelled too, then retried
-    // once B's place is taken again: 429.
+                                                   // A workflow of tenant B cancelled while B's pending job was cancelled too, then retried
+                                                   // once B's place is taken again: 429.
     let queued = quota.all_jobs().await;
     let pending = queued
         .iter()

@@ -60,9 +60,14 @@ pub(crate) async fn workflows_enqueue_get_list_cancel_and_retry(env: &Env) {
     assert_eq!(jobs.len(), 4, "one answer per job, in request order");
     let job_id = |i: usize| jobs[i]["job"]["id"].as_str().unwrap().to_owned();
     let (c, b, a, d) = (job_id(0), job_id(1), job_id(2), job_id(3));
-    for (i, (name, state)) in [("c", "waiting"), ("b", "waiting"), ("a", "queued"), ("d", "waiting")]
-        .into_iter()
-        .enumerate()
+    for (i, (name, state)) in [
+        ("c", "waiting"),
+        ("b", "waiting"),
+        ("a", "queued"),
+        ("d", "waiting"),
+    ]
+    .into_iter()
+    .enumerate()
     {
         assert_eq!(jobs[i]["status"], "created", "{}", jobs[i]);
         assert_eq!(jobs[i]["job"]["name"], name);
@@ -118,7 +123,8 @@ pub(crate) async fn workflows_enqueue_get_list_cancel_and_retry(env: &Env) {
     assert_eq!(list.json["workflows"][0]["counts"]["waiting"], 3);
     assert_eq!(list.json["next_cursor"], Value::Null);
 
-    api.enqueue_ok(PRODUCER_A, &json!({"kind": "wf.step"})).await;
+    api.enqueue_ok(PRODUCER_A, &json!({"kind": "wf.step"}))
+        .await;
     assert_eq!(
         listed(&api, PRODUCER_A, &[("workflow", id.clone())]).await,
         set(&[&a, &b, &c, &d])
@@ -215,7 +221,10 @@ pub(crate) async fn workflow_errors_name_the_field(env: &Env) {
         (json!({"kind": "k", "name": "a"}), "name"),
         (json!({"kind": "k", "depends_on": ["a"]}), "depends_on[0]"),
         (json!({"kind": "k", "depends_on": [unknown]}), "depends_on"),
-        (json!({"kind": "k", "run_regardless": "yes"}), "run_regardless"),
+        (
+            json!({"kind": "k", "run_regardless": "yes"}),
+            "run_regardless",
+        ),
     ] {
         api.post(Some(PRODUCER_A), "/v1/jobs", &body)
             .await
@@ -285,11 +294,17 @@ pub(crate) async fn workflows_are_isolated_by_tenant(env: &Env) {
     let b_list = api.get(Some(PRODUCER_B), "/v1/workflows").await;
     assert_eq!(b_list.status, 200, "{}", b_list.text);
     assert_eq!(b_list.json["workflows"], json!([]));
-    api.get(Some(PRODUCER_B), &format!("/v1/workflows?tenant={TENANT_A}"))
-        .await
-        .assert_error(403, "forbidden", Some("tenant"));
+    api.get(
+        Some(PRODUCER_B),
+        &format!("/v1/workflows?tenant={TENANT_A}"),
+    )
+    .await
+    .assert_error(403, "forbidden", Some("tenant"));
     let all = api
-        .get(Some(OPERATOR_ALL), &format!("/v1/workflows?tenant={TENANT_A}"))
+        .get(
+            Some(OPERATOR_ALL),
+            &format!("/v1/workflows?tenant={TENANT_A}"),
+        )
         .await;
     assert_eq!(all.json["workflows"].as_array().unwrap().len(), 1);
     assert!(
@@ -299,9 +314,13 @@ pub(crate) async fn workflows_are_isolated_by_tenant(env: &Env) {
         "the workflow filter stays within the caller's tenant"
     );
     // A job of tenant A is no dependency tenant B can name: it answers as unknown.
-    api.post(Some(PRODUCER_B), "/v1/jobs", &json!({"kind": "k", "depends_on": [a]}))
-        .await
-        .assert_error(400, "invalid_input", Some("depends_on"));
+    api.post(
+        Some(PRODUCER_B),
+        "/v1/jobs",
+        &json!({"kind": "k", "depends_on": [a]}),
+    )
+    .await
+    .assert_error(400, "invalid_input", Some("depends_on"));
     api.post(
         Some(PRODUCER_B),
         "/v1/workflows",
@@ -321,7 +340,10 @@ pub(crate) async fn workflows_are_isolated_by_tenant(env: &Env) {
     let got = api
         .get(Some(OPERATOR_A), &format!("/v1/workflows/{id}"))
         .await;
-    assert_eq!(got.json["workflow"]["counts"], json!({"queued": 1, "waiting": 1}));
+    assert_eq!(
+        got.json["workflow"]["counts"],
+        json!({"queued": 1, "waiting": 1})
+    );
 }
 
 /// `POST /v1/jobs` takes `depends_on` (ids) and `run_regardless`: a dependent waits, and when
@@ -329,7 +351,9 @@ pub(crate) async fn workflows_are_isolated_by_tenant(env: &Env) {
 /// `GET /v1/jobs?parent=ID` lists a parent's children.
 pub(crate) async fn jobs_depend_on_ids_and_list_by_parent(env: &Env) {
     let api = env.api(unbounded()).await;
-    let first = api.enqueue_ok(PRODUCER_A, &json!({"kind": "dep.first"})).await;
+    let first = api
+        .enqueue_ok(PRODUCER_A, &json!({"kind": "dep.first"}))
+        .await;
     let anyway = api
         .post(
             Some(PRODUCER_A),
@@ -365,7 +389,9 @@ pub(crate) async fn jobs_depend_on_ids_and_list_by_parent(env: &Env) {
     );
 
     // A parent with two children, stored as a worker's handler would.
-    let parent = api.enqueue_ok(PRODUCER_A, &json!({"kind": "dep.parent"})).await;
+    let parent = api
+        .enqueue_ok(PRODUCER_A, &json!({"kind": "dep.parent"}))
+        .await;
     let claimed = api
         .store
         .jobs_claim(ClaimJobs {
@@ -400,7 +426,9 @@ pub(crate) async fn jobs_depend_on_ids_and_list_by_parent(env: &Env) {
         listed(&api, PRODUCER_A, &[("parent", parent.clone())]).await,
         set(&[&ids[0], &ids[1]])
     );
-    let got = api.get(Some(PRODUCER_A), &format!("/v1/jobs/{}", ids[0])).await;
+    let got = api
+        .get(Some(PRODUCER_A), &format!("/v1/jobs/{}", ids[0]))
+        .await;
     assert_eq!(got.job()["parent_id"], parent.as_str(), "{}", got.text);
     assert!(listed(&api, PRODUCER_B, &[("parent", parent.clone())])
         .await
