@@ -29,6 +29,7 @@ mod report;
 mod run;
 mod stats;
 mod target;
+mod workflow;
 
 use std::process::ExitCode;
 

@@ -29,6 +29,15 @@ pub const LATENCY_JOBS_DEFAULT: usize = 1_000;
 /// Jobs of a latency measurement with `--quick`.
 pub const LATENCY_JOBS_QUICK: usize = 100;
 
+/// Children of the fan-out workload in a full run.
+pub const FAN_OUT_DEFAULT: usize = 10_000;
+/// Children of the fan-out workload with `--quick`.
+pub const FAN_OUT_QUICK: usize = 500;
+/// Jobs of the chain workload in a full run.
+pub const CHAIN_DEFAULT: usize = 1_000;
+/// Jobs of the chain workload with `--quick`.
+pub const CHAIN_QUICK: usize = 100;
+
 /// `drover-bench`: measure Drover's enqueue throughput, processing throughput and
 /// enqueue-to-start latency on PostgreSQL and on the memory store.
 #[derive(Debug, Parser)]
@@ -85,6 +94,11 @@ pub enum Workload {
     Process,
     /// Enqueue-to-start latency on an idle worker.
     Latency,
+    /// One parent fans out `--fan-out` no-op children and waits for them without a slot
+    /// (docs/design.md section 10).
+    FanOut,
+    /// A workflow chain of `--chain` no-op jobs, each depending on the one before.
+    Chain,
 }
 
 /// How the worker processes of a PostgreSQL processing measurement run.
@@ -141,6 +155,12 @@ pub struct RunArgs {
     /// Steady enqueue rate of the latency workload, jobs per second.
     #[arg(long, default_value_t = 50.0)]
     pub latency_rate: f64,
+    /// Children of the fan-out workload (default 10,000; 500 with --quick).
+    #[arg(long)]
+    pub fan_out: Option<usize>,
+    /// Jobs of the chain workload (default 1,000; 100 with --quick).
+    #[arg(long)]
+    pub chain: Option<usize>,
     /// Smoke-test sizes: 2,000 jobs, 1 repetition, 100 latency jobs (explicit flags win).
     #[arg(long)]
     pub quick: bool,
@@ -194,6 +214,10 @@ pub struct Plan {
     pub latency_jobs: usize,
     /// Enqueue rate of `latency`, jobs per second.
     pub latency_rate: f64,
+    /// Children of `fan_out`.
+    pub fan_out: usize,
+    /// Jobs of `chain`.
+    pub chain: usize,
     /// `--quick` was given.
     pub quick: bool,
     /// What stores do with succeeded jobs (`--delete-succeeded`).
@@ -222,6 +246,8 @@ impl Plan {
                 Workload::EnqueueBatch,
                 Workload::Process,
                 Workload::Latency,
+                Workload::FanOut,
+                Workload::Chain,
             ]
         } else {
             args.workloads.clone()
@@ -240,6 +266,8 @@ impl Plan {
             worker_mode: args.worker_mode,
             latency_jobs: pick(args.latency_jobs, LATENCY_JOBS_DEFAULT, LATENCY_JOBS_QUICK),
             latency_rate: args.latency_rate,
+            fan_out: pick(args.fan_out, FAN_OUT_DEFAULT, FAN_OUT_QUICK),
+            chain: pick(args.chain, CHAIN_DEFAULT, CHAIN_QUICK),
             quick: args.quick,
             succeeded_jobs: SucceededJobs::delete_if(args.delete_succeeded),
         };

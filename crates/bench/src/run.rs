@@ -17,7 +17,7 @@ use crate::options::{Plan, RunArgs, StoreKind, WorkerMode, Workload};
 use crate::report::{summarize, table, thousands, Measurement, RunFile, QUOTAS};
 use crate::stats::{per_second, Percentiles};
 use crate::target::{memory_store_with, PgInfo, PgTarget};
-use crate::{enqueue, latency, process};
+use crate::{enqueue, latency, process, workflow};
 
 /// Runs the plan of `args`, prints JSON lines and the table, writes the JSON file.
 ///
@@ -251,11 +251,38 @@ fn describe(
             m.rate_per_s = Some(plan.latency_rate);
             m
         }
+        Workload::FanOut | Workload::Chain => {
+            let (scenario, config) = if workload == Workload::FanOut {
+                (
+                    "fan_out",
+                    format!(
+                        "1 parent, {} children, 1 in-process worker x {} slots; process = children/s, latency = last child's finish -> parent's claim",
+                        thousands(plan.fan_out as f64),
+                        plan.latency_slots()
+                    ),
+                )
+            } else {
+                (
+                    "chain",
+                    format!(
+                        "{} jobs each after the one before, 1 in-process worker x {} slots; latency = a job's finish -> the next one's claim",
+                        thousands(plan.chain as f64),
+                        plan.latency_slots()
+                    ),
+                )
+            };
+            let mut m = Measurement::new(store, scenario, config);
+            m.workers = Some(1);
+            m.slots = Some(plan.latency_slots());
+            m.worker_mode = Some("in-process");
+            m
+        }
     };
-    m.n = if workload == Workload::Latency {
-        plan.latency_jobs
-    } else {
-        plan.jobs
+    m.n = match workload {
+        Workload::Latency => plan.latency_jobs,
+        Workload::FanOut => plan.fan_out,
+        Workload::Chain => plan.chain,
+        _ => plan.jobs,
     };
     m
 }
@@ -340,6 +367,25 @@ async fn measure(
             close(producer_pool).await;
             m.latency = Percentiles::of(&samples?);
         }
+        Workload::FanOut => {
+            let slots = plan.latency_slots();
+            let (handle, pool) = fresh(slots + EXTRA_CONNECTIONS).await?;
+            let deadline = process::deadline_for(n);
+            let measured = workflow::fan_out(handle, n, slots, deadline).await;
+            close(pool).await;
+            let measured = measured?;
+            m.process_s = Some(seconds(measured.took));
+            m.process_per_s = Some(measured.children_per_s);
+            m.latency = Percentiles::of(&[measured.resume_ms]);
+        }
+        Workload::Chain => {
+            let slots = plan.latency_slots();
+            let (handle, pool) = fresh(slots + EXTRA_CONNECTIONS).await?;
+            let deadline = process::deadline_for(n);
+            let steps = workflow::chain(handle, n, slots, deadline).await;
+            close(pool).await;
+            m.latency = Percentiles::of(&steps?);
+        }
     }
     Ok(())
 }
@@ -406,6 +452,10 @@ mod tests {
             "1,2",
             "--slots",
             "8",
+            "--fan-out",
+            "100",
+            "--chain",
+            "20",
         ]);
         for (workload, workers) in [
             (Workload::EnqueueSingle, None),
@@ -418,6 +468,8 @@ mod tests {
                 }),
             ),
             (Workload::Latency, None),
+            (Workload::FanOut, None),
+            (Workload::Chain, None),
         ] {
             let mut m = describe(&p, StoreKind::Memory, workload, workers);
             measure(&p, StoreKind::Memory, None, workload, workers, &mut m)
@@ -426,8 +478,8 @@ mod tests {
             let value: serde_json::Value = serde_json::from_str(&m.json_line()).unwrap();
             let field = match workload {
                 Workload::EnqueueSingle | Workload::EnqueueBatch => "enqueue_per_s",
-                Workload::Process => "process_per_s",
-                Workload::Latency => "p99_ms",
+                Workload::Process | Workload::FanOut => "process_per_s",
+                Workload::Latency | Workload::Chain => "p99_ms",
             };
             let figure = value[field].as_f64().unwrap();
             assert!(figure.is_finite() && figure >= 0.0, "{workload:?}: {value}");

@@ -1,5 +1,5 @@
 //! Environment settings (only this crate reads environment variables; ARCHITECTURE.md):
-//! `DROVER_MAX_PENDING`, `DROVER_MAX_TENANT_PENDING` (quotas, docs/design.md section 7),
+//! `DROVER_MAX_PENDING`, `DROVER_MAX_TENANT_PENDING` (quotas, docs/design.md section 4),
 //! `DROVER_API_TOKENS` (HTTP auth). `DROVER_DATABASE_URL` and `DROVER_MAX_CONCURRENT` are read by
 //! clap (see [`crate::args`]).
 

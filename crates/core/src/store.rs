@@ -31,9 +31,9 @@ use crate::workflow::{
     WorkflowPage,
 };
 
-/// Default quota on pending jobs of the cluster (docs/design.md section 7).
+/// Default quota on pending jobs of the cluster (docs/design.md section 4, Limits and quotas).
 pub const MAX_PENDING_DEFAULT: u64 = 10_000;
-/// Default quota on pending jobs of one tenant (docs/design.md section 7).
+/// Default quota on pending jobs of one tenant (docs/design.md section 4, Limits and quotas).
 pub const MAX_TENANT_PENDING_DEFAULT: u64 = 1_000;
 pub use crate::bounds::{
     CLAIM_LIMIT_MAX, ENQUEUE_BATCH_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, PRUNE_LIMIT_DEFAULT,
