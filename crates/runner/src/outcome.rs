@@ -122,6 +122,18 @@ impl Outcome {
     }
 }
 
+impl<E: Display> From<Result<Outcome, E>> for Outcome {
+    /// `Ok(outcome)` -> that outcome (a handler that decides its outcome and uses `?` on its
+    /// store calls: `ctx.enqueue_children(jobs).await?; Ok(Outcome::WaitForChildren)`);
+    /// `Err(error)` -> [`Outcome::retry`] with the error's `Display` text.
+    fn from(result: Result<Outcome, E>) -> Self {
+        match result {
+            Ok(outcome) => outcome,
+            Err(error) => Outcome::retry(error.to_string()),
+        }
+    }
+}
+
 impl<T: Serialize, E: Display> From<Result<T, E>> for Outcome {
     /// `Ok(value)` -> [`Outcome::success_with`]; `Err(error)` -> [`Outcome::retry`] with the
     /// error's `Display` text.
@@ -151,6 +163,10 @@ mod tests {
         assert_eq!(Outcome::from(unit), Outcome::success());
         let err: Result<(), std::io::Error> = Err(std::io::Error::other("smtp down"));
         assert_eq!(Outcome::from(err), Outcome::retry("smtp down"));
+        let chosen: Result<Outcome, String> = Ok(Outcome::WaitForChildren);
+        assert_eq!(Outcome::from(chosen), Outcome::WaitForChildren);
+        let failed: Result<Outcome, String> = Err("store down".into());
+        assert_eq!(Outcome::from(failed), Outcome::retry("store down"));
     }
 
     #[test]

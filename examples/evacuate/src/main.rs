@@ -86,9 +86,10 @@ async fn evacuate(ctx: JobContext, args: Evacuate) -> Result<Outcome, drover::Er
 
 /// Copies one volume; fails for good when told to.
 async fn migrate(ctx: JobContext, args: Migrate) -> Outcome {
+    let cancel = ctx.cancellation();
     tokio::select! {
         () = tokio::time::sleep(Duration::from_millis(args.millis)) => {}
-        () = ctx.cancellation().cancelled() => return Outcome::cancelled("evacuation cancelled"),
+        () = cancel.cancelled() => return Outcome::cancelled("evacuation cancelled"),
     }
     if args.fail {
         return Outcome::discard(format!("could not copy volume {} off {}", args.volume, args.host));
