@@ -318,9 +318,10 @@ pub async fn get_job(
     Ok(Json(JobResponse { job: job.into() }))
 }
 
-/// Cancel a job: queued or reconciling jobs end cancelled at once; a running job's handler is
-/// asked to stop (it ends cancelled, or succeeded if it completes anyway). 409 for a finished
-/// job.
+/// Cancel a job: waiting, queued or reconciling jobs end cancelled at once; a running job's
+/// handler is asked to stop (it ends cancelled, or succeeded if it completes anyway). The
+/// cancel reaches the job's children, and its dependents when it ends cancelled. 409 for a
+/// finished job.
 #[utoipa::path(
     post,
     path = "/v1/jobs/{id}/cancel",
