@@ -272,6 +272,9 @@ macro_rules! runner_suite {
             runner_claimed_ahead_jobs_show_as_waiting_until_they_start,
             runner_the_start_of_a_claimed_ahead_job_is_recorded_while_it_runs,
             runner_long_jobs_are_not_claimed_ahead,
+            runner_a_parent_waits_for_its_children_without_a_slot_and_reads_them,
+            runner_a_failed_child_runs_the_rollback_hook_instead_of_the_handler,
+            runner_a_dependent_reads_the_results_of_its_dependencies,
         }
     };
 }
