@@ -48,10 +48,12 @@ mod listen;
 pub mod migrate;
 mod notify;
 mod outcome;
+mod propagate;
 mod records;
 mod sql;
 mod store;
 mod transaction;
+mod workflow;
 
 pub use enqueue::COPY_MIN_JOBS;
 

@@ -99,6 +99,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "running_lease_check",
         sql: include_str!("../migrations/0005_running_lease_check.sql"),
     },
+    Migration {
+        version: 6,
+        name: "workflows",
+        sql: include_str!("../migrations/0006_workflows.sql"),
+    },
 ];
 
 const BOOTSTRAP: &str = include_str!("sql/migrations_bootstrap.sql");
