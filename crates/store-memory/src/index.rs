@@ -151,6 +151,29 @@ impl TimeIndex {
         out
     }
 
+    /// Calls `visit` with the entries up to `last` (inclusive), in order (instant, id), until
+    /// it answers false.
+    pub fn scan_up_to(&self, last: KeyTime, mut visit: impl FnMut(TimeKey) -> bool) {
+        for (&at, group) in self.groups.range(..=last) {
+            match group {
+                Ids::One(id) => {
+                    if !visit((at, *id)) {
+                        return;
+                    }
+                }
+                Ids::Many(ids) => {
+                    let mut sorted: Vec<KeyId> = ids.iter().copied().collect();
+                    sorted.sort_unstable();
+                    for id in sorted {
+                        if !visit((at, id)) {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// Every id, in no particular order.
     pub fn ids(&self) -> impl Iterator<Item = KeyId> + '_ {
         self.groups.values().flat_map(|group| {
