@@ -401,6 +401,10 @@ async fn migrate_keeps_job_writes_flowing_on_millions_of_rows_beside_long_reader
         "the half lease is freed for the next sweep"
     );
 
+    // The migrations after it, to the latest, with no reader in the way (their online steps
+    // build indexes beside the writer too).
+    Migrator::new().run(&pool).await.unwrap();
+
     // 3. An index built concurrently beside a reader's snapshot.
     let reader = Reader::open(&db).await;
     let error = Migrator::with_migrations(&list)
@@ -492,7 +496,12 @@ async fn a_migration_cut_short_between_steps_completes_when_run_again() {
         .map(|c| c.into_owned());
     assert_eq!(code.as_deref(), Some("23514"), "{refused}");
 
-    assert_eq!(Migrator::new().run(&pool).await.unwrap(), vec![version]);
+    let later: Vec<i64> = migrations()
+        .iter()
+        .map(|m| m.version)
+        .filter(|v| *v >= version)
+        .collect();
+    assert_eq!(Migrator::new().run(&pool).await.unwrap(), later);
     assert_eq!(constraint_validated(&pool).await, Some(true));
     assert_eq!(applied(&pool).await.last(), Some(&version));
     let store = db.store().await;
