@@ -136,7 +136,8 @@ async fn fill(pool: &PgPool, rows: i64, legacy: bool) {
 }
 
 /// The writer's enqueue: a ready job of the default queue.
-const WRITER_ENQUEUE: &str = "INSERT INTO drover.jobs (id, kind, queue, tenant, args, run_at, state, max_attempts) \
+const WRITER_ENQUEUE: &str =
+    "INSERT INTO drover.jobs (id, kind, queue, tenant, args, run_at, state, max_attempts) \
      VALUES (gen_random_uuid(), 'work', 'default', 'default', '{}', now(), 'queued', 3)";
 /// The writer's claim: the first ready job of the default queue, leased.
 const WRITER_CLAIM: &str = "UPDATE drover.jobs j \

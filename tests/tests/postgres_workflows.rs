@@ -95,7 +95,9 @@ fn success(job: &Job) -> FinishItem {
     FinishItem {
         id: job.id,
         token: job.fencing_token,
-        finish: Finish::Succeeded { result: Some(json!({"done": true})) },
+        finish: Finish::Succeeded {
+            result: Some(json!({"done": true})),
+        },
         started: None,
     }
 }
@@ -125,8 +127,7 @@ async fn has_dependents(pool: &PgPool, job: JobId) -> bool {
 /// and a cancelled one cancels the dependent's own dependents in the same step.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dependents_follow_their_dependencies_in_the_same_finish() {
-    let Some(db) = Db::open("dependents_follow_their_dependencies_in_the_same_finish").await
-    else {
+    let Some(db) = Db::open("dependents_follow_their_dependencies_in_the_same_finish").await else {
         return;
     };
     let store = &db.store;
@@ -194,7 +195,10 @@ async fn dependents_follow_their_dependencies_in_the_same_finish() {
         "{:?}",
         c.errors
     );
-    assert_eq!(store.job_get(d.id).await.unwrap().state, JobState::Cancelled);
+    assert_eq!(
+        store.job_get(d.id).await.unwrap().state,
+        JobState::Cancelled
+    );
     assert_eq!(store.job_get(e.id).await.unwrap().state, JobState::Queued);
 
     // Enqueued after its dependency ended: settled at once.
@@ -241,7 +245,10 @@ async fn last_two_dependencies_finishing_at_once_queue_the_dependent() {
         let t1 = tokio::spawn(async move { s1.jobs_finish(vec![first]).await.unwrap() });
         let t2 = tokio::spawn(async move { s2.jobs_finish(vec![second]).await.unwrap() });
         for replies in [t1.await.unwrap(), t2.await.unwrap()] {
-            assert!(matches!(replies[0], FinishReply::Recorded { .. }), "{replies:?}");
+            assert!(
+                matches!(replies[0], FinishReply::Recorded { .. }),
+                "{replies:?}"
+            );
         }
         let b = db.store.job_get(b.id).await.unwrap();
         assert_eq!((b.state, b.pending_dependencies), (JobState::Queued, 0));
@@ -329,7 +336,10 @@ async fn fan_out_of_10000_children_resumes_the_parent_once() {
     let enqueued = started.elapsed();
     assert_eq!(answers.len(), 10_000);
     assert!(answers.iter().all(|a| a.job.parent_id == Some(parent.id)));
-    assert_eq!(store.job_get(parent.id).await.unwrap().live_children, 10_000);
+    assert_eq!(
+        store.job_get(parent.id).await.unwrap().live_children,
+        10_000
+    );
     // One more is over the bound and stores nothing.
     let refused = store
         .children_enqueue(EnqueueChildren {
@@ -365,9 +375,13 @@ async fn fan_out_of_10000_children_resumes_the_parent_once() {
         let batch = Instant::now();
         let replies = store.jobs_finish(items).await.unwrap();
         batches.push(batch.elapsed());
-        assert!(replies
-            .iter()
-            .all(|r| matches!(r, FinishReply::Recorded { to: JobState::Succeeded, .. })));
+        assert!(replies.iter().all(|r| matches!(
+            r,
+            FinishReply::Recorded {
+                to: JobState::Succeeded,
+                ..
+            }
+        )));
     }
     let parent_after = store.job_get(parent.id).await.unwrap();
     assert_eq!(
@@ -419,12 +433,24 @@ async fn workflow_enqueue_get_list_cancel_retry_and_prune() {
     assert_eq!(report.depends_on.len(), 2);
     let workflow = store.workflow_get(enqueued.id).await.unwrap();
     assert_eq!(workflow.jobs.len(), 3);
-    assert!(workflow.jobs.iter().all(|j| j.workflow_id == Some(enqueued.id)));
+    assert!(workflow
+        .jobs
+        .iter()
+        .all(|j| j.workflow_id == Some(enqueued.id)));
     assert_eq!(
-        workflow.jobs.iter().find(|j| j.id == report.id).unwrap().name.as_deref(),
+        workflow
+            .jobs
+            .iter()
+            .find(|j| j.id == report.id)
+            .unwrap()
+            .name
+            .as_deref(),
         Some("report")
     );
-    let page = store.workflows_list(ListWorkflows::default()).await.unwrap();
+    let page = store
+        .workflows_list(ListWorkflows::default())
+        .await
+        .unwrap();
     assert_eq!(page.workflows.len(), 1);
     assert_eq!(page.workflows[0].states.get(&JobState::Waiting), Some(&2));
     let listed = store
@@ -452,7 +478,10 @@ async fn workflow_enqueue_get_list_cancel_retry_and_prune() {
         started: None,
     };
     store.jobs_finish(vec![cancelled]).await.unwrap();
-    let summary = store.workflows_list(ListWorkflows::default()).await.unwrap();
+    let summary = store
+        .workflows_list(ListWorkflows::default())
+        .await
+        .unwrap();
     assert_eq!(summary.workflows[0].overall(), JobState::Cancelled);
 
     let retried = store.workflow_retry(enqueued.id).await.unwrap();
@@ -470,7 +499,10 @@ async fn workflow_enqueue_get_list_cancel_retry_and_prune() {
         let jobs = claim_all(store, 1).await;
         store.jobs_finish(vec![success(&jobs[0])]).await.unwrap();
     }
-    let done = store.workflows_list(ListWorkflows::default()).await.unwrap();
+    let done = store
+        .workflows_list(ListWorkflows::default())
+        .await
+        .unwrap();
     assert_eq!(done.workflows[0].overall(), JobState::Succeeded);
 
     // Retention: a finished dependency of a live job stays.
@@ -499,10 +531,19 @@ async fn workflow_enqueue_get_list_cancel_retry_and_prune() {
         .unwrap();
     // extract and transform go; report stays for the queued waiter, keep for the waiting one.
     assert_eq!(pruned, 2);
-    assert!(store.job_get(keep.id).await.is_ok(), "a waiting job depends on it");
-    assert!(store.job_get(report.id).await.is_ok(), "a queued job depends on it");
+    assert!(
+        store.job_get(keep.id).await.is_ok(),
+        "a waiting job depends on it"
+    );
+    assert!(
+        store.job_get(report.id).await.is_ok(),
+        "a queued job depends on it"
+    );
     assert!(store.job_get(extract.id).await.is_err());
-    assert!(edges(db.pool(), waiter.id).await.len() == 2, "the edges of live jobs stay");
+    assert!(
+        edges(db.pool(), waiter.id).await.len() == 2,
+        "the edges of live jobs stay"
+    );
     let gone: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM drover.job_dependencies WHERE depends_on_id = $1 OR job_id = $1",
     )

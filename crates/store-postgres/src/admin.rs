@@ -79,21 +79,21 @@ pub(crate) async fn jobs_list(conn: &mut PgConnection, query: ListJobs) -> Resul
             .store_err()?
     } else {
         sqlx::query_as::<_, JobRecord>(sql::JOBS_LIST)
-        .bind(query.queue.as_ref().map(QueueName::as_str))
-        .bind(query.state.map(JobState::as_str))
-        .bind(query.kind.as_ref().map(|k| k.as_str()))
-        .bind(query.tenant.as_ref().map(|t| t.as_str()))
-        .bind(query.meta.as_ref())
-        .bind(query.before.map(|id| id.as_uuid()))
-        .bind(i64::from(page) + 1)
-        .bind(&facets)
-        .bind(query.details.args)
-        .bind(query.details.result)
-        .bind(query.details.errors)
-        .bind(query.details.progress)
-        .fetch_all(&mut *conn)
-        .await
-        .store_err()?
+            .bind(query.queue.as_ref().map(QueueName::as_str))
+            .bind(query.state.map(JobState::as_str))
+            .bind(query.kind.as_ref().map(|k| k.as_str()))
+            .bind(query.tenant.as_ref().map(|t| t.as_str()))
+            .bind(query.meta.as_ref())
+            .bind(query.before.map(|id| id.as_uuid()))
+            .bind(i64::from(page) + 1)
+            .bind(&facets)
+            .bind(query.details.args)
+            .bind(query.details.result)
+            .bind(query.details.errors)
+            .bind(query.details.progress)
+            .fetch_all(&mut *conn)
+            .await
+            .store_err()?
     };
     let mut jobs = into_jobs(records)?;
     let page = usize::try_from(page).unwrap_or(usize::MAX);

@@ -15,9 +15,9 @@ use uuid::Uuid;
 
 use crate::enqueue::{lock_quotas, quota_lock_keys};
 use crate::error::SqlxResultExt;
+use crate::propagate::{ended, lock_jobs, propagate};
 use crate::records::{into_jobs, micros, JobRecord};
 use crate::sql;
-use crate::propagate::{ended, lock_jobs, propagate};
 use crate::transaction::{retried, settle};
 
 /// A job locked FOR UPDATE with the database clock of its transaction.
@@ -29,7 +29,10 @@ pub(crate) struct LockedJob {
 }
 
 /// Locks one job; `NotFound` when it does not exist.
-pub(crate) async fn lock_job(conn: &mut PgConnection, id: JobId) -> Result<(Job, DateTime<Utc>), Error> {
+pub(crate) async fn lock_job(
+    conn: &mut PgConnection,
+    id: JobId,
+) -> Result<(Job, DateTime<Utc>), Error> {
     let locked = sqlx::query_as::<_, LockedJob>(sql::JOB_LOCK)
         .bind(id.as_uuid())
         .fetch_optional(conn)
@@ -111,7 +114,11 @@ pub(crate) async fn write_jobs(
 }
 
 /// Writes back one job and returns it as stored.
-pub(crate) async fn write_job(conn: &mut PgConnection, job: &Job, notify_cancel: bool) -> Result<Job, Error> {
+pub(crate) async fn write_job(
+    conn: &mut PgConnection,
+    job: &Job,
+    notify_cancel: bool,
+) -> Result<Job, Error> {
     write_jobs(conn, std::slice::from_ref(job), notify_cancel)
         .await?
         .pop()
@@ -341,7 +348,12 @@ pub(crate) async fn reconcile(
     token: FencingToken,
     resolution: Resolution,
 ) -> Result<Transition, Error> {
-    retried!(conn, |tx| reconcile_in(&mut tx, id, token, resolution.clone()))
+    retried!(conn, |tx| reconcile_in(
+        &mut tx,
+        id,
+        token,
+        resolution.clone()
+    ))
 }
 
 async fn reconcile_in(

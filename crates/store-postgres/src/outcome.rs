@@ -416,8 +416,8 @@ async fn finish_locked_in(
             }
             None => Ok(()),
         };
-        let applied =
-            started.and_then(|()| apply(&mut after, item.finish.clone().into_event(item.token), now));
+        let applied = started
+            .and_then(|()| apply(&mut after, item.finish.clone().into_event(item.token), now));
         match applied {
             Ok(_) => {
                 replies.push(FinishReply::Recorded {

@@ -157,7 +157,15 @@ mod tests {
     fn statements_use_the_drover_schema_only() {
         for (file, text) in super::ALL {
             assert!(!text.contains("public."), "{file} names schema public");
-            for table in ["jobs", "queues", "workers", "limits", "schedules", "job_dependencies", "workflows"] {
+            for table in [
+                "jobs",
+                "queues",
+                "workers",
+                "limits",
+                "schedules",
+                "job_dependencies",
+                "workflows",
+            ] {
                 for clause in ["FROM ", "JOIN ", "UPDATE ", "INTO "] {
                     let bare = format!("{clause}{table} ");
                     assert!(!text.contains(&bare), "{file}: `{bare}` without schema");

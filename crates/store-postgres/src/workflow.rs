@@ -20,8 +20,8 @@ use drover_core::workflow::{
     NewWorkflow, Workflow, WorkflowChange, WorkflowPage, WorkflowSummary,
 };
 use drover_core::{
-    apply, EnqueueStatus, Enqueued, Error, Event, Job, JobId, JobState, NewJob, Quota,
-    StoreConfig, TenantId, WorkflowId,
+    apply, EnqueueStatus, Enqueued, Error, Event, Job, JobId, JobState, NewJob, Quota, StoreConfig,
+    TenantId, WorkflowId,
 };
 use serde_json::Value;
 use sqlx::PgConnection;
@@ -145,7 +145,7 @@ async fn enqueue_linked(
     let (mut stored, _) = lock_jobs(conn, &named).await?;
     let mut enqueue = enqueue_answers(conn, config, batch, wake)
         .await?
-        .to_enqueue(batch)?;
+        .into_enqueue_cloned(batch)?;
     let now = admin::now(conn).await?;
     let created = |answer: &Enqueued| answer.status == EnqueueStatus::Created;
     // Jobs a graph's job waits for that answered with a stored job (a replay, or the holder of
@@ -376,7 +376,9 @@ pub(crate) async fn children_enqueue(
     } = children;
     let batch = Batch::prepare(jobs, config)?;
     let mut conn = connections.acquire().await?;
-    let result = retried!(conn, |tx| children_in(&mut tx, config, &batch, parent, token));
+    let result = retried!(conn, |tx| children_in(
+        &mut tx, config, &batch, parent, token
+    ));
     let enqueue = conn.done(result)?;
     notifier.notify(enqueue.ready_queues.iter().map(String::as_str));
     Ok(enqueue.answers)
@@ -480,7 +482,9 @@ pub(crate) async fn workflow_enqueue(
         order,
     };
     let mut conn = connections.acquire().await?;
-    let result = retried!(conn, |tx| workflow_in(&mut tx, config, &batch, &links, &tenant));
+    let result = retried!(conn, |tx| workflow_in(
+        &mut tx, config, &batch, &links, &tenant
+    ));
     let enqueue = conn.done(result)?;
     notifier.notify(enqueue.ready_queues.iter().map(String::as_str));
     Ok(EnqueuedWorkflow {
@@ -564,7 +568,10 @@ async fn workflow_row(conn: &mut PgConnection, id: WorkflowId) -> Result<Workflo
 
 /// `JobStore::workflow_get`: the row, then its jobs (two statements; a job enqueued between
 /// them is shown, none is missed).
-pub(crate) async fn workflow_get(conn: &mut PgConnection, id: WorkflowId) -> Result<Workflow, Error> {
+pub(crate) async fn workflow_get(
+    conn: &mut PgConnection,
+    id: WorkflowId,
+) -> Result<Workflow, Error> {
     let row = workflow_row(conn, id).await?;
     let records = sqlx::query_as::<_, JobRecord>(sql::WORKFLOW_JOBS)
         .bind(id.as_uuid())

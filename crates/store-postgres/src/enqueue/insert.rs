@@ -486,7 +486,7 @@ pub(crate) struct Resolved {
 impl Resolved {
     /// [`Resolved::into_enqueue`] leaving `batch` to the caller (its created jobs are cloned):
     /// a transaction that may run again keeps its batch (workflow.rs).
-    pub(crate) fn to_enqueue(self, batch: &Batch) -> Result<Enqueue, Error> {
+    pub(crate) fn into_enqueue_cloned(self, batch: &Batch) -> Result<Enqueue, Error> {
         let copy = Batch {
             jobs: batch.jobs.clone(),
             ids: batch.ids.clone(),
