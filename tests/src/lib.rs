@@ -227,6 +227,8 @@ macro_rules! contract_suite {
             workflows_crash_between_children_and_wait_is_rescued,
             workflows_chain_of_a_thousand_completes,
             workflows_fan_out_of_ten_thousand_children_completes,
+            workflows_jobs_get_answers_in_the_order_asked,
+            workflows_rescue_and_reconcile_ends_propagate,
         }
     };
 }

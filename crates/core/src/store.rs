@@ -40,7 +40,7 @@ pub use crate::bounds::{
     PRUNE_LIMIT_MAX, RETENTION_DEFAULT,
 };
 
-/// Quotas on pending (queued, running and reconciling) jobs; `None` means unbounded.
+/// Quotas on pending (waiting, queued, running and reconciling) jobs; `None` means unbounded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Quotas {
     /// Bound on pending jobs of the cluster (`DROVER_MAX_PENDING`, default 10,000).
@@ -842,7 +842,7 @@ pub trait JobStore: Send + Sync + 'static {
     /// re-checked, unique key kept.
     ///
     /// # Errors
-    /// `NotFound`; `InvalidTransition` for a queued, running or reconciling job;
+    /// `NotFound`; `InvalidTransition` for a waiting, queued, running or reconciling job;
     /// `QuotaExceeded`; `Conflict` when another live job of the tenant now holds its unique key.
     async fn job_retry(&self, id: JobId) -> Result<Job>;
 

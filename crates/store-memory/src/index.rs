@@ -250,7 +250,7 @@ pub(crate) struct Indexes {
     pub finished: TimeIndex,
     /// Unique keys of non-terminal jobs, per tenant.
     pub unique: FastMap<TenantId, FastMap<String, JobId>>,
-    /// Pending (queued, running, reconciling) jobs of the cluster.
+    /// Pending (waiting, queued, running, reconciling) jobs of the cluster.
     pub pending: u64,
     /// Pending jobs per tenant.
     pub pending_by_tenant: FastMap<TenantId, u64>,

@@ -217,20 +217,20 @@ impl JobStore for MemoryStore {
         }
         let mut slots: Vec<Option<(NewJob, Option<String>)>> =
             jobs.into_iter().zip(hashes).map(Some).collect();
-        let batch: Vec<Prepared> = plan
+        let batch = plan
             .iter()
             .map(|planned| {
                 let (job, hash) = slots[planned.index]
                     .take()
-                    .unwrap_or_else(|| unreachable!("a plan names each job once"));
-                Prepared {
+                    .ok_or_else(|| Error::fatal("memory store: a plan named a job twice"))?;
+                Ok(Prepared {
                     job,
                     hash,
                     label: planned.index,
                     local_deps: planned.depends_on.iter().map(|&d| position[d]).collect(),
-                }
+                })
             })
-            .collect();
+            .collect::<Result<Vec<Prepared>>>()?;
         let (id, answers, ready) = {
             let mut inner = self.inner.lock();
             let now = self.clock_now();
@@ -1229,5 +1229,215 @@ mod tests {
             .filter(|j| j.state.is_terminal())
             .count();
         assert_eq!(inner.idx.finished.len(), finished);
+    }
+
+    /// A small deterministic generator (xorshift64*), so a failure replays.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n as u64) as usize
+        }
+    }
+
+    /// Checks the workflow bookkeeping against a recount of the jobs: unresolved edges point
+    /// at live dependencies, a waiting job counts exactly its unresolved edges, a job counts
+    /// exactly its live children, no job waits with nothing to wait for, and the pending
+    /// count agrees.
+    fn check_workflow_bookkeeping(inner: &Inner) {
+        let mut unresolved_of: BTreeMap<JobId, i32> = BTreeMap::new();
+        for edge in &inner.wf.unresolved {
+            let Some(dependency) = inner.jobs.get(&edge.dependency) else {
+                continue;
+            };
+            let job = inner.jobs.get(&edge.job);
+            if job.is_some_and(|j| j.state == JobState::Waiting) {
+                assert!(
+                    !dependency.state.is_terminal(),
+                    "{edge:?}: dependency ended"
+                );
+                *unresolved_of.entry(edge.job).or_default() += 1;
+            }
+        }
+        for job in inner.jobs.values() {
+            if job.state == JobState::Waiting {
+                let pending = unresolved_of.get(&job.id).copied().unwrap_or(0);
+                assert_eq!(job.pending_dependencies, pending, "{}", job.id);
+                assert!(
+                    pending > 0 || job.live_children > 0,
+                    "{} waits for nothing",
+                    job.id
+                );
+            }
+            let live = inner
+                .wf
+                .children
+                .get(&job.id)
+                .into_iter()
+                .flatten()
+                .filter_map(|c| inner.jobs.get(c))
+                .filter(|c| !c.state.is_terminal())
+                .count();
+            assert_eq!(
+                job.live_children as usize, live,
+                "live children of {}",
+                job.id
+            );
+        }
+        let pending = inner
+            .jobs
+            .values()
+            .filter(|j| !j.state.is_terminal())
+            .count();
+        assert_eq!(inner.idx.pending as usize, pending);
+        let waiting = inner
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Waiting)
+            .count() as u64;
+        let counted: u64 = inner
+            .idx
+            .counts
+            .values()
+            .map(|c| c[state_slot(JobState::Waiting)])
+            .sum();
+        assert_eq!(counted, waiting);
+    }
+
+    /// Random graphs, children, finishes, cancels, rescues, retries and prunes keep the
+    /// workflow bookkeeping exact.
+    #[tokio::test]
+    async fn workflow_bookkeeping_agrees_with_a_recount() {
+        use drover_core::{EnqueueChildren, NewWorkflow};
+        let (store, clock) = store();
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let kinds = ["a", "b"];
+        let mut workflows = Vec::new();
+        for round in 0..60 {
+            let size = 1 + rng.below(6);
+            let mut graph = NewWorkflow::new();
+            for i in 0..size {
+                let deps: Vec<String> = (0..i)
+                    .filter(|_| rng.below(3) == 0)
+                    .map(|d| format!("n{d}"))
+                    .collect();
+                let refs: Vec<&str> = deps.iter().map(String::as_str).collect();
+                let mut job = NewJob::new(JobKind::parse(kinds[rng.below(2)]).unwrap(), json!(i))
+                    .with_max_attempts(1 + rng.below(2) as i32);
+                if rng.below(4) == 0 {
+                    job = job.run_regardless();
+                }
+                graph = graph.job(format!("n{i}"), job, &refs);
+            }
+            workflows.push(store.workflow_enqueue(graph).await.unwrap().id);
+
+            let claimed = store.jobs_claim(claim(&kinds)).await.unwrap().jobs;
+            let mut items = Vec::new();
+            for job in claimed {
+                if rng.below(3) == 0 {
+                    let n = rng.below(3);
+                    let children = (0..n)
+                        .map(|c| NewJob::new(JobKind::parse(kinds[c % 2]).unwrap(), json!(c)))
+                        .collect();
+                    store
+                        .children_enqueue(EnqueueChildren {
+                            parent: job.id,
+                            token: job.fencing_token,
+                            jobs: children,
+                        })
+                        .await
+                        .unwrap();
+                }
+                if rng.below(6) == 0 {
+                    continue; // Left running: its lease expires.
+                }
+                let finish = match rng.below(5) {
+                    0 => Finish::WaitForChildren,
+                    1 => Finish::Failed {
+                        message: "x".into(),
+                        retry: Retry::After(Duration::ZERO),
+                    },
+                    2 => Finish::Cancelled {
+                        message: "stop".into(),
+                    },
+                    _ => Finish::Succeeded { result: None },
+                };
+                items.push(FinishItem {
+                    id: job.id,
+                    token: job.fencing_token,
+                    started: None,
+                    finish,
+                });
+            }
+            store.jobs_finish(items).await.unwrap();
+            check_workflow_bookkeeping(&store.inner.lock());
+
+            let live: Vec<JobId> = {
+                let inner = store.inner.lock();
+                inner
+                    .jobs
+                    .values()
+                    .filter(|j| !j.state.is_terminal())
+                    .map(|j| j.id)
+                    .collect()
+            };
+            if !live.is_empty() && rng.below(3) == 0 {
+                store.job_cancel(live[rng.below(live.len())]).await.unwrap();
+            }
+            if rng.below(4) == 0 {
+                let workflow = workflows[rng.below(workflows.len())];
+                match rng.below(2) {
+                    0 => drop(store.workflow_cancel(workflow).await),
+                    _ => drop(store.workflow_retry(workflow).await),
+                }
+            }
+            clock.advance(Duration::from_secs(40));
+            store
+                .jobs_rescue_expired(RescueExpired {
+                    reconciler_kinds: Vec::new(),
+                    limit: 100,
+                })
+                .await
+                .unwrap();
+            if round % 10 == 9 {
+                store
+                    .jobs_prune(PruneJobs {
+                        older_than: Duration::from_secs(100),
+                        limit: 50,
+                    })
+                    .await
+                    .unwrap();
+            }
+            check_workflow_bookkeeping(&store.inner.lock());
+        }
+        // Run everything to the end: nothing waits for ever.
+        for _ in 0..200 {
+            let claimed = store.jobs_claim(claim(&kinds)).await.unwrap().jobs;
+            if claimed.is_empty() {
+                break;
+            }
+            let items = claimed
+                .into_iter()
+                .map(|job| FinishItem {
+                    id: job.id,
+                    token: job.fencing_token,
+                    started: None,
+                    finish: Finish::Succeeded { result: None },
+                })
+                .collect();
+            store.jobs_finish(items).await.unwrap();
+            check_workflow_bookkeeping(&store.inner.lock());
+        }
+        let inner = store.inner.lock();
+        let stuck: Vec<&Job> = inner
+            .jobs
+            .values()
+            .filter(|j| !j.state.is_terminal())
+            .map(|j| &**j)
+            .collect();
+        assert!(stuck.is_empty(), "jobs left: {stuck:?}");
     }
 }

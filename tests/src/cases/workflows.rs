@@ -329,8 +329,8 @@ pub async fn workflows_concurrent_finishes_of_the_last_two_dependencies_queue_on
     }
 }
 
-/// An unknown id, or the id of another tenant's job, is `InvalidInput` on `depends_on`, and
-/// nothing of the batch is stored.
+/// An unknown id, the id of another tenant's job, or more than 1,000 dependencies is
+/// `InvalidInput` on `depends_on`, and nothing of the batch is stored.
 pub async fn workflows_unknown_or_foreign_dependency_is_invalid_and_stores_nothing(
     f: &dyn StoreFactory,
 ) {
@@ -359,6 +359,10 @@ pub async fn workflows_unknown_or_foreign_dependency_is_invalid_and_stores_nothi
             .await,
         "jobs[1].depends_on",
     );
+    let too_many = (0..=1_000).fold(job("d", json!(4)), |j, _| {
+        j.with_dependency(JobId::new_v7())
+    });
+    expect_invalid(store.job_enqueue(too_many).await, "depends_on");
     assert_eq!(count(&*store).await, before, "nothing stored");
     // The other tenant's own job may depend on it.
     let same = enqueue(
@@ -610,7 +614,11 @@ pub async fn workflows_children_are_fenced_by_the_parent_lease(f: &dyn StoreFact
 pub async fn workflows_parent_waits_for_children_and_resumes_after_the_last(f: &dyn StoreFactory) {
     let h = f.open(unbounded()).await;
     let store = h.store();
-    let parent = start(&*store, job("parent", json!(1))).await;
+    let parent = start(
+        &*store,
+        job("parent", json!(1)).with_queue(queue("parents")),
+    )
+    .await;
     assert_eq!(parent.attempt, 1);
     children(
         &*store,
@@ -624,15 +632,24 @@ pub async fn workflows_parent_waits_for_children_and_resumes_after_the_last(f: &
     assert_eq!(waiting.attempt, 0, "the attempt is given back");
     assert!(waiting.lease_expires_at.is_none() && waiting.lease_owner.is_none());
     assert_eq!(waiting.live_children, 2);
-    assert!(claim(&*store, &["parent"], 10).await.is_empty());
+    assert!(claim_from(&*store, &["parents"], &["parent"], 10)
+        .await
+        .is_empty());
 
     let kids = claim(&*store, &["child"], 10).await;
     assert_eq!(kids.len(), 2);
     complete(&*store, &kids[0]).await;
     assert_eq!(state_of(&*store, parent.id).await, JobState::Waiting);
+    let mut events = store.subscribe().await.unwrap();
     complete(&*store, &kids[1]).await;
-    let again = claim(&*store, &["parent"], 10).await;
+    let again = claim_from(&*store, &["parents"], &["parent"], 10).await;
     assert_eq!(again.len(), 1, "the parent runs again at once");
+    wait_for(
+        &mut events,
+        |e| matches!(e, StoreEvent::JobsAvailable { queue } if queue.as_str() == "parents"),
+        "JobsAvailable for the parent's queue",
+    )
+    .await;
     assert_eq!(again[0].attempt, 1);
     assert_eq!(again[0].live_children, 0);
 }
@@ -727,6 +744,29 @@ pub async fn workflows_cancel_of_a_parent_cascades_to_its_children(f: &dyn Store
     let signalled = store.job_get(running.id).await.unwrap();
     assert_eq!(signalled.state, JobState::Running);
     assert!(signalled.cancel_requested);
+    let beat = store
+        .jobs_heartbeat(drover_core::HeartbeatJobs {
+            lease: LEASE,
+            jobs: vec![drover_core::HeartbeatItem {
+                id: running.id,
+                token: running.fencing_token,
+                meta: None,
+                progress: None,
+                started: None,
+            }],
+        })
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            beat.as_slice(),
+            [drover_core::HeartbeatReply::Extended {
+                cancel_requested: true,
+                ..
+            }]
+        ),
+        "the running child's heartbeat reports the request: {beat:?}"
+    );
     let id = running.id;
     wait_for(
         &mut events,
@@ -801,7 +841,7 @@ pub async fn workflows_prune_keeps_jobs_live_jobs_need(f: &dyn StoreFactory) {
     assert_eq!(state_of(&*store, q.id).await, JobState::Queued);
 
     h.advance(2 * HOUR).await;
-    assert_eq!(store.jobs_prune(prune.clone()).await.unwrap(), 0);
+    assert_eq!(store.jobs_prune(prune).await.unwrap(), 0);
     for id in [a.id, p.id, d.id] {
         store.job_get(id).await.expect("kept");
     }
@@ -1204,8 +1244,8 @@ pub async fn workflows_chain_of_a_thousand_completes(f: &dyn StoreFactory) {
     assert_eq!(summary.overall(), JobState::Succeeded);
 }
 
-/// A parent fans out 10,000 children and waits; they run in big batches; the last one's
-/// finish queues the parent.
+/// A parent fans out 10,000 children (the bound: one more is refused) and waits; they run in
+/// big batches; the last one's finish queues the parent.
 pub async fn workflows_fan_out_of_ten_thousand_children_completes(f: &dyn StoreFactory) {
     let h = f.open(unbounded()).await;
     let store = h.store();
@@ -1221,6 +1261,23 @@ pub async fn workflows_fan_out_of_ten_thousand_children_completes(f: &dyn StoreF
         .await
         .unwrap();
     assert_eq!(answers.len(), CHILDREN);
+    // One more live child than the bound is refused, and stores nothing.
+    expect_invalid(
+        store
+            .children_enqueue(EnqueueChildren {
+                parent: parent.id,
+                token: parent.fencing_token,
+                jobs: vec![job("kid", json!("one too many"))],
+            })
+            .await,
+        "jobs",
+    );
+    assert_eq!(
+        store.job_get(parent.id).await.unwrap().live_children,
+        10_000
+    );
+    let snapshot = store.queue_snapshot().await.unwrap();
+    assert_eq!(snapshot.queues[0].count(JobState::Queued), CHILDREN as u64);
     let to = finish(&*store, &parent, Finish::WaitForChildren).await;
     assert_eq!(to, JobState::Waiting);
     let mut done = 0;
@@ -1235,4 +1292,88 @@ pub async fn workflows_fan_out_of_ten_thousand_children_completes(f: &dyn StoreF
     let again = claim(&*store, &["parent"], 1).await;
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].live_children, 0);
+}
+
+/// A job that a rescue or a reconcile ends propagates in the same step: a child a rescue
+/// fails for good resumes its waiting parent; a dependency a reconciler resolves failed
+/// cancels its dependent, one resolved succeeded queues its dependent.
+pub async fn workflows_rescue_and_reconcile_ends_propagate(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let parent = start(&*store, job("parent", json!(1))).await;
+    let kid = children(
+        &*store,
+        &parent,
+        vec![job("kid", json!(1)).with_max_attempts(1)],
+    )
+    .await
+    .remove(0);
+    finish(&*store, &parent, Finish::WaitForChildren).await;
+    let kid_run = claim(&*store, &["kid"], 1).await.remove(0);
+    assert_eq!(kid_run.id, kid.id);
+    let bad = start(&*store, job("recon", json!(1))).await;
+    let good = start(&*store, job("recon", json!(2))).await;
+    let after_bad = enqueue(&*store, job("after", json!(1)).with_dependency(bad.id)).await;
+    let after_good = enqueue(&*store, job("after", json!(2)).with_dependency(good.id)).await;
+
+    h.advance(LEASE + Duration::from_secs(1)).await;
+    let rescued = store
+        .jobs_rescue_expired(RescueExpired {
+            reconciler_kinds: vec![super::kind("recon")],
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    assert_eq!(rescued.len(), 3);
+    assert_eq!(state_of(&*store, kid.id).await, JobState::Failed);
+    assert_eq!(state_of(&*store, parent.id).await, JobState::Queued);
+    assert_eq!(state_of(&*store, after_bad.id).await, JobState::Waiting);
+
+    let sweep = store
+        .jobs_claim_reconciling(drover_core::ClaimReconciling {
+            worker: super::worker("sweeper"),
+            kinds: vec![super::kind("recon")],
+            limit: 10,
+            lease: LEASE,
+        })
+        .await
+        .unwrap();
+    assert_eq!(sweep.len(), 2);
+    for held in sweep {
+        let resolution = if held.id == bad.id {
+            drover_core::Resolution::Failed {
+                message: "not done".into(),
+            }
+        } else {
+            drover_core::Resolution::Succeeded
+        };
+        store
+            .job_reconcile(held.id, held.fencing_token, resolution)
+            .await
+            .unwrap();
+    }
+    assert_eq!(state_of(&*store, after_bad.id).await, JobState::Cancelled);
+    assert_eq!(state_of(&*store, after_good.id).await, JobState::Queued);
+    assert_eq!(claim(&*store, &["after"], 10).await.len(), 1);
+}
+
+/// `jobs_get` answers the stored jobs among the ids, in the order asked, and refuses more
+/// than 1,000 ids.
+pub async fn workflows_jobs_get_answers_in_the_order_asked(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let a = enqueue(&*store, job("k", json!(1))).await;
+    let b = enqueue(&*store, job("k", json!(2))).await;
+    let got = store
+        .jobs_get(vec![b.id, JobId::new_v7(), a.id])
+        .await
+        .unwrap();
+    assert_eq!(
+        got.iter().map(|j| j.id).collect::<Vec<_>>(),
+        vec![b.id, a.id]
+    );
+    assert_eq!(got[1], a);
+    assert!(store.jobs_get(Vec::new()).await.unwrap().is_empty());
+    let many: Vec<JobId> = (0..1_001).map(|_| JobId::new_v7()).collect();
+    expect_invalid(store.jobs_get(many).await, "ids");
 }
