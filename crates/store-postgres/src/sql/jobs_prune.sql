@@ -11,15 +11,17 @@ WITH doomed AS (
     WHERE j.state IN ('succeeded', 'failed', 'cancelled')
       AND j.finished_at < now() - $1 * interval '1 microsecond'
       AND j.live_children = 0
-      AND (j.parent_id IS NULL OR NOT EXISTS (
-          SELECT 1 FROM drover.jobs p
-          WHERE p.id = j.parent_id AND p.state IN ('waiting', 'queued', 'running', 'reconciling')))
-      AND NOT EXISTS (
-          SELECT 1
-          FROM drover.job_dependencies d
-          JOIN drover.jobs w ON w.id = d.job_id
-          WHERE d.depends_on_id = j.id
-            AND w.state IN ('waiting', 'queued', 'running', 'reconciling'))
+      -- The parent's and the dependents' states are read by primary key per candidate (scalar
+      -- subqueries): as joins the planner would scan every live job of the table once.
+      AND (j.parent_id IS NULL
+           OR COALESCE((SELECT p.state FROM drover.jobs p WHERE p.id = j.parent_id)
+                       IN ('succeeded', 'failed', 'cancelled'), true))
+      AND (SELECT true
+           FROM drover.job_dependencies d
+           WHERE d.depends_on_id = j.id
+             AND (SELECT w.state FROM drover.jobs w WHERE w.id = d.job_id)
+                 IN ('waiting', 'queued', 'running', 'reconciling')
+           LIMIT 1) IS NULL
     ORDER BY j.finished_at
     LIMIT $2
     FOR UPDATE OF j SKIP LOCKED
