@@ -51,6 +51,9 @@ pub(crate) struct Links {
     local: Vec<Vec<usize>>,
     /// The order jobs are settled in: each after the batch's jobs it waits for.
     order: Vec<usize>,
+    /// The batch length errors are labelled by (`jobs[i].` beyond one job; a graph's jobs
+    /// always, as `NewWorkflow::plan` names them).
+    label_len: usize,
 }
 
 impl Links {
@@ -61,6 +64,7 @@ impl Links {
             parent,
             local: vec![Vec::new(); len],
             order: (0..len).collect(),
+            label_len: len,
         }
     }
 }
@@ -205,7 +209,8 @@ async fn enqueue_linked(
         job.workflow_id = links.workflow;
         job.parent_id = links.parent;
         job.depends_on = ids;
-        let pending = settle_new(job, &dependencies, now).map_err(|e| e.in_batch_item(i, len))?;
+        let pending =
+            settle_new(job, &dependencies, now).map_err(|e| e.in_batch_item(i, links.label_len))?;
         done[i] = true;
         settled.push(Settled {
             position: i,
@@ -480,6 +485,7 @@ pub(crate) async fn workflow_enqueue(
         parent: None,
         local,
         order,
+        label_len: usize::MAX,
     };
     let mut conn = connections.acquire().await?;
     let result = retried!(conn, |tx| workflow_in(

@@ -67,7 +67,6 @@ async fn enqueue(db: &TestDatabase, kind: &str, args: &str) -> String {
 /// A job as these checks read it.
 #[derive(Debug, sqlx::FromRow)]
 struct Row {
-    kind: String,
     state: String,
     attempt: i32,
     fencing_token: i64,
@@ -78,7 +77,7 @@ struct Row {
 
 async fn rows(pool: &PgPool, kind: &str) -> Vec<Row> {
     sqlx::query_as(
-        "SELECT kind, state, attempt, fencing_token, errors, finished_at, attempted_at \
+        "SELECT state, attempt, fencing_token, errors, finished_at, attempted_at \
          FROM drover.jobs WHERE kind = $1 ORDER BY id",
     )
     .bind(kind)
