@@ -191,7 +191,7 @@ impl Client {
     /// quotas checked again, unique key kept.
     ///
     /// # Errors
-    /// `NotFound`; `InvalidTransition` for a queued, running or reconciling job;
+    /// `NotFound`; `InvalidTransition` for a waiting, queued, running or reconciling job;
     /// `QuotaExceeded`; `Conflict` when another live job of the tenant now holds its unique key.
     pub async fn retry(&self, id: JobId) -> Result<Job, Error> {
         let job = self.store.job_retry(id).await?;

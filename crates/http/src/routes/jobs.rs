@@ -352,7 +352,7 @@ pub async fn cancel_job(
 }
 
 /// Operator retry of a finished job: same id and args, attempt budget reset, quotas re-checked.
-/// 409 for a job that is still queued, running or reconciling.
+/// 409 for a job that is still waiting, queued, running or reconciling.
 #[utoipa::path(
     post,
     path = "/v1/jobs/{id}/retry",
