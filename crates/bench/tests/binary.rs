@@ -46,6 +46,8 @@ fn check_run(stdout: &str, file: &Value, store: &str, workers: &[usize], slots: 
         "enqueue_single".to_owned(),
         "enqueue_batch".to_owned(),
         "latency".to_owned(),
+        "fan_out".to_owned(),
+        "chain".to_owned(),
     ];
     for s in slots {
         scenarios.extend(workers.iter().map(|w| match s {
@@ -68,7 +70,7 @@ fn check_run(stdout: &str, file: &Value, store: &str, workers: &[usize], slots: 
             .unwrap_or_else(|| panic!("no summary for {scenario}: {file}"));
         let figure = match scenario.as_str() {
             "enqueue_single" | "enqueue_batch" => &entry["enqueue_per_s"]["median"],
-            "latency" => &entry["latency"]["max_ms"],
+            "latency" | "chain" => &entry["latency"]["max_ms"],
             _ => &entry["process_per_s"]["median"],
         };
         assert!(
@@ -110,6 +112,10 @@ fn memory_run_measures_every_scenario() {
             "1,2",
             "--slots",
             "32,8",
+            "--fan-out",
+            "200",
+            "--chain",
+            "30",
         ],
         None,
         dir.path(),
@@ -146,6 +152,10 @@ fn postgres_run_measures_every_scenario_with_worker_processes() {
             "1,2",
             "--slots",
             "8",
+            "--fan-out",
+            "200",
+            "--chain",
+            "30",
         ],
         Some(&smoke_url),
         dir.path(),
