@@ -99,7 +99,10 @@ impl Checker {
                                     "a unique key has two live jobs",
                                     vec![other, ans.job],
                                     t,
-                                    format!("unique key {u}: {other} live when {} was created", ans.job),
+                                    format!(
+                                        "unique key {u}: {other} live when {} was created",
+                                        ans.job
+                                    ),
                                 );
                             }
                         }
@@ -193,7 +196,9 @@ impl Checker {
             } => {
                 for b in beats {
                     let Some(until) = b.lease_until else { continue };
-                    let Some(tr) = self.jobs.get_mut(&b.job) else { continue };
+                    let Some(tr) = self.jobs.get_mut(&b.job) else {
+                        continue;
+                    };
                     if tr.latest_token != Some(b.token) {
                         let detail = format!("{:?}, latest {:?}", b.token, tr.latest_token);
                         self.violate(
@@ -214,7 +219,9 @@ impl Checker {
             } => {
                 for (item, reply) in items.iter().zip(replies) {
                     let Some(to) = reply else { continue };
-                    let Some(tr) = self.jobs.get_mut(&item.job) else { continue };
+                    let Some(tr) = self.jobs.get_mut(&item.job) else {
+                        continue;
+                    };
                     let mut found: Vec<(&'static str, String)> = Vec::new();
                     if tr.latest_token != Some(item.token) {
                         found.push((
@@ -231,7 +238,8 @@ impl Checker {
                     if *to == JobState::Succeeded {
                         tr.successes += 1;
                         if tr.successes > 1 {
-                            found.push(("a job succeeded twice", format!("token {:?}", item.token)));
+                            found
+                                .push(("a job succeeded twice", format!("token {:?}", item.token)));
                         }
                     }
                     for (rule, detail) in found {
@@ -243,15 +251,12 @@ impl Checker {
                     self.end(item.job, *to, result);
                 }
             }
+            // A cancel of a running job only requests it; its finish ends it.
             Ev::Cancel {
                 job,
                 answer: Answer::Ok(state),
                 ..
-            } => {
-                if state.is_terminal() {
-                    self.end(*job, *state, None);
-                }
-            }
+            } if state.is_terminal() => self.end(*job, *state, None),
             Ev::Retry {
                 job,
                 answer: Answer::Ok(_),
@@ -317,11 +322,20 @@ impl Checker {
         let ids: Vec<JobId> = self.jobs.keys().copied().collect();
         for id in ids {
             let Some(job) = stored.get(&id) else {
-                self.violate("an accepted job was lost", vec![id], None, "not in the store".into());
+                self.violate(
+                    "an accepted job was lost",
+                    vec![id],
+                    None,
+                    "not in the store".into(),
+                );
                 continue;
             };
             if !job.state.is_terminal() {
-                let why = if settled { "" } else { " (the quiet period ran out)" };
+                let why = if settled {
+                    ""
+                } else {
+                    " (the quiet period ran out)"
+                };
                 self.violate(
                     "a job is not terminal once faults stopped",
                     vec![id],

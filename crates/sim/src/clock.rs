@@ -55,7 +55,9 @@ impl Clock for SimClock {
 
 /// The instant every world starts at.
 pub fn base() -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0).single().unwrap_or_default()
+    Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0)
+        .single()
+        .unwrap_or_default()
 }
 
 /// `at` as microseconds since [`base`] (negative before it).

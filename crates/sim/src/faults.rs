@@ -17,15 +17,15 @@ use drover_core::workflow::{
     EnqueueChildren, EnqueuedWorkflow, ListWorkflows, NewWorkflow, Workflow, WorkflowChange,
     WorkflowPage,
 };
+use drover_core::FencingToken;
 use drover_core::{
     CancelOutcome, ClaimJobs, ClaimReconciling, Claimed, EnqueueStatus, Enqueued, Error,
-    EventStream, Finish, FinishItem, FinishReply, FireSchedule, HeartbeatJobs, HeartbeatReply,
-    Job, JobId, JobPage, JobStore, LimitKey, LimitPolicy, LimitStatus, ListJobs, NewJob,
-    NewSchedule, PruneJobs, QueueChange, QueueInfo, QueueName, RequeueOutcome, RescueExpired,
-    Rescued, Resolution, Result, Schedule, ScheduleName, ScheduleUpsert, Snapshot, StoreConfig,
-    Transition, VacuumStatus, WorkerId, WorkerInfo, WorkerRegistration,
+    EventStream, Finish, FinishItem, FinishReply, FireSchedule, HeartbeatJobs, HeartbeatReply, Job,
+    JobId, JobPage, JobStore, LimitKey, LimitPolicy, LimitStatus, ListJobs, NewJob, NewSchedule,
+    PruneJobs, QueueChange, QueueInfo, QueueName, RequeueOutcome, RescueExpired, Rescued,
+    Resolution, Result, Schedule, ScheduleName, ScheduleUpsert, Snapshot, StoreConfig, Transition,
+    VacuumStatus, WorkerId, WorkerInfo, WorkerRegistration,
 };
-use drover_core::FencingToken;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tokio::sync::watch;
@@ -126,7 +126,10 @@ impl Ctx {
 
     /// Faults injected, by kind.
     pub fn fault_counts(&self) -> BTreeMap<&'static str, u64> {
-        self.faults.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.faults
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Counts a fault of another kind than the store's (a crash, a pause).
@@ -243,7 +246,9 @@ pub struct FaultyStore {
 
 impl std::fmt::Debug for FaultyStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FaultyStore").field("who", &self.who).finish()
+        f.debug_struct("FaultyStore")
+            .field("who", &self.who)
+            .finish()
     }
 }
 
@@ -277,7 +282,12 @@ pub fn tag_of(job: &NewJob) -> String {
 
 impl FaultyStore {
     /// `who`'s view of `inner`.
-    pub fn new(inner: Arc<dyn JobStore>, ctx: Arc<Ctx>, who: impl Into<String>, gate: Arc<Gate>) -> Self {
+    pub fn new(
+        inner: Arc<dyn JobStore>,
+        ctx: Arc<Ctx>,
+        who: impl Into<String>,
+        gate: Arc<Gate>,
+    ) -> Self {
         FaultyStore {
             inner,
             ctx,
@@ -418,7 +428,8 @@ impl JobStore for FaultyStore {
     }
 
     async fn workflow_get(&self, id: drover_core::WorkflowId) -> Result<Workflow> {
-        self.plain("workflow_get", || self.inner.workflow_get(id)).await
+        self.plain("workflow_get", || self.inner.workflow_get(id))
+            .await
     }
 
     async fn workflows_list(&self, query: ListWorkflows) -> Result<WorkflowPage> {
@@ -441,7 +452,8 @@ impl JobStore for FaultyStore {
     }
 
     async fn jobs_list(&self, query: ListJobs) -> Result<JobPage> {
-        self.plain("jobs_list", || self.inner.jobs_list(query)).await
+        self.plain("jobs_list", || self.inner.jobs_list(query))
+            .await
     }
 
     async fn jobs_claim(&self, claim: ClaimJobs) -> Result<Claimed> {
@@ -566,7 +578,8 @@ impl JobStore for FaultyStore {
     }
 
     async fn job_requeue(&self, id: JobId) -> Result<RequeueOutcome> {
-        self.plain("job_requeue", || self.inner.job_requeue(id)).await
+        self.plain("job_requeue", || self.inner.job_requeue(id))
+            .await
     }
 
     async fn jobs_rescue_expired(&self, rescue: RescueExpired) -> Result<Vec<Rescued>> {
@@ -603,7 +616,8 @@ impl JobStore for FaultyStore {
     }
 
     async fn jobs_prune(&self, prune: PruneJobs) -> Result<u64> {
-        self.plain("jobs_prune", || self.inner.jobs_prune(prune)).await
+        self.plain("jobs_prune", || self.inner.jobs_prune(prune))
+            .await
     }
 
     async fn queue_pause(&self, queue: QueueName) -> Result<QueueChange> {
@@ -641,11 +655,13 @@ impl JobStore for FaultyStore {
     }
 
     async fn queue_snapshot(&self) -> Result<Snapshot> {
-        self.plain("queue_snapshot", || self.inner.queue_snapshot()).await
+        self.plain("queue_snapshot", || self.inner.queue_snapshot())
+            .await
     }
 
     async fn vacuum_status(&self) -> Result<Option<VacuumStatus>> {
-        self.plain("vacuum_status", || self.inner.vacuum_status()).await
+        self.plain("vacuum_status", || self.inner.vacuum_status())
+            .await
     }
 
     async fn worker_register(&self, worker: WorkerRegistration) -> Result<WorkerInfo> {
@@ -664,7 +680,8 @@ impl JobStore for FaultyStore {
     }
 
     async fn workers_list(&self) -> Result<Vec<WorkerInfo>> {
-        self.plain("workers_list", || self.inner.workers_list()).await
+        self.plain("workers_list", || self.inner.workers_list())
+            .await
     }
 
     async fn workers_prune(&self, older_than: Duration) -> Result<u64> {
@@ -677,15 +694,18 @@ impl JobStore for FaultyStore {
     }
 
     async fn limit_set(&self, policy: LimitPolicy) -> Result<LimitPolicy> {
-        self.plain("limit_set", || self.inner.limit_set(policy)).await
+        self.plain("limit_set", || self.inner.limit_set(policy))
+            .await
     }
 
     async fn limit_clear(&self, key: LimitKey) -> Result<()> {
-        self.plain("limit_clear", || self.inner.limit_clear(key)).await
+        self.plain("limit_clear", || self.inner.limit_clear(key))
+            .await
     }
 
     async fn schedules_list(&self) -> Result<Vec<Schedule>> {
-        self.plain("schedules_list", || self.inner.schedules_list()).await
+        self.plain("schedules_list", || self.inner.schedules_list())
+            .await
     }
 
     async fn schedule_upsert(&self, schedule: NewSchedule) -> Result<ScheduleUpsert> {
@@ -699,7 +719,8 @@ impl JobStore for FaultyStore {
     }
 
     async fn schedule_fire(&self, fire: FireSchedule) -> Result<Option<Enqueued>> {
-        self.plain("schedule_fire", || self.inner.schedule_fire(fire)).await
+        self.plain("schedule_fire", || self.inner.schedule_fire(fire))
+            .await
     }
 
     // The clock, readiness, events and configuration are not faulted: a worker reads them

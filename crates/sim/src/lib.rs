@@ -66,14 +66,19 @@ impl SeedRun {
     /// What a failure prints: the seed, the violations, the shortened history, the replay
     /// command.
     pub fn report(&self) -> String {
-        let mut out = format!("seed {} failed: {} violation(s)\n", self.seed, self.violations.len());
+        let mut out = format!(
+            "seed {} failed: {} violation(s)\n",
+            self.seed,
+            self.violations.len()
+        );
         for v in &self.violations {
             out.push_str(&format!(
                 "  {}: {:?} {} {}\n",
                 v.rule,
                 v.jobs,
                 v.detail,
-                v.t.map(|t| format!("(t = {} ms)", t / 1_000)).unwrap_or_default()
+                v.t.map(|t| format!("(t = {} ms)", t / 1_000))
+                    .unwrap_or_default()
             ));
         }
         out.push_str("history of the offending jobs:\n");

@@ -118,6 +118,12 @@ fn main() -> ExitCode {
     let faults = faults.lock().unwrap_or_else(|e| e.into_inner());
     let list: Vec<String> = faults.iter().map(|(k, n)| format!("{k} {n}")).collect();
     println!("faults injected: {}", list.join(", "));
+    if !drover_sim::world::EXACT_REPLAY {
+        println!(
+            "note: built without --cfg tokio_unstable: a replay may take another path \
+             (docs/adr/0012-simulation.md)"
+        );
+    }
     if failed.is_empty() {
         println!("failures: none");
         ExitCode::SUCCESS

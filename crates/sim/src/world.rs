@@ -149,8 +149,14 @@ impl Handler for SimHandler {
         let h = job.args.get("h").and_then(|h| h.as_u64()).unwrap_or(0);
         let alive = || self.gate.door() != Door::Dead;
         if alive() {
-            self.ctx
-                .record(&self.who, Ev::HandlerStart { job: id, attempt, token });
+            self.ctx.record(
+                &self.who,
+                Ev::HandlerStart {
+                    job: id,
+                    attempt,
+                    token,
+                },
+            );
         }
         let x = mix(h ^ (token.0 as u64).wrapping_mul(0x2545_f491_4f6c_dd1d));
         let choice = x % 100;
@@ -225,12 +231,11 @@ impl World {
         let mut config = WorkerConfig::default();
         config.worker_id = WorkerId::parse(slot.name.clone())
             .unwrap_or_else(|_| unreachable!("a valid worker id"));
-        config.pools = vec![PoolConfig::new(
-            "sim",
-            QUEUES.iter().map(|q| queue(q)).collect(),
-            slot.slots,
-        )
-        .with_prefetch(0)];
+        config.pools =
+            vec![
+                PoolConfig::new("sim", QUEUES.iter().map(|q| queue(q)).collect(), slot.slots)
+                    .with_prefetch(0),
+            ];
         config.lease = LEASE;
         config.heartbeat_interval = LEASE / 4;
         config.poll_interval = Duration::from_millis(500);
@@ -357,10 +362,7 @@ impl World {
                 }
                 made += 1;
                 let tag = format!("c{c}.{made}");
-                let mut job = NewJob::new(
-                    kind(),
-                    json!({"tag": tag, "h": ctx.range(0, u64::MAX)}),
-                );
+                let mut job = NewJob::new(kind(), json!({"tag": tag, "h": ctx.range(0, u64::MAX)}));
                 job.queue = queue(QUEUES[ctx.range(0, QUEUES.len() as u64) as usize]);
                 job.priority = ctx.range(0, 7) as i16 - 3;
                 job.max_attempts = ctx.range(1, 5) as i32;
