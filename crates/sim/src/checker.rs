@@ -6,7 +6,8 @@
 //! - no job succeeded twice (between two operator retries);
 //! - no finish accepted with a stale fencing token, no lease extended for one;
 //! - no claim of a job the history holds terminal, tokens strictly increase per job;
-//! - attempts never exceed `max_attempts`;
+//! - attempts never exceed `max_attempts`; each claim's attempt is the last one plus one, or
+//!   the same after a snooze, a graceful release or the rescue of a run that never started;
 //! - no job claimed from a queue between a committed pause and the next resume;
 //! - no lease rescued before it expired;
 //! - an idempotency key always answers the same job;
@@ -32,7 +33,7 @@ pub struct Violation {
     /// What the checker saw.
     pub detail: String,
     /// When (simulated microseconds), for rules checked on the history.
-    pub t: Option<u64>,
+    pub t: Option<i64>,
 }
 
 #[derive(Debug, Default)]
@@ -44,6 +45,11 @@ struct Track {
     /// Lease end known from the last claim or extending heartbeat; `None` when not leased.
     lease_until: Option<i64>,
     successes: u32,
+    /// The attempt of the last claim (0 before the first, and after an operator retry).
+    last_attempt: i32,
+    /// Whether the run that ended last spent its attempt (a snooze and a graceful release
+    /// give it back), so the next claim's attempt is one more or the same.
+    spent: bool,
     /// The terminal state the history last gave the job, with a success's result.
     terminal: Option<(JobState, Option<Value>)>,
 }
@@ -56,7 +62,7 @@ struct Checker {
 }
 
 impl Checker {
-    fn violate(&mut self, rule: &'static str, jobs: Vec<JobId>, t: Option<u64>, detail: String) {
+    fn violate(&mut self, rule: &'static str, jobs: Vec<JobId>, t: Option<i64>, detail: String) {
         self.out.push(Violation {
             rule,
             jobs,
@@ -84,7 +90,7 @@ impl Checker {
 
     fn step(&mut self, rec: &Record) {
         let t = Some(rec.t);
-        let now = rec.t as i64;
+        let now = rec.t;
         match &rec.ev {
             Ev::Enqueue {
                 jobs,
@@ -112,6 +118,7 @@ impl Checker {
                                 live: true,
                                 unique: req.unique.clone(),
                                 max_attempts: req.max_attempts,
+                                spent: true,
                                 ..Track::default()
                             },
                         );
@@ -183,6 +190,18 @@ impl Checker {
                             format!("{:?} after {:?}", c.token, tr.latest_token),
                         ));
                     }
+                    let expected = tr.last_attempt + i32::from(tr.spent);
+                    if c.attempt != expected {
+                        found.push((
+                            "an attempt was counted wrongly",
+                            format!(
+                                "claimed as attempt {}, expected {expected} (last {}, spent: {})",
+                                c.attempt, tr.last_attempt, tr.spent
+                            ),
+                        ));
+                    }
+                    tr.last_attempt = c.attempt;
+                    tr.spent = true;
                     tr.latest_token = Some(c.token);
                     tr.lease_until = Some(c.lease_until);
                     for (rule, detail) in found {
@@ -242,6 +261,7 @@ impl Checker {
                                 .push(("a job succeeded twice", format!("token {:?}", item.token)));
                         }
                     }
+                    tr.spent = !matches!(item.outcome.as_str(), "snoozed" | "released");
                     for (rule, detail) in found {
                         self.violate(rule, vec![item.job], t, detail);
                     }
@@ -275,6 +295,8 @@ impl Checker {
                 }
                 if let Some(tr) = self.jobs.get_mut(job) {
                     tr.live = true;
+                    tr.last_attempt = 0;
+                    tr.spent = true;
                     tr.successes = 0;
                     tr.terminal = None;
                     tr.lease_until = None;
@@ -298,7 +320,10 @@ impl Checker {
                 answer: Answer::Ok(rescued),
                 ..
             } => {
-                for (job, to) in rescued {
+                for (job, to, spent) in rescued {
+                    if let Some(tr) = self.jobs.get_mut(job) {
+                        tr.spent = *spent;
+                    }
                     let lease = self.jobs.get(job).and_then(|tr| tr.lease_until);
                     if let Some(until) = lease {
                         if until > now {

@@ -10,7 +10,7 @@ use drover_core::Clock;
 use tokio::time::Instant;
 
 /// The simulated wall clock: `base` plus the tokio time elapsed since the world started, plus
-/// a skew (microseconds) that only a deliberately broken store in the tests sets.
+/// the clock jumps so far (microseconds; the runner's timers, on tokio's clock, do not jump).
 #[derive(Debug, Clone)]
 pub struct SimClock {
     base: DateTime<Utc>,
@@ -33,10 +33,21 @@ impl SimClock {
         u64::try_from(self.start.elapsed().as_micros()).unwrap_or(u64::MAX)
     }
 
-    /// Shifts what the store reads by `skew` (a broken store's test hook; zero to undo).
-    pub fn set_skew(&self, skew: Duration) {
-        let us = i64::try_from(skew.as_micros()).unwrap_or(i64::MAX);
-        self.skew_us.store(us, Ordering::SeqCst);
+    /// Moves what the store reads forward by `d` (a clock jump), for good.
+    pub fn jump(&self, d: Duration) {
+        let us = i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
+        self.skew_us.fetch_add(us, Ordering::SeqCst);
+    }
+
+    /// Moves what the store reads back by `d` (undoes a [`SimClock::jump`]).
+    pub fn jump_back(&self, d: Duration) {
+        let us = i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
+        self.skew_us.fetch_sub(us, Ordering::SeqCst);
+    }
+
+    /// Microseconds since the base instant as the store reads them (jumps included).
+    pub fn store_us(&self) -> i64 {
+        self.elapsed_us() as i64 + self.skew_us.load(Ordering::SeqCst)
     }
 }
 
@@ -48,8 +59,7 @@ impl Default for SimClock {
 
 impl Clock for SimClock {
     fn now(&self) -> DateTime<Utc> {
-        let us = self.elapsed_us() as i64 + self.skew_us.load(Ordering::SeqCst);
-        self.base + chrono::Duration::microseconds(us)
+        self.base + chrono::Duration::microseconds(self.store_us())
     }
 }
 

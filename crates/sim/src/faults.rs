@@ -105,7 +105,7 @@ impl Ctx {
 
     /// Appends to the history.
     pub fn record(&self, who: &str, ev: Ev) {
-        let t = self.clock.elapsed_us();
+        let t = self.clock.store_us();
         self.history
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -586,7 +586,11 @@ impl JobStore for FaultyStore {
         self.call(
             || self.inner.jobs_rescue_expired(rescue),
             |answer, fault| {
-                let answer = answer.map(|r| r.iter().map(|r| (r.id, r.to)).collect::<Vec<_>>());
+                let answer = answer.map(|r| {
+                    r.iter()
+                        .map(|r| (r.id, r.to, r.attempt_spent))
+                        .collect::<Vec<_>>()
+                });
                 if fault.is_none() && answer.ok().is_some_and(|a| a.is_empty()) {
                     return None;
                 }

@@ -10,8 +10,9 @@ use serde_json::Value;
 /// One entry of the history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {
-    /// Simulated microseconds since the world started (the store clock is the base plus this).
-    pub t: u64,
+    /// The store's clock, microseconds since the base instant (simulated time plus clock
+    /// jumps).
+    pub t: i64,
     /// Who made the call: `client0`, `operator`, a worker incarnation `w1-0`, `sim`.
     pub who: String,
     /// What happened.
@@ -230,8 +231,8 @@ pub enum Ev {
         /// Fault applied.
         #[serde(flatten, skip_serializing_if = "Option::is_none", default)]
         fault: Option<Fault>,
-        /// The rescued jobs and where they went.
-        answer: Answer<Vec<(JobId, JobState)>>,
+        /// The rescued jobs, where they went, and whether the attempt was spent.
+        answer: Answer<Vec<(JobId, JobState, bool)>>,
     },
     /// Any other call, recorded only when a fault hit it.
     Call {
@@ -269,6 +270,13 @@ pub enum Ev {
     WorkerPause,
     /// A paused worker talks to the store again.
     WorkerUnpause,
+    /// A worker was asked to stop gracefully (it releases what it runs).
+    WorkerStop,
+    /// The store's clock jumped forward.
+    ClockJump {
+        /// By how much, ms.
+        ms: u64,
+    },
     /// The faults stop; every worker and queue is brought back.
     Quiet,
 }
@@ -296,7 +304,7 @@ impl Ev {
             | Ev::HandlerEnd { job, .. } => vec![*job],
             Ev::Rescue { answer, .. } => answer
                 .ok()
-                .map(|a| a.iter().map(|(j, _)| *j).collect())
+                .map(|a| a.iter().map(|(j, _, _)| *j).collect())
                 .unwrap_or_default(),
             _ => Vec::new(),
         }
@@ -307,6 +315,8 @@ impl Ev {
         matches!(
             self,
             Ev::WorkerCrash
+                | Ev::WorkerStop
+                | Ev::ClockJump { .. }
                 | Ev::WorkerStart
                 | Ev::WorkerPause
                 | Ev::WorkerUnpause

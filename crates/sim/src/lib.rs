@@ -77,7 +77,7 @@ impl SeedRun {
                 v.rule,
                 v.jobs,
                 v.detail,
-                v.t.map(|t| format!("(t = {} ms)", t / 1_000))
+                v.t.map(|t| format!("(store clock {} ms)", t / 1_000))
                     .unwrap_or_default()
             ));
         }

@@ -27,6 +27,9 @@ struct Args {
     /// Simulated seconds with faults per seed.
     #[arg(long, default_value_t = 60)]
     fault_secs: u64,
+    /// Multiplies every store fault probability (1: 3 % errors before, 3 % after, 5 % slow).
+    #[arg(long, default_value_t = 1.0)]
+    fault_scale: f64,
     /// Threads (default: the machine's cores).
     #[arg(long)]
     threads: Option<usize>,
@@ -40,9 +43,16 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    let base = drover_sim::FaultRates::default();
     let options = Options {
         jobs: args.jobs,
         fault_secs: args.fault_secs,
+        rates: drover_sim::FaultRates {
+            before: base.before * args.fault_scale,
+            after: base.after * args.fault_scale,
+            slow: base.slow * args.fault_scale,
+            ..base
+        },
         ..Options::default()
     };
     let threads = args

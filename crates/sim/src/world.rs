@@ -106,6 +106,10 @@ struct Slot {
     slots: usize,
     /// When the chaos loop brings it back (simulated ms since start).
     revive_at: Option<u64>,
+    /// Fired to stop the worker gracefully.
+    shutdown: CancellationToken,
+    /// Asked to stop gracefully and not started again yet.
+    stopping: bool,
 }
 
 struct World {
@@ -207,6 +211,8 @@ impl World {
         slot.name = format!("w{i}-{}", slot.incarnation);
         slot.gate = Gate::new();
         slot.revive_at = None;
+        slot.stopping = false;
+        slot.shutdown = CancellationToken::new();
         let view = FaultyStore::new(
             Arc::clone(&self.store),
             Arc::clone(&self.ctx),
@@ -245,14 +251,16 @@ impl World {
         config.store_retry_min = Duration::from_millis(200);
         config.store_retry_max = Duration::from_millis(200);
         config.cancel_grace = Duration::from_secs(1);
+        config.shutdown_grace = Duration::from_secs(1);
         config.transaction_age_warning = None;
         config.dead_rows_warning = None;
         let worker = match Worker::new(Arc::new(view), Arc::new(registry), config) {
             Ok(worker) => worker,
             Err(error) => panic!("simulated worker config rejected: {error}"),
         };
+        let shutdown = slot.shutdown.clone();
         slot.task = Some(tokio::spawn(async move {
-            let _ = worker.run(CancellationToken::new()).await;
+            let _ = worker.run(shutdown).await;
         }));
         self.ctx.record(&slot.name, Ev::WorkerStart);
     }
@@ -278,9 +286,27 @@ impl World {
         self.ctx.record(&slot.name, Ev::WorkerPause);
     }
 
-    /// Brings worker `i` back: a paused one resumes, a crashed one starts anew.
+    /// Asks worker `i` to stop gracefully: it stops claiming, lets its handlers finish for
+    /// `shutdown_grace`, releases the rest and writes what it can.
+    fn stop(&self, i: usize) {
+        let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = &mut workers[i];
+        slot.shutdown.cancel();
+        slot.stopping = true;
+        self.ctx.count_fault("worker_graceful_stop");
+        self.ctx.record(&slot.name, Ev::WorkerStop);
+    }
+
+    /// True when worker `i` was stopped gracefully and its run returned.
+    fn stopped(&self, i: usize) -> bool {
+        let workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = &workers[i];
+        slot.stopping && slot.task.as_ref().is_none_or(|t| t.is_finished())
+    }
+
+    /// Brings worker `i` back: a paused one resumes, a crashed or stopped one starts anew.
     fn revive(self: &Arc<Self>, i: usize) {
-        let door = {
+        let restart = {
             let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
             let slot = &mut workers[i];
             slot.revive_at = None;
@@ -289,9 +315,9 @@ impl World {
                 slot.gate.set(Door::Open);
                 self.ctx.record(&slot.name, Ev::WorkerUnpause);
             }
-            door
+            door == Door::Dead || slot.stopping
         };
-        if door == Door::Dead {
+        if restart {
             self.start_worker(i);
         }
     }
@@ -310,25 +336,38 @@ impl World {
                     .is_some_and(|at| at <= now);
                 if due {
                     self.revive(i);
+                } else if self.stopped(i) {
+                    let back = now + self.ctx.range(200, 3_000);
+                    self.workers.lock().unwrap_or_else(|e| e.into_inner())[i].revive_at =
+                        Some(back);
                 }
             }
-            if !self.ctx.chance(0.04) {
+            if !self.ctx.chance(0.05) {
                 continue;
             }
             let i = self.ctx.range(0, n as u64) as usize;
-            let open = self.workers.lock().unwrap_or_else(|e| e.into_inner())[i]
-                .gate
-                .door()
-                == Door::Open;
-            if !open {
-                continue;
-            }
-            if self.ctx.chance(0.5) {
-                let back = now + self.ctx.range(500, 5_000);
-                self.crash(i, back);
-            } else {
-                let back = now + self.ctx.range(lease_ms / 2, 3 * lease_ms);
-                self.pause(i, back);
+            let open = {
+                let workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+                workers[i].gate.door() == Door::Open && !workers[i].stopping
+            };
+            match self.ctx.range(0, 4) {
+                _ if !open => {}
+                0 => {
+                    let back = now + self.ctx.range(500, 5_000);
+                    self.crash(i, back);
+                }
+                1 => {
+                    let back = now + self.ctx.range(lease_ms / 2, 3 * lease_ms);
+                    self.pause(i, back);
+                }
+                2 => self.stop(i),
+                _ => {
+                    // The store's clock jumps forward (the runner's timers do not).
+                    let ms = self.ctx.range(100, 2 * lease_ms);
+                    self.ctx.clock.jump(Duration::from_millis(ms));
+                    self.ctx.count_fault("clock_jump");
+                    self.ctx.record("sim", Ev::ClockJump { ms });
+                }
             }
         }
     }
@@ -428,9 +467,14 @@ impl World {
                         let _ = client.cancel(id).await;
                     }
                 }
-                35..=59 => {
+                35..=49 => {
                     if let Some(id) = pick {
                         let _ = client.retry(id).await;
+                    }
+                }
+                50..=59 => {
+                    if let Some(id) = pick {
+                        let _ = client.requeue(id).await;
                     }
                 }
                 60..=79 => {
@@ -517,6 +561,8 @@ async fn world(seed: u64, options: &Options) -> WorldEnd {
             name: String::new(),
             slots: ctx.range(1, 4) as usize,
             revive_at: None,
+            shutdown: CancellationToken::new(),
+            stopping: false,
         })
         .collect();
     let world = Arc::new(World {
@@ -545,6 +591,12 @@ async fn world(seed: u64, options: &Options) -> WorldEnd {
     }
     ctx.record("sim", Ev::Quiet);
     for i in 0..n {
+        // A worker stopping gracefully finishes its stop first (its grace periods are short).
+        while world.workers.lock().unwrap_or_else(|e| e.into_inner())[i].stopping
+            && !world.stopped(i)
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         world.revive(i);
     }
     let operator = FaultyStore::new(

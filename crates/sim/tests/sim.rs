@@ -69,6 +69,8 @@ fn a_world_injects_every_kind_of_fault_and_settles() {
         "slow_after",
         "worker_crash",
         "worker_pause",
+        "worker_graceful_stop",
+        "clock_jump",
     ] {
         assert!(
             run.end.faults.get(kind).copied().unwrap_or(0) > 0,
