@@ -30,6 +30,9 @@ struct Args {
     /// Multiplies every store fault probability (1: 3 % errors before, 3 % after, 5 % slow).
     #[arg(long, default_value_t = 1.0)]
     fault_scale: f64,
+    /// Let workers claim ahead (the runner then reads `std::time`: replays may differ).
+    #[arg(long)]
+    prefetch: bool,
     /// Threads (default: the machine's cores).
     #[arg(long)]
     threads: Option<usize>,
@@ -47,6 +50,7 @@ fn main() -> ExitCode {
     let options = Options {
         jobs: args.jobs,
         fault_secs: args.fault_secs,
+        prefetch: args.prefetch,
         rates: drover_sim::FaultRates {
             before: base.before * args.fault_scale,
             after: base.after * args.fault_scale,

@@ -44,6 +44,9 @@ pub struct Options {
     pub rates: FaultRates,
     /// Crash and pause workers.
     pub chaos: bool,
+    /// Let workers claim ahead (0–3 per queue from the seed). Off by default: the runner
+    /// measures a claimed-ahead job's wait on `std::time::Instant`, outside the simulation.
+    pub prefetch: bool,
     /// A store between the memory store and the fault layer.
     pub wrap: Option<Wrap>,
 }
@@ -57,6 +60,7 @@ impl Default for Options {
             quiet_max_secs: 600,
             rates: FaultRates::default(),
             chaos: true,
+            prefetch: false,
             wrap: None,
         }
     }
@@ -71,6 +75,7 @@ impl std::fmt::Debug for Options {
             .field("quiet_max_secs", &self.quiet_max_secs)
             .field("rates", &self.rates)
             .field("chaos", &self.chaos)
+            .field("prefetch", &self.prefetch)
             .field("wrap", &self.wrap.is_some())
             .finish()
     }
@@ -104,6 +109,8 @@ struct Slot {
     incarnation: u32,
     name: String,
     slots: usize,
+    /// Jobs claimed ahead per queue.
+    prefetch: usize,
     /// When the chaos loop brings it back (simulated ms since start).
     revive_at: Option<u64>,
     /// Fired to stop the worker gracefully.
@@ -240,7 +247,7 @@ impl World {
         config.pools =
             vec![
                 PoolConfig::new("sim", QUEUES.iter().map(|q| queue(q)).collect(), slot.slots)
-                    .with_prefetch(0),
+                    .with_prefetch(slot.prefetch),
             ];
         config.lease = LEASE;
         config.heartbeat_interval = LEASE / 4;
@@ -560,6 +567,11 @@ async fn world(seed: u64, options: &Options) -> WorldEnd {
             incarnation: 0,
             name: String::new(),
             slots: ctx.range(1, 4) as usize,
+            prefetch: if options.prefetch {
+                ctx.range(0, 4) as usize
+            } else {
+                0
+            },
             revive_at: None,
             shutdown: CancellationToken::new(),
             stopping: false,

@@ -16,8 +16,8 @@ use drover_core::{
     Finish, FinishItem, FinishReply, FireSchedule, HeartbeatJobs, HeartbeatReply, Job, JobId,
     JobPage, JobState, JobStore, LimitKey, LimitPolicy, LimitStatus, ListJobs, NewJob, NewSchedule,
     PruneJobs, QueueChange, QueueInfo, QueueName, RequeueOutcome, RescueExpired, Rescued,
-    Resolution, Result, Schedule, ScheduleName, ScheduleUpsert, Snapshot, StoreConfig, Transition,
-    VacuumStatus, WorkerId, WorkerInfo, WorkerRegistration,
+    Resolution, Result, Retry, Schedule, ScheduleName, ScheduleUpsert, Snapshot, StoreConfig,
+    Transition, VacuumStatus, WorkerId, WorkerInfo, WorkerRegistration,
 };
 use drover_sim::clock::SimClock;
 use drover_sim::world::{Wrap, LEASE};
@@ -32,6 +32,10 @@ enum Breaks {
     LosesFinishes,
     /// A rescue also takes leases that end within the next lease length.
     RescuesLiveLeases,
+    /// A graceful release spends the attempt (it is applied as a failure retried at once).
+    SpendsReleasedAttempts,
+    /// A claim takes jobs from paused queues too.
+    IgnoresPauses,
 }
 
 struct Broken {
@@ -88,7 +92,20 @@ impl JobStore for Broken {
                     })
                     .collect())
             }
-            Breaks::RescuesLiveLeases => self.inner.jobs_finish(items).await,
+            Breaks::SpendsReleasedAttempts => {
+                for item in &mut items {
+                    if item.finish == Finish::Released {
+                        item.finish = Finish::Failed {
+                            message: "released".into(),
+                            retry: Retry::After(Duration::ZERO),
+                        };
+                    }
+                }
+                self.inner.jobs_finish(items).await
+            }
+            Breaks::RescuesLiveLeases | Breaks::IgnoresPauses => {
+                self.inner.jobs_finish(items).await
+            }
         }
     }
 
@@ -143,7 +160,25 @@ impl JobStore for Broken {
     }
 
     async fn jobs_claim(&self, claim: ClaimJobs) -> Result<Claimed> {
-        self.inner.jobs_claim(claim).await
+        if self.breaks != Breaks::IgnoresPauses {
+            return self.inner.jobs_claim(claim).await;
+        }
+        let paused: Vec<QueueName> = self
+            .inner
+            .queues_list()
+            .await?
+            .into_iter()
+            .filter(|q| q.paused && claim.queues.contains(&q.name))
+            .map(|q| q.name)
+            .collect();
+        for queue in &paused {
+            self.inner.queue_resume(queue.clone()).await?;
+        }
+        let claimed = self.inner.jobs_claim(claim).await;
+        for queue in paused {
+            self.inner.queue_pause(queue).await?;
+        }
+        claimed
     }
 
     async fn jobs_heartbeat(&self, heartbeat: HeartbeatJobs) -> Result<Vec<HeartbeatReply>> {
@@ -313,6 +348,24 @@ fn the_checker_catches_a_store_that_loses_a_finish() {
 #[test]
 fn the_checker_catches_a_store_that_rescues_a_live_lease() {
     caught_within(Breaks::RescuesLiveLeases, "a live lease was rescued", 10);
+}
+
+#[test]
+fn the_checker_catches_a_store_that_spends_an_attempt_on_a_graceful_release() {
+    caught_within(
+        Breaks::SpendsReleasedAttempts,
+        "an attempt was counted wrongly",
+        100,
+    );
+}
+
+#[test]
+fn the_checker_catches_a_store_that_claims_from_paused_queues() {
+    caught_within(
+        Breaks::IgnoresPauses,
+        "a job was claimed from a paused queue",
+        20,
+    );
 }
 
 #[allow(dead_code)]
