@@ -10,6 +10,7 @@
 //!   the same after a snooze, a graceful release or the rescue of a run that never started;
 //! - no job claimed from a queue between a committed pause and the next resume;
 //! - no lease rescued before it expired;
+//! - no worker stops unless asked to (transient store errors never stop one);
 //! - an idempotency key always answers the same job;
 //! - a unique key never has two live jobs;
 //! - the final state agrees with the history: same terminal state, and a succeeded job's result
@@ -337,6 +338,13 @@ impl Checker {
                     }
                     self.end(*job, *to, None);
                 }
+            }
+            Ev::WorkerExit {
+                asked: false,
+                error,
+            } => {
+                let detail = format!("{} stopped unasked: {error:?}", rec.who);
+                self.violate("a worker stopped on its own", Vec::new(), t, detail);
             }
             _ => {}
         }

@@ -272,6 +272,14 @@ pub enum Ev {
     WorkerUnpause,
     /// A worker was asked to stop gracefully (it releases what it runs).
     WorkerStop,
+    /// A worker's run returned.
+    WorkerExit {
+        /// It was asked to stop.
+        asked: bool,
+        /// The error it returned.
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        error: Option<String>,
+    },
     /// The store's clock jumped forward.
     ClockJump {
         /// By how much, ms.
@@ -316,6 +324,7 @@ impl Ev {
             self,
             Ev::WorkerCrash
                 | Ev::WorkerStop
+                | Ev::WorkerExit { .. }
                 | Ev::ClockJump { .. }
                 | Ev::WorkerStart
                 | Ev::WorkerPause

@@ -266,8 +266,16 @@ impl World {
             Err(error) => panic!("simulated worker config rejected: {error}"),
         };
         let shutdown = slot.shutdown.clone();
+        let (ctx, name) = (Arc::clone(&self.ctx), slot.name.clone());
         slot.task = Some(tokio::spawn(async move {
-            let _ = worker.run(shutdown).await;
+            let result = worker.run(shutdown.clone()).await;
+            ctx.record(
+                &name,
+                Ev::WorkerExit {
+                    asked: shutdown.is_cancelled(),
+                    error: result.err().map(|e| e.to_string()),
+                },
+            );
         }));
         self.ctx.record(&slot.name, Ev::WorkerStart);
     }
