@@ -1,7 +1,8 @@
 //! The world one seed builds and runs: the memory store (ids counted from a fixed id, time from
 //! the paused tokio clock), wrapped per process in a [`FaultyStore`]; 2–4 workers of the real
-//! runner, crashed, paused and brought back by a chaos loop; clients enqueuing; an operator
-//! cancelling, retrying, pausing and resuming. Faults for a bounded simulated time, then a
+//! runner, crashed, paused, stopped gracefully and brought back by a chaos loop that also
+//! makes the store's clock jump; clients enqueuing; an operator cancelling, retrying,
+//! requeuing, pausing and resuming. Faults for a bounded simulated time, then a
 //! quiet period without faults until every job is terminal.
 
 use std::collections::BTreeMap;
