@@ -2061,3 +2061,117 @@ async fn quotas_come_from_the_environment() {
     assert!(command.output().await.unwrap().status.success());
     assert_eq!(db.count("queued").await, 4);
 }
+
+/// Workflows from the command line (docs/design.md section 10): `enqueue --workflow FILE`
+/// stores a graph by name, `workflows list|get` show it (`get` as a tree under what each job
+/// waits for), `jobs list --workflow` and `--state waiting` select its jobs, `enqueue
+/// --depends-on` waits for a job, `workflows cancel|retry` act on the whole, and a worker then
+/// runs it in order. A bad graph or a per-job flag beside `--workflow` stores nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workflows_enqueue_show_cancel_and_retry() {
+    let Some(db) = TestDb::migrated("workflows_enqueue_show_cancel_and_retry").await else {
+        return;
+    };
+    let cycle = TempFile::new(
+        "cycle.json",
+        r#"{"jobs": [{"name": "a", "kind": "noop", "depends_on": ["b"]},
+                    {"name": "b", "kind": "noop", "depends_on": ["a"]}]}"#,
+    );
+    let line = db.fails(&["enqueue", "--workflow", cycle.arg()]).await;
+    assert!(
+        line.contains("jobs") && line.contains("cycle") && line.contains("a -> b -> a"),
+        "{line}"
+    );
+    let usage = db
+        .usage_error(&["enqueue", "--workflow", cycle.arg(), "--queue", "q"])
+        .await;
+    assert!(usage.contains("--workflow"), "{usage}");
+    assert_eq!(db.count("queued").await + db.count("waiting").await, 0);
+
+    let file = TempFile::new(
+        "workflow.json",
+        r#"{"jobs": [
+            {"name": "c", "kind": "noop", "depends_on": ["b"], "run_regardless": true},
+            {"name": "b", "kind": "noop", "depends_on": ["a"]},
+            {"name": "a", "kind": "noop", "args": {"step": 1}}
+        ]}"#,
+    );
+    let answer = db.json(&["enqueue", "--workflow", file.arg()]).await;
+    let id = answer["id"].as_str().expect("workflow id").to_owned();
+    let job = |i: usize| answer["jobs"][i]["job"]["id"].as_str().unwrap().to_owned();
+    let (c, b, a) = (job(0), job(1), job(2));
+    assert_eq!(answer["jobs"][2]["job"]["state"], "queued", "{answer}");
+    assert_eq!(answer["jobs"][1]["job"]["state"], "waiting", "{answer}");
+    assert_eq!(answer["jobs"][0]["job"]["name"], "c", "{answer}");
+
+    let list = db.json(&["workflows", "list"]).await;
+    assert_eq!(list["workflows"][0]["id"], id.as_str(), "{list}");
+    assert_eq!(list["workflows"][0]["state"], "running", "{list}");
+    assert_eq!(
+        list["workflows"][0]["counts"],
+        json!({"queued": 1, "waiting": 2}),
+        "{list}"
+    );
+    let table = db.ok(&["workflows", "list"]).await;
+    assert!(
+        table.contains(&id) && table.contains("1 workflow(s)"),
+        "{table}"
+    );
+
+    let got = db.json(&["workflows", "get", &id]).await;
+    assert_eq!(got["jobs"].as_array().unwrap().len(), 3, "{got}");
+    let edges = got["edges"].as_array().unwrap();
+    assert!(
+        edges.contains(&json!({"job": "b", "depends_on": "a"}))
+            && edges.contains(&json!({"job": "c", "depends_on": "b"})),
+        "{got}"
+    );
+    let tree = db.ok(&["workflows", "get", &id]).await;
+    let lines: Vec<&str> = tree.lines().collect();
+    assert!(lines[0].starts_with(&format!("workflow {id}")), "{tree}");
+    assert!(lines[1].starts_with("a [noop] queued"), "{tree}");
+    assert!(lines[2].starts_with("  b [noop] waiting"), "{tree}");
+    assert!(
+        lines[3].starts_with("    c [noop] waiting (runs regardless)"),
+        "{tree}"
+    );
+
+    let of_workflow = ids(&db.json(&["jobs", "list", "--workflow", &id]).await);
+    assert_eq!(of_workflow.len(), 3);
+    assert!([&a, &b, &c].iter().all(|j| of_workflow.contains(j)));
+    let waiting = ids(&db
+        .json(&["jobs", "list", "--workflow", &id, "--state", "waiting"])
+        .await);
+    assert_eq!(waiting.len(), 2);
+    assert!(waiting.contains(&b) && waiting.contains(&c));
+    assert!(ids(&db.json(&["jobs", "list", "--parent", &a]).await).is_empty());
+
+    let after = db.json(&["enqueue", "noop", "--depends-on", &a]).await;
+    assert_eq!(after["job"]["state"], "waiting", "{after}");
+    assert_eq!(after["job"]["depends_on"], json!([a]), "{after}");
+    let shown = db.ok(&["jobs", "get", &b]).await;
+    assert!(shown.contains(&format!("{id} (as b)")), "{shown}");
+
+    let cancel = db.json(&["workflows", "cancel", &id]).await;
+    assert_eq!(cancel["jobs"], 3, "{cancel}");
+    for job in [&a, &b, &c] {
+        assert_eq!(db.job_row(job).await.state, "cancelled");
+    }
+    let outside = after["job"]["id"].as_str().unwrap();
+    assert_eq!(
+        db.job_row(outside).await.state,
+        "cancelled",
+        "a dependent outside the workflow follows its cancelled dependency"
+    );
+    let retried = db.ok(&["workflows", "retry", &id]).await;
+    assert!(retried.contains("3 job(s) run again"), "{retried}");
+    assert_eq!(db.job_row(&a).await.state, "queued");
+    assert_eq!(db.job_row(&b).await.state, "waiting");
+
+    let mut worker = db.spawn(&["worker", "--slots", "2"]);
+    worker.worker_started().await;
+    db.wait_jobs(&[&a, &b, &c], "succeeded", None, WAIT).await;
+    worker.stop(WAIT).await;
+    let done = db.json(&["workflows", "get", &id]).await;
+    assert_eq!(done["state"], "succeeded", "{done}");
+}

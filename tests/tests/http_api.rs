@@ -10,6 +10,9 @@
 //! PostgreSQL tests need `DROVER_TEST_DATABASE_URL`; see `http_api/harness.rs` for isolation
 //! (a database per test) and the skip rule.
 //!
+//! Workflows (`workflows`): graphs by name, their reads, cancel and retry, dependencies on
+//! `POST /v1/jobs`, tenant isolation.
+//!
 //! Every status code of the API is answered here: 200, 202, 400, 401, 403, 404, 405, 409, 413,
 //! 415, 429 and 503.
 
@@ -28,6 +31,8 @@ mod jobs;
 mod postgres_only;
 #[path = "http_api/shutdown.rs"]
 mod shutdown;
+#[path = "http_api/workflows.rs"]
+mod workflows;
 
 use auth::*;
 use enqueue::*;
@@ -35,6 +40,7 @@ use input::*;
 use jobs::*;
 use postgres_only::*;
 use shutdown::*;
+use workflows::*;
 
 // ------------------------------------------------------------------------------------------
 // One test per case and store.
@@ -128,6 +134,10 @@ http_cases!(
         documented_statuses_are_the_answered_ones,
         shutdown_finishes_the_request_in_flight,
         server_and_worker_shut_down_together,
+        workflows_enqueue_get_list_cancel_and_retry,
+        workflow_errors_name_the_field,
+        workflows_are_isolated_by_tenant,
+        jobs_depend_on_ids_and_list_by_parent,
     ],
     postgres_only: [
         ready_is_503_until_migrated,

@@ -118,10 +118,12 @@ WITH jobs AS (
     RETURNING 1
 ), queues AS (
     UPDATE drover.queues SET paused_at = paused_at - $1 * interval '1 microsecond' RETURNING 1
+), workflows AS (
+    UPDATE drover.workflows SET created_at = created_at - $1 * interval '1 microsecond' RETURNING 1
 )
 SELECT (SELECT count(*) FROM jobs) + (SELECT count(*) FROM limits)
      + (SELECT count(*) FROM schedules) + (SELECT count(*) FROM workers)
-     + (SELECT count(*) FROM queues)";
+     + (SELECT count(*) FROM queues) + (SELECT count(*) FROM workflows)";
 
 #[async_trait]
 impl Harness for PgHarness {

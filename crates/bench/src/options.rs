@@ -355,10 +355,11 @@ mod tests {
     }
 
     #[test]
-    fn defaults_follow_issue_7() {
+    fn defaults_are_the_reference_configuration() {
         let plan = Plan::resolve(&parse(&[])).unwrap();
         assert_eq!(plan.stores, vec![StoreKind::Postgres, StoreKind::Memory]);
-        assert_eq!(plan.workloads.len(), 4);
+        assert_eq!(plan.workloads.len(), 6);
+        assert_eq!((plan.fan_out, plan.chain), (10_000, 1_000));
         assert_eq!(plan.jobs, 50_000);
         assert_eq!(plan.reps, 3);
         assert_eq!(plan.producers, 8);

@@ -55,12 +55,15 @@ pub async fn fan_out(
     registry.register_fn(JobKind::parse(KIND)?, |_ctx: JobContext| async {
         Outcome::success()
     });
-    registry.register_fn(JobKind::parse(PARENT_KIND)?, move |ctx: JobContext| async move {
-        match parent_run(&ctx, n).await {
-            Ok(outcome) => outcome,
-            Err(error) => Outcome::retry(format!("fan-out parent: {error}")),
-        }
-    });
+    registry.register_fn(
+        JobKind::parse(PARENT_KIND)?,
+        move |ctx: JobContext| async move {
+            match parent_run(&ctx, n).await {
+                Ok(outcome) => outcome,
+                Err(error) => Outcome::retry(format!("fan-out parent: {error}")),
+            }
+        },
+    );
     let worker = bench_worker(Arc::clone(&store), registry, slots, Arc::new(NoopMetrics))?;
     let shutdown = CancellationToken::new();
     let run = tokio::spawn(worker.run(shutdown.clone()));
@@ -74,7 +77,9 @@ pub async fn fan_out(
     shutdown.cancel();
     run.await
         .map_err(|error| Error::fatal(format!("the worker task failed: {error}")))??;
-    let parent = ended?.pop().ok_or_else(|| Error::fatal("the parent is gone"))?;
+    let parent = ended?
+        .pop()
+        .ok_or_else(|| Error::fatal("the parent is gone"))?;
     if parent.state != JobState::Succeeded {
         return Err(Error::fatal(format!("the parent ended {}", parent.state)));
     }
@@ -93,7 +98,9 @@ pub async fn fan_out(
     let (Some(first_claim), Some(last_finish), Some(resumed)) =
         (first_claim, last_finish, parent.attempted_at)
     else {
-        return Err(Error::fatal("children or parent without claim or finish times"));
+        return Err(Error::fatal(
+            "children or parent without claim or finish times",
+        ));
     };
     let busy = seconds_between(first_claim, last_finish).max(1e-6);
     Ok(FanOut {
@@ -150,7 +157,10 @@ pub async fn chain(
     let ids: Vec<JobId> = enqueued.jobs.iter().map(|e| e.job.id).collect();
     let shutdown = CancellationToken::new();
     let run = tokio::spawn(worker.run(shutdown.clone()));
-    let last = ids.last().copied().ok_or_else(|| Error::fatal("empty chain"))?;
+    let last = ids
+        .last()
+        .copied()
+        .ok_or_else(|| Error::fatal("empty chain"))?;
     let ended = wait_for(store.as_ref(), &[last], deadline).await;
     shutdown.cancel();
     run.await

@@ -11,7 +11,7 @@ use drover_core::limits::MAX_RUNNING_MAX;
 use drover_core::store::LIST_LIMIT_MAX;
 use drover_core::{
     JobDetails, JobId, JobKind, JobState, LimitKey, QueueName, Rate, ScheduleName, SucceededJobs,
-    TenantId,
+    TenantId, WorkflowId,
 };
 use drover_runner::{PoolConfig, PREFETCH_MAX, PRUNE_LIMIT_MAX, SLOTS_MAX};
 
@@ -123,12 +123,15 @@ pub enum Command {
     Worker(WorkerArgs),
     /// Enqueue one job, or many from a JSON Lines file.
     #[command(
-        after_help = "Examples:\n  drover enqueue email.send --args '{\"to\":\"a@example.com\"}' --queue mail\n  drover enqueue report.build --delay 10m --unique-key report:2026-11\n  drover enqueue --file jobs.jsonl"
+        after_help = "Examples:\n  drover enqueue email.send --args '{\"to\":\"a@example.com\"}' --queue mail\n  drover enqueue report.build --delay 10m --unique-key report:2026-11\n  drover enqueue --file jobs.jsonl\n  drover enqueue --workflow nightly.json"
     )]
     Enqueue(EnqueueArgs),
     /// List, inspect, cancel, retry and requeue jobs.
     #[command(subcommand)]
     Jobs(JobsCommand),
+    /// List, inspect, cancel and retry workflows (graphs of jobs enqueued as one unit).
+    #[command(subcommand)]
+    Workflows(WorkflowsCommand),
     /// List, pause and resume queues.
     #[command(subcommand)]
     Queues(QueuesCommand),
@@ -327,8 +330,11 @@ impl WorkerArgs {
 /// `drover enqueue ...`
 #[derive(Debug, Args)]
 pub struct EnqueueArgs {
-    /// The job's kind (omit with --file).
-    #[arg(required_unless_present = "file", conflicts_with = "file")]
+    /// The job's kind (omit with --file or --workflow).
+    #[arg(
+        required_unless_present_any = ["file", "workflow"],
+        conflicts_with_all = ["file", "workflow"]
+    )]
     pub kind: Option<String>,
     /// Args as any JSON value: an object, an array, a string, a number... (default {}).
     #[arg(long, value_name = "JSON", conflicts_with = "file")]
@@ -376,6 +382,19 @@ pub struct EnqueueArgs {
     /// A limit key the job is subject to (repeatable).
     #[arg(long = "limit-key", value_name = "KEY", conflicts_with = "file")]
     pub limit_keys: Vec<String>,
+    /// A job that must be terminal before this one runs (repeatable): the job waits
+    /// meanwhile, and is cancelled if one fails or is cancelled (see --run-regardless).
+    #[arg(long = "depends-on", value_name = "ID", value_parser = job_id, conflicts_with = "file")]
+    pub depends_on: Vec<JobId>,
+    /// Run even when a dependency failed or was cancelled.
+    #[arg(long, requires = "depends_on")]
+    pub run_regardless: bool,
+    /// Enqueue a workflow from a JSON file, `-` for standard input: the body of `POST
+    /// /v1/workflows`, `{"jobs": [{"name": "a", "kind": "k", ...}, {"name": "b", "kind": "k",
+    /// "depends_on": ["a"]}]}`, every job with the fields of an enqueue request and a name
+    /// unique in the workflow; `depends_on` names jobs of the workflow. All or nothing.
+    #[arg(long, value_name = "FILE", conflicts_with = "file")]
+    pub workflow: Option<PathBuf>,
     /// Enqueue every line of a JSON Lines file, `-` for standard input (one job object per
     /// line, with the fields of the HTTP API's enqueue request); the per-job flags above do
     /// not apply to it. Bad lines
@@ -444,7 +463,7 @@ pub struct ListArgs {
     /// Only this queue.
     #[arg(long, value_parser = queue_name)]
     pub queue: Option<QueueName>,
-    /// Only this state (queued, running, reconciling, succeeded, failed, cancelled).
+    /// Only this state (waiting, queued, running, reconciling, succeeded, failed, cancelled).
     #[arg(long, value_parser = job_state)]
     pub state: Option<JobState>,
     /// Only this kind.
@@ -456,6 +475,12 @@ pub struct ListArgs {
     /// Only jobs whose meta contains this JSON object.
     #[arg(long, value_name = "JSON")]
     pub meta: Option<String>,
+    /// Only jobs of this workflow.
+    #[arg(long, value_name = "ID", value_parser = workflow_id)]
+    pub workflow: Option<WorkflowId>,
+    /// Only children of this job.
+    #[arg(long, value_name = "ID", value_parser = job_id)]
+    pub parent: Option<JobId>,
     /// Page size (1..=1000).
     #[arg(
         long,
@@ -470,6 +495,62 @@ pub struct ListArgs {
     /// progress, or all (default: none, summaries; `jobs get` shows a whole job).
     #[arg(long, value_name = "FIELDS", value_parser = job_details)]
     pub include: Option<JobDetails>,
+}
+
+/// `drover workflows ...`
+#[derive(Debug, Subcommand)]
+pub enum WorkflowsCommand {
+    /// List workflows, newest first, with their state and counts per state.
+    #[command(
+        after_help = "Examples:\n  drover workflows list\n  drover workflows list --tenant acme --json"
+    )]
+    List(WorkflowListArgs),
+    /// Show a workflow as a tree: each job with its state, under the job it waits for (or
+    /// its parent).
+    #[command(
+        after_help = "Example:\n  drover workflows get 0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79"
+    )]
+    Get {
+        /// Workflow id.
+        #[arg(value_parser = workflow_id)]
+        id: WorkflowId,
+    },
+    /// Cancel every job of a workflow that is not finished.
+    #[command(
+        after_help = "Example:\n  drover workflows cancel 0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79"
+    )]
+    Cancel {
+        /// Workflow id.
+        #[arg(value_parser = workflow_id)]
+        id: WorkflowId,
+    },
+    /// Run every failed or cancelled job of a workflow again.
+    #[command(
+        after_help = "Example:\n  drover workflows retry 0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79"
+    )]
+    Retry {
+        /// Workflow id.
+        #[arg(value_parser = workflow_id)]
+        id: WorkflowId,
+    },
+}
+
+/// Filters of `drover workflows list`.
+#[derive(Debug, Args)]
+pub struct WorkflowListArgs {
+    /// Only this tenant.
+    #[arg(long, value_parser = tenant_id)]
+    pub tenant: Option<TenantId>,
+    /// Page size (1..=1000).
+    #[arg(
+        long,
+        default_value_t = 50,
+        value_parser = integer_in::<u32>(1, i128::from(LIST_LIMIT_MAX))
+    )]
+    pub limit: u32,
+    /// Continue after this workflow id (the `next` of a previous page).
+    #[arg(long, value_name = "ID", value_parser = workflow_id)]
+    pub before: Option<WorkflowId>,
 }
 
 /// `drover queues ...`
@@ -831,6 +912,11 @@ fn job_details(value: &str) -> Result<JobDetails, String> {
 
 /// A job id, in any common UUID form.
 fn job_id(value: &str) -> Result<JobId, String> {
+    value.parse().map_err(rule)
+}
+
+/// A workflow id, in any common UUID form.
+fn workflow_id(value: &str) -> Result<WorkflowId, String> {
     value.parse().map_err(rule)
 }
 

@@ -46,8 +46,8 @@ pub enum Error {
         field: Option<String>,
     },
 
-    /// An enqueue (or operator retry) would push pending jobs (queued, running or reconciling)
-    /// past a quota. Nothing was stored.
+    /// An enqueue (or operator retry) would push pending jobs (waiting, queued, running or
+    /// reconciling) past a quota. Nothing was stored.
     #[error(
         "quota exceeded: {quota} allows {max} pending jobs and {current} are pending, so the \
          jobs this request would queue (new ones, or one queued again by a retry) would pass it \

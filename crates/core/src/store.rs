@@ -40,7 +40,7 @@ pub use crate::bounds::{
     PRUNE_LIMIT_MAX, RETENTION_DEFAULT,
 };
 
-/// Quotas on pending (queued, running and reconciling) jobs; `None` means unbounded.
+/// Quotas on pending (waiting, queued, running and reconciling) jobs; `None` means unbounded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Quotas {
     /// Bound on pending jobs of the cluster (`DROVER_MAX_PENDING`, default 10,000).
@@ -728,13 +728,7 @@ pub trait JobStore: Send + Sync + 'static {
     /// # Errors
     /// `InvalidInput` naming `jobs` or `jobs[i].<field>`; `Conflict`; `QuotaExceeded`. On any
     /// error nothing is stored.
-    async fn workflow_enqueue(&self, workflow: NewWorkflow) -> Result<EnqueuedWorkflow> {
-        // SCAFFOLD: replaced by each store.
-        let _ = workflow;
-        Err(Error::fatal(
-            "workflows are not implemented by this store yet",
-        ))
-    }
+    async fn workflow_enqueue(&self, workflow: NewWorkflow) -> Result<EnqueuedWorkflow>;
 
     /// Stores children of a running parent in one atomic step with a fenced write of the
     /// parent: the parent must be running under `token` with an unexpired lease; each child
@@ -747,63 +741,33 @@ pub trait JobStore: Send + Sync + 'static {
     /// unknown parent; `InvalidInput` as `jobs_enqueue`, `jobs[i].tenant` for a child of another
     /// tenant, `jobs` when the parent would have more than [`crate::job::CHILDREN_MAX`] live
     /// children; `Conflict`; `QuotaExceeded`.
-    async fn children_enqueue(&self, children: EnqueueChildren) -> Result<Vec<Enqueued>> {
-        // SCAFFOLD: replaced by each store.
-        let _ = children;
-        Err(Error::fatal(
-            "workflows are not implemented by this store yet",
-        ))
-    }
+    async fn children_enqueue(&self, children: EnqueueChildren) -> Result<Vec<Enqueued>>;
 
     /// Fetches the jobs with these ids (at most 1,000), in the order asked; ids of no stored
     /// job are left out.
     ///
     /// # Errors
     /// `InvalidInput` naming `ids` for more than 1,000.
-    async fn jobs_get(&self, ids: Vec<JobId>) -> Result<Vec<Job>> {
-        // SCAFFOLD: replaced by each store.
-        let _ = ids;
-        Err(Error::fatal(
-            "workflows are not implemented by this store yet",
-        ))
-    }
+    async fn jobs_get(&self, ids: Vec<JobId>) -> Result<Vec<Job>>;
 
     /// Fetches a workflow with all its jobs (children included).
     ///
     /// # Errors
     /// `NotFound` (entity workflow).
-    async fn workflow_get(&self, id: WorkflowId) -> Result<Workflow> {
-        // SCAFFOLD: replaced by each store.
-        let _ = id;
-        Err(Error::fatal(
-            "workflows are not implemented by this store yet",
-        ))
-    }
+    async fn workflow_get(&self, id: WorkflowId) -> Result<Workflow>;
 
     /// Lists workflows newest first, each with its counts per state.
     ///
     /// # Errors
     /// `InvalidInput` from [`ListWorkflows::validate`].
-    async fn workflows_list(&self, query: ListWorkflows) -> Result<WorkflowPage> {
-        // SCAFFOLD: replaced by each store.
-        let _ = query;
-        Err(Error::fatal(
-            "workflows are not implemented by this store yet",
-        ))
-    }
+    async fn workflows_list(&self, query: ListWorkflows) -> Result<WorkflowPage>;
 
     /// Cancels every job of a workflow that is not terminal, as `job_cancel` does for each
     /// (waiting and queued jobs cancelled, running ones signalled), in one atomic step.
     ///
     /// # Errors
     /// `NotFound`.
-    async fn workflow_cancel(&self, id: WorkflowId) -> Result<WorkflowChange> {
-        // SCAFFOLD: replaced by each store.
-        let _ = id;
-        Err(Error::fatal(
-            "workflows are not implemented by this store yet",
-        ))
-    }
+    async fn workflow_cancel(&self, id: WorkflowId) -> Result<WorkflowChange>;
 
     /// Retries every failed or cancelled job of a workflow in one atomic step
     /// ([`crate::workflow::plan_retry`]): each waits again for its dependencies that run again,
@@ -812,13 +776,7 @@ pub trait JobStore: Send + Sync + 'static {
     /// # Errors
     /// `NotFound`; `QuotaExceeded`; `Conflict` when a live job now holds a retried job's
     /// unique key.
-    async fn workflow_retry(&self, id: WorkflowId) -> Result<WorkflowChange> {
-        // SCAFFOLD: replaced by each store.
-        let _ = id;
-        Err(Error::fatal(
-            "workflows are not implemented by this store yet",
-        ))
-    }
+    async fn workflow_retry(&self, id: WorkflowId) -> Result<WorkflowChange>;
 
     /// Fetches one job.
     ///
@@ -884,7 +842,7 @@ pub trait JobStore: Send + Sync + 'static {
     /// re-checked, unique key kept.
     ///
     /// # Errors
-    /// `NotFound`; `InvalidTransition` for a queued, running or reconciling job;
+    /// `NotFound`; `InvalidTransition` for a waiting, queued, running or reconciling job;
     /// `QuotaExceeded`; `Conflict` when another live job of the tenant now holds its unique key.
     async fn job_retry(&self, id: JobId) -> Result<Job>;
 

@@ -393,13 +393,13 @@ fn cycle_rule(jobs: &[WorkflowJob], edges: &[Vec<usize>], waiting_on: &[usize]) 
         return "must not have a cycle".to_string();
     };
     let mut path = vec![start];
+    // Where each job sits on the path, so the walk stays linear in the graph's size.
+    let mut on_path = vec![usize::MAX; jobs.len()];
+    on_path[start] = 0;
     let mut at = start;
-    loop {
-        let Some(&next) = edges[at].iter().find(|&&d| waiting_on[d] > 0) else {
-            break;
-        };
-        if let Some(pos) = path.iter().position(|&p| p == next) {
-            let names: Vec<&str> = path[pos..]
+    while let Some(&next) = edges[at].iter().find(|&&d| waiting_on[d] > 0) {
+        if on_path[next] != usize::MAX {
+            let names: Vec<&str> = path[on_path[next]..]
                 .iter()
                 .chain(std::iter::once(&next))
                 .map(|&i| jobs[i].name.as_str())
@@ -409,6 +409,7 @@ fn cycle_rule(jobs: &[WorkflowJob], edges: &[Vec<usize>], waiting_on: &[usize]) 
                 names.join(" -> ")
             );
         }
+        on_path[next] = path.len();
         path.push(next);
         at = next;
     }
@@ -559,9 +560,14 @@ pub fn plan_retry(
         .collect();
     let mut changed = retried.clone();
     let mut unresolved = Vec::new();
+    // Edges by dependent, so a large workflow costs its edges once, not once per retried job.
+    let mut by_job: HashMap<JobId, Vec<&Dependency>> = HashMap::new();
+    for edge in edges.iter().filter(|e| retried.contains(&e.job)) {
+        by_job.entry(edge.job).or_default().push(edge);
+    }
     for id in &retried {
         let mut pending = 0;
-        for edge in edges.iter().filter(|e| e.job == *id) {
+        for &edge in by_job.get(id).map_or(&[][..], Vec::as_slice) {
             let live_after = retried.contains(&edge.dependency)
                 || jobs
                     .get(&edge.dependency)
@@ -590,4 +596,558 @@ pub fn plan_retry(
         }
     }
     (changed, unresolved)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use chrono::TimeZone;
+    use serde_json::json;
+
+    use super::*;
+    use crate::names::{JobKind, TenantId, WorkerId};
+    use crate::state::dependency_failed_message;
+
+    fn t0() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0).unwrap()
+    }
+
+    fn new_job(kind: &str) -> NewJob {
+        NewJob::new(JobKind::parse(kind).unwrap(), json!({}))
+    }
+
+    /// A stored job in `state` (ids count up from 1 so tests read).
+    fn stored(n: u128, state: JobState) -> Job {
+        let mut job = new_job("k").into_job(JobId(uuid::Uuid::from_u128(n)), t0());
+        job.state = state;
+        if state.is_terminal() {
+            job.finished_at = Some(t0());
+        }
+        job
+    }
+
+    fn id(n: u128) -> JobId {
+        JobId(uuid::Uuid::from_u128(n))
+    }
+
+    /// A new job (id `n`) depending on `deps`.
+    fn dependent(n: u128, deps: &[u128]) -> Job {
+        let mut job = stored(n, JobState::Queued);
+        job.depends_on = deps.iter().map(|d| id(*d)).collect();
+        job
+    }
+
+    /// Starts `job` under a lease (as a claim does).
+    fn run(job: &mut Job) -> crate::FencingToken {
+        let claim = Event::Claim {
+            worker: WorkerId::parse("w").unwrap(),
+            lease: Duration::from_secs(30),
+            start: true,
+        };
+        apply(job, claim, t0()).unwrap();
+        job.fencing_token
+    }
+
+    fn invalid_field(result: Result<impl std::fmt::Debug, Error>) -> (String, String) {
+        match result {
+            Err(Error::InvalidInput { field, reason }) => (field, reason),
+            other => panic!("expected InvalidInput, got {other:?}"),
+        }
+    }
+
+    fn graph(entries: &[(&str, &[&str])]) -> NewWorkflow {
+        entries.iter().fold(NewWorkflow::new(), |g, (name, deps)| {
+            g.job(*name, new_job("k"), deps)
+        })
+    }
+
+    fn order_of(workflow: &NewWorkflow) -> Vec<&str> {
+        workflow
+            .plan(&SizeLimits::default())
+            .unwrap()
+            .iter()
+            .map(|p| workflow.jobs[p.index].name.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn plan_orders_dependencies_first_and_takes_the_first_ready_job_in_input_order() {
+        let g = graph(&[
+            ("report", &["fetch", "parse"]),
+            ("fetch", &[]),
+            ("parse", &["fetch"]),
+            ("other", &[]),
+        ]);
+        assert_eq!(order_of(&g), ["fetch", "parse", "report", "other"]);
+        let independent = graph(&[("c", &[]), ("a", &[]), ("b", &[])]);
+        assert_eq!(order_of(&independent), ["c", "a", "b"]);
+        let plan = g.plan(&SizeLimits::default()).unwrap();
+        let report = plan.iter().find(|p| p.index == 0).unwrap();
+        assert_eq!(report.depends_on, vec![1, 2]);
+    }
+
+    #[test]
+    fn plan_refuses_a_dangling_or_repeated_name() {
+        let dangling = graph(&[("a", &[]), ("b", &["a", "nope"])]);
+        let (field, reason) = invalid_field(dangling.plan(&SizeLimits::default()));
+        assert_eq!(field, "jobs[1].depends_on");
+        assert!(reason.contains("\"nope\""), "{reason}");
+        let repeated = graph(&[("a", &[]), ("b", &[]), ("a", &[])]);
+        let (field, reason) = invalid_field(repeated.plan(&SizeLimits::default()));
+        assert_eq!(field, "jobs[2].name");
+        assert!(reason.contains("\"a\""), "{reason}");
+        let twice = graph(&[("a", &[]), ("b", &["a", "a"])]);
+        assert_eq!(
+            invalid_field(twice.plan(&SizeLimits::default())).0,
+            "jobs[1].depends_on"
+        );
+        let bad_name = graph(&[("", &[])]);
+        assert_eq!(
+            invalid_field(bad_name.plan(&SizeLimits::default())).0,
+            "jobs[0].name"
+        );
+    }
+
+    #[test]
+    fn plan_names_the_cycle() {
+        let g = graph(&[
+            ("start", &[]),
+            ("a", &["start", "c"]),
+            ("b", &["a"]),
+            ("c", &["b"]),
+            ("after", &["c"]),
+        ]);
+        let (field, reason) = invalid_field(g.plan(&SizeLimits::default()));
+        assert_eq!(field, "jobs");
+        assert!(reason.contains("a -> c -> b -> a"), "{reason}");
+        let itself = graph(&[("x", &["x"])]);
+        let (_, reason) = invalid_field(itself.plan(&SizeLimits::default()));
+        assert!(reason.contains("x -> x"), "{reason}");
+    }
+
+    #[test]
+    fn plan_refuses_another_tenant() {
+        let mut g = graph(&[("a", &[]), ("b", &["a"])]);
+        g.jobs[1].job.tenant = TenantId::parse("other").unwrap();
+        let (field, reason) = invalid_field(g.plan(&SizeLimits::default()));
+        assert_eq!(field, "jobs[1].tenant");
+        assert!(reason.contains("default"), "{reason}");
+    }
+
+    #[test]
+    fn plan_bounds_the_number_of_jobs() {
+        assert_eq!(
+            invalid_field(NewWorkflow::new().plan(&SizeLimits::default())).0,
+            "jobs"
+        );
+        let mut big = NewWorkflow::new();
+        for i in 0..=WORKFLOW_JOBS_MAX {
+            big = big.job(format!("j{i}"), new_job("k"), &[]);
+        }
+        let (field, reason) = invalid_field(big.plan(&SizeLimits::default()));
+        assert_eq!(field, "jobs");
+        assert!(reason.contains("10001"), "{reason}");
+        big.jobs.pop();
+        assert_eq!(
+            big.plan(&SizeLimits::default()).unwrap().len(),
+            WORKFLOW_JOBS_MAX
+        );
+    }
+
+    #[test]
+    fn plan_counts_stored_dependencies_in_the_bound() {
+        let names: Vec<String> = (0..600).map(|i| format!("d{i}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut ok = NewWorkflow::new();
+        for name in &names {
+            ok = ok.job(name.clone(), new_job("k"), &[]);
+        }
+        let mut last = new_job("k");
+        for n in 0..400 {
+            last = last.with_dependency(id(10_000 + n));
+        }
+        let fits = ok.clone().job("last", last.clone(), &refs);
+        assert!(fits.plan(&SizeLimits::default()).is_ok(), "600 + 400 fit");
+        let over = ok.job("last", last.with_dependency(id(1)), &refs);
+        let (field, reason) = invalid_field(over.plan(&SizeLimits::default()));
+        assert_eq!(field, "jobs[600].depends_on");
+        assert!(reason.contains("1001"), "{reason}");
+    }
+
+    #[test]
+    fn plan_prefixes_a_bad_job_field_with_its_position() {
+        let mut g = graph(&[("a", &[]), ("b", &[]), ("c", &["a"])]);
+        g.jobs[2].job.max_attempts = 0;
+        assert_eq!(
+            invalid_field(g.plan(&SizeLimits::default())).0,
+            "jobs[2].max_attempts"
+        );
+        let mut one = graph(&[("a", &[])]);
+        one.jobs[0].job.max_attempts = 0;
+        assert_eq!(
+            invalid_field(one.plan(&SizeLimits::default())).0,
+            "jobs[0].max_attempts",
+            "a graph of one job is prefixed too"
+        );
+    }
+
+    #[test]
+    fn settle_new_queues_a_job_whose_dependencies_all_succeeded() {
+        let deps = [
+            stored(1, JobState::Succeeded),
+            stored(2, JobState::Succeeded),
+        ];
+        let mut job = dependent(10, &[1, 2]);
+        let edges = settle_new(&mut job, &deps, t0()).unwrap();
+        assert!(edges.is_empty());
+        assert_eq!((job.state, job.pending_dependencies), (JobState::Queued, 0));
+    }
+
+    #[test]
+    fn settle_new_waits_for_the_dependencies_not_terminal() {
+        let deps = [
+            stored(1, JobState::Succeeded),
+            stored(2, JobState::Running),
+            stored(3, JobState::Waiting),
+        ];
+        let mut job = dependent(10, &[3, 1, 2]);
+        let edges = settle_new(&mut job, &deps, t0()).unwrap();
+        assert_eq!(
+            (job.state, job.pending_dependencies),
+            (JobState::Waiting, 2)
+        );
+        assert_eq!(
+            edges,
+            vec![
+                Dependency {
+                    job: id(10),
+                    dependency: id(3)
+                },
+                Dependency {
+                    job: id(10),
+                    dependency: id(2)
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn settle_new_cancels_on_a_failed_dependency_unless_run_regardless() {
+        let deps = [stored(1, JobState::Running), stored(2, JobState::Failed)];
+        let mut job = dependent(10, &[1, 2]);
+        let edges = settle_new(&mut job, &deps, t0()).unwrap();
+        assert!(edges.is_empty(), "a cancelled job waits for nothing");
+        assert_eq!(job.state, JobState::Cancelled);
+        assert_eq!(job.finished_at, Some(t0()));
+        assert_eq!(
+            job.errors.last().unwrap().message,
+            dependency_failed_message(id(2), JobState::Failed)
+        );
+
+        let mut regardless = dependent(11, &[2]);
+        regardless.run_regardless = true;
+        assert!(settle_new(&mut regardless, &deps, t0()).unwrap().is_empty());
+        assert_eq!(regardless.state, JobState::Queued);
+        let cancelled = [stored(3, JobState::Cancelled), stored(1, JobState::Running)];
+        let mut waits = dependent(12, &[3, 1]);
+        waits.run_regardless = true;
+        assert_eq!(settle_new(&mut waits, &cancelled, t0()).unwrap().len(), 1);
+        assert_eq!(
+            (waits.state, waits.pending_dependencies),
+            (JobState::Waiting, 1)
+        );
+    }
+
+    #[test]
+    fn settle_new_refuses_unknown_and_foreign_ids_alike() {
+        let mut foreign = stored(1, JobState::Succeeded);
+        foreign.tenant = TenantId::parse("other").unwrap();
+        for deps in [vec![], vec![foreign]] {
+            let mut job = dependent(10, &[1]);
+            let (field, reason) = invalid_field(settle_new(&mut job, &deps, t0()));
+            assert_eq!(field, "depends_on");
+            assert!(reason.contains(&id(1).to_string()), "{reason}");
+        }
+    }
+
+    #[test]
+    fn settle_new_leaves_a_job_without_dependencies_alone() {
+        let mut job = stored(1, JobState::Queued);
+        assert!(settle_new(&mut job, &[], t0()).unwrap().is_empty());
+        assert_eq!(job.state, JobState::Queued);
+    }
+
+    /// Runs the store's loop over `propagate` on an in-memory map: every job in `all`, edges
+    /// `unresolved`; returns every job that ended in the rounds after the first.
+    fn run_rounds(
+        all: &mut BTreeMap<JobId, Job>,
+        unresolved: &mut BTreeSet<Dependency>,
+        first: Vec<JobId>,
+    ) -> Vec<JobId> {
+        let mut cascaded = Vec::new();
+        let mut ended: Vec<Job> = first.iter().map(|i| all[i].clone()).collect();
+        loop {
+            let needs = Needs::of(&ended);
+            if needs.is_empty() {
+                return cascaded;
+            }
+            let edges: Vec<Dependency> = unresolved
+                .iter()
+                .filter(|e| needs.dependents_of.contains(&e.dependency))
+                .copied()
+                .collect();
+            let mut loaded: BTreeMap<JobId, Job> = all
+                .values()
+                .filter(|j| {
+                    edges.iter().any(|e| e.job == j.id)
+                        || needs.parents.contains(&j.id)
+                        || j.parent_id.is_some_and(|p| needs.children_of.contains(&p))
+                })
+                .map(|j| (j.id, j.clone()))
+                .collect();
+            let out = propagate(&ended, &edges, &mut loaded, t0());
+            for edge in &out.resolved {
+                assert!(unresolved.remove(edge), "an edge resolves once");
+            }
+            for changed in &out.changed {
+                all.insert(*changed, loaded[changed].clone());
+            }
+            cascaded.extend(out.ended.iter().copied());
+            ended = out.ended.iter().map(|i| all[i].clone()).collect();
+        }
+    }
+
+    fn store_of(jobs: Vec<Job>) -> (BTreeMap<JobId, Job>, BTreeSet<Dependency>) {
+        let mut all: BTreeMap<JobId, Job> = BTreeMap::new();
+        let mut unresolved = BTreeSet::new();
+        for mut job in jobs {
+            if !job.depends_on.is_empty() && job.state == JobState::Queued {
+                let deps: Vec<Job> = job.depends_on.iter().map(|d| all[d].clone()).collect();
+                unresolved.extend(settle_new(&mut job, &deps, t0()).unwrap());
+            }
+            all.insert(job.id, job);
+        }
+        (all, unresolved)
+    }
+
+    #[test]
+    fn propagate_queues_a_chain_one_link_at_a_time() {
+        let (mut all, mut unresolved) = store_of(vec![
+            stored(1, JobState::Queued),
+            dependent(2, &[1]),
+            dependent(3, &[2]),
+        ]);
+        assert_eq!(all[&id(3)].state, JobState::Waiting);
+        let token = run(all.get_mut(&id(1)).unwrap());
+        apply(
+            all.get_mut(&id(1)).unwrap(),
+            Event::Complete {
+                token,
+                result: None,
+            },
+            t0(),
+        )
+        .unwrap();
+        assert!(run_rounds(&mut all, &mut unresolved, vec![id(1)]).is_empty());
+        assert_eq!(all[&id(2)].state, JobState::Queued);
+        assert_eq!(all[&id(3)].state, JobState::Waiting);
+        assert_eq!(unresolved.len(), 1);
+    }
+
+    #[test]
+    fn propagate_queues_a_fan_in_when_both_end_in_one_round() {
+        let (mut all, mut unresolved) = store_of(vec![
+            stored(1, JobState::Queued),
+            stored(2, JobState::Queued),
+            dependent(3, &[1, 2]),
+        ]);
+        for n in [1, 2] {
+            let job = all.get_mut(&id(n)).unwrap();
+            let token = run(job);
+            apply(
+                job,
+                Event::Complete {
+                    token,
+                    result: None,
+                },
+                t0(),
+            )
+            .unwrap();
+        }
+        run_rounds(&mut all, &mut unresolved, vec![id(1), id(2)]);
+        let fan_in = &all[&id(3)];
+        assert_eq!(
+            (fan_in.state, fan_in.pending_dependencies),
+            (JobState::Queued, 0)
+        );
+        assert!(unresolved.is_empty());
+    }
+
+    #[test]
+    fn propagate_cancels_dependents_round_after_round_but_not_run_regardless() {
+        let mut regardless = dependent(4, &[2]);
+        regardless.run_regardless = true;
+        let (mut all, mut unresolved) = store_of(vec![
+            stored(1, JobState::Queued),
+            dependent(2, &[1]),
+            dependent(3, &[2]),
+            regardless,
+        ]);
+        apply(all.get_mut(&id(1)).unwrap(), Event::Cancel, t0()).unwrap();
+        let cascaded = run_rounds(&mut all, &mut unresolved, vec![id(1)]);
+        assert_eq!(cascaded, vec![id(2), id(3)]);
+        assert_eq!(all[&id(3)].state, JobState::Cancelled);
+        assert!(all[&id(3)].errors[0].message.contains(&id(2).to_string()));
+        assert_eq!(all[&id(4)].state, JobState::Queued);
+    }
+
+    #[test]
+    fn propagate_cancels_children_and_signals_running_ones() {
+        let mut parent = stored(1, JobState::Queued);
+        parent.live_children = 3;
+        let mut children = Vec::new();
+        for (n, state) in [
+            (2, JobState::Queued),
+            (3, JobState::Waiting),
+            (4, JobState::Running),
+        ] {
+            let mut child = stored(n, state);
+            child.parent_id = Some(id(1));
+            children.push(child);
+        }
+        let mut done = stored(5, JobState::Succeeded);
+        done.parent_id = Some(id(1));
+        let (mut all, mut unresolved) = store_of(vec![parent]);
+        for child in children.into_iter().chain([done]) {
+            all.insert(child.id, child);
+        }
+        apply(all.get_mut(&id(1)).unwrap(), Event::Cancel, t0()).unwrap();
+        let cascaded = run_rounds(&mut all, &mut unresolved, vec![id(1)]);
+        assert_eq!(cascaded.len(), 3);
+        assert_eq!(all[&id(2)].state, JobState::Cancelled);
+        assert_eq!(all[&id(3)].state, JobState::Cancelled);
+        assert!(all[&id(4)].cancel_requested && all[&id(4)].state == JobState::Running);
+        assert_eq!(all[&id(5)].state, JobState::Succeeded);
+        assert_eq!(
+            all[&id(1)].live_children,
+            1,
+            "the running child is still live"
+        );
+    }
+
+    #[test]
+    fn propagate_queues_a_waiting_parent_after_its_last_child() {
+        let mut parent = stored(1, JobState::Queued);
+        let token = run(&mut parent);
+        apply(
+            &mut parent,
+            Event::ChildrenAdded {
+                token: Some(token),
+                count: 2,
+            },
+            t0(),
+        )
+        .unwrap();
+        apply(&mut parent, Event::WaitForChildren { token }, t0()).unwrap();
+        assert_eq!(parent.state, JobState::Waiting);
+        let (mut all, mut unresolved) = store_of(vec![parent]);
+        for n in [2, 3] {
+            let mut child = stored(n, JobState::Succeeded);
+            child.parent_id = Some(id(1));
+            all.insert(child.id, child);
+        }
+        run_rounds(&mut all, &mut unresolved, vec![id(2)]);
+        assert_eq!(
+            (all[&id(1)].state, all[&id(1)].live_children),
+            (JobState::Waiting, 1)
+        );
+        run_rounds(&mut all, &mut unresolved, vec![id(3)]);
+        assert_eq!(
+            (all[&id(1)].state, all[&id(1)].live_children),
+            (JobState::Queued, 0)
+        );
+    }
+
+    #[test]
+    fn propagate_resolves_the_edge_of_a_dependent_cancelled_meanwhile() {
+        let (mut all, mut unresolved) =
+            store_of(vec![stored(1, JobState::Queued), dependent(2, &[1])]);
+        apply(all.get_mut(&id(2)).unwrap(), Event::Cancel, t0()).unwrap();
+        apply(all.get_mut(&id(1)).unwrap(), Event::Cancel, t0()).unwrap();
+        let cascaded = run_rounds(&mut all, &mut unresolved, vec![id(1)]);
+        assert!(cascaded.is_empty());
+        assert!(unresolved.is_empty(), "resolved all the same");
+        assert_eq!(all[&id(2)].errors.len(), 0, "left as it was");
+    }
+
+    #[test]
+    fn needs_of_asks_for_dependents_parents_and_children() {
+        let mut ended = stored(1, JobState::Cancelled);
+        ended.parent_id = Some(id(9));
+        ended.live_children = 2;
+        let mut requested = stored(2, JobState::Running);
+        requested.cancel_requested = true;
+        requested.live_children = 1;
+        let mut sibling = stored(3, JobState::Succeeded);
+        sibling.parent_id = Some(id(9));
+        let needs = Needs::of(&[ended, requested, sibling]);
+        assert_eq!(needs.dependents_of, vec![id(1), id(3)]);
+        assert_eq!(needs.parents, vec![id(9)]);
+        assert_eq!(needs.children_of, vec![id(1), id(2)]);
+        assert!(Needs::of(&[stored(4, JobState::Queued)]).is_empty());
+    }
+
+    #[test]
+    fn plan_retry_waits_again_for_dependencies_that_run_again() {
+        let mut jobs = BTreeMap::new();
+        let failed = stored(1, JobState::Failed);
+        let mut after_failed = stored(2, JobState::Cancelled);
+        after_failed.depends_on = vec![id(1)];
+        let succeeded = stored(3, JobState::Succeeded);
+        let mut after_succeeded = stored(4, JobState::Cancelled);
+        after_succeeded.depends_on = vec![id(3)];
+        let mut parent = stored(5, JobState::Succeeded);
+        parent.live_children = 0;
+        let mut child = stored(6, JobState::Failed);
+        child.parent_id = Some(id(5));
+        for job in [
+            failed,
+            after_failed,
+            succeeded,
+            after_succeeded,
+            parent,
+            child,
+        ] {
+            jobs.insert(job.id, job);
+        }
+        let edges = [
+            Dependency {
+                job: id(2),
+                dependency: id(1),
+            },
+            Dependency {
+                job: id(4),
+                dependency: id(3),
+            },
+        ];
+        let (changed, unresolved) = plan_retry(&mut jobs, &edges, t0());
+        assert_eq!(
+            changed.into_iter().collect::<Vec<_>>(),
+            vec![id(1), id(2), id(4), id(5), id(6)]
+        );
+        assert_eq!(unresolved, vec![edges[0]]);
+        assert_eq!(jobs[&id(1)].state, JobState::Queued);
+        assert_eq!(
+            (jobs[&id(2)].state, jobs[&id(2)].pending_dependencies),
+            (JobState::Waiting, 1)
+        );
+        assert_eq!(jobs[&id(3)].state, JobState::Succeeded);
+        assert_eq!(
+            (jobs[&id(4)].state, jobs[&id(4)].pending_dependencies),
+            (JobState::Queued, 0)
+        );
+        assert_eq!(jobs[&id(5)].live_children, 1);
+        assert_eq!(jobs[&id(6)].state, JobState::Queued);
+    }
 }

@@ -34,10 +34,11 @@ pub use drover_core as core;
 pub use drover_runner as runner;
 
 pub use drover_core::{
-    Error, Job, JobId, JobKind, JobState, JobStore, NewJob, QueueName, RunAt, StoreConfig, TenantId,
+    Error, Job, JobId, JobKind, JobState, JobStore, NewJob, NewWorkflow, QueueName, RunAt,
+    StoreConfig, TenantId, WorkflowId,
 };
 pub use drover_runner::{
-    Client, Handler, JobContext, Outcome, PoolConfig, Registry, Worker, WorkerConfig,
+    Client, Handler, JobContext, Outcome, PoolConfig, Registry, Rollback, Worker, WorkerConfig,
 };
 
 /// The PostgreSQL store (feature `postgres`).

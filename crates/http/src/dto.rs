@@ -83,9 +83,105 @@ pub struct EnqueueRequest {
     /// Idempotency key for this job (batch items; single enqueues use the `Idempotency-Key`
     /// header, and if both are given they must be equal).
     pub idempotency_key: Option<String>,
+    /// Jobs that must be terminal before this one runs (it waits meanwhile, without a slot):
+    /// at most 1,000, none repeated. On `POST /v1/jobs` and its batch, ids of stored jobs of
+    /// the same tenant. In a workflow (`POST /v1/workflows`), the names of jobs of the same
+    /// workflow, or ids of stored jobs (an entry naming a job of the workflow is that job).
+    pub depends_on: Option<Vec<String>>,
+    /// Run even when a dependency failed or was cancelled (default false: the job is
+    /// cancelled then, its error naming the dependency).
+    pub run_regardless: Option<bool>,
+    /// The job's name in its workflow: required in `POST /v1/workflows`, unique there;
+    /// refused elsewhere.
+    pub name: Option<String>,
 }
 
 impl crate::extract::RequestBody for EnqueueRequest {}
+
+/// A workflow: jobs enqueued as one unit, all or nothing, under one new workflow id
+/// (docs/design.md section 10).
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowRequest {
+    /// The jobs, 1..=10,000, each a JSON object like `POST /v1/jobs` takes plus its `name`;
+    /// its `depends_on` names other jobs of the workflow (or ids of stored jobs). Every job is
+    /// of one tenant; no cycle.
+    #[serde(deserialize_with = "crate::extract::objects")]
+    pub jobs: Vec<EnqueueRequest>,
+}
+
+impl crate::extract::RequestBody for WorkflowRequest {
+    const SHAPE: &'static str = r#"a JSON object {"jobs": [...]} whose jobs are objects like POST /v1/jobs takes, each with a "name""#;
+}
+
+impl WorkflowRequest {
+    /// Converts to a checked [`drover_core::NewWorkflow`] for `principal`: each job as
+    /// [`EnqueueRequest::into_valid_job`] would, its `name` required, its `depends_on` split
+    /// into names of the workflow's jobs and ids of stored jobs; then the graph check
+    /// ([`drover_core::NewWorkflow::plan`]: unique names, no dangling name, no cycle, one
+    /// tenant), so a bad graph is refused before the store is asked.
+    ///
+    /// # Errors
+    /// 400 naming `jobs` or `jobs[i].<field>`; 403 as [`EnqueueRequest::into_new_job`].
+    pub fn into_new_workflow(
+        self,
+        principal: &Principal,
+        sizes: &SizeLimits,
+    ) -> Result<drover_core::NewWorkflow, ApiError> {
+        let len = self.jobs.len();
+        if len == 0 || len > drover_core::job::WORKFLOW_JOBS_MAX {
+            return Err(ApiError::invalid(
+                "jobs",
+                format!(
+                    "must hold 1 to {} jobs, got {len}",
+                    drover_core::job::WORKFLOW_JOBS_MAX
+                ),
+            ));
+        }
+        let names: std::collections::HashSet<String> =
+            self.jobs.iter().filter_map(|j| j.name.clone()).collect();
+        let mut workflow = drover_core::NewWorkflow::new();
+        for (i, mut item) in self.jobs.into_iter().enumerate() {
+            let at = |e: ApiError| e.in_field(&format!("jobs[{i}]"));
+            let Some(name) = item.name.take() else {
+                return Err(at(ApiError::invalid(
+                    "name",
+                    "is required: every job of a workflow has a name, unique in it",
+                )));
+            };
+            let mut local = Vec::new();
+            let mut stored = Vec::new();
+            for (k, entry) in item
+                .depends_on
+                .take()
+                .unwrap_or_default()
+                .into_iter()
+                .enumerate()
+            {
+                if names.contains(&entry) {
+                    local.push(entry);
+                } else {
+                    let id = entry.parse::<drover_core::JobId>().map_err(|_| {
+                        at(ApiError::invalid(
+                            format!("depends_on[{k}]"),
+                            format!("names no job of the workflow and is not the id of a stored job: {entry:?}"),
+                        ))
+                    })?;
+                    stored.push(id);
+                }
+            }
+            let mut job = item.into_new_job(principal, None).map_err(at)?;
+            job.depends_on = stored;
+            workflow.jobs.push(drover_core::WorkflowJob {
+                name,
+                job,
+                depends_on: local,
+            });
+        }
+        workflow.plan(sizes).map_err(store_err)?;
+        Ok(workflow)
+    }
+}
 
 /// Many jobs enqueued atomically.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
@@ -194,6 +290,28 @@ impl EnqueueRequest {
         if let Some(meta) = self.meta.filter(|v| !v.is_null()) {
             job.meta = meta;
         }
+        if self.name.is_some() {
+            return Err(ApiError::invalid(
+                "name",
+                "only a job of a workflow has a name; enqueue the workflow with POST /v1/workflows",
+            ));
+        }
+        for (i, entry) in self.depends_on.unwrap_or_default().iter().enumerate() {
+            let id = entry.parse::<drover_core::JobId>().map_err(|_| {
+                ApiError::invalid(
+                    format!("depends_on[{i}]"),
+                    "must be the id of a stored job (a UUID), or in a workflow the name of one of its jobs",
+                )
+            })?;
+            if job.depends_on.contains(&id) {
+                return Err(ApiError::invalid(
+                    "depends_on",
+                    format!("must not repeat a job; {id} appears twice"),
+                ));
+            }
+            job.depends_on.push(id);
+        }
+        job.run_regardless = self.run_regardless.unwrap_or(false);
         job.idempotency_key = match (header_key, self.idempotency_key) {
             (Some(h), Some(b)) if h != b => {
                 return Err(ApiError::invalid(
@@ -272,7 +390,8 @@ pub struct JobView {
     pub queue: String,
     /// Tenant.
     pub tenant: String,
-    /// `queued`, `running`, `reconciling`, `succeeded`, `failed` or `cancelled`.
+    /// `waiting` (for dependencies or children), `queued`, `running`, `reconciling`,
+    /// `succeeded`, `failed` or `cancelled`.
     pub state: String,
     /// Handler input (any JSON).
     #[schema(value_type = Value)]
@@ -323,6 +442,20 @@ pub struct JobView {
     pub waiting_for_slot: bool,
     /// Terminal time.
     pub finished_at: Option<DateTime<Utc>>,
+    /// The workflow the job belongs to.
+    pub workflow_id: Option<String>,
+    /// Its name in its workflow.
+    pub name: Option<String>,
+    /// The job that enqueued it as a child.
+    pub parent_id: Option<String>,
+    /// The jobs it waits for, as enqueued.
+    pub depends_on: Vec<String>,
+    /// Runs even when a dependency failed or was cancelled.
+    pub run_regardless: bool,
+    /// Dependencies not yet terminal.
+    pub pending_dependencies: i32,
+    /// Children not yet terminal.
+    pub live_children: i32,
 }
 
 impl From<Job> for JobView {
@@ -363,6 +496,13 @@ impl From<Job> for JobView {
             started_at: j.started_at,
             waiting_for_slot,
             finished_at: j.finished_at,
+            workflow_id: j.workflow_id.map(|id| id.to_string()),
+            name: j.name,
+            parent_id: j.parent_id.map(|id| id.to_string()),
+            depends_on: j.depends_on.iter().map(ToString::to_string).collect(),
+            run_regardless: j.run_regardless,
+            pending_dependencies: j.pending_dependencies,
+            live_children: j.live_children,
         }
     }
 }
@@ -411,7 +551,8 @@ pub struct JobListItem {
     pub queue: String,
     /// Tenant.
     pub tenant: String,
-    /// `queued`, `running`, `reconciling`, `succeeded`, `failed` or `cancelled`.
+    /// `waiting` (for dependencies or children), `queued`, `running`, `reconciling`,
+    /// `succeeded`, `failed` or `cancelled`.
     pub state: String,
     /// Handler input (any JSON); only with `include=args`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -467,6 +608,20 @@ pub struct JobListItem {
     pub waiting_for_slot: bool,
     /// Terminal time.
     pub finished_at: Option<DateTime<Utc>>,
+    /// The workflow the job belongs to.
+    pub workflow_id: Option<String>,
+    /// Its name in its workflow.
+    pub name: Option<String>,
+    /// The job that enqueued it as a child.
+    pub parent_id: Option<String>,
+    /// The jobs it waits for, as enqueued.
+    pub depends_on: Vec<String>,
+    /// Runs even when a dependency failed or was cancelled.
+    pub run_regardless: bool,
+    /// Dependencies not yet terminal.
+    pub pending_dependencies: i32,
+    /// Children not yet terminal.
+    pub live_children: i32,
 }
 
 impl JobListItem {
@@ -500,6 +655,13 @@ impl JobListItem {
             started_at: view.started_at,
             waiting_for_slot: view.waiting_for_slot,
             finished_at: view.finished_at,
+            workflow_id: view.workflow_id,
+            name: view.name,
+            parent_id: view.parent_id,
+            depends_on: view.depends_on,
+            run_regardless: view.run_regardless,
+            pending_dependencies: view.pending_dependencies,
+            live_children: view.live_children,
         }
     }
 }
@@ -712,6 +874,156 @@ pub struct WorkerListResponse {
     pub workers: Vec<WorkerView>,
 }
 
+/// The answer to `POST /v1/workflows`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct WorkflowEnqueueResponse {
+    /// The new workflow's id.
+    pub id: String,
+    /// Per job, in request order (a job whose unique key a live job holds answers
+    /// `duplicate` with that job, and its dependents wait for it).
+    pub jobs: Vec<EnqueueResponse>,
+}
+
+/// A workflow in a list: its counts, not its jobs.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct WorkflowSummaryView {
+    /// Id.
+    pub id: String,
+    /// Tenant.
+    pub tenant: String,
+    /// Enqueue time.
+    pub created_at: DateTime<Utc>,
+    /// Overall: `running` while a job is queued, running or reconciling, `waiting` when every
+    /// live job waits, then `failed` if any failed, `cancelled` if any was cancelled, else
+    /// `succeeded`.
+    pub state: String,
+    /// Its jobs (children included) per state; states without jobs are absent.
+    pub counts: BTreeMap<String, u64>,
+}
+
+impl From<drover_core::WorkflowSummary> for WorkflowSummaryView {
+    fn from(w: drover_core::WorkflowSummary) -> Self {
+        WorkflowSummaryView {
+            id: w.id.to_string(),
+            tenant: w.tenant.to_string(),
+            created_at: w.created_at,
+            state: w.overall().as_str().to_owned(),
+            counts: w
+                .states
+                .iter()
+                .map(|(state, n)| (state.as_str().to_owned(), *n))
+                .collect(),
+        }
+    }
+}
+
+/// A page of workflows.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct WorkflowListResponse {
+    /// Workflows, newest first.
+    pub workflows: Vec<WorkflowSummaryView>,
+    /// Pass as `cursor` to get the next page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// One edge of a workflow's graph: `job` waits for `depends_on`. Each end is the job's name in
+/// the workflow, or its id when it has none (a child, or a stored job outside the workflow).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct WorkflowEdge {
+    /// The dependent.
+    pub job: String,
+    /// What it waits for.
+    pub depends_on: String,
+}
+
+/// A workflow with its jobs and its graph.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct WorkflowView {
+    /// Id.
+    pub id: String,
+    /// Tenant.
+    pub tenant: String,
+    /// Enqueue time.
+    pub created_at: DateTime<Utc>,
+    /// Overall state, as in the list.
+    pub state: String,
+    /// Its jobs per state.
+    pub counts: BTreeMap<String, u64>,
+    /// Its jobs, children included, in creation order, without the large fields (`GET
+    /// /v1/jobs/{id}` shows one whole; `GET /v1/jobs?workflow=ID&include=...` lists them).
+    pub jobs: Vec<JobListItem>,
+    /// Dependency edges, by name (see [`WorkflowEdge`]); children point at their parent with
+    /// `parent_id`.
+    pub edges: Vec<WorkflowEdge>,
+}
+
+impl From<drover_core::Workflow> for WorkflowView {
+    fn from(w: drover_core::Workflow) -> Self {
+        let label: std::collections::HashMap<drover_core::JobId, String> = w
+            .jobs
+            .iter()
+            .map(|j| (j.id, j.name.clone().unwrap_or_else(|| j.id.to_string())))
+            .collect();
+        let name_of =
+            |id: &drover_core::JobId| label.get(id).cloned().unwrap_or_else(|| id.to_string());
+        let edges = w
+            .jobs
+            .iter()
+            .flat_map(|j| {
+                j.depends_on.iter().map(|d| WorkflowEdge {
+                    job: name_of(&j.id),
+                    depends_on: name_of(d),
+                })
+            })
+            .collect();
+        let mut states = BTreeMap::new();
+        for job in &w.jobs {
+            *states.entry(job.state).or_insert(0u64) += 1;
+        }
+        WorkflowView {
+            id: w.id.to_string(),
+            tenant: w.tenant.to_string(),
+            created_at: w.created_at,
+            state: drover_core::workflow::overall(&states).as_str().to_owned(),
+            counts: states
+                .iter()
+                .map(|(state, n)| (state.as_str().to_owned(), *n))
+                .collect(),
+            jobs: w
+                .jobs
+                .into_iter()
+                .map(|j| JobListItem::new(j, JobDetails::NONE))
+                .collect(),
+            edges,
+        }
+    }
+}
+
+/// A workflow wrapped for single answers.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct WorkflowResponse {
+    /// The workflow.
+    pub workflow: WorkflowView,
+}
+
+/// What a workflow cancel or retry did.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct WorkflowChangeResponse {
+    /// The workflow.
+    pub id: String,
+    /// How many of its jobs changed (cancelled or cancel requested; or run again).
+    pub jobs: u64,
+}
+
+impl From<drover_core::WorkflowChange> for WorkflowChangeResponse {
+    fn from(c: drover_core::WorkflowChange) -> Self {
+        WorkflowChangeResponse {
+            id: c.id.to_string(),
+            jobs: c.jobs,
+        }
+    }
+}
+
 /// Readiness.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ReadyResponse {
@@ -764,5 +1076,84 @@ mod tests {
         }
         let item = serde_json::to_value(JobListItem::new(job, JobDetails::NONE)).unwrap();
         assert_eq!(item, Value::Object(summary));
+    }
+
+    fn workflow(body: &str) -> Result<drover_core::NewWorkflow, ApiError> {
+        let request: WorkflowRequest = crate::extract::parse_json(body.as_bytes())?;
+        request.into_new_workflow(&Principal::insecure(), &SizeLimits::default())
+    }
+
+    fn field_of(e: &ApiError) -> String {
+        e.field().unwrap_or_default().to_owned()
+    }
+
+    /// A workflow's `depends_on` names its jobs, or gives ids of stored jobs; the graph is
+    /// checked before the store is asked, every error naming the job and the field.
+    #[test]
+    fn workflow_bodies_resolve_names_and_refuse_bad_graphs() {
+        let stored = drover_core::JobId::new_v7();
+        let ok = workflow(&format!(
+            r#"{{"jobs": [
+                {{"name": "b", "kind": "k", "depends_on": ["a", "{stored}"], "run_regardless": true}},
+                {{"name": "a", "kind": "k", "args": {{"x": 1}}}}
+            ]}}"#
+        ))
+        .unwrap();
+        assert_eq!(ok.jobs[0].depends_on, ["a"]);
+        assert_eq!(ok.jobs[0].job.depends_on, [stored]);
+        assert!(ok.jobs[0].job.run_regardless);
+        assert_eq!(ok.jobs[1].name, "a");
+
+        let cycle = workflow(
+            r#"{"jobs": [
+                {"name": "a", "kind": "k", "depends_on": ["b"]},
+                {"name": "b", "kind": "k", "depends_on": ["a"]}
+            ]}"#,
+        )
+        .unwrap_err();
+        assert_eq!(field_of(&cycle), "jobs");
+        assert!(cycle.message().contains("cycle"), "{}", cycle.message());
+
+        let dangling =
+            workflow(r#"{"jobs": [{"name": "a", "kind": "k", "depends_on": ["nope"]}]}"#)
+                .unwrap_err();
+        assert_eq!(field_of(&dangling), "jobs[0].depends_on[0]");
+
+        let unnamed = workflow(r#"{"jobs": [{"kind": "k"}]}"#).unwrap_err();
+        assert_eq!(field_of(&unnamed), "jobs[0].name");
+
+        let repeated =
+            workflow(r#"{"jobs": [{"name": "a", "kind": "k"}, {"name": "a", "kind": "k"}]}"#)
+                .unwrap_err();
+        assert_eq!(field_of(&repeated), "jobs[1].name");
+
+        let empty = workflow(r#"{"jobs": []}"#).unwrap_err();
+        assert_eq!(field_of(&empty), "jobs");
+
+        let unknown =
+            workflow(r#"{"jobs": [{"name": "a", "kind": "k", "after": []}]}"#).unwrap_err();
+        assert_eq!(field_of(&unknown), "jobs[0].after");
+    }
+
+    /// `POST /v1/jobs` takes dependencies by id and refuses a name.
+    #[test]
+    fn a_single_job_depends_on_ids_and_has_no_name() {
+        let parse = |body: &str| {
+            crate::extract::parse_json::<EnqueueRequest>(body.as_bytes())
+                .unwrap()
+                .into_new_job(&Principal::insecure(), None)
+        };
+        let id = drover_core::JobId::new_v7();
+        let job = parse(&format!(r#"{{"kind": "k", "depends_on": ["{id}"]}}"#)).unwrap();
+        assert_eq!(job.depends_on, [id]);
+        let bad = parse(r#"{"kind": "k", "depends_on": ["a"]}"#).unwrap_err();
+        assert_eq!(field_of(&bad), "depends_on[0]");
+        let twice = parse(&format!(
+            r#"{{"kind": "k", "depends_on": ["{id}", "{id}"]}}"#
+        ))
+        .unwrap_err();
+        assert_eq!(field_of(&twice), "depends_on");
+        let named = parse(r#"{"kind": "k", "name": "a"}"#).unwrap_err();
+        assert_eq!(field_of(&named), "name");
     }
 }

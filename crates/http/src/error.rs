@@ -127,6 +127,15 @@ impl ApiError {
         )
     }
 
+    /// 404 for a workflow the caller may not see (same answer as a missing one).
+    pub fn workflow_not_found(id: drover_core::WorkflowId) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("workflow {id} not found"),
+        )
+    }
+
     /// 404 for a queue that has no jobs and is not paused, so a resume has nothing to act on
     /// (`drover queues resume` refuses it alike): a typo must not look like a resume that left
     /// the real queue paused.

@@ -203,11 +203,12 @@ impl Modify for BearerScheme {
 #[openapi(
     info(
         title = "Drover API",
-        description = "Durable background jobs: enqueue, inspect, cancel, retry and requeue jobs; pause queues; readiness and metrics. Each operation lists the statuses the API answers. Before any operation sees a request, the HTTP layer itself answers, with an empty body, 400 to a malformed request line or header, 414 to a URI over 65,534 bytes, and 431 to more than 100 headers or a request head over about 400 KiB."
+        description = "Durable background jobs: enqueue, inspect, cancel, retry and requeue jobs and workflows of jobs; pause queues; readiness and metrics. Each operation lists the statuses the API answers. Before any operation sees a request, the HTTP layer itself answers, with an empty body, 400 to a malformed request line or header, 414 to a URI over 65,534 bytes, and 431 to more than 100 headers or a request head over about 400 KiB."
     ),
     modifiers(&BearerScheme),
     tags(
         (name = "jobs", description = "Enqueue and manage jobs"),
+        (name = "workflows", description = "Graphs of jobs with dependencies, enqueued, cancelled and retried as one unit"),
         (name = "queues", description = "Queues"),
         (name = "workers", description = "Worker processes"),
         (name = "system", description = "Readiness, metrics, this document")
@@ -223,6 +224,13 @@ fn api_router() -> OpenApiRouter<ApiState> {
         .routes(routes!(routes::jobs::cancel_job))
         .routes(routes!(routes::jobs::retry_job))
         .routes(routes!(routes::jobs::requeue_job))
+        .routes(routes!(
+            routes::workflows::enqueue_workflow,
+            routes::workflows::list_workflows
+        ))
+        .routes(routes!(routes::workflows::get_workflow))
+        .routes(routes!(routes::workflows::cancel_workflow))
+        .routes(routes!(routes::workflows::retry_workflow))
         .routes(routes!(routes::queues::list_queues))
         .routes(routes!(routes::queues::pause_queue))
         .routes(routes!(routes::queues::resume_queue))

@@ -181,6 +181,8 @@ struct ProcessInner {
     enqueued: SortedFamily<KindLabels, Counter>,
     started: SortedFamily<KindLabels, Counter>,
     rescued: SortedFamily<KindLabels, Counter>,
+    child_failures: SortedFamily<KindLabels, Counter>,
+    rollbacks: SortedFamily<KindLabels, Counter>,
     durations: SortedFamily<KindLabels, Histogram>,
 }
 
@@ -202,6 +204,8 @@ impl ProcessMetrics {
                 enqueued: SortedFamily::default(),
                 started: SortedFamily::default(),
                 rescued: SortedFamily::default(),
+                child_failures: SortedFamily::default(),
+                rollbacks: SortedFamily::default(),
                 durations: SortedFamily::new(duration_histogram),
             }),
         }
@@ -223,7 +227,7 @@ impl ProcessMetrics {
     }
 
     /// Counts a job of `kind` ending a run with `outcome` (`succeeded`, `retried`, `failed`,
-    /// `cancelled`, `snoozed`, `released`, `lease_lost`) after `seconds` of handler time.
+    /// `cancelled`, `snoozed`, `released`, `waiting`, `lease_lost`) after `seconds` of handler time.
     pub fn record_outcome(&self, kind: &str, outcome: &str, seconds: f64) {
         let labels = self.kind_labels(kind);
         self.inner.durations.with(&labels, |h| h.observe(seconds));
@@ -257,6 +261,20 @@ impl ProcessMetrics {
             .with(&self.kind_labels(kind), |c| c.inc());
     }
 
+    /// Counts a failed or cancelled child its parent of `kind` observed when it ran again.
+    pub fn record_child_failed(&self, kind: &str) {
+        self.inner
+            .child_failures
+            .with(&self.kind_labels(kind), |c| c.inc());
+    }
+
+    /// Counts a run of the rollback hook of `kind`.
+    pub fn record_rollback(&self, kind: &str) {
+        self.inner
+            .rollbacks
+            .with(&self.kind_labels(kind), |c| c.inc());
+    }
+
     fn register(&self, registry: &mut Registry) {
         registry.register(
             "drover_job_outcomes",
@@ -277,6 +295,16 @@ impl ProcessMetrics {
             "drover_jobs_rescued",
             "Expired leases rescued by this process, per kind",
             self.inner.rescued.clone(),
+        );
+        registry.register(
+            "drover_child_failures",
+            "Failed or cancelled children observed by their parent's next run in this process, per parent kind",
+            self.inner.child_failures.clone(),
+        );
+        registry.register(
+            "drover_rollbacks",
+            "Rollback hooks run by this process instead of the handler, per parent kind",
+            self.inner.rollbacks.clone(),
         );
         registry.register(
             "drover_job_duration_seconds",
@@ -312,6 +340,14 @@ impl drover_runner::Metrics for ProcessMetrics {
         _to: JobState,
     ) {
         self.record_rescued(kind.as_str());
+    }
+
+    fn child_failed(&self, kind: &drover_core::JobKind) {
+        self.record_child_failed(kind.as_str());
+    }
+
+    fn rollback(&self, kind: &drover_core::JobKind) {
+        self.record_rollback(kind.as_str());
     }
 }
 
@@ -654,6 +690,10 @@ mod tests {
         };
         let process = ProcessMetrics::new([kind("email.send")]);
         process.record_outcome("email.send", "succeeded", 0.01);
+        process.record_outcome("email.send", "waiting", 0.01);
+        process.record_child_failed("email.send");
+        process.record_child_failed("email.send");
+        process.record_rollback("email.send");
         let text = render(&snapshot, &queues(&["mail"]), Some(&process));
         assert!(
             text.contains(r#"drover_jobs{queue="mail",state="queued"} 3"#),
@@ -681,6 +721,18 @@ mod tests {
         );
         assert!(
             text.contains(r#"drover_job_outcomes_total{kind="email.send",outcome="succeeded"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"drover_job_outcomes_total{kind="email.send",outcome="waiting"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"drover_child_failures_total{kind="email.send"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"drover_rollbacks_total{kind="email.send"} 1"#),
             "{text}"
         );
         assert!(

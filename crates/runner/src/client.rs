@@ -5,6 +5,12 @@
 //! ([`Client::schedule_upsert`]). It reports [`Metrics::job_enqueued`] for every new job, once,
 //! whoever enqueued it.
 //!
+//! Workflows (docs/design.md section 10) go through it too: enqueue a graph as one unit
+//! ([`Client::enqueue_workflow`]), read one or a page of them, cancel or retry one as a whole.
+//! Like the job operations, these take ids and answer whatever the store holds; a caller that
+//! serves one tenant (the HTTP API's tenant-scoped tokens) checks the answer's tenant, or
+//! names its tenant in [`ListWorkflows::tenant`], as it does for jobs.
+//!
 //! Every operator write passes through this type, so the audit record of those writes, when
 //! there is one, is written here: in [`Client::written`], which each of them calls after the
 //! store answered.
@@ -18,6 +24,10 @@ use drover_core::{
     CancelOutcome, EnqueueStatus, Enqueued, Entity, Error, Job, JobId, JobKind, JobPage, JobState,
     JobStore, ListJobs, NewJob, NewSchedule, QueueChange, QueueInfo, QueueName, QueueSnapshot,
     RequeueOutcome, Schedule, ScheduleName, ScheduleUpsert, VacuumStatus,
+};
+use drover_core::{
+    EnqueuedWorkflow, ListWorkflows, NewWorkflow, Workflow, WorkflowChange, WorkflowId,
+    WorkflowPage,
 };
 use serde::Serialize;
 
@@ -94,7 +104,63 @@ impl Client {
         Ok(enqueued)
     }
 
-    /// Lists jobs newest first, a page at a time; see [`JobStore::jobs_list`].
+    /// Enqueues a workflow graph as one unit, all or nothing: every job gets the new workflow
+    /// id and its local name, dependencies by name become dependencies on the new ids
+    /// ([`JobStore::workflow_enqueue`]). Answers per job in input order.
+    ///
+    /// # Errors
+    /// `InvalidInput` naming `jobs` or `jobs[i].<field>` (a cycle, a dangling name, a repeated
+    /// name, another tenant, an invalid job); `Conflict`; `QuotaExceeded`. On any error nothing
+    /// is stored.
+    pub async fn enqueue_workflow(&self, workflow: NewWorkflow) -> Result<EnqueuedWorkflow, Error> {
+        let enqueued = self.store.workflow_enqueue(workflow).await?;
+        self.enqueued(&enqueued.jobs);
+        Ok(enqueued)
+    }
+
+    /// Fetches a workflow with all its jobs, children included.
+    ///
+    /// # Errors
+    /// `NotFound` (entity workflow).
+    pub async fn workflow(&self, id: WorkflowId) -> Result<Workflow, Error> {
+        self.store.workflow_get(id).await
+    }
+
+    /// Lists workflows newest first with their counts per state, a page at a time.
+    ///
+    /// # Errors
+    /// `InvalidInput` naming `limit`.
+    pub async fn workflows(&self, query: ListWorkflows) -> Result<WorkflowPage, Error> {
+        query.validate()?;
+        self.store.workflows_list(query).await
+    }
+
+    /// Cancels every job of a workflow that is not terminal, as [`Client::cancel`] does for
+    /// each, in one atomic step.
+    ///
+    /// # Errors
+    /// `NotFound`.
+    pub async fn cancel_workflow(&self, id: WorkflowId) -> Result<WorkflowChange, Error> {
+        let change = self.store.workflow_cancel(id).await?;
+        self.written();
+        Ok(change)
+    }
+
+    /// Runs every failed or cancelled job of a workflow again, in one atomic step; each waits
+    /// again for those of its dependencies that run again.
+    ///
+    /// # Errors
+    /// `NotFound`; `QuotaExceeded`; `Conflict` when a live job now holds a retried job's
+    /// unique key.
+    pub async fn retry_workflow(&self, id: WorkflowId) -> Result<WorkflowChange, Error> {
+        let change = self.store.workflow_retry(id).await?;
+        self.written();
+        Ok(change)
+    }
+
+    /// Lists jobs newest first, a page at a time; see [`JobStore::jobs_list`]
+    /// ([`ListJobs::workflow`] and [`ListJobs::parent`] select a workflow's jobs or a parent's
+    /// children).
     ///
     /// # Errors
     /// `InvalidInput` naming the field ([`ListJobs::validate`]); `Unavailable`, `Fatal`.
@@ -125,7 +191,7 @@ impl Client {
     /// quotas checked again, unique key kept.
     ///
     /// # Errors
-    /// `NotFound`; `InvalidTransition` for a queued, running or reconciling job;
+    /// `NotFound`; `InvalidTransition` for a waiting, queued, running or reconciling job;
     /// `QuotaExceeded`; `Conflict` when another live job of the tenant now holds its unique key.
     pub async fn retry(&self, id: JobId) -> Result<Job, Error> {
         let job = self.store.job_retry(id).await?;
@@ -242,7 +308,7 @@ impl Client {
     }
 
     /// Called after every operator write the store accepted (enqueue, cancel, retry, requeue,
-    /// pause, resume): the one place where their audit record is to be written.
+    /// pause, resume, and their workflow forms): the one place where their audit record is to be written.
     fn written(&self) {}
 }
 

@@ -241,6 +241,7 @@ fn outcome_of(finish: &Finish, to: JobState) -> JobOutcome {
         (_, JobState::Failed) => JobOutcome::Failed,
         (Finish::Snoozed { .. }, _) => JobOutcome::Snoozed,
         (Finish::Released, _) => JobOutcome::Released,
+        (Finish::WaitForChildren, _) => JobOutcome::Waiting,
         (_, _) => JobOutcome::Retried,
     }
 }

@@ -1,15 +1,35 @@
 //! [`JobContext`]: what a handler gets for one run of a job (docs/design.md section 6): the job,
 //! its args, the fencing token of this run, a cancellation token and best-effort progress and
-//! meta updates that the heartbeat saves.
+//! meta updates that the heartbeat saves; and the workflow reads and writes of docs/design.md
+//! section 10: enqueue children fenced by this run's lease, read the children's and the
+//! dependencies' outcomes.
 
 use std::sync::Arc;
 
-use drover_core::{Error, FencingToken, Job, SizeLimits};
+use drover_core::job::CHILDREN_MAX;
+use drover_core::{
+    EnqueueChildren, EnqueueStatus, Enqueued, Error, FencingToken, Job, JobState, JobStore,
+    ListJobs, NewJob, SizeLimits, TenantId,
+};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
+use crate::metrics::Metrics;
 use crate::running::{CancelReason, JobShared};
+
+/// What a context reaches beyond its job: the store (children, dependencies) and the metrics
+/// (new children, failed children). One per worker, shared by every context.
+pub(crate) struct Links {
+    pub(crate) store: Arc<dyn JobStore>,
+    pub(crate) metrics: Arc<dyn Metrics>,
+}
+
+impl std::fmt::Debug for Links {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Links").finish_non_exhaustive()
+    }
+}
 
 /// The handler's view of one run of a job. Cheap to clone; clones share the same run.
 ///
@@ -22,11 +42,12 @@ use crate::running::{CancelReason, JobShared};
 #[derive(Debug, Clone)]
 pub struct JobContext {
     shared: Arc<JobShared>,
+    links: Option<Arc<Links>>,
 }
 
 impl JobContext {
-    pub(crate) fn from_shared(shared: Arc<JobShared>) -> Self {
-        JobContext { shared }
+    pub(crate) fn from_shared(shared: Arc<JobShared>, links: Option<Arc<Links>>) -> Self {
+        JobContext { shared, links }
     }
 
     /// A context not connected to any runner, for handler unit tests: progress and meta are
@@ -34,12 +55,130 @@ impl JobContext {
     /// and the token fires only when the test cancels it (`ctx.cancellation().cancel()`).
     /// Meta is checked against the default size bound (256 KiB).
     pub fn detached(job: Job) -> Self {
-        JobContext::from_shared(Arc::new(JobShared::new(
-            job,
-            CancellationToken::new(),
+        JobContext::from_shared(
+            Arc::new(JobShared::new(
+                job,
+                CancellationToken::new(),
+                None,
+                SizeLimits::default().max_meta_bytes,
+            )),
             None,
-            SizeLimits::default().max_meta_bytes,
-        )))
+        )
+    }
+
+    /// A detached context ([`JobContext::detached`]) whose workflow calls
+    /// ([`JobContext::enqueue_children`], [`JobContext::children`],
+    /// [`JobContext::dependencies`]) reach `store`, for handler tests against a real store
+    /// (give it a job the test claimed there, so its fencing token is current).
+    pub fn detached_with_store(job: Job, store: Arc<dyn JobStore>) -> Self {
+        let mut ctx = JobContext::detached(job);
+        ctx.links = Some(Arc::new(Links {
+            store,
+            metrics: Arc::new(crate::metrics::NoopMetrics),
+        }));
+        ctx
+    }
+
+    fn links(&self) -> Result<&Links, Error> {
+        self.links.as_deref().ok_or_else(|| {
+            Error::fatal(
+                "this job context has no store: build it with JobContext::detached_with_store",
+            )
+        })
+    }
+
+    /// Enqueues `children` of this job in one atomic step with a write fenced by this run's
+    /// lease ([`JobStore::children_enqueue`]): each carries this job as its parent and this
+    /// job's workflow id. Children share the parent's tenant: a child left at the default
+    /// tenant gets the parent's. Return [`crate::Outcome::WaitForChildren`] afterwards to wait
+    /// for them without holding the slot (docs/design.md section 10). Answers per child in
+    /// input order.
+    ///
+    /// # Errors
+    /// `LeaseLost` when this run's lease is no longer current (nothing stored: stop working);
+    /// `InvalidInput` naming `jobs[i].<field>`, or `jobs` past [`CHILDREN_MAX`] live children;
+    /// `Conflict`; `QuotaExceeded`; `Unavailable`.
+    pub async fn enqueue_children(&self, children: Vec<NewJob>) -> Result<Vec<Enqueued>, Error> {
+        let links = self.links()?;
+        let job = &self.shared.job;
+        let jobs = children
+            .into_iter()
+            .map(|mut child| {
+                if child.tenant == TenantId::default() {
+                    child.tenant = job.tenant.clone();
+                }
+                child
+            })
+            .collect();
+        let enqueued = links
+            .store
+            .children_enqueue(EnqueueChildren {
+                parent: job.id,
+                token: job.fencing_token,
+                jobs,
+            })
+            .await?;
+        for answer in &enqueued {
+            if answer.status == EnqueueStatus::Created {
+                links
+                    .metrics
+                    .job_enqueued(&answer.job.kind, &answer.job.queue);
+            }
+        }
+        Ok(enqueued)
+    }
+
+    /// This job's children as stored now, oldest first, with their results, errors and
+    /// states: what a parent that waited for them reads when it runs again. At most the
+    /// newest [`CHILDREN_MAX`] of them. The first call of a run counts each child that ended
+    /// `failed` or `cancelled` in [`Metrics::child_failed`].
+    ///
+    /// # Errors
+    /// `Unavailable`, `Fatal`.
+    pub async fn children(&self) -> Result<Vec<Job>, Error> {
+        let links = self.links()?;
+        let job = &self.shared.job;
+        let mut children = Vec::new();
+        let mut before = None;
+        loop {
+            let page = links
+                .store
+                .jobs_list(ListJobs {
+                    parent: Some(job.id),
+                    tenant: Some(job.tenant.clone()),
+                    before,
+                    limit: drover_core::store::LIST_LIMIT_MAX,
+                    ..ListJobs::default()
+                })
+                .await?;
+            children.extend(page.jobs);
+            match page.next {
+                Some(next) if children.len() < CHILDREN_MAX => before = Some(next),
+                _ => break,
+            }
+        }
+        children.truncate(CHILDREN_MAX);
+        children.reverse();
+        if self.shared.first_children_observation() {
+            for _ in children.iter().filter(|c| ended_badly(c)) {
+                links.metrics.child_failed(&job.kind);
+            }
+        }
+        Ok(children)
+    }
+
+    /// The jobs this one depends on ([`Job::depends_on`]), in that order, with their results:
+    /// what a dependent reads of the work it waited for. A dependency deleted since (by
+    /// retention, long after it ended) is left out.
+    ///
+    /// # Errors
+    /// `Unavailable`, `Fatal`.
+    pub async fn dependencies(&self) -> Result<Vec<Job>, Error> {
+        let depends_on = &self.shared.job.depends_on;
+        if depends_on.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.links()?.store.jobs_get(depends_on.clone()).await
     }
 
     /// The job as claimed for this run (state running, `attempt` counting this run).
@@ -112,6 +251,11 @@ impl JobContext {
     pub fn meta(&self) -> Value {
         self.shared.meta()
     }
+}
+
+/// A child that ended without success: what a parent's rollback hook hears about.
+pub(crate) fn ended_badly(job: &Job) -> bool {
+    matches!(job.state, JobState::Failed | JobState::Cancelled)
 }
 
 #[cfg(test)]

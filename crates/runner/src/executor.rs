@@ -25,11 +25,11 @@ use tracing::Instrument;
 
 use crate::backlog::{leave_unstarted, Backlog, Waiting};
 use crate::completer::Completion;
-use crate::context::JobContext;
+use crate::context::{ended_badly, JobContext, Links};
 use crate::handler::Handler;
 use crate::metrics::JobOutcome;
 use crate::outcome::Outcome;
-use crate::registry::KindConfig;
+use crate::registry::{KindConfig, Rollback};
 use crate::running::{CancelReason, JobShared};
 use crate::runtime::{bump, Runtime};
 
@@ -275,6 +275,47 @@ enum Ran {
     /// No handler is registered for the kind (cannot happen: only registered kinds are
     /// claimed).
     NoHandler,
+    /// The children of a kind with a rollback hook could not be read, so neither the hook nor
+    /// the handler ran.
+    NoChildren(drover_core::Error),
+}
+
+/// For a kind with a rollback hook (`registry.rs`): the hook, bound to the children that ended
+/// failed or cancelled, when there are any; else the kind's handler. An error when the
+/// children could not be read.
+async fn rollback_or_handler(
+    rt: &Runtime,
+    shared: &Arc<JobShared>,
+    rollback: &Arc<dyn Rollback>,
+) -> Option<Result<Arc<dyn Handler>, drover_core::Error>> {
+    let ctx = JobContext::from_shared(Arc::clone(shared), Some(Arc::clone(&rt.links)));
+    let children = match ctx.children().await {
+        Ok(children) => children,
+        Err(error) => return Some(Err(error)),
+    };
+    let failed: Vec<Job> = children.into_iter().filter(ended_badly).collect();
+    if failed.is_empty() {
+        return rt.registry.handler(&shared.job.kind).cloned().map(Ok);
+    }
+    rt.metrics.rollback(&shared.job.kind);
+    Some(Ok(Arc::new(RollbackRun {
+        rollback: Arc::clone(rollback),
+        failed: parking_lot::Mutex::new(Some(failed)),
+    })))
+}
+
+/// A rollback hook run as the handler of one run.
+struct RollbackRun {
+    rollback: Arc<dyn Rollback>,
+    failed: parking_lot::Mutex<Option<Vec<Job>>>,
+}
+
+#[async_trait::async_trait]
+impl Handler for RollbackRun {
+    async fn run(&self, ctx: JobContext) -> Outcome {
+        let failed = self.failed.lock().take().unwrap_or_default();
+        self.rollback.rollback(ctx, failed).await
+    }
 }
 
 /// The next job of `backlog` that may start, with `slot`; `None` (the slot given back) when
@@ -357,16 +398,22 @@ async fn run_one(
     }
     rt.metrics.job_started(&job.kind, &job.queue);
     let config = rt.registry.config(&job.kind);
-    let ran = match rt.registry.handler(&job.kind) {
-        Some(handler) => {
+    let handler = match rt.registry.rollback(&job.kind) {
+        Some(rollback) => rollback_or_handler(rt, shared, rollback).await,
+        None => rt.registry.handler(&job.kind).cloned().map(Ok),
+    };
+    let ran = match handler {
+        Some(Ok(handler)) => {
             run_handler(
-                Arc::clone(handler),
+                handler,
                 shared,
+                Arc::clone(&rt.links),
                 config.timeout,
                 rt.config.cancel_grace,
             )
             .await
         }
+        Some(Err(error)) => Ran::NoChildren(error),
         None => Ran::NoHandler,
     };
     let duration = started.elapsed();
@@ -420,10 +467,11 @@ pub(crate) fn hand_over(
 async fn run_handler(
     handler: Arc<dyn Handler>,
     shared: &Arc<JobShared>,
+    links: Arc<Links>,
     timeout: Option<Duration>,
     cancel_grace: Duration,
 ) -> Ran {
-    let ctx = JobContext::from_shared(Arc::clone(shared));
+    let ctx = JobContext::from_shared(Arc::clone(shared), Some(links));
     let run = AssertUnwindSafe(async move { handler.run(ctx).await }).catch_unwind();
     tokio::pin!(run);
     let deadline = async {
@@ -477,6 +525,11 @@ fn decide(ran: Ran, shared: &JobShared, config: &KindConfig, rt: &Runtime) -> Fi
     if let Ran::Returned(Outcome::Success { result }) = ran {
         return succeeded(result, rt);
     }
+    // So is a wait for children: they are stored, and running the parent again before they
+    // end would enqueue them again (a cancel requested meanwhile ends it cancelled).
+    if let Ran::Returned(Outcome::WaitForChildren) = ran {
+        return Finish::WaitForChildren;
+    }
     match shared.reason() {
         Some(CancelReason::Shutdown) => Finish::Released,
         Some(CancelReason::Timeout) => Finish::Failed {
@@ -526,6 +579,11 @@ fn decide(ran: Ran, shared: &JobShared, config: &KindConfig, rt: &Runtime) -> Fi
                 ),
                 retry: backoff(),
             },
+            Ran::NoChildren(error) => Finish::Failed {
+                message: format!("could not read the job's children for its rollback hook: {error}"),
+                retry: backoff(),
+            },
+            Ran::Returned(Outcome::WaitForChildren) => Finish::WaitForChildren,
             Ran::NoHandler => Finish::Failed {
                 message: format!(
                     "no handler for kind {} in worker {}",

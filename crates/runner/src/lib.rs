@@ -70,7 +70,7 @@ pub use drover_core::QueueChange;
 pub use handler::Handler;
 pub use metrics::{JobOutcome, Metrics, NoopMetrics, TransitionEvent, TransitionHook};
 pub use outcome::Outcome;
-pub use registry::{KindConfig, Reconciler, Registry};
+pub use registry::{KindConfig, Reconciler, Registry, Rollback};
 pub use running::CancelReason;
 pub use runtime::WorkerReport;
 pub use tokio_util::sync::CancellationToken;

@@ -27,13 +27,16 @@ pub enum JobOutcome {
     Snoozed,
     /// Given back at shutdown without spending an attempt.
     Released,
+    /// Waiting for its children without a lease or a slot, no attempt spent
+    /// ([`crate::Outcome::WaitForChildren`]): neither a success nor a failure.
+    Waiting,
     /// The lease was lost: nothing was written for this run.
     LeaseLost,
 }
 
 impl JobOutcome {
     /// A lowercase label: `succeeded`, `retried`, `failed`, `cancelled`, `snoozed`,
-    /// `released`, `lease_lost`.
+    /// `released`, `waiting`, `lease_lost`.
     pub fn as_str(self) -> &'static str {
         match self {
             JobOutcome::Succeeded => "succeeded",
@@ -42,6 +45,7 @@ impl JobOutcome {
             JobOutcome::Cancelled => "cancelled",
             JobOutcome::Snoozed => "snoozed",
             JobOutcome::Released => "released",
+            JobOutcome::Waiting => "waiting",
             JobOutcome::LeaseLost => "lease_lost",
         }
     }
@@ -86,6 +90,19 @@ pub trait Metrics: Send + Sync + 'static {
     /// cancelled) by this process's rescuer.
     fn job_rescued(&self, kind: &JobKind, queue: &QueueName, to: JobState) {
         let _ = (kind, queue, to);
+    }
+
+    /// A parent of `kind` observed a child that ended `failed` or `cancelled` when it ran
+    /// again after waiting for its children: once per such child and run of the parent
+    /// (docs/design.md section 10).
+    fn child_failed(&self, kind: &JobKind) {
+        let _ = kind;
+    }
+
+    /// The rollback hook of `kind` ran instead of its handler because a child failed
+    /// ([`crate::Registry::register_rollback`]).
+    fn rollback(&self, kind: &JobKind) {
+        let _ = kind;
     }
 }
 

@@ -3,7 +3,8 @@
 //!
 //! The runner turns an outcome into a [`drover_core::Finish`] for the completer: success,
 //! retry (after an explicit delay or the kind's backoff), discard (fail without retry), snooze
-//! (no attempt spent) or cancelled. Handlers that return `Result<T, E>` get the conversion
+//! (no attempt spent), cancelled, or wait for the children the run enqueued
+//! ([`Outcome::WaitForChildren`], docs/design.md section 10). Handlers that return `Result<T, E>` get the conversion
 //! `Ok(value)` -> success with `value` as the result, `Err(error)` -> retry with the error's
 //! text.
 
@@ -48,6 +49,11 @@ pub enum Outcome {
         /// Why.
         reason: String,
     },
+    /// Wait for the children this job enqueued ([`crate::JobContext::enqueue_children`]):
+    /// the lease and the slot are given back at once, no attempt is spent, and the job runs
+    /// again when every child is terminal (at once when none is live), reading their outcomes
+    /// with [`crate::JobContext::children`] (docs/design.md section 10).
+    WaitForChildren,
 }
 
 impl Outcome {
@@ -105,9 +111,26 @@ impl Outcome {
         }
     }
 
+    /// Wait for this job's children without holding a lease or a slot.
+    pub fn wait_for_children() -> Self {
+        Outcome::WaitForChildren
+    }
+
     /// True for [`Outcome::Success`].
     pub fn is_success(&self) -> bool {
         matches!(self, Outcome::Success { .. })
+    }
+}
+
+impl<E: Display> From<Result<Outcome, E>> for Outcome {
+    /// `Ok(outcome)` -> that outcome (a handler that decides its outcome and uses `?` on its
+    /// store calls: `ctx.enqueue_children(jobs).await?; Ok(Outcome::WaitForChildren)`);
+    /// `Err(error)` -> [`Outcome::retry`] with the error's `Display` text.
+    fn from(result: Result<Outcome, E>) -> Self {
+        match result {
+            Ok(outcome) => outcome,
+            Err(error) => Outcome::retry(error.to_string()),
+        }
     }
 }
 
@@ -140,6 +163,10 @@ mod tests {
         assert_eq!(Outcome::from(unit), Outcome::success());
         let err: Result<(), std::io::Error> = Err(std::io::Error::other("smtp down"));
         assert_eq!(Outcome::from(err), Outcome::retry("smtp down"));
+        let chosen: Result<Outcome, String> = Ok(Outcome::WaitForChildren);
+        assert_eq!(Outcome::from(chosen), Outcome::WaitForChildren);
+        let failed: Result<Outcome, String> = Err("store down".into());
+        assert_eq!(Outcome::from(failed), Outcome::retry("store down"));
     }
 
     #[test]

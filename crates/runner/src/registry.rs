@@ -1,6 +1,17 @@
 //! [`Registry`]: handlers, per-kind settings and reconcilers by [`JobKind`] (docs/design.md
 //! section 6). A worker claims only the kinds registered here, so during a rolling deploy a
 //! kind that only new code knows stays queued without spending attempts.
+//!
+//! Rollback hooks (docs/design.md section 10): a parent kind may register a [`Rollback`].
+//! Before each run of a job of that kind the runner reads the job's children; when any ended
+//! `failed` or `cancelled`, it calls the hook *instead of* the handler, with the context and
+//! those children, and the hook's [`Outcome`] is the run's outcome (the kind's timeout,
+//! cancellation and panic rules apply to it as to a handler). So a parent that fanned out
+//! never resumes its normal path over a failed fan-out: the hook compensates, then usually
+//! succeeds or discards; it may also enqueue compensating children and wait for them, and is
+//! then called again on the next run (the failed children are still there; it reads
+//! [`JobContext::children`] to see how far it got). Kinds without a hook pay nothing: their
+//! handler runs and reads its children itself.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
@@ -57,6 +68,31 @@ pub trait Reconciler: Send + Sync + 'static {
     async fn reconcile(&self, job: &Job, cancel: CancellationToken) -> Result<Resolution, String>;
 }
 
+/// Compensates for a parent's failed fan-out (see the module documentation): called instead
+/// of the handler of a job whose children include some that ended `failed` or `cancelled`.
+/// Must tolerate running more than once, like a handler.
+#[async_trait]
+pub trait Rollback: Send + Sync + 'static {
+    /// Undoes what it must for `failed` (the children that ended failed or cancelled, oldest
+    /// first) and says how the parent's run ended.
+    async fn rollback(&self, ctx: JobContext, failed: Vec<Job>) -> Outcome;
+}
+
+/// A rollback hook made from a closure.
+struct FnRollback<F>(F);
+
+#[async_trait]
+impl<F, Fut, O> Rollback for FnRollback<F>
+where
+    F: Fn(JobContext, Vec<Job>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = O> + Send + 'static,
+    O: Into<Outcome> + Send + 'static,
+{
+    async fn rollback(&self, ctx: JobContext, failed: Vec<Job>) -> Outcome {
+        (self.0)(ctx, failed).await.into()
+    }
+}
+
 /// Handlers, per-kind settings and reconcilers. Build it, wrap it in an `Arc`, hand it to
 /// [`crate::Worker::new`]; it is not changed afterwards.
 ///
@@ -66,6 +102,7 @@ pub struct Registry {
     handlers: HashMap<JobKind, Arc<dyn Handler>>,
     configs: HashMap<JobKind, KindConfig>,
     reconcilers: HashMap<JobKind, Arc<dyn Reconciler>>,
+    rollbacks: HashMap<JobKind, Arc<dyn Rollback>>,
     default_config: KindConfig,
 }
 
@@ -74,6 +111,7 @@ impl fmt::Debug for Registry {
         f.debug_struct("Registry")
             .field("kinds", &self.kinds())
             .field("reconciler_kinds", &self.reconciler_kinds())
+            .field("rollback_kinds", &self.rollback_kinds())
             .field("configs", &self.configs)
             .field("default_config", &self.default_config)
             .finish()
@@ -143,6 +181,34 @@ impl Registry {
     pub fn register_reconciler(&mut self, kind: JobKind, reconciler: impl Reconciler) -> &mut Self {
         self.reconcilers.insert(kind, Arc::new(reconciler));
         self
+    }
+
+    /// Registers the rollback hook of `kind` (see the module documentation).
+    pub fn register_rollback(&mut self, kind: JobKind, rollback: impl Rollback) -> &mut Self {
+        self.rollbacks.insert(kind, Arc::new(rollback));
+        self
+    }
+
+    /// Registers a closure as the rollback hook of `kind`: `|ctx, failed| async move { ... }`
+    /// returning an [`Outcome`] or a `Result<T: Serialize, E: Display>`.
+    pub fn register_rollback_fn<F, Fut, O>(&mut self, kind: JobKind, f: F) -> &mut Self
+    where
+        F: Fn(JobContext, Vec<Job>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = O> + Send + 'static,
+        O: Into<Outcome> + Send + 'static,
+    {
+        self.register_rollback(kind, FnRollback(f))
+    }
+
+    /// The rollback hook of `kind`.
+    pub fn rollback(&self, kind: &JobKind) -> Option<&Arc<dyn Rollback>> {
+        self.rollbacks.get(kind)
+    }
+
+    /// The kinds with a rollback hook, sorted.
+    pub fn rollback_kinds(&self) -> Vec<JobKind> {
+        let sorted: BTreeSet<&JobKind> = self.rollbacks.keys().collect();
+        sorted.into_iter().cloned().collect()
     }
 
     /// The handler of `kind`.

@@ -157,6 +157,8 @@ pub(crate) struct JobShared {
     start_recorded: AtomicBool,
     /// The job's outcome (or its leaving unstarted) went to the completer.
     handed_over: AtomicBool,
+    /// The failed children of this run were reported to `Metrics::child_failed` (once a run).
+    children_observed: AtomicBool,
 }
 
 impl JobShared {
@@ -178,7 +180,14 @@ impl JobShared {
             max_meta_bytes,
             handler_started: AtomicU64::new(0),
             handed_over: AtomicBool::new(false),
+            children_observed: AtomicBool::new(false),
         }
+    }
+
+    /// True the first time it is called for this run: the failed children this run reads are
+    /// to be counted then, and only then.
+    pub(crate) fn first_children_observation(&self) -> bool {
+        !self.children_observed.swap(true, Ordering::AcqRel)
     }
 
     /// Records that the handler starts now (`at`); true when the store does not know yet

@@ -10,6 +10,7 @@ use drover_core::{Job, JobKind, JobState, JobStore, QueueName, WorkerId, WorkerR
 
 use crate::backlog::Backlogs;
 use crate::config::WorkerConfig;
+use crate::context::Links;
 use crate::health::{FatalSlot, Health};
 use crate::metrics::{JobOutcome, Metrics, TransitionEvent, TransitionHook};
 use crate::registry::Registry;
@@ -35,6 +36,8 @@ pub struct WorkerReport {
     pub snoozed: u64,
     /// Runs given back at shutdown without spending an attempt.
     pub released: u64,
+    /// Runs that ended waiting for their children (no attempt spent).
+    pub waiting: u64,
     /// Runs whose lease was lost: nothing written (heartbeat or write answered `LeaseLost`).
     pub lease_lost: u64,
     /// Outcomes that could not be written (store down past the flush timeout, or refused);
@@ -68,6 +71,7 @@ impl std::fmt::Display for WorkerReport {
             self.lease_lost
         )?;
         for (name, value) in [
+            ("waiting for children", self.waiting),
             ("unwritten", self.unwritten),
             ("rescued", self.rescued),
             ("reconciled", self.reconciled),
@@ -92,6 +96,7 @@ pub(crate) struct Counters {
     pub(crate) cancelled: AtomicU64,
     pub(crate) snoozed: AtomicU64,
     pub(crate) released: AtomicU64,
+    pub(crate) waiting: AtomicU64,
     pub(crate) lease_lost: AtomicU64,
     pub(crate) unwritten: AtomicU64,
     pub(crate) rescued: AtomicU64,
@@ -122,6 +127,8 @@ pub(crate) struct Runtime {
     pub(crate) max_meta_bytes: usize,
     /// The store's result size bound, in bytes.
     pub(crate) max_result_bytes: usize,
+    /// What every job context reaches: the store and the metrics.
+    pub(crate) links: Arc<Links>,
     /// Set when shutdown begins: the completer gives up transient retries after it.
     flush_deadline: OnceLock<Instant>,
 }
@@ -135,7 +142,12 @@ impl Runtime {
         hook: Option<TransitionHook>,
     ) -> Self {
         let sizes = store.config().sizes;
+        let links = Arc::new(Links {
+            store: Arc::clone(&store),
+            metrics: Arc::clone(&metrics),
+        });
         Runtime {
+            links,
             store,
             registry,
             config,
@@ -197,6 +209,7 @@ impl Runtime {
             JobOutcome::Cancelled => &self.counters.cancelled,
             JobOutcome::Snoozed => &self.counters.snoozed,
             JobOutcome::Released => &self.counters.released,
+            JobOutcome::Waiting => &self.counters.waiting,
             JobOutcome::LeaseLost => &self.counters.lease_lost,
         };
         bump(counter, 1);
@@ -231,6 +244,7 @@ impl Runtime {
             cancelled: get(&c.cancelled),
             snoozed: get(&c.snoozed),
             released: get(&c.released),
+            waiting: get(&c.waiting),
             lease_lost: get(&c.lease_lost),
             unwritten: get(&c.unwritten),
             rescued: get(&c.rescued),

@@ -755,3 +755,237 @@ async fn a_rate_held_job_is_claimed_when_the_store_says_the_rate_admits_it() {
     let report = stop(shutdown, handle).await.unwrap();
     assert!(report.claimed >= ADMITTED as u64);
 }
+
+/// Counts the workflow metrics and the outcomes of runs.
+#[derive(Default)]
+struct WorkflowMetrics {
+    child_failed: AtomicUsize,
+    rollbacks: AtomicUsize,
+    enqueued: AtomicUsize,
+    outcomes: Mutex<Vec<drover_runner::JobOutcome>>,
+}
+
+impl drover_runner::Metrics for WorkflowMetrics {
+    fn job_enqueued(&self, _kind: &JobKind, _queue: &QueueName) {
+        self.enqueued.fetch_add(1, Ordering::SeqCst);
+    }
+    fn job_finished(
+        &self,
+        _kind: &JobKind,
+        _queue: &QueueName,
+        outcome: drover_runner::JobOutcome,
+        _duration: Duration,
+    ) {
+        self.outcomes.lock().unwrap().push(outcome);
+    }
+    fn child_failed(&self, _kind: &JobKind) {
+        self.child_failed.fetch_add(1, Ordering::SeqCst);
+    }
+    fn rollback(&self, _kind: &JobKind) {
+        self.rollbacks.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A mock that claims `job` once and records every finish, answering each with `to`.
+fn one_job_store(job: Job, to: JobState) -> (MockJobStore, Arc<Mutex<Vec<FinishItem>>>) {
+    let mut store = base_store();
+    let pending = Mutex::new(Some(job));
+    store.expect_jobs_claim().returning(move |_| {
+        Ok(Claimed::jobs(
+            pending.lock().unwrap().take().into_iter().collect(),
+        ))
+    });
+    store
+        .expect_jobs_heartbeat()
+        .returning(|heartbeat| Ok(extended(&heartbeat)));
+    store.expect_worker_heartbeat().returning(|_| Ok(()));
+    let finished: Arc<Mutex<Vec<FinishItem>>> = Arc::default();
+    let log = Arc::clone(&finished);
+    store.expect_jobs_finish().returning(move |items| {
+        log.lock().unwrap().extend(items.iter().cloned());
+        Ok(items
+            .iter()
+            .map(|item| FinishReply::Recorded { id: item.id, to })
+            .collect())
+    });
+    (store, finished)
+}
+
+async fn until_finished(finished: &Mutex<Vec<FinishItem>>) -> FinishItem {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Some(item) = finished.lock().unwrap().first().cloned() {
+            return item;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no finish written");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_parent_enqueues_children_fenced_and_waits_for_them_without_its_slot() {
+    let parent = claimed("fan.out", "default");
+    let (parent_id, token) = (parent.id, parent.fencing_token);
+    let (mut store, finished) = one_job_store(parent, JobState::Waiting);
+    let stored: Arc<Mutex<Vec<drover_core::EnqueueChildren>>> = Arc::default();
+    let log = Arc::clone(&stored);
+    store.expect_children_enqueue().returning(move |children| {
+        let answers = children
+            .jobs
+            .iter()
+            .map(|child| drover_core::Enqueued {
+                status: drover_core::EnqueueStatus::Created,
+                job: child.clone().into_job(JobId::new_v7(), Utc::now()),
+            })
+            .collect();
+        log.lock().unwrap().push(children);
+        Ok(answers)
+    });
+    let mut registry = Registry::new();
+    registry.register_fn(kind("fan.out"), |ctx| async move {
+        let children = (0..3)
+            .map(|i| NewJob::new(kind("migrate"), serde_json::json!({ "shard": i })))
+            .collect();
+        match ctx.enqueue_children(children).await {
+            Ok(answers) if answers.len() == 3 => Outcome::wait_for_children(),
+            other => Outcome::discard(format!("children not stored: {other:?}")),
+        }
+    });
+    let metrics = Arc::new(WorkflowMetrics::default());
+    let worker = Worker::new(Arc::new(store), Arc::new(registry), fast_config())
+        .unwrap()
+        .metrics(Arc::clone(&metrics) as Arc<dyn drover_runner::Metrics>);
+    let shutdown = CancellationToken::new();
+    let handle = tokio::spawn(worker.run(shutdown.clone()));
+
+    let item = until_finished(&finished).await;
+    let report = stop(shutdown, handle).await.unwrap();
+    assert_eq!(item.id, parent_id);
+    assert_eq!(item.token, token);
+    assert_eq!(item.finish, drover_core::Finish::WaitForChildren);
+    let stored = stored.lock().unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!((stored[0].parent, stored[0].token), (parent_id, token));
+    assert_eq!(stored[0].jobs.len(), 3);
+    assert_eq!(metrics.enqueued.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        *metrics.outcomes.lock().unwrap(),
+        [drover_runner::JobOutcome::Waiting],
+        "a wait is neither a success nor a failure"
+    );
+    assert_eq!((report.waiting, report.succeeded, report.failed), (1, 0, 0));
+}
+
+#[tokio::test]
+async fn a_failed_child_runs_the_rollback_hook_instead_of_the_handler() {
+    let parent = claimed("evacuate", "default");
+    let parent_id = parent.id;
+    let (mut store, finished) = one_job_store(parent.clone(), JobState::Succeeded);
+    let child = |state: JobState| {
+        let mut job = NewJob::new(kind("migrate"), serde_json::json!({}))
+            .into_job(JobId::new_v7(), Utc::now());
+        job.parent_id = Some(parent_id);
+        job.state = state;
+        job
+    };
+    let children = vec![
+        child(JobState::Succeeded),
+        child(JobState::Failed),
+        child(JobState::Cancelled),
+    ];
+    let failed_ids: Vec<JobId> = children[1..].iter().map(|c| c.id).collect();
+    store.expect_jobs_list().returning(move |query| {
+        assert_eq!(query.parent, Some(parent_id));
+        // Newest first, as stores answer.
+        let mut jobs = children.clone();
+        jobs.reverse();
+        Ok(drover_core::JobPage { jobs, next: None })
+    });
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut registry = Registry::new();
+    registry.register_fn(kind("evacuate"), |_ctx| async move {
+        Outcome::discard("the handler must not run over a failed fan-out")
+    });
+    registry.register_rollback_fn(kind("evacuate"), move |ctx, failed: Vec<Job>| {
+        let tx = tx.clone();
+        async move {
+            // The hook reads the children too; the failures are counted once a run.
+            let all = ctx.children().await.map(|c| c.len());
+            tx.send((failed.iter().map(|j| j.id).collect::<Vec<_>>(), all))
+                .unwrap();
+            Outcome::success_with(serde_json::json!({"rolled_back": failed.len()}))
+        }
+    });
+    let metrics = Arc::new(WorkflowMetrics::default());
+    let worker = Worker::new(Arc::new(store), Arc::new(registry), fast_config())
+        .unwrap()
+        .metrics(Arc::clone(&metrics) as Arc<dyn drover_runner::Metrics>);
+    let shutdown = CancellationToken::new();
+    let handle = tokio::spawn(worker.run(shutdown.clone()));
+
+    let (failed, all) = tokio::time::timeout(WAIT, rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    let item = until_finished(&finished).await;
+    stop(shutdown, handle).await.unwrap();
+    assert_eq!(
+        failed, failed_ids,
+        "the failed and cancelled children, oldest first"
+    );
+    assert_eq!(all.unwrap(), 3);
+    assert_eq!(
+        item.finish,
+        drover_core::Finish::Succeeded {
+            result: Some(serde_json::json!({"rolled_back": 2}))
+        }
+    );
+    assert_eq!(metrics.child_failed.load(Ordering::SeqCst), 2);
+    assert_eq!(metrics.rollbacks.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_parent_whose_children_succeeded_runs_its_handler_and_reads_them() {
+    let parent = claimed("evacuate", "default");
+    let parent_id = parent.id;
+    let (mut store, finished) = one_job_store(parent, JobState::Succeeded);
+    let mut done =
+        NewJob::new(kind("migrate"), serde_json::json!({})).into_job(JobId::new_v7(), Utc::now());
+    done.parent_id = Some(parent_id);
+    done.state = JobState::Succeeded;
+    done.result = Some(serde_json::json!(7));
+    store.expect_jobs_list().returning(move |_| {
+        Ok(drover_core::JobPage {
+            jobs: vec![done.clone()],
+            next: None,
+        })
+    });
+    let mut registry = Registry::new();
+    registry.register_fn(kind("evacuate"), |ctx| async move {
+        let children = ctx.children().await.map_err(|e| e.to_string())?;
+        let sum: i64 = children
+            .iter()
+            .filter_map(|c| c.result.as_ref().and_then(serde_json::Value::as_i64))
+            .sum();
+        Ok::<_, String>(sum)
+    });
+    registry.register_rollback_fn(kind("evacuate"), |_ctx, _failed| async move {
+        Outcome::discard("no child failed: the hook must not run")
+    });
+    let metrics = Arc::new(WorkflowMetrics::default());
+    let worker = Worker::new(Arc::new(store), Arc::new(registry), fast_config())
+        .unwrap()
+        .metrics(Arc::clone(&metrics) as Arc<dyn drover_runner::Metrics>);
+    let shutdown = CancellationToken::new();
+    let handle = tokio::spawn(worker.run(shutdown.clone()));
+    let item = until_finished(&finished).await;
+    stop(shutdown, handle).await.unwrap();
+    assert_eq!(
+        item.finish,
+        drover_core::Finish::Succeeded {
+            result: Some(serde_json::json!(7))
+        }
+    );
+    assert_eq!(metrics.rollbacks.load(Ordering::SeqCst), 0);
+    assert_eq!(metrics.child_failed.load(Ordering::SeqCst), 0);
+}

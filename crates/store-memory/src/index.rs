@@ -151,6 +151,29 @@ impl TimeIndex {
         out
     }
 
+    /// Calls `visit` with the entries up to `last` (inclusive), in order (instant, id), until
+    /// it answers false.
+    pub fn scan_up_to(&self, last: KeyTime, mut visit: impl FnMut(TimeKey) -> bool) {
+        for (&at, group) in self.groups.range(..=last) {
+            match group {
+                Ids::One(id) => {
+                    if !visit((at, *id)) {
+                        return;
+                    }
+                }
+                Ids::Many(ids) => {
+                    let mut sorted: Vec<KeyId> = ids.iter().copied().collect();
+                    sorted.sort_unstable();
+                    for id in sorted {
+                        if !visit((at, id)) {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// Every id, in no particular order.
     pub fn ids(&self) -> impl Iterator<Item = KeyId> + '_ {
         self.groups.values().flat_map(|group| {
@@ -227,7 +250,7 @@ pub(crate) struct Indexes {
     pub finished: TimeIndex,
     /// Unique keys of non-terminal jobs, per tenant.
     pub unique: FastMap<TenantId, FastMap<String, JobId>>,
-    /// Pending (queued, running, reconciling) jobs of the cluster.
+    /// Pending (waiting, queued, running, reconciling) jobs of the cluster.
     pub pending: u64,
     /// Pending jobs per tenant.
     pub pending_by_tenant: FastMap<TenantId, u64>,

@@ -14,12 +14,13 @@ use drover_core::limits::LimitState;
 use drover_core::{
     apply, Admission, EnqueueStatus, Enqueued, Error, Event, FencingToken, Job, JobId, LimitKey,
     LimitPolicy, NewJob, QueueInfo, QueueName, Quota, Quotas, Schedule, ScheduleName, TenantId,
-    Transition, WorkerId, WorkerInfo,
+    Transition, WorkerId, WorkerInfo, WorkflowId,
 };
 use drover_core::{ClaimJobs, Claimed, Result};
 use uuid::Uuid;
 
 use crate::index::{id_of, key_time, FastMap, Indexes, JobTable, Placement, ReadyKey};
+use crate::workflow::Workflows;
 
 /// `at` as PostgreSQL stores it: a leap second folded into the next second, floored to whole
 /// microseconds ([`drover_core::clock::stored_instant`]).
@@ -28,7 +29,7 @@ pub(crate) fn micros(at: DateTime<Utc>) -> DateTime<Utc> {
 }
 
 /// Truncates the timestamps a transition may compute from a caller's duration.
-fn normalize(job: &mut Job) {
+pub(crate) fn normalize(job: &mut Job) {
     job.run_at = micros(job.run_at);
     job.lease_expires_at = job.lease_expires_at.map(micros);
     job.started_at = job.started_at.map(micros);
@@ -54,10 +55,39 @@ pub(crate) struct StoredLimit {
 pub(crate) struct Prepared {
     pub job: NewJob,
     pub hash: Option<String>,
+    /// Its position in the caller's input, for error fields (`jobs[i]`).
+    pub label: usize,
+    /// Positions in the batch of earlier entries it depends on (a workflow's local names).
+    pub local_deps: Vec<usize>,
+}
+
+impl Prepared {
+    /// An entry of a plain batch: labelled by its position, no local dependencies.
+    pub fn plain(job: NewJob, hash: Option<String>, label: usize) -> Self {
+        Prepared {
+            job,
+            hash,
+            label,
+            local_deps: Vec::new(),
+        }
+    }
+}
+
+/// Where the jobs of an enqueue come from, besides their own fields.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Origin {
+    /// The workflow every created job joins.
+    pub workflow: Option<WorkflowId>,
+    /// The parent every created job is a child of.
+    pub parent: Option<JobId>,
+    /// The length of the caller's input for error fields: above 1 prefixes `jobs[i].`.
+    pub batch_len: usize,
+    /// Most jobs the batch may create (a parent's room for live children), if bounded.
+    pub room: Option<usize>,
 }
 
 /// How one job of an enqueue batch will be answered.
-enum Decision {
+pub(crate) enum Decision {
     /// Store it.
     Create,
     /// Answer with a stored job.
@@ -76,6 +106,8 @@ pub(crate) struct Inner {
     pub workers: BTreeMap<WorkerId, WorkerInfo>,
     pub limits: BTreeMap<LimitKey, StoredLimit>,
     pub schedules: BTreeMap<ScheduleName, Schedule>,
+    /// Dependency edges, children and workflow records.
+    pub wf: Workflows,
     last_id: Option<JobId>,
     /// The Unix millisecond of `last_id`'s fresh UUID.
     last_id_ms: u128,
@@ -174,19 +206,90 @@ impl Inner {
         now: DateTime<Utc>,
         quotas: &Quotas,
     ) -> Result<(Vec<Enqueued>, Vec<QueueName>)> {
-        let decisions = self.decide(&batch)?;
-        self.check_quotas(&batch, &decisions, quotas)?;
+        let batch_len = batch.len();
+        self.enqueue_from(
+            batch,
+            now,
+            quotas,
+            Origin {
+                batch_len,
+                ..Origin::default()
+            },
+        )
+    }
 
-        let mut created: Vec<Option<JobId>> = vec![None; batch.len()];
+    /// Enqueues a validated batch whose created jobs join `origin`'s workflow and parent, and
+    /// whose entries may depend on earlier ones ([`Prepared::local_deps`]); dependencies are
+    /// settled with `drover_core::workflow::settle_new` and their edges stored. Returns the
+    /// answers in batch order and the queues that got a job ready at once.
+    ///
+    /// # Errors
+    /// As [`Inner::enqueue`], and `InvalidInput` on `depends_on` for a dependency that names no
+    /// job of the tenant. On error nothing is stored.
+    pub fn enqueue_from(
+        &mut self,
+        batch: Vec<Prepared>,
+        now: DateTime<Utc>,
+        quotas: &Quotas,
+        origin: Origin,
+    ) -> Result<(Vec<Enqueued>, Vec<QueueName>)> {
+        let decisions = self.decide(&batch, origin.batch_len)?;
+        if let Some(room) = origin.room {
+            let new = decisions
+                .iter()
+                .filter(|d| matches!(d, Decision::Create))
+                .count();
+            if new > room {
+                return Err(Error::invalid(
+                    "jobs",
+                    format!(
+                        "a parent has at most {} live children: room for {room}, got {new} new",
+                        drover_core::job::CHILDREN_MAX
+                    ),
+                ));
+            }
+        }
+        self.check_quotas(&batch, &decisions, quotas)?;
+        self.check_dependencies(&batch, &decisions, origin.batch_len, now)?;
+
+        let mut answered: Vec<Option<JobId>> = vec![None; batch.len()];
         let mut ready_queues: Vec<QueueName> = Vec::new();
         let mut answers = Vec::with_capacity(batch.len());
         for (i, (prepared, decision)) in batch.into_iter().zip(decisions).enumerate() {
             let (status, id) = match decision {
                 Decision::Create => {
                     let id = self.next_id();
-                    let Prepared { job: new, hash } = prepared;
+                    let Prepared {
+                        job: new,
+                        hash,
+                        local_deps,
+                        label,
+                    } = prepared;
                     let tenant = new.tenant.clone();
                     let mut job = new.into_job(id, now);
+                    job.workflow_id = origin.workflow;
+                    job.parent_id = origin.parent;
+                    if !local_deps.is_empty() {
+                        let mut local = Vec::with_capacity(local_deps.len() + job.depends_on.len());
+                        for k in local_deps {
+                            let dependency = answered[k].ok_or_else(|| {
+                                Error::fatal("memory store: a dependency comes after its dependent")
+                            })?;
+                            if !local.contains(&dependency) {
+                                local.push(dependency);
+                            }
+                        }
+                        for dependency in std::mem::take(&mut job.depends_on) {
+                            if !local.contains(&dependency) {
+                                local.push(dependency);
+                            }
+                        }
+                        job.depends_on = local;
+                    }
+                    if !job.depends_on.is_empty() {
+                        self.settle(&mut job, now)
+                            .map_err(|e| e.in_batch_item(label, origin.batch_len))?;
+                    }
                     normalize(&mut job);
                     if let Some(key) = &job.idempotency_key {
                         self.idempotency.entry(tenant).or_default().insert(
@@ -197,26 +300,28 @@ impl Inner {
                             },
                         );
                     }
-                    if job.run_at <= now && !ready_queues.contains(&job.queue) {
+                    if job.is_ready(now) && !ready_queues.contains(&job.queue) {
                         ready_queues.push(job.queue.clone());
                     }
                     self.idx.inserted(&job, now);
+                    self.wf.inserted(&job);
                     answers.push(Enqueued {
                         status: EnqueueStatus::Created,
                         job: job.clone(),
                     });
                     self.jobs.insert(id, Box::new(job));
-                    created[i] = Some(id);
+                    answered[i] = Some(id);
                     continue;
                 }
                 Decision::Existing(status, id) => (status, id),
                 Decision::SameAs(status, earlier) => {
-                    let id = created[earlier].ok_or_else(|| {
+                    let id = answered[earlier].ok_or_else(|| {
                         Error::fatal("memory store: a batch entry referred to a later entry")
                     })?;
                     (status, id)
                 }
             };
+            answered[i] = Some(id);
             let job = self
                 .jobs
                 .get(&id)
@@ -231,25 +336,25 @@ impl Inner {
     ///
     /// # Errors
     /// `Conflict` naming the entry (`jobs[i]`) when the batch holds more than one.
-    fn decide(&self, batch: &[Prepared]) -> Result<Vec<Decision>> {
+    fn decide(&self, batch: &[Prepared], batch_len: usize) -> Result<Vec<Decision>> {
         let mut decisions = Vec::with_capacity(batch.len());
         // Keys first used by an entry of this batch that creates a job.
         let mut batch_idempotency: HashMap<(&TenantId, &str), (usize, Option<&str>)> =
             HashMap::new();
         let mut batch_unique: HashMap<(&TenantId, &str), usize> = HashMap::new();
-        for (i, Prepared { job, hash }) in batch.iter().enumerate() {
+        for (i, prepared) in batch.iter().enumerate() {
+            let (job, hash, label) = (&prepared.job, &prepared.hash, prepared.label);
             if let Some(key) = job.idempotency_key.as_deref() {
                 let stored = self.idempotency.get(&job.tenant).and_then(|m| m.get(key));
                 if let Some(entry) = stored {
                     match &entry.hash {
                         None => {
                             return Err(Error::idempotency_unverifiable(entry.job)
-                                .in_batch_item(i, batch.len()))
+                                .in_batch_item(label, batch_len))
                         }
                         Some(h) if Some(h.as_str()) != hash.as_deref() => {
-                            return Err(
-                                Error::idempotency_reused(entry.job).in_batch_item(i, batch.len())
-                            );
+                            return Err(Error::idempotency_reused(entry.job)
+                                .in_batch_item(label, batch_len));
                         }
                         Some(_) => {
                             decisions.push(Decision::Existing(EnqueueStatus::Replayed, entry.job));
@@ -260,6 +365,7 @@ impl Inner {
                 if let Some(&(earlier, earlier_hash)) = batch_idempotency.get(&(&job.tenant, key)) {
                     if earlier_hash != hash.as_deref() {
                         // Refused before by `prepare_batch` (InvalidInput); kept as a guard.
+                        let earlier = batch[earlier].label;
                         return Err(Error::Conflict {
                             reason: format!(
                                 "idempotency key is used by jobs[{earlier}] of this batch with a different request"
@@ -267,7 +373,7 @@ impl Inner {
                             existing: None,
                             field: Some("idempotency_key".to_owned()),
                         }
-                        .in_batch_item(i, batch.len()));
+                        .in_batch_item(label, batch_len));
                     }
                     decisions.push(Decision::SameAs(EnqueueStatus::Replayed, earlier));
                     continue;
@@ -473,16 +579,19 @@ impl Inner {
     }
 
     /// Deletes up to `limit` terminal jobs finished before `cutoff`, with their idempotency
-    /// keys; returns how many.
+    /// keys, skipping the jobs live jobs still need ([`Inner::protected`]); returns how many.
     pub fn prune(&mut self, cutoff: DateTime<Utc>, limit: usize) -> u64 {
         // Finished strictly before `cutoff`: up to the microsecond before it.
-        let doomed: Vec<JobId> = self
-            .idx
+        let mut doomed: Vec<JobId> = Vec::new();
+        self.idx
             .finished
-            .up_to(key_time(cutoff).saturating_sub(1), limit)
-            .into_iter()
-            .map(|(_, id)| id_of(id))
-            .collect();
+            .scan_up_to(key_time(cutoff).saturating_sub(1), |(_, id)| {
+                let id = id_of(id);
+                if self.jobs.get(&id).is_some_and(|job| !self.protected(job)) {
+                    doomed.push(id);
+                }
+                doomed.len() < limit
+            });
         let mut pruned = 0;
         for id in doomed {
             if self.remove(id) {
@@ -499,6 +608,7 @@ impl Inner {
             return false;
         };
         self.idx.removed(&job);
+        self.wf.removed(&job);
         if let Some(key) = &job.idempotency_key {
             if let Some(keys) = self.idempotency.get_mut(&job.tenant) {
                 if keys.get(key).is_some_and(|e| e.job == id) {

@@ -8,5 +8,6 @@
 mod index;
 mod inner;
 mod store;
+mod workflow;
 
 pub use store::MemoryStore;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use drover_core::bounds::EVENT_BUFFER;
+use drover_core::workflow::WorkflowSummary;
 use drover_core::FencingToken;
 use drover_core::{
     clock, json, CancelEffect, CancelOutcome, ClaimJobs, ClaimReconciling, Claimed, Clock,
@@ -20,13 +21,18 @@ use drover_core::{
     ScheduleChange, ScheduleName, ScheduleUpsert, Snapshot, StoreConfig, StoreEvent, SucceededJobs,
     SystemClock, Transition, VacuumStatus, WorkerId, WorkerInfo, WorkerRegistration,
 };
+use drover_core::{
+    EnqueueChildren, EnqueuedWorkflow, ListWorkflows, NewWorkflow, Workflow, WorkflowChange,
+    WorkflowId, WorkflowPage,
+};
 use parking_lot::Mutex;
 use tokio::sync::broadcast;
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::StreamExt;
 
 use crate::index::{id_of, key_time, state_slot, time_of, ReadyKey, WAITING_SLOT};
-use crate::inner::{micros, Inner, Prepared, StoredLimit};
+use crate::inner::{micros, Inner, Origin, Prepared, StoredLimit};
+use crate::workflow::{Effects, WorkflowRecord};
 
 /// The in-memory job store: docs/design.md's explicit development mode (nothing survives a restart)
 /// and the benchmark baseline.
@@ -107,6 +113,15 @@ impl MemoryStore {
             self.publish(StoreEvent::JobsAvailable { queue });
         }
     }
+
+    /// Publishes what a propagation did: wake-ups for queues that got a ready job, cancel
+    /// requests for running jobs it signalled.
+    fn publish_effects(&self, fx: Effects) {
+        self.publish_ready(fx.ready);
+        for id in fx.cancel_requested {
+            self.publish(StoreEvent::CancelRequested { id });
+        }
+    }
 }
 
 /// Whom a job that just stopped running wakes, given its queue and effective limit keys
@@ -140,8 +155,23 @@ fn prepare(mut jobs: Vec<NewJob>, config: &StoreConfig) -> Result<Vec<Prepared>>
     Ok(jobs
         .into_iter()
         .zip(hashes)
-        .map(|(job, hash)| Prepared { job, hash })
+        .enumerate()
+        .map(|(i, (job, hash))| Prepared::plain(job, hash, i))
         .collect())
+}
+
+/// A workflow's summary: its counts per state.
+fn summary(id: WorkflowId, record: &WorkflowRecord, jobs: &[&Job]) -> WorkflowSummary {
+    let mut states = std::collections::BTreeMap::new();
+    for job in jobs {
+        *states.entry(job.state).or_insert(0u64) += 1;
+    }
+    WorkflowSummary {
+        id,
+        tenant: record.tenant.clone(),
+        created_at: record.created_at,
+        states,
+    }
 }
 
 /// Since when the longest-waiting ready job of `set` has been ready: the earliest
@@ -176,6 +206,214 @@ impl JobStore for MemoryStore {
         Ok(answers)
     }
 
+    async fn workflow_enqueue(&self, workflow: NewWorkflow) -> Result<EnqueuedWorkflow> {
+        let plan = workflow.plan(&self.config.sizes)?;
+        let mut jobs: Vec<NewJob> = workflow
+            .jobs
+            .into_iter()
+            .map(|entry| {
+                let mut job = entry.job;
+                job.name = Some(entry.name);
+                job
+            })
+            .collect();
+        let tenant = jobs[0].tenant.clone();
+        let hashes = drover_core::job::prepare_batch(&mut jobs, &self.config.sizes)?;
+        // The batch in plan order: every job after the jobs of the graph it depends on.
+        let mut position = vec![0; jobs.len()];
+        for (at, planned) in plan.iter().enumerate() {
+            position[planned.index] = at;
+        }
+        let mut slots: Vec<Option<(NewJob, Option<String>)>> =
+            jobs.into_iter().zip(hashes).map(Some).collect();
+        let batch = plan
+            .iter()
+            .map(|planned| {
+                let (job, hash) = slots[planned.index]
+                    .take()
+                    .ok_or_else(|| Error::fatal("memory store: a plan named a job twice"))?;
+                Ok(Prepared {
+                    job,
+                    hash,
+                    label: planned.index,
+                    local_deps: planned.depends_on.iter().map(|&d| position[d]).collect(),
+                })
+            })
+            .collect::<Result<Vec<Prepared>>>()?;
+        let (id, answers, ready) = {
+            let mut inner = self.inner.lock();
+            let now = self.clock_now();
+            // Time-ordered and strictly increasing, as job ids are.
+            let id = WorkflowId(inner.next_id().0);
+            inner.wf.records.insert(
+                id,
+                WorkflowRecord {
+                    tenant,
+                    created_at: now,
+                    jobs: Vec::new(),
+                    stored: 0,
+                },
+            );
+            let origin = Origin {
+                workflow: Some(id),
+                parent: None,
+                batch_len: usize::MAX,
+                room: None,
+            };
+            match inner.enqueue_from(batch, now, &self.config.quotas, origin) {
+                Ok((answers, ready)) => (id, answers, ready),
+                Err(e) => {
+                    inner.wf.records.remove(&id);
+                    return Err(e);
+                }
+            }
+        };
+        self.publish_ready(ready);
+        let mut answers: Vec<Option<Enqueued>> = answers.into_iter().map(Some).collect();
+        let jobs = position
+            .iter()
+            .map(|&at| {
+                answers[at]
+                    .take()
+                    .ok_or_else(|| Error::fatal("memory store: a workflow answer is missing"))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(EnqueuedWorkflow { id, jobs })
+    }
+
+    async fn children_enqueue(&self, children: EnqueueChildren) -> Result<Vec<Enqueued>> {
+        let EnqueueChildren {
+            parent,
+            token,
+            jobs,
+        } = children;
+        let batch_len = jobs.len();
+        let prepared = prepare(jobs, &self.config)?;
+        let (answers, ready) = {
+            let mut inner = self.inner.lock();
+            let now = self.clock_now();
+            let stored = inner
+                .jobs
+                .get(&parent)
+                .ok_or_else(|| Error::job_not_found(parent))?;
+            drover_core::state::check_lease(stored, token, now)?;
+            for (i, child) in prepared.iter().enumerate() {
+                if child.job.tenant != stored.tenant {
+                    return Err(Error::invalid(
+                        "tenant",
+                        format!("must be the tenant of the parent job ({})", stored.tenant),
+                    )
+                    .in_batch_item(i, batch_len));
+                }
+            }
+            if prepared.is_empty() {
+                return Ok(Vec::new());
+            }
+            let origin = Origin {
+                workflow: stored.workflow_id,
+                parent: Some(parent),
+                batch_len,
+                room: Some(Inner::children_room(stored.live_children)),
+            };
+            let (answers, ready) =
+                inner.enqueue_from(prepared, now, &self.config.quotas, origin)?;
+            // New children not already terminal (one cancelled by its dependency at birth
+            // never ends again) are live.
+            let live = answers
+                .iter()
+                .filter(|a| a.status == drover_core::EnqueueStatus::Created)
+                .filter(|a| !a.job.state.is_terminal())
+                .count();
+            let event = Event::ChildrenAdded {
+                token: Some(token),
+                count: u32::try_from(live).unwrap_or(u32::MAX),
+            };
+            inner.transition(parent, event, now)?;
+            (answers, ready)
+        };
+        self.publish_ready(ready);
+        Ok(answers)
+    }
+
+    async fn jobs_get(&self, ids: Vec<JobId>) -> Result<Vec<Job>> {
+        let max = drover_core::bounds::LIST_LIMIT_MAX as usize;
+        if ids.len() > max {
+            return Err(Error::invalid(
+                "ids",
+                format!("at most {max} ids, got {}", ids.len()),
+            ));
+        }
+        let inner = self.inner.lock();
+        Ok(ids
+            .iter()
+            .filter_map(|id| inner.jobs.get(id).map(|job| Job::clone(job)))
+            .collect())
+    }
+
+    async fn workflow_get(&self, id: WorkflowId) -> Result<Workflow> {
+        let inner = self.inner.lock();
+        let (record, jobs) = inner.workflow_jobs(id)?;
+        Ok(Workflow {
+            id,
+            tenant: record.tenant,
+            created_at: record.created_at,
+            jobs: jobs.into_iter().cloned().collect(),
+        })
+    }
+
+    async fn workflows_list(&self, query: ListWorkflows) -> Result<WorkflowPage> {
+        query.validate()?;
+        let page = usize::try_from(query.page_size()).unwrap_or(usize::MAX);
+        let inner = self.inner.lock();
+        let upper = match query.before {
+            Some(before) => std::ops::Bound::Excluded(before),
+            None => std::ops::Bound::Unbounded,
+        };
+        let mut workflows = Vec::with_capacity(page);
+        let mut next = None;
+        let matching = inner
+            .wf
+            .records
+            .range((std::ops::Bound::Unbounded, upper))
+            .rev()
+            .filter(|(_, record)| query.tenant.as_ref().is_none_or(|t| &record.tenant == t));
+        for (id, record) in matching {
+            if workflows.len() == page {
+                next = workflows.last().map(|w: &WorkflowSummary| w.id);
+                break;
+            }
+            let jobs: Vec<&Job> = record
+                .jobs
+                .iter()
+                .filter_map(|j| inner.jobs.get(j).map(|j| &**j))
+                .collect();
+            workflows.push(summary(*id, record, &jobs));
+        }
+        Ok(WorkflowPage { workflows, next })
+    }
+
+    async fn workflow_cancel(&self, id: WorkflowId) -> Result<WorkflowChange> {
+        let mut fx = Effects::default();
+        let jobs = {
+            let mut inner = self.inner.lock();
+            let now = self.clock_now();
+            inner.workflow_cancel(id, now, &mut fx)?
+        };
+        self.publish_effects(fx);
+        Ok(WorkflowChange { id, jobs })
+    }
+
+    async fn workflow_retry(&self, id: WorkflowId) -> Result<WorkflowChange> {
+        let mut fx = Effects::default();
+        let jobs = {
+            let mut inner = self.inner.lock();
+            let now = self.clock_now();
+            inner.workflow_retry(id, now, &self.config.quotas, &mut fx)?
+        };
+        self.publish_effects(fx);
+        Ok(WorkflowChange { id, jobs })
+    }
+
     async fn job_get(&self, id: JobId) -> Result<Job> {
         self.inner
             .lock()
@@ -189,10 +427,27 @@ impl JobStore for MemoryStore {
         query.validate()?;
         let page = usize::try_from(query.page_size()).unwrap_or(usize::MAX);
         let inner = self.inner.lock();
-        let mut matching: Vec<&Job> = inner
-            .jobs
-            .values()
-            .map(|j| &**j)
+        // A parent's children or a workflow's jobs are read from their index, not a scan.
+        let candidates: Box<dyn Iterator<Item = &Job>> = if let Some(parent) = query.parent {
+            let ids = inner
+                .wf
+                .children
+                .get(&parent)
+                .map_or(&[][..], Vec::as_slice);
+            Box::new(ids.iter().filter_map(|id| inner.jobs.get(id).map(|j| &**j)))
+        } else if let Some(workflow) = query.workflow {
+            let ids = inner
+                .wf
+                .records
+                .get(&workflow)
+                .map_or(&[][..], |r| r.jobs.as_slice());
+            Box::new(ids.iter().filter_map(|id| inner.jobs.get(id).map(|j| &**j)))
+        } else {
+            Box::new(inner.jobs.values().map(|j| &**j))
+        };
+        let mut matching: Vec<&Job> = candidates
+            .filter(|j| query.parent.is_none_or(|p| j.parent_id == Some(p)))
+            .filter(|j| query.workflow.is_none_or(|w| j.workflow_id == Some(w)))
             .filter(|j| query.before.is_none_or(|before| j.id < before))
             .filter(|j| query.queue.as_ref().is_none_or(|q| &j.queue == q))
             .filter(|j| query.state.is_none_or(|s| j.state == s))
@@ -268,12 +523,15 @@ impl JobStore for MemoryStore {
         let mut ready = Vec::new();
         // A finish under a kind's or an explicit key's max_running bound wakes every loop.
         let mut wake_all = false;
+        let mut fx = Effects::default();
         let replies = {
             let mut inner = self.inner.lock();
             let now = self.clock_now();
             let limited = !inner.limits.is_empty();
             let delete = self.config.succeeded_jobs == SucceededJobs::Delete;
-            items
+            let mut ended = Vec::new();
+            let mut succeeded = Vec::new();
+            let replies = items
                 .into_iter()
                 .map(|item| {
                     let id = item.id;
@@ -307,8 +565,11 @@ impl JobStore for MemoryStore {
                                 Some(StoreEvent::LimitsChanged) => wake_all = true,
                                 _ => {}
                             }
+                            if transition.to.is_terminal() {
+                                ended.push(id);
+                            }
                             if delete && transition.to == JobState::Succeeded {
-                                inner.remove(id);
+                                succeeded.push(id);
                             }
                             FinishReply::Recorded {
                                 id,
@@ -318,9 +579,19 @@ impl JobStore for MemoryStore {
                         Err(_) => FinishReply::LeaseLost { id },
                     }
                 })
-                .collect()
+                .collect();
+            // Dependents, parents and children follow in the same step (docs/design.md
+            // section 10); a success others read is kept under delete-on-success.
+            inner.propagate(ended, now, &mut fx);
+            for id in succeeded {
+                if !inner.keeps_success(id) {
+                    inner.remove(id);
+                }
+            }
+            replies
         };
         self.publish_ready(ready);
+        self.publish_effects(fx);
         if wake_all {
             self.publish(StoreEvent::LimitsChanged);
         }
@@ -328,24 +599,33 @@ impl JobStore for MemoryStore {
     }
 
     async fn job_cancel(&self, id: JobId) -> Result<CancelOutcome> {
+        let mut fx = Effects::default();
         let outcome = {
             let mut inner = self.inner.lock();
             let now = self.clock_now();
-            let (transition, job) = inner.transition(id, Event::Cancel, now)?;
+            let (transition, _) = inner.transition(id, Event::Cancel, now)?;
             let effect = if transition.to == JobState::Cancelled {
                 CancelEffect::Cancelled
             } else {
                 CancelEffect::Requested
             };
+            // Its children, and its dependents when it ended, follow in the same step.
+            inner.propagate(vec![id], now, &mut fx);
+            let job = inner
+                .jobs
+                .get(&id)
+                .map(|job| Job::clone(job))
+                .ok_or_else(|| Error::job_not_found(id))?;
             CancelOutcome {
                 effect,
-                job: job.clone(),
-                cascaded: 0,
+                job,
+                cascaded: fx.cascaded,
             }
         };
         if outcome.effect == CancelEffect::Requested {
             self.publish(StoreEvent::CancelRequested { id });
         }
+        self.publish_effects(fx);
         Ok(outcome)
     }
 
@@ -371,8 +651,13 @@ impl JobStore for MemoryStore {
                     }
                 }
             }
-            let (_, job) = inner.transition(id, Event::Retry, now)?;
-            job.clone()
+            inner.transition(id, Event::Retry, now)?;
+            inner.child_revived(id, now);
+            inner
+                .jobs
+                .get(&id)
+                .map(|job| Job::clone(job))
+                .ok_or_else(|| Error::job_not_found(id))?
         };
         self.publish(StoreEvent::JobsAvailable {
             queue: job.queue.clone(),
@@ -406,9 +691,11 @@ impl JobStore for MemoryStore {
     async fn jobs_rescue_expired(&self, rescue: RescueExpired) -> Result<Vec<Rescued>> {
         let limit = usize::try_from(rescue.limit).unwrap_or(usize::MAX);
         let mut ready = Vec::new();
+        let mut fx = Effects::default();
         let rescued = {
             let mut inner = self.inner.lock();
             let now = self.clock_now();
+            let mut ended = Vec::new();
             let expired: Vec<JobId> = inner
                 .idx
                 .leases
@@ -431,6 +718,9 @@ impl JobStore for MemoryStore {
                     if job.is_ready(now) && !ready.contains(&job.queue) {
                         ready.push(job.queue.clone());
                     }
+                    if transition.to.is_terminal() {
+                        ended.push(id);
+                    }
                     rescued.push(Rescued {
                         id,
                         kind: job.kind.clone(),
@@ -440,9 +730,12 @@ impl JobStore for MemoryStore {
                     });
                 }
             }
+            // A job a rescue ended propagates in the same step (docs/design.md section 10).
+            inner.propagate(ended, now, &mut fx);
             rescued
         };
         self.publish_ready(ready);
+        self.publish_effects(fx);
         Ok(rescued)
     }
 
@@ -482,9 +775,18 @@ impl JobStore for MemoryStore {
         token: FencingToken,
         resolution: Resolution,
     ) -> Result<Transition> {
-        let mut inner = self.inner.lock();
-        let now = self.clock_now();
-        let (transition, _) = inner.transition(id, Event::Reconciled { token, resolution }, now)?;
+        let mut fx = Effects::default();
+        let transition = {
+            let mut inner = self.inner.lock();
+            let now = self.clock_now();
+            let (transition, _) =
+                inner.transition(id, Event::Reconciled { token, resolution }, now)?;
+            if transition.to.is_terminal() {
+                inner.propagate(vec![id], now, &mut fx);
+            }
+            transition
+        };
+        self.publish_effects(fx);
         Ok(transition)
     }
 
@@ -936,5 +1238,215 @@ mod tests {
             .filter(|j| j.state.is_terminal())
             .count();
         assert_eq!(inner.idx.finished.len(), finished);
+    }
+
+    /// A small deterministic generator (xorshift64*), so a failure replays.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n as u64) as usize
+        }
+    }
+
+    /// Checks the workflow bookkeeping against a recount of the jobs: unresolved edges point
+    /// at live dependencies, a waiting job counts exactly its unresolved edges, a job counts
+    /// exactly its live children, no job waits with nothing to wait for, and the pending
+    /// count agrees.
+    fn check_workflow_bookkeeping(inner: &Inner) {
+        let mut unresolved_of: BTreeMap<JobId, i32> = BTreeMap::new();
+        for edge in &inner.wf.unresolved {
+            let Some(dependency) = inner.jobs.get(&edge.dependency) else {
+                continue;
+            };
+            let job = inner.jobs.get(&edge.job);
+            if job.is_some_and(|j| j.state == JobState::Waiting) {
+                assert!(
+                    !dependency.state.is_terminal(),
+                    "{edge:?}: dependency ended"
+                );
+                *unresolved_of.entry(edge.job).or_default() += 1;
+            }
+        }
+        for job in inner.jobs.values() {
+            if job.state == JobState::Waiting {
+                let pending = unresolved_of.get(&job.id).copied().unwrap_or(0);
+                assert_eq!(job.pending_dependencies, pending, "{}", job.id);
+                assert!(
+                    pending > 0 || job.live_children > 0,
+                    "{} waits for nothing",
+                    job.id
+                );
+            }
+            let live = inner
+                .wf
+                .children
+                .get(&job.id)
+                .into_iter()
+                .flatten()
+                .filter_map(|c| inner.jobs.get(c))
+                .filter(|c| !c.state.is_terminal())
+                .count();
+            assert_eq!(
+                job.live_children as usize, live,
+                "live children of {}",
+                job.id
+            );
+        }
+        let pending = inner
+            .jobs
+            .values()
+            .filter(|j| !j.state.is_terminal())
+            .count();
+        assert_eq!(inner.idx.pending as usize, pending);
+        let waiting = inner
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Waiting)
+            .count() as u64;
+        let counted: u64 = inner
+            .idx
+            .counts
+            .values()
+            .map(|c| c[state_slot(JobState::Waiting)])
+            .sum();
+        assert_eq!(counted, waiting);
+    }
+
+    /// Random graphs, children, finishes, cancels, rescues, retries and prunes keep the
+    /// workflow bookkeeping exact.
+    #[tokio::test]
+    async fn workflow_bookkeeping_agrees_with_a_recount() {
+        use drover_core::{EnqueueChildren, NewWorkflow};
+        let (store, clock) = store();
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let kinds = ["a", "b"];
+        let mut workflows = Vec::new();
+        for round in 0..60 {
+            let size = 1 + rng.below(6);
+            let mut graph = NewWorkflow::new();
+            for i in 0..size {
+                let deps: Vec<String> = (0..i)
+                    .filter(|_| rng.below(3) == 0)
+                    .map(|d| format!("n{d}"))
+                    .collect();
+                let refs: Vec<&str> = deps.iter().map(String::as_str).collect();
+                let mut job = NewJob::new(JobKind::parse(kinds[rng.below(2)]).unwrap(), json!(i))
+                    .with_max_attempts(1 + rng.below(2) as i32);
+                if rng.below(4) == 0 {
+                    job = job.run_regardless();
+                }
+                graph = graph.job(format!("n{i}"), job, &refs);
+            }
+            workflows.push(store.workflow_enqueue(graph).await.unwrap().id);
+
+            let claimed = store.jobs_claim(claim(&kinds)).await.unwrap().jobs;
+            let mut items = Vec::new();
+            for job in claimed {
+                if rng.below(3) == 0 {
+                    let n = rng.below(3);
+                    let children = (0..n)
+                        .map(|c| NewJob::new(JobKind::parse(kinds[c % 2]).unwrap(), json!(c)))
+                        .collect();
+                    store
+                        .children_enqueue(EnqueueChildren {
+                            parent: job.id,
+                            token: job.fencing_token,
+                            jobs: children,
+                        })
+                        .await
+                        .unwrap();
+                }
+                if rng.below(6) == 0 {
+                    continue; // Left running: its lease expires.
+                }
+                let finish = match rng.below(5) {
+                    0 => Finish::WaitForChildren,
+                    1 => Finish::Failed {
+                        message: "x".into(),
+                        retry: Retry::After(Duration::ZERO),
+                    },
+                    2 => Finish::Cancelled {
+                        message: "stop".into(),
+                    },
+                    _ => Finish::Succeeded { result: None },
+                };
+                items.push(FinishItem {
+                    id: job.id,
+                    token: job.fencing_token,
+                    started: None,
+                    finish,
+                });
+            }
+            store.jobs_finish(items).await.unwrap();
+            check_workflow_bookkeeping(&store.inner.lock());
+
+            let live: Vec<JobId> = {
+                let inner = store.inner.lock();
+                inner
+                    .jobs
+                    .values()
+                    .filter(|j| !j.state.is_terminal())
+                    .map(|j| j.id)
+                    .collect()
+            };
+            if !live.is_empty() && rng.below(3) == 0 {
+                store.job_cancel(live[rng.below(live.len())]).await.unwrap();
+            }
+            if rng.below(4) == 0 {
+                let workflow = workflows[rng.below(workflows.len())];
+                match rng.below(2) {
+                    0 => drop(store.workflow_cancel(workflow).await),
+                    _ => drop(store.workflow_retry(workflow).await),
+                }
+            }
+            clock.advance(Duration::from_secs(40));
+            store
+                .jobs_rescue_expired(RescueExpired {
+                    reconciler_kinds: Vec::new(),
+                    limit: 100,
+                })
+                .await
+                .unwrap();
+            if round % 10 == 9 {
+                store
+                    .jobs_prune(PruneJobs {
+                        older_than: Duration::from_secs(100),
+                        limit: 50,
+                    })
+                    .await
+                    .unwrap();
+            }
+            check_workflow_bookkeeping(&store.inner.lock());
+        }
+        // Run everything to the end: nothing waits for ever.
+        for _ in 0..200 {
+            let claimed = store.jobs_claim(claim(&kinds)).await.unwrap().jobs;
+            if claimed.is_empty() {
+                break;
+            }
+            let items = claimed
+                .into_iter()
+                .map(|job| FinishItem {
+                    id: job.id,
+                    token: job.fencing_token,
+                    started: None,
+                    finish: Finish::Succeeded { result: None },
+                })
+                .collect();
+            store.jobs_finish(items).await.unwrap();
+            check_workflow_bookkeeping(&store.inner.lock());
+        }
+        let inner = store.inner.lock();
+        let stuck: Vec<&Job> = inner
+            .jobs
+            .values()
+            .filter(|j| !j.state.is_terminal())
+            .map(|j| &**j)
+            .collect();
+        assert!(stuck.is_empty(), "jobs left: {stuck:?}");
     }
 }

@@ -58,22 +58,43 @@ pub(crate) async fn jobs_list(conn: &mut PgConnection, query: ListJobs) -> Resul
                 .map(|tenant| format!("t:{}", tenant.as_str())),
         )
         .collect();
-    let records = sqlx::query_as::<_, JobRecord>(sql::JOBS_LIST)
-        .bind(query.queue.as_ref().map(QueueName::as_str))
-        .bind(query.state.map(JobState::as_str))
-        .bind(query.kind.as_ref().map(|k| k.as_str()))
-        .bind(query.tenant.as_ref().map(|t| t.as_str()))
-        .bind(query.meta.as_ref())
-        .bind(query.before.map(|id| id.as_uuid()))
-        .bind(i64::from(page) + 1)
-        .bind(&facets)
-        .bind(query.details.args)
-        .bind(query.details.result)
-        .bind(query.details.errors)
-        .bind(query.details.progress)
-        .fetch_all(&mut *conn)
-        .await
-        .store_err()?;
+    let records = if query.workflow.is_some() || query.parent.is_some() {
+        // A workflow's or a parent's jobs: read through their own index.
+        sqlx::query_as::<_, JobRecord>(sql::JOBS_LIST_MEMBERS)
+            .bind(query.queue.as_ref().map(QueueName::as_str))
+            .bind(query.state.map(JobState::as_str))
+            .bind(query.kind.as_ref().map(|k| k.as_str()))
+            .bind(query.tenant.as_ref().map(|t| t.as_str()))
+            .bind(query.meta.as_ref())
+            .bind(query.before.map(|id| id.as_uuid()))
+            .bind(i64::from(page) + 1)
+            .bind(query.details.args)
+            .bind(query.details.result)
+            .bind(query.details.errors)
+            .bind(query.details.progress)
+            .bind(query.workflow.map(|w| w.as_uuid()))
+            .bind(query.parent.map(|p| p.as_uuid()))
+            .fetch_all(&mut *conn)
+            .await
+            .store_err()?
+    } else {
+        sqlx::query_as::<_, JobRecord>(sql::JOBS_LIST)
+            .bind(query.queue.as_ref().map(QueueName::as_str))
+            .bind(query.state.map(JobState::as_str))
+            .bind(query.kind.as_ref().map(|k| k.as_str()))
+            .bind(query.tenant.as_ref().map(|t| t.as_str()))
+            .bind(query.meta.as_ref())
+            .bind(query.before.map(|id| id.as_uuid()))
+            .bind(i64::from(page) + 1)
+            .bind(&facets)
+            .bind(query.details.args)
+            .bind(query.details.result)
+            .bind(query.details.errors)
+            .bind(query.details.progress)
+            .fetch_all(&mut *conn)
+            .await
+            .store_err()?
+    };
     let mut jobs = into_jobs(records)?;
     let page = usize::try_from(page).unwrap_or(usize::MAX);
     let next = if jobs.len() > page {

@@ -72,6 +72,18 @@ pub(crate) fn map_sqlx_error(error: sqlx::Error) -> Error {
     }
 }
 
+/// Whether `error` is a deadlock (`40P01`) or serialization failure (`40001`) that
+/// [`map_sqlx_error`] turned into `Unavailable`: the transaction was rolled back by the server
+/// and may be tried again as a whole (transaction.rs, `retried!`).
+pub(crate) fn is_write_conflict(error: &Error) -> bool {
+    match error {
+        Error::Unavailable { message, .. } => {
+            message.ends_with("(SQLSTATE 40P01)") || message.ends_with("(SQLSTATE 40001)")
+        }
+        _ => false,
+    }
+}
+
 /// Maps a server error by SQLSTATE.
 fn map_database_error(code: &str, constraint: Option<String>, source: BoxError) -> Error {
     let transient = code.starts_with("08")

@@ -31,7 +31,11 @@
 //! | claim (no limit policy) | 1 (+1 `EXISTS` check when nothing was claimed) |
 //! | claim while limit policies exist | 6+: BEGIN, policies, running counts, candidate pages, update, COMMIT |
 //! | heartbeat, finish (any batch size) | 1 |
-//! | rescue, cancel, reconcile, requeue | 4: BEGIN, lock, write, COMMIT (requeue of a ready job: no write) |
+//! | ... items of jobs with dependents, a parent or live children, stale ones, wait for children | + BEGIN, lock, write, propagation rounds (3 each), freed queues, COMMIT |
+//! | enqueue with dependencies, children, a workflow graph | BEGIN, [quota locks], lock dependencies, the insert lane's, clock, settle, edges, marks, COMMIT |
+//! | workflow get, workflows list, jobs get | 2, 1, 1 |
+//! | workflow cancel, retry | BEGIN, workflow, lock its jobs, [edges, checks], write, propagation or edges, COMMIT |
+//! | rescue, cancel, reconcile, requeue | 4: BEGIN, lock, write, COMMIT (requeue of a ready job: no write); + propagation rounds when a job ended |
 //! | operator retry | 5-6: BEGIN, [tenant, quota locks], lock, checks, write, COMMIT |
 //! | get, list, prune, queues, workers, limits, schedules, vacuum status | 1 (limits list 2) |
 //! | snapshot | 2 (counts, vacuum status) |
@@ -48,10 +52,12 @@ mod listen;
 pub mod migrate;
 mod notify;
 mod outcome;
+mod propagate;
 mod records;
 mod sql;
 mod store;
 mod transaction;
+mod workflow;
 
 pub use enqueue::COPY_MIN_JOBS;
 

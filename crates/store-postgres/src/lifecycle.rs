@@ -15,20 +15,24 @@ use uuid::Uuid;
 
 use crate::enqueue::{lock_quotas, quota_lock_keys};
 use crate::error::SqlxResultExt;
+use crate::propagate::{ended, lock_jobs, propagate};
 use crate::records::{into_jobs, micros, JobRecord};
 use crate::sql;
-use crate::transaction::settle;
+use crate::transaction::{retried, settle};
 
 /// A job locked FOR UPDATE with the database clock of its transaction.
 #[derive(sqlx::FromRow)]
-struct LockedJob {
+pub(crate) struct LockedJob {
     #[sqlx(flatten)]
-    job: JobRecord,
-    db_now: DateTime<Utc>,
+    pub(crate) job: JobRecord,
+    pub(crate) db_now: DateTime<Utc>,
 }
 
 /// Locks one job; `NotFound` when it does not exist.
-async fn lock_job(conn: &mut PgConnection, id: JobId) -> Result<(Job, DateTime<Utc>), Error> {
+pub(crate) async fn lock_job(
+    conn: &mut PgConnection,
+    id: JobId,
+) -> Result<(Job, DateTime<Utc>), Error> {
     let locked = sqlx::query_as::<_, LockedJob>(sql::JOB_LOCK)
         .bind(id.as_uuid())
         .fetch_optional(conn)
@@ -39,7 +43,7 @@ async fn lock_job(conn: &mut PgConnection, id: JobId) -> Result<(Job, DateTime<U
 }
 
 /// Writes back jobs changed by `apply` (jobs_write.sql); returns them as stored.
-async fn write_jobs(
+pub(crate) async fn write_jobs(
     conn: &mut PgConnection,
     jobs: &[Job],
     notify_cancel: bool,
@@ -60,6 +64,8 @@ async fn write_jobs(
     let mut metas: Vec<&Value> = Vec::with_capacity(len);
     let mut attempted = Vec::with_capacity(len);
     let mut started = Vec::with_capacity(len);
+    let mut pending = Vec::with_capacity(len);
+    let mut children = Vec::with_capacity(len);
     for job in jobs {
         ids.push(job.id.as_uuid());
         states.push(job.state.as_str());
@@ -79,6 +85,8 @@ async fn write_jobs(
         metas.push(&job.meta);
         attempted.push(job.attempted_at);
         started.push(job.started_at);
+        pending.push(job.pending_dependencies);
+        children.push(job.live_children);
     }
     let records = sqlx::query_as::<_, JobRecord>(sql::JOBS_WRITE)
         .bind(&ids)
@@ -97,6 +105,8 @@ async fn write_jobs(
         .bind(&attempted)
         .bind(notify_cancel)
         .bind(&started)
+        .bind(&pending)
+        .bind(&children)
         .fetch_all(conn)
         .await
         .store_err()?;
@@ -104,23 +114,28 @@ async fn write_jobs(
 }
 
 /// Writes back one job and returns it as stored.
-async fn write_job(conn: &mut PgConnection, job: &Job, notify_cancel: bool) -> Result<Job, Error> {
+pub(crate) async fn write_job(
+    conn: &mut PgConnection,
+    job: &Job,
+    notify_cancel: bool,
+) -> Result<Job, Error> {
     write_jobs(conn, std::slice::from_ref(job), notify_cancel)
         .await?
         .pop()
         .ok_or_else(|| Error::job_not_found(job.id))
 }
 
-/// Cancels a job: queued or reconciling -> cancelled; running -> cancel requested and a
-/// `drover_cancel` NOTIFY with the job id. Round trips: BEGIN, lock, write, COMMIT.
+/// Cancels a job: waiting, queued or reconciling -> cancelled; running -> cancel requested and
+/// a `drover_cancel` NOTIFY with the job id; then propagates (children cancelled or signalled,
+/// dependents of a cancelled job cancelled: propagate.rs). Round trips: BEGIN, lock, write,
+/// [propagation rounds], COMMIT; tried again on a deadlock.
 pub(crate) async fn cancel(conn: &mut PgConnection, id: JobId) -> Result<CancelOutcome, Error> {
-    let mut tx = conn.begin().await.store_err()?;
-    let result = cancel_in(&mut tx, id).await;
-    settle(tx, result).await
+    retried!(conn, |tx| cancel_in(&mut tx, id))
 }
 
 async fn cancel_in(conn: &mut PgConnection, id: JobId) -> Result<CancelOutcome, Error> {
     let (mut job, now) = lock_job(conn, id).await?;
+    let before = job.clone();
     let transition = apply(&mut job, Event::Cancel, now)?;
     let job = write_job(conn, &job, true).await?;
     let effect = if transition.to == JobState::Running {
@@ -128,10 +143,15 @@ async fn cancel_in(conn: &mut PgConnection, id: JobId) -> Result<CancelOutcome, 
     } else {
         CancelEffect::Cancelled
     };
+    let mut cascaded = 0;
+    if ended(&before, &job) {
+        let propagation = propagate(conn, vec![job.clone()], now).await?;
+        cascaded = propagation.reached.len() as u64;
+    }
     Ok(CancelOutcome {
         effect,
         job,
-        cascaded: 0,
+        cascaded,
     })
 }
 
@@ -144,9 +164,7 @@ pub(crate) async fn retry(
     config: &StoreConfig,
     id: JobId,
 ) -> Result<Job, Error> {
-    let mut tx = conn.begin().await.store_err()?;
-    let result = retry_in(&mut tx, config, id).await;
-    settle(tx, result).await
+    retried!(conn, |tx| retry_in(&mut tx, config, id))
 }
 
 async fn retry_in(conn: &mut PgConnection, config: &StoreConfig, id: JobId) -> Result<Job, Error> {
@@ -204,7 +222,20 @@ async fn retry_in(conn: &mut PgConnection, config: &StoreConfig, id: JobId) -> R
     if let Some(holder) = holder {
         return Err(Error::unique_key_held(JobId(holder)));
     }
-    write_job(conn, &job, false).await
+    let job = write_job(conn, &job, false).await?;
+    if let Some(parent) = job.parent_id {
+        // A child running again is a live child of its parent again (docs/design.md section 10).
+        let (mut parents, _) = lock_jobs(conn, &[parent]).await?;
+        if let Some(parent) = parents.get_mut(&parent) {
+            let event = Event::ChildrenAdded {
+                token: None,
+                count: 1,
+            };
+            apply(parent, event, now)?;
+            write_job(conn, parent, false).await?;
+        }
+    }
+    Ok(job)
 }
 
 /// Operator requeue: a queued job waiting for its `run_at` becomes ready now, written back
@@ -240,9 +271,7 @@ pub(crate) async fn rescue(
     if rescue.limit == 0 {
         return Ok(Vec::new());
     }
-    let mut tx = conn.begin().await.store_err()?;
-    let result = rescue_in(&mut tx, &rescue).await;
-    settle(tx, result).await
+    retried!(conn, |tx| rescue_in(&mut tx, &rescue))
 }
 
 async fn rescue_in(conn: &mut PgConnection, rescue: &RescueExpired) -> Result<Vec<Rescued>, Error> {
@@ -256,16 +285,25 @@ async fn rescue_in(conn: &mut PgConnection, rescue: &RescueExpired) -> Result<Ve
     }
     let mut jobs = Vec::with_capacity(locked.len());
     let mut spent = Vec::with_capacity(locked.len());
+    let mut now = None;
     for row in locked {
-        let now = row.db_now;
+        now = Some(row.db_now);
         let mut job = row.job.into_job()?;
         let reconciler = rescue.reconciler_kinds.contains(&job.kind);
         let attempt = job.attempt;
-        apply(&mut job, Event::LeaseExpired { reconciler }, now)?;
+        apply(&mut job, Event::LeaseExpired { reconciler }, row.db_now)?;
         spent.push(job.attempt == attempt);
         jobs.push(job);
     }
-    write_jobs(conn, &jobs, false).await?;
+    let stored = write_jobs(conn, &jobs, false).await?;
+    // A rescue that ends a job (attempts spent) propagates like its finish would have.
+    let ended: Vec<Job> = stored
+        .into_iter()
+        .filter(|job| job.state.is_terminal())
+        .collect();
+    if let (false, Some(now)) = (ended.is_empty(), now) {
+        propagate(conn, ended, now).await?;
+    }
     Ok(jobs
         .into_iter()
         .zip(spent)
@@ -310,9 +348,12 @@ pub(crate) async fn reconcile(
     token: FencingToken,
     resolution: Resolution,
 ) -> Result<Transition, Error> {
-    let mut tx = conn.begin().await.store_err()?;
-    let result = reconcile_in(&mut tx, id, token, resolution).await;
-    settle(tx, result).await
+    retried!(conn, |tx| reconcile_in(
+        &mut tx,
+        id,
+        token,
+        resolution.clone()
+    ))
 }
 
 async fn reconcile_in(
@@ -322,19 +363,23 @@ async fn reconcile_in(
     resolution: Resolution,
 ) -> Result<Transition, Error> {
     let (mut job, now) = lock_job(conn, id).await?;
+    let before = job.clone();
     let transition = apply(&mut job, Event::Reconciled { token, resolution }, now)?;
-    write_job(conn, &job, false).await?;
+    let job = write_job(conn, &job, false).await?;
+    if ended(&before, &job) {
+        propagate(conn, vec![job], now).await?;
+    }
     Ok(transition)
 }
 
 /// Deletes at most `limit` terminal jobs finished before `now - older_than` (one statement).
 pub(crate) async fn prune(conn: &mut PgConnection, prune: PruneJobs) -> Result<u64, Error> {
     prune.validate()?;
-    let done = sqlx::query(sql::JOBS_PRUNE)
+    let pruned: i64 = sqlx::query_scalar(sql::JOBS_PRUNE)
         .bind(micros(prune.older_than))
         .bind(i32::try_from(prune.limit).unwrap_or(i32::MAX))
-        .execute(&mut *conn)
+        .fetch_one(&mut *conn)
         .await
         .store_err()?;
-    Ok(done.rows_affected())
+    Ok(u64::try_from(pruned).unwrap_or(0))
 }

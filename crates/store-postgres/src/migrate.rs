@@ -99,6 +99,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "running_lease_check",
         sql: include_str!("../migrations/0005_running_lease_check.sql"),
     },
+    Migration {
+        version: 6,
+        name: "workflows",
+        sql: include_str!("../migrations/0006_workflows.sql"),
+    },
 ];
 
 const BOOTSTRAP: &str = include_str!("sql/migrations_bootstrap.sql");
@@ -212,11 +217,23 @@ impl<'m> Migrator<'m> {
             .store_err()?;
         if !locked {
             tracing::info!("another `drover migrate` is running; waiting for it to finish");
-            sqlx::query("SELECT pg_advisory_lock($1)")
-                .bind(MIGRATION_LOCK_KEY)
-                .execute(&mut *conn)
-                .await
-                .store_err()?;
+            // Polled, not waited for with pg_advisory_lock: a statement waiting for the lock
+            // keeps a snapshot open, and the holder's CREATE INDEX CONCURRENTLY waits for every
+            // such snapshot to end, so the two would wait for each other (PostgreSQL reports
+            // the deadlock and fails the waiter). Each try ends at once instead.
+            let mut pause = Duration::from_millis(20);
+            loop {
+                tokio::time::sleep(pause).await;
+                let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+                    .bind(MIGRATION_LOCK_KEY)
+                    .fetch_one(&mut *conn)
+                    .await
+                    .store_err()?;
+                if locked {
+                    break;
+                }
+                pause = (pause * 2).min(Duration::from_millis(500));
+            }
         }
         (&mut *conn).execute(BOOTSTRAP).await.store_err()?;
         let applied: Vec<(i64, String)> =

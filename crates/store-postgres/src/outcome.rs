@@ -11,16 +11,19 @@ use std::collections::{HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use drover_core::job::{truncate_message, ERRORS_KEPT};
 use drover_core::{
-    Error, Finish, FinishItem, FinishReply, HeartbeatItem, HeartbeatJobs, HeartbeatReply, JobId,
-    JobState, Retry, StoreConfig, SucceededJobs,
+    apply, Error, Event, Finish, FinishItem, FinishReply, HeartbeatItem, HeartbeatJobs,
+    HeartbeatReply, Job, JobId, JobState, Retry, StoreConfig, SucceededJobs,
 };
 use serde_json::Value;
 use sqlx::{Connection, PgConnection};
 use uuid::Uuid;
 
 use crate::error::SqlxResultExt;
+use crate::lifecycle::write_jobs;
+use crate::propagate::{self, lock_jobs};
 use crate::records::{micros, parse_state};
 use crate::sql;
+use crate::transaction::retried;
 
 /// Extends leases and saves meta/progress; answers per item in input order.
 pub(crate) async fn heartbeat(
@@ -76,7 +79,7 @@ pub(crate) async fn heartbeat(
 /// written) for any other batch.
 async fn finish_succeeded(
     conn: &mut PgConnection,
-    items: &[FinishItem],
+    items: &[&FinishItem],
     delete: bool,
 ) -> Result<Option<Finished>, Error> {
     let len = items.len();
@@ -158,6 +161,12 @@ fn add_queue(queues: &mut Vec<String>, queue: Option<String>) {
 }
 
 /// Records finished runs; answers per item in input order, with the queues to wake.
+///
+/// The one-statement finishes record every item whose job has no dependents, no parent and no
+/// live children (the statements test this on the row they lock, so a dependent or child stored
+/// concurrently is never missed). The items they leave unrecorded (those jobs, and stale ones),
+/// and every `WaitForChildren`, go through [`finish_locked`], which propagates. Of repeated ids
+/// only the first item counts, on either path.
 pub(crate) async fn finish(
     conn: &mut PgConnection,
     config: &StoreConfig,
@@ -167,13 +176,72 @@ pub(crate) async fn finish(
     if items.is_empty() {
         return Ok(Finished::default());
     }
+    let waits = |item: &FinishItem| matches!(item.finish, Finish::WaitForChildren);
+    // Ids whose first item waits for its children skip the one-statement path altogether.
+    let mut firsts = HashSet::with_capacity(items.len());
+    let first: Vec<bool> = items.iter().map(|item| firsts.insert(item.id)).collect();
+    let waiting: HashSet<JobId> = items
+        .iter()
+        .zip(&first)
+        .filter(|(item, first)| **first && waits(item))
+        .map(|(item, _)| item.id)
+        .collect();
+    let fast: Vec<usize> = (0..items.len())
+        .filter(|&i| !waiting.contains(&items[i].id))
+        .collect();
+    let fast_items: Vec<&FinishItem> = fast.iter().map(|&i| &items[i]).collect();
+    let mut replies: Vec<Option<FinishReply>> = vec![None; items.len()];
+    let mut freed_queues = Vec::new();
+    if !fast_items.is_empty() {
+        let finished = finish_fenced(&mut *conn, config, &fast_items).await?;
+        freed_queues = finished.freed_queues;
+        for (&i, reply) in fast.iter().zip(finished.replies) {
+            replies[i] = Some(reply);
+        }
+    }
+    let slow: Vec<usize> = (0..items.len())
+        .filter(|&i| {
+            first[i]
+                && match &replies[i] {
+                    None => true,
+                    Some(reply) => matches!(reply, FinishReply::LeaseLost { .. }),
+                }
+        })
+        .collect();
+    if !slow.is_empty() {
+        let finished = finish_locked(&mut *conn, &items, &slow).await?;
+        for queue in finished.freed_queues {
+            add_queue(&mut freed_queues, Some(queue));
+        }
+        for (&i, reply) in slow.iter().zip(finished.replies) {
+            replies[i] = Some(reply);
+        }
+    }
+    let replies = items
+        .iter()
+        .zip(replies)
+        .map(|(item, reply)| reply.unwrap_or(FinishReply::LeaseLost { id: item.id }))
+        .collect();
+    Ok(Finished {
+        replies,
+        freed_queues,
+    })
+}
+
+/// The one-statement finishes (and the mixed batch with deletes: two statements in one
+/// transaction); answers per item in order.
+async fn finish_fenced(
+    conn: &mut PgConnection,
+    config: &StoreConfig,
+    items: &[&FinishItem],
+) -> Result<Finished, Error> {
     let delete = config.succeeded_jobs == SucceededJobs::Delete;
-    if let Some(finished) = finish_succeeded(&mut *conn, &items, delete).await? {
+    if let Some(finished) = finish_succeeded(&mut *conn, items, delete).await? {
         return Ok(finished);
     }
-    let succeeded = |item: &FinishItem| matches!(item.finish, Finish::Succeeded { .. });
+    let succeeded = |item: &&FinishItem| matches!(item.finish, Finish::Succeeded { .. });
     if !delete || !items.iter().any(succeeded) {
-        return finish_any(&mut *conn, &items).await;
+        return finish_any(&mut *conn, items).await;
     }
     // A mixed batch whose successes delete their jobs: the first item of each id that is a
     // success goes to finish_succeeded_delete.sql, every other item (repeats included, which
@@ -186,7 +254,7 @@ pub(crate) async fn finish(
         .collect();
     let mut deletes = Vec::new();
     let mut others = Vec::new();
-    for (item, deleting) in items.into_iter().zip(deleting.iter().copied()) {
+    for (item, deleting) in items.iter().copied().zip(deleting.iter().copied()) {
         if deleting {
             deletes.push(item);
         } else {
@@ -226,7 +294,7 @@ pub(crate) async fn finish(
 }
 
 /// Any batch with finish.sql (every outcome; of repeated ids the first item counts).
-async fn finish_any(conn: &mut PgConnection, items: &[FinishItem]) -> Result<Finished, Error> {
+async fn finish_any(conn: &mut PgConnection, items: &[&FinishItem]) -> Result<Finished, Error> {
     if items.is_empty() {
         return Ok(Finished::default());
     }
@@ -258,8 +326,9 @@ async fn finish_any(conn: &mut PgConnection, items: &[FinishItem]) -> Result<Fin
             Finish::Cancelled { message } => {
                 ("cancelled", None, Some(truncate_message(message)), None)
             }
-            // SCAFFOLD: the workflow finish path replaces this.
-            Finish::WaitForChildren => ("released", None, None, None),
+            // Never sent here (finish() routes it to finish_locked); answered LeaseLost if it
+            // were, as an outcome this statement does not know.
+            Finish::WaitForChildren => ("wait_for_children", None, None, None),
         };
         outcomes.push(outcome);
         results.push(result);
@@ -299,6 +368,96 @@ async fn finish_any(conn: &mut PgConnection, items: &[FinishItem]) -> Result<Fin
             }
         })
         .collect::<Result<Vec<_>, Error>>()?;
+    Ok(Finished {
+        replies,
+        freed_queues,
+    })
+}
+
+/// The transactional finish (docs/design.md section 10): the items at `positions` (first items
+/// of distinct ids) with their rows locked in id order, each applied with core's
+/// `state::apply` (`LeaseLost` for a stale token or an expired lease, as the statements answer),
+/// then propagated in the same transaction (propagate.rs). Tried again as a whole on a
+/// deadlock. A success here keeps its row also under `SucceededJobs::Delete`: its dependents or
+/// parent read it, and retention prunes it later.
+async fn finish_locked(
+    conn: &mut PgConnection,
+    items: &[FinishItem],
+    positions: &[usize],
+) -> Result<Finished, Error> {
+    retried!(conn, |tx| finish_locked_in(&mut tx, items, positions))
+}
+
+async fn finish_locked_in(
+    conn: &mut PgConnection,
+    items: &[FinishItem],
+    positions: &[usize],
+) -> Result<Finished, Error> {
+    let ids: Vec<JobId> = positions.iter().map(|&i| items[i].id).collect();
+    let (jobs, now) = lock_jobs(&mut *conn, &ids).await?;
+    let mut replies = Vec::with_capacity(positions.len());
+    let mut changed = Vec::new();
+    let mut before = Vec::new();
+    for &i in positions {
+        let item = &items[i];
+        let lost = FinishReply::LeaseLost { id: item.id };
+        let (Some(job), Some(now)) = (jobs.get(&item.id), now) else {
+            replies.push(lost);
+            continue;
+        };
+        let mut after = job.clone();
+        let started = match item.started {
+            Some(elapsed) => {
+                let event = Event::Started {
+                    token: item.token,
+                    elapsed,
+                };
+                apply(&mut after, event, now).map(|_| ())
+            }
+            None => Ok(()),
+        };
+        let applied = started
+            .and_then(|()| apply(&mut after, item.finish.clone().into_event(item.token), now));
+        match applied {
+            Ok(_) => {
+                replies.push(FinishReply::Recorded {
+                    id: item.id,
+                    to: after.state,
+                });
+                before.push(job.clone());
+                changed.push(after);
+            }
+            Err(_) => replies.push(lost),
+        }
+    }
+    let (Some(now), false) = (now, changed.is_empty()) else {
+        return Ok(Finished {
+            replies,
+            freed_queues: Vec::new(),
+        });
+    };
+    let stored = write_jobs(&mut *conn, &changed, false).await?;
+    let ended: Vec<Job> = stored
+        .iter()
+        .filter(|job| {
+            before
+                .iter()
+                .find(|b| b.id == job.id)
+                .is_some_and(|b| propagate::ended(b, job))
+        })
+        .cloned()
+        .collect();
+    propagate::propagate(&mut *conn, ended, now).await?;
+    let recorded: Vec<Uuid> = stored.iter().map(|job| job.id.as_uuid()).collect();
+    let rows: Vec<(Uuid, Option<String>)> = sqlx::query_as(sql::FINISH_FREED)
+        .bind(&recorded)
+        .fetch_all(&mut *conn)
+        .await
+        .store_err()?;
+    let mut freed_queues = Vec::new();
+    for (_, freed) in rows {
+        add_queue(&mut freed_queues, freed);
+    }
     Ok(Finished {
         replies,
         freed_queues,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use drover_core::{
     AttemptError, Error, FencingToken, Job, JobId, JobKind, JobState, LimitKey, LimitPolicy,
-    QueueName, Rate, Schedule, ScheduleName, TenantId, WorkerId, WorkerInfo,
+    QueueName, Rate, Schedule, ScheduleName, TenantId, WorkerId, WorkerInfo, WorkflowId,
 };
 use serde_json::Value;
 use uuid::Uuid;
@@ -42,6 +42,13 @@ pub(crate) struct JobRecord {
     pub attempted_at: Option<DateTime<Utc>>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
+    pub workflow_id: Option<Uuid>,
+    pub name: Option<String>,
+    pub parent_id: Option<Uuid>,
+    pub depends_on: Option<Vec<Uuid>>,
+    pub run_regardless: bool,
+    pub pending_dependencies: i32,
+    pub live_children: i32,
 }
 
 fn corrupt(what: &str) -> Error {
@@ -90,14 +97,18 @@ impl JobRecord {
             attempted_at: self.attempted_at,
             started_at: self.started_at,
             finished_at: self.finished_at,
-            // SCAFFOLD: read from the workflow columns once they exist.
-            workflow_id: None,
-            name: None,
-            parent_id: None,
-            depends_on: Vec::new(),
-            run_regardless: false,
-            pending_dependencies: 0,
-            live_children: 0,
+            workflow_id: self.workflow_id.map(WorkflowId),
+            name: self.name,
+            parent_id: self.parent_id.map(JobId),
+            depends_on: self
+                .depends_on
+                .unwrap_or_default()
+                .into_iter()
+                .map(JobId)
+                .collect(),
+            run_regardless: self.run_regardless,
+            pending_dependencies: self.pending_dependencies,
+            live_children: self.live_children,
         })
     }
 }

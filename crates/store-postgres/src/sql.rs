@@ -69,8 +69,12 @@ statements! {
     JOBS_PRUNE = "jobs_prune.sql";
     /// One job.
     JOB_GET = "job_get.sql";
+    /// Jobs by id.
+    JOBS_GET = "jobs_get.sql";
     /// A page of jobs.
     JOBS_LIST = "jobs_list.sql";
+    /// A page of the jobs of one workflow or the children of one job.
+    JOBS_LIST_MEMBERS = "jobs_list_members.sql";
     /// Queue snapshot.
     QUEUE_SNAPSHOT = "queue_snapshot.sql";
     /// What keeps vacuum from cleaning the jobs table.
@@ -113,6 +117,36 @@ statements! {
     SCHEDULE_REMOVE = "schedule_remove.sql";
     /// Consume a schedule tick.
     SCHEDULE_FIRE = "schedule_fire.sql";
+    /// Lock jobs by id, in id order.
+    JOBS_LOCK = "jobs_lock.sql";
+    /// Propagation: the unresolved edges of jobs that ended.
+    PROPAGATE_EDGES = "propagate_edges.sql";
+    /// Propagation: lock dependents, parents and live children.
+    PROPAGATE_LOCK = "propagate_lock.sql";
+    /// Mark edges resolved.
+    EDGES_RESOLVE = "edges_resolve.sql";
+    /// Store the edges of new jobs.
+    EDGES_INSERT = "edges_insert.sql";
+    /// Edges that wait again after a workflow retry.
+    EDGES_REOPEN = "edges_reopen.sql";
+    /// Mark jobs that have dependents.
+    DEPENDENTS_MARK = "dependents_mark.sql";
+    /// Settle new jobs of a workflow path.
+    ENQUEUE_SETTLE = "enqueue_settle.sql";
+    /// Whom jobs recorded by the transactional finish wake.
+    FINISH_FREED = "finish_freed.sql" + "freed_queue.sql" + "finish_freed_end.sql";
+    /// Store a workflow.
+    WORKFLOW_INSERT = "workflow_insert.sql";
+    /// One workflow.
+    WORKFLOW_GET = "workflow_get.sql";
+    /// Every job of a workflow.
+    WORKFLOW_JOBS = "workflow_jobs.sql";
+    /// Lock every job of a workflow.
+    WORKFLOW_LOCK = "workflow_lock.sql";
+    /// The edges of some jobs.
+    WORKFLOW_EDGES = "workflow_edges.sql";
+    /// A page of workflows with their counts.
+    WORKFLOWS_LIST = "workflows_list.sql";
     /// Sessions that may hold a lock a migration step waited for.
     MIGRATE_BLOCKERS = "migrate_blockers.sql";
 }
@@ -123,7 +157,15 @@ mod tests {
     fn statements_use_the_drover_schema_only() {
         for (file, text) in super::ALL {
             assert!(!text.contains("public."), "{file} names schema public");
-            for table in ["jobs", "queues", "workers", "limits", "schedules"] {
+            for table in [
+                "jobs",
+                "queues",
+                "workers",
+                "limits",
+                "schedules",
+                "job_dependencies",
+                "workflows",
+            ] {
                 for clause in ["FROM ", "JOIN ", "UPDATE ", "INTO "] {
                     let bare = format!("{clause}{table} ");
                     assert!(!text.contains(&bare), "{file}: `{bare}` without schema");

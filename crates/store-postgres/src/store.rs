@@ -8,13 +8,17 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use drover_core::workflow::{
+    EnqueueChildren, EnqueuedWorkflow, ListWorkflows, NewWorkflow, Workflow, WorkflowChange,
+    WorkflowPage,
+};
 use drover_core::{
     CancelOutcome, ClaimJobs, ClaimReconciling, Claimed, Enqueued, Error, EventStream,
     FencingToken, FinishItem, FinishReply, FireSchedule, HeartbeatJobs, HeartbeatReply, Job, JobId,
     JobPage, JobStore, LimitKey, LimitPolicy, LimitStatus, ListJobs, NewJob, NewSchedule,
     PruneJobs, QueueChange, QueueInfo, QueueName, RequeueOutcome, RescueExpired, Rescued,
     Resolution, Schedule, ScheduleName, ScheduleUpsert, Snapshot, StoreConfig, Transition,
-    VacuumStatus, WorkerId, WorkerInfo, WorkerRegistration,
+    VacuumStatus, WorkerId, WorkerInfo, WorkerRegistration, WorkflowId,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgConnection, PgPool};
@@ -25,7 +29,7 @@ use crate::enqueue::{self, Batch, Combiner, Wake};
 use crate::error::{connection_lost_recently, SqlxResultExt};
 use crate::notify::Notifier;
 use crate::transaction::settle;
-use crate::{admin, claim, lifecycle, listen, migrate, outcome, sql};
+use crate::{admin, claim, lifecycle, listen, migrate, outcome, sql, workflow};
 
 /// The `application_name` the store's connections report (`pg_stat_activity`) unless the
 /// connect options name one.
@@ -230,7 +234,11 @@ impl PgStore {
         conn: &mut PgConnection,
         jobs: Vec<NewJob>,
     ) -> Result<Vec<Enqueued>, Error> {
+        let linked = workflow::linked(&jobs);
         let batch = Batch::prepare(jobs, &self.options.config)?;
+        if linked {
+            return workflow::enqueue_in(conn, &self.options.config, batch).await;
+        }
         enqueue::enqueue(conn, &self.options.config, batch, Wake::InTransaction)
             .await
             .map(|enqueue| enqueue.answers)
@@ -256,6 +264,51 @@ impl JobStore for PgStore {
             jobs,
         )
         .await
+    }
+
+    async fn workflow_enqueue(&self, new: NewWorkflow) -> Result<EnqueuedWorkflow, Error> {
+        workflow::workflow_enqueue(&self.connections, &self.notifier, &self.options.config, new)
+            .await
+    }
+
+    async fn children_enqueue(&self, children: EnqueueChildren) -> Result<Vec<Enqueued>, Error> {
+        workflow::children_enqueue(
+            &self.connections,
+            &self.notifier,
+            &self.options.config,
+            children,
+        )
+        .await
+    }
+
+    async fn jobs_get(&self, ids: Vec<JobId>) -> Result<Vec<Job>, Error> {
+        let mut conn = self.connections.acquire().await?;
+        let result = workflow::jobs_get(&mut conn, ids).await;
+        conn.done(result)
+    }
+
+    async fn workflow_get(&self, id: WorkflowId) -> Result<Workflow, Error> {
+        let mut conn = self.connections.acquire().await?;
+        let result = workflow::workflow_get(&mut conn, id).await;
+        conn.done(result)
+    }
+
+    async fn workflows_list(&self, query: ListWorkflows) -> Result<WorkflowPage, Error> {
+        let mut conn = self.connections.acquire().await?;
+        let result = workflow::workflows_list(&mut conn, query).await;
+        conn.done(result)
+    }
+
+    async fn workflow_cancel(&self, id: WorkflowId) -> Result<WorkflowChange, Error> {
+        let mut conn = self.connections.acquire().await?;
+        let result = workflow::workflow_cancel(&mut conn, id).await;
+        conn.done(result)
+    }
+
+    async fn workflow_retry(&self, id: WorkflowId) -> Result<WorkflowChange, Error> {
+        let mut conn = self.connections.acquire().await?;
+        let result = workflow::workflow_retry(&mut conn, &self.options.config, id).await;
+        conn.done(result)
     }
 
     async fn job_get(&self, id: JobId) -> Result<Job, Error> {

@@ -29,3 +29,36 @@ pub(crate) async fn settle<T>(
         }
     }
 }
+
+/// How many times a transaction that hit a deadlock or serialization failure is run again
+/// before the error is returned (`Unavailable`, so the caller may retry later).
+pub(crate) const CONFLICT_RETRIES: usize = 4;
+
+/// Runs `$body` (an expression using the transaction `$tx`, awaited here) in a transaction on
+/// `$conn`, committed on success; a deadlock or serialization failure
+/// ([`crate::error::is_write_conflict`]) rolls back and runs it again, at most
+/// [`CONFLICT_RETRIES`] more times. Workflow transactions lock rows in two orders (a child's
+/// finish locks the child then its parent, a parent's cancel the parent then its children), so
+/// PostgreSQL may break a deadlock between them by failing one: that one simply runs again.
+macro_rules! retried {
+    ($conn:expr, |$tx:ident| $body:expr) => {{
+        let mut tries = 0usize;
+        loop {
+            let mut $tx = match sqlx::Connection::begin(&mut *$conn).await {
+                Ok(tx) => tx,
+                Err(error) => break Err(crate::error::map_sqlx_error(error)),
+            };
+            let result = $body.await;
+            match crate::transaction::settle($tx, result).await {
+                Err(error)
+                    if tries < crate::transaction::CONFLICT_RETRIES
+                        && crate::error::is_write_conflict(&error) =>
+                {
+                    tries += 1;
+                }
+                other => break other,
+            }
+        }
+    }};
+}
+pub(crate) use retried;

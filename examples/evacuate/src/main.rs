@@ -86,12 +86,16 @@ async fn evacuate(ctx: JobContext, args: Evacuate) -> Result<Outcome, drover::Er
 
 /// Copies one volume; fails for good when told to.
 async fn migrate(ctx: JobContext, args: Migrate) -> Outcome {
+    let cancel = ctx.cancellation();
     tokio::select! {
         () = tokio::time::sleep(Duration::from_millis(args.millis)) => {}
-        () = ctx.cancellation().cancelled() => return Outcome::cancelled("evacuation cancelled"),
+        () = cancel.cancelled() => return Outcome::cancelled("evacuation cancelled"),
     }
     if args.fail {
-        return Outcome::discard(format!("could not copy volume {} off {}", args.volume, args.host));
+        return Outcome::discard(format!(
+            "could not copy volume {} off {}",
+            args.volume, args.host
+        ));
     }
     Outcome::success_with(json!({"volume": args.volume, "from": args.host}))
 }
@@ -101,7 +105,12 @@ async fn migrate(ctx: JobContext, args: Migrate) -> Outcome {
 async fn roll_back(ctx: JobContext, failed: Vec<Job>) -> Outcome {
     let volumes: Vec<String> = failed
         .iter()
-        .filter_map(|job| job.args.get("volume").and_then(|v| v.as_str()).map(str::to_owned))
+        .filter_map(|job| {
+            job.args
+                .get("volume")
+                .and_then(|v| v.as_str())
+                .map(str::to_owned)
+        })
         .collect();
     ctx.step("rollback", json!({"failed": volumes}));
     Outcome::discard(format!(
@@ -117,6 +126,8 @@ fn main() -> std::process::ExitCode {
     registry.register_typed(kind("evacuate"), evacuate);
     registry.register_rollback_fn(kind("evacuate"), roll_back);
     registry.register_typed(kind("migrate"), migrate);
-    registry.register_fn(kind("ping"), |_ctx: JobContext| async { Outcome::success() });
+    registry.register_fn(kind("ping"), |_ctx: JobContext| async {
+        Outcome::success()
+    });
     drover::cli::run(registry)
 }

@@ -14,9 +14,9 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use drover_store_postgres::sqlx::{self, PgPool};
 use drover_tests::postgres::{Schema, Server, TestDatabase};
 use drover_tests::process::{wait_until, Process};
-use drover_store_postgres::sqlx::{self, PgPool};
 use rustix::process::Signal;
 
 /// Deadline for jobs to reach a state on a loaded 2-core machine.
@@ -67,7 +67,6 @@ async fn enqueue(db: &TestDatabase, kind: &str, args: &str) -> String {
 /// A job as these checks read it.
 #[derive(Debug, sqlx::FromRow)]
 struct Row {
-    kind: String,
     state: String,
     attempt: i32,
     fencing_token: i64,
@@ -78,7 +77,7 @@ struct Row {
 
 async fn rows(pool: &PgPool, kind: &str) -> Vec<Row> {
     sqlx::query_as(
-        "SELECT kind, state, attempt, fencing_token, errors, finished_at, attempted_at \
+        "SELECT state, attempt, fencing_token, errors, finished_at, attempted_at \
          FROM drover.jobs WHERE kind = $1 ORDER BY id",
     )
     .bind(kind)
@@ -150,10 +149,7 @@ async fn a_killed_worker_loses_no_child_and_the_parent_resumes_once() {
     for child in &children {
         assert_eq!(child.state, "succeeded", "{child:?}");
         // One claim per attempt; each attempt but the last ended by an expired lease.
-        let expired = child
-            .errors
-            .as_array()
-            .map_or(0, |errors| errors.len()) as i32;
+        let expired = child.errors.as_array().map_or(0, |errors| errors.len()) as i32;
         assert_eq!(child.attempt, expired + 1, "{child:?}");
         assert!(child.fencing_token >= i64::from(child.attempt), "{child:?}");
         rescued += expired;

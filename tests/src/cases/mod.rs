@@ -26,6 +26,7 @@ mod started;
 mod stored;
 mod transitions;
 mod workers;
+mod workflows;
 
 pub use cancel::*;
 pub use claim::*;
@@ -47,6 +48,7 @@ pub use started::*;
 pub use stored::*;
 pub use transitions::*;
 pub use workers::*;
+pub use workflows::*;
 
 use std::fmt::Debug;
 use std::time::Duration;

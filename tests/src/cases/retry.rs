@@ -47,7 +47,7 @@ pub async fn retry_from_each_terminal_state(f: &dyn StoreFactory) {
     assert_eq!(all_jobs(&*store).await.len(), 3, "no copies");
 }
 
-/// Retrying a queued, running or reconciling job is refused and creates no copy.
+/// Retrying a waiting, queued, running or reconciling job is refused and creates no copy.
 pub async fn retry_of_live_job_is_invalid_transition(f: &dyn StoreFactory) {
     let h = f.open(unbounded()).await;
     let store = h.store();
@@ -64,7 +64,9 @@ pub async fn retry_of_live_job_is_invalid_transition(f: &dyn StoreFactory) {
         .await
         .unwrap();
     expect_invalid_transition(store.job_retry(running.id).await, JobState::Reconciling);
-    assert_eq!(all_jobs(&*store).await.len(), 2);
+    let waiting = enqueue(&*store, job("w", json!(1)).with_dependency(queued.id)).await;
+    expect_invalid_transition(store.job_retry(waiting.id).await, JobState::Waiting);
+    assert_eq!(all_jobs(&*store).await.len(), 3);
 }
 
 /// A retry counts against the pending quotas again.

@@ -18,6 +18,8 @@ use crate::{Harness, StoreFactory};
 /// The states a job is driven into, each with what sets it apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Setup {
+    /// Waiting for a dependency (a queued job).
+    Waiting,
     /// Queued and ready.
     Ready,
     /// Queued, waiting for its `run_at` an hour ahead.
@@ -46,6 +48,7 @@ enum Setup {
 /// takes every expired lease, so jobs whose lease expires have stores of their own.
 const WORLDS: [&[Setup]; 3] = [
     &[
+        Setup::Waiting,
         Setup::Ready,
         Setup::Scheduled,
         Setup::Running,
@@ -71,6 +74,7 @@ enum Operation {
     Snooze,
     Release,
     Cancelled,
+    WaitForChildren,
     ReconcileClaim,
     Reconciled,
     Cancel,
@@ -79,7 +83,7 @@ enum Operation {
     Rescue,
 }
 
-const OPERATIONS: [Operation; 14] = [
+const OPERATIONS: [Operation; 15] = [
     Operation::Claim,
     Operation::Started,
     Operation::Heartbeat,
@@ -88,6 +92,7 @@ const OPERATIONS: [Operation; 14] = [
     Operation::Snooze,
     Operation::Release,
     Operation::Cancelled,
+    Operation::WaitForChildren,
     Operation::ReconcileClaim,
     Operation::Reconciled,
     Operation::Cancel,
@@ -133,6 +138,7 @@ fn event(operation: Operation, job: &Job) -> Event {
             token,
             message: "stopped".into(),
         },
+        Operation::WaitForChildren => Event::WaitForChildren { token },
         Operation::ReconcileClaim => Event::ReconcileClaim {
             worker: worker("sweeper"),
             lease: LEASE,
@@ -211,6 +217,7 @@ async fn perform(store: &dyn JobStore, operation: Operation, job: &Job) -> bool 
             let message = "stopped".into();
             finish_item(store, job, Finish::Cancelled { message }).await
         }
+        Operation::WaitForChildren => finish_item(store, job, Finish::WaitForChildren).await,
         Operation::ReconcileClaim => store
             .jobs_claim_reconciling(ClaimReconciling {
                 worker: worker("sweeper"),
@@ -256,6 +263,10 @@ async fn rescue_to_reconciling(store: &dyn JobStore, kinds: &[String]) {
 async fn drive(store: &dyn JobStore, setup: Setup, name: &str) -> Job {
     let new = job(name, json!({"kind": name}));
     match setup {
+        Setup::Waiting => {
+            let blocker = enqueue(store, job(&format!("{name}-blocker"), json!(1))).await;
+            enqueue(store, new.with_dependency(blocker.id)).await
+        }
         Setup::Ready => enqueue(store, new).await,
         Setup::Scheduled => {
             let later = RunAt::After(Duration::from_secs(3600));
@@ -303,6 +314,7 @@ async fn drive(store: &dyn JobStore, setup: Setup, name: &str) -> Job {
 /// The state every job of `setup` must be in once set up (a check of the setup itself).
 fn state_of(setup: Setup) -> JobState {
     match setup {
+        Setup::Waiting => JobState::Waiting,
         Setup::Ready | Setup::Scheduled => JobState::Queued,
         Setup::Running | Setup::ClaimedAhead | Setup::CancelRequested | Setup::Expired => {
             JobState::Running
@@ -415,7 +427,7 @@ pub async fn transitions_every_state_and_event_match_apply(f: &dyn StoreFactory)
     }
     assert_eq!(
         pairs,
-        11 * OPERATIONS.len(),
+        12 * OPERATIONS.len(),
         "every setup meets every operation"
     );
     assert!(

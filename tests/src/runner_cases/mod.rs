@@ -21,6 +21,7 @@ mod pools;
 mod prefetch;
 mod run;
 mod shutdown;
+mod workflows;
 
 pub use lease::*;
 pub use maintenance::*;
@@ -29,6 +30,7 @@ pub use pools::*;
 pub use prefetch::*;
 pub use run::*;
 pub use shutdown::*;
+pub use workflows::*;
 
 use std::sync::Arc;
 use std::time::Duration;

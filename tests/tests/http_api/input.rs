@@ -393,6 +393,11 @@ pub(crate) async fn openapi_document_matches_the_routes(env: &Env) {
         ("POST", "/v1/jobs/{id}/cancel"),
         ("POST", "/v1/jobs/{id}/retry"),
         ("POST", "/v1/jobs/{id}/requeue"),
+        ("POST", "/v1/workflows"),
+        ("GET", "/v1/workflows"),
+        ("GET", "/v1/workflows/{id}"),
+        ("POST", "/v1/workflows/{id}/cancel"),
+        ("POST", "/v1/workflows/{id}/retry"),
         ("GET", "/v1/queues"),
         ("POST", "/v1/queues/{name}/pause"),
         ("POST", "/v1/queues/{name}/resume"),
@@ -409,6 +414,15 @@ pub(crate) async fn openapi_document_matches_the_routes(env: &Env) {
     let job = api
         .enqueue_ok(OPERATOR_ALL, &json!({"kind": "doc.probe"}))
         .await;
+    let workflow = api
+        .post(
+            Some(OPERATOR_ALL),
+            "/v1/workflows",
+            &json!({"jobs": [{"name": "a", "kind": "doc.probe"}]}),
+        )
+        .await;
+    assert_eq!(workflow.status, 202, "{}", workflow.text);
+    let workflow = workflow.json["id"].as_str().unwrap().to_owned();
     for (method, path) in &documented {
         let operation = &doc.json["paths"][path][method.to_lowercase()];
         let listed: BTreeSet<u16> = operation["responses"]
@@ -417,10 +431,16 @@ pub(crate) async fn openapi_document_matches_the_routes(env: &Env) {
             .keys()
             .map(|k| k.parse().unwrap())
             .collect();
-        let concrete = path.replace("{id}", &job).replace("{name}", "default");
+        let id = if path.starts_with("/v1/workflows") {
+            &workflow
+        } else {
+            &job
+        };
+        let concrete = path.replace("{id}", id).replace("{name}", "default");
         let body = match path.as_str() {
             "/v1/jobs" => Some(json!({"kind": "doc.probe"})),
             "/v1/jobs/batch" => Some(json!({"jobs": [{"kind": "doc.probe"}]})),
+            "/v1/workflows" => Some(json!({"jobs": [{"name": "a", "kind": "doc.probe"}]})),
             _ => None,
         };
         let http_method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
@@ -618,7 +638,8 @@ pub(crate) async fn integer_fields_name_their_rule(env: &Env) {
 }
 
 /// A query parameter on a route that takes none is refused with 400 naming it and the rule,
-/// on every such route of the OpenAPI document (every route but `GET /v1/jobs`), and the
+/// on every such route of the OpenAPI document (every route but `GET /v1/jobs` and `GET
+/// /v1/workflows`), and the
 /// request does nothing: `POST /v1/jobs?tenant=...` does not enqueue for the token's tenant.
 pub(crate) async fn query_parameters_are_refused_where_none_are_taken(env: &Env) {
     let api = env.api(unbounded()).await;
@@ -631,13 +652,18 @@ pub(crate) async fn query_parameters_are_refused_where_none_are_taken(env: &Env)
                 .as_array()
                 .is_some_and(|ps| ps.iter().any(|p| p["in"] == "query"));
             if takes_query {
-                assert_eq!((method.as_str(), path.as_str()), ("get", "/v1/jobs"));
+                assert!(
+                    [("get", "/v1/jobs"), ("get", "/v1/workflows")]
+                        .contains(&(method.as_str(), path.as_str())),
+                    "{method} {path}"
+                );
                 continue;
             }
             let concrete = path.replace("{id}", &job).replace("{name}", "default");
             let body = match path.as_str() {
                 "/v1/jobs" => Some(json!({"kind": "k"})),
                 "/v1/jobs/batch" => Some(json!({"jobs": [{"kind": "k"}]})),
+                "/v1/workflows" => Some(json!({"jobs": [{"name": "a", "kind": "k"}]})),
                 _ => None,
             };
             let http_method =
@@ -671,7 +697,10 @@ pub(crate) async fn query_parameters_are_refused_where_none_are_taken(env: &Env)
             checked += 1;
         }
     }
-    assert_eq!(checked, 13, "every route but GET /v1/jobs");
+    assert_eq!(
+        checked, 17,
+        "every route but GET /v1/jobs and GET /v1/workflows"
+    );
     let refused = api
         .post(
             Some(PRODUCER_A),
@@ -824,6 +853,7 @@ pub(crate) async fn documented_statuses_are_the_answered_ones(env: &Env) {
     let body_of = |path: &str| match path {
         "/v1/jobs" => Some(json!({"kind": "doc.probe"})),
         "/v1/jobs/batch" => Some(json!({"jobs": [{"kind": "doc.probe"}]})),
+        "/v1/workflows" => Some(json!({"jobs": [{"name": "a", "kind": "doc.probe"}]})),
         _ => None,
     };
     for (method, path) in &operations {
@@ -968,6 +998,117 @@ pub(crate) async fn documented_statuses_are_the_answered_ones(env: &Env) {
         &api.post_empty(Some(OPERATOR_ALL), &format!("/v1/jobs/{waiting}/requeue"))
             .await,
     ); // 200
+       // Workflows: a replay of every job (200), a key reused with another request (409), a bad
+       // graph (400), exec by a producer (403), too large (413), not JSON (415); reads and
+       // changes of a stored workflow (200), a malformed id (400), another tenant's list (403),
+       // a producer's retry (403, in the generic probes), a unique key taken meanwhile (409).
+    let wf = "/v1/workflows";
+    let keyed = json!({"jobs": [{"name": "a", "kind": "doc.wf", "idempotency_key": "doc-wf"}]});
+    let created = api.post(Some(OPERATOR_ALL), wf, &keyed).await;
+    seen.note(post, wf, &created); // 202
+    seen.note(post, wf, &api.post(Some(OPERATOR_ALL), wf, &keyed).await); // 200
+    seen.note(
+        post,
+        wf,
+        &api.post(
+            Some(OPERATOR_ALL),
+            wf,
+            &json!({"jobs": [{"name": "a", "kind": "doc.other", "idempotency_key": "doc-wf"}]}),
+        )
+        .await,
+    ); // 409
+    seen.note(
+        post,
+        wf,
+        &api.post(Some(OPERATOR_ALL), wf, &json!({"jobs": []})).await,
+    ); // 400
+    seen.note(
+        post,
+        wf,
+        &api.post(
+            Some(PRODUCER_A),
+            wf,
+            &json!({"jobs": [{"name": "a", "kind": "exec", "args": {"program": "/bin/true"}}]}),
+        )
+        .await,
+    ); // 403
+    seen.note(
+        post,
+        wf,
+        &small
+            .post(
+                Some(OPERATOR_ALL),
+                wf,
+                &json!({"jobs": [{"name": "a", "kind": "x".repeat(100)}]}),
+            )
+            .await,
+    ); // 413
+    seen.note(
+        post,
+        wf,
+        &api.send(reqwest::Method::POST, wf, Some(OPERATOR_ALL), |r| {
+            r.header("Content-Type", "text/plain").body("{}")
+        })
+        .await,
+    ); // 415
+    seen.note(
+        get,
+        wf,
+        &api.get(Some(PRODUCER_A), &format!("{wf}?tenant={TENANT_B}"))
+            .await,
+    ); // 403
+    let unique = api
+        .post(
+            Some(OPERATOR_ALL),
+            wf,
+            &json!({"jobs": [{"name": "u", "kind": "doc.wf", "unique_key": "doc-unique"}]}),
+        )
+        .await;
+    assert_eq!(unique.status, 202, "{}", unique.text);
+    let unique = unique.json["id"].as_str().unwrap().to_owned();
+    for (method, path, concrete) in [
+        (get, "/v1/workflows/{id}", format!("{wf}/{unique}")),
+        (
+            post,
+            "/v1/workflows/{id}/cancel",
+            format!("{wf}/{unique}/cancel"),
+        ),
+        (
+            post,
+            "/v1/workflows/{id}/retry",
+            format!("{wf}/{unique}/retry"),
+        ),
+        (get, "/v1/workflows/{id}", format!("{wf}/not-a-uuid")),
+        (
+            post,
+            "/v1/workflows/{id}/cancel",
+            format!("{wf}/not-a-uuid/cancel"),
+        ),
+        (
+            post,
+            "/v1/workflows/{id}/retry",
+            format!("{wf}/not-a-uuid/retry"),
+        ),
+    ] {
+        let http_method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+        let answer = api
+            .send(http_method, &concrete, Some(OPERATOR_ALL), |r| r)
+            .await;
+        seen.note(method, path, &answer); // 200 (the retry runs the cancelled job), 400
+    }
+    api.post_empty(Some(OPERATOR_ALL), &format!("{wf}/{unique}/cancel"))
+        .await;
+    api.enqueue_ok(
+        OPERATOR_ALL,
+        &json!({"kind": "doc.wf", "unique_key": "doc-unique"}),
+    )
+    .await;
+    seen.note(
+        post,
+        "/v1/workflows/{id}/retry",
+        &api.post_empty(Some(OPERATOR_ALL), &format!("{wf}/{unique}/retry"))
+            .await,
+    ); // 409
     for path in ["/v1/queues/{name}/pause", "/v1/queues/{name}/resume"] {
         let concrete = path.replace("{name}", "no%20spaces");
         seen.note(
@@ -1024,6 +1165,51 @@ pub(crate) async fn documented_statuses_are_the_answered_ones(env: &Env) {
             .post_empty(Some(OPERATOR_B), &format!("/v1/jobs/{b_first}/retry"))
             .await,
     );
+    let b_workflow = quota
+        .post(
+            Some(OPERATOR_B),
+            "/v1/workflows",
+            &json!({"jobs": [{"name": "a", "kind": "q"}]}),
+        )
+        .await;
+    seen.note(post, "/v1/workflows", &b_workflow); // 429: tenant B has its one pending job
+                                                   // A workflow of tenant B cancelled while B's pending job was cancelled too, then retried
+                                                   // once B's place is taken again: 429.
+    let queued = quota.all_jobs().await;
+    let pending = queued
+        .iter()
+        .find(|j| j.state == drover_core::JobState::Queued)
+        .map(|j| j.id.to_string())
+        .unwrap();
+    quota
+        .post_empty(Some(OPERATOR_B), &format!("/v1/jobs/{pending}/cancel"))
+        .await;
+    let b_workflow = quota
+        .post(
+            Some(OPERATOR_B),
+            "/v1/workflows",
+            &json!({"jobs": [{"name": "a", "kind": "q"}]}),
+        )
+        .await;
+    assert_eq!(b_workflow.status, 202, "{}", b_workflow.text);
+    let b_workflow = b_workflow.json["id"].as_str().unwrap().to_owned();
+    quota
+        .post_empty(
+            Some(OPERATOR_B),
+            &format!("/v1/workflows/{b_workflow}/cancel"),
+        )
+        .await;
+    quota.enqueue_ok(PRODUCER_B, &json!({"kind": "q"})).await;
+    seen.note(
+        post,
+        "/v1/workflows/{id}/retry",
+        &quota
+            .post_empty(
+                Some(OPERATOR_B),
+                &format!("/v1/workflows/{b_workflow}/retry"),
+            )
+            .await,
+    ); // 429
 
     // PostgreSQL: a database without the schema answers 503 `fatal` on every route that reads
     // the store.

@@ -1,6 +1,8 @@
 //! `drover enqueue`: one job from flags, or a JSON Lines file in batches with a progress bar,
 //! reporting bad lines by number (one line per rule broken) and loading the rest; with
-//! `--wait-for-room`, lines a quota refuses wait for room instead.
+//! `--wait-for-room`, lines a quota refuses wait for room instead. `--workflow FILE` enqueues
+//! a workflow graph, the body of `POST /v1/workflows`, all or nothing (docs/design.md
+//! section 10).
 
 use std::io::IsTerminal;
 
@@ -33,6 +35,8 @@ const FLAGS: &[(&str, &str)] = &[
     ("limit_keys", "--limit-key"),
     ("meta", "--meta"),
     ("idempotency_key", "--idempotency-key"),
+    ("depends_on", "--depends-on"),
+    ("run_regardless", "--run-regardless"),
 ];
 
 /// Builds the job of a single-job `enqueue` from its flags, with the same rules as the HTTP API.
@@ -72,6 +76,10 @@ pub fn job_from_flags(args: &EnqueueArgs) -> Result<NewJob> {
         limit_keys: (!args.limit_keys.is_empty()).then(|| args.limit_keys.clone()),
         meta: parse("meta", &args.meta)?,
         idempotency_key: args.idempotency_key.clone(),
+        depends_on: (!args.depends_on.is_empty())
+            .then(|| args.depends_on.iter().map(ToString::to_string).collect()),
+        run_regardless: args.run_regardless.then_some(true),
+        name: None,
     };
     let job = request
         .into_new_job(&Principal::insecure(), None)
@@ -368,6 +376,9 @@ pub async fn run(ctx: &Ctx, args: EnqueueArgs) -> Result<()> {
     if let Some(path) = args.file.clone() {
         return from_file(ctx, &args, &path).await;
     }
+    if let Some(path) = args.workflow.clone() {
+        return workflow_from_file(ctx, &args, &path).await;
+    }
     let job = job_from_flags(&args)?;
     let client = ctx.client().await?;
     let answer = call(ctx, client.enqueue(job)).await?;
@@ -387,6 +398,95 @@ pub async fn run(ctx: &Ctx, args: EnqueueArgs) -> Result<()> {
         answer.job.queue,
         answer.job.state
     )?;
+    Ok(())
+}
+
+/// Largest workflow file: 64 MiB (10,000 jobs with room for their args).
+pub const WORKFLOW_FILE_BYTES_MAX: u64 = 64 * 1024 * 1024;
+
+/// Reads and checks a workflow file (`-`: standard input): the body of `POST /v1/workflows`,
+/// with the same rules (a local file is trusted like its operator, so `exec` is allowed).
+///
+/// # Errors
+/// The file cannot be read or is too large; the first rule it breaks, naming the field
+/// (`jobs[1].depends_on[0]`), as the HTTP API would.
+pub fn read_workflow(path: &std::path::Path) -> Result<drover_core::NewWorkflow> {
+    use std::io::Read;
+    let source = jsonl::source_name(path);
+    let mut bytes = Vec::new();
+    let reader: Box<dyn Read> = if jsonl::is_stdin(path) {
+        Box::new(std::io::stdin().lock())
+    } else {
+        Box::new(std::fs::File::open(path).map_err(|e| anyhow!("cannot open {source}: {e}"))?)
+    };
+    reader
+        .take(WORKFLOW_FILE_BYTES_MAX + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| anyhow!("cannot read {source}: {e}"))?;
+    if bytes.len() as u64 > WORKFLOW_FILE_BYTES_MAX {
+        return Err(usage(format!(
+            "{source} is larger than {} MiB; a workflow holds at most {} jobs",
+            WORKFLOW_FILE_BYTES_MAX / 1024 / 1024,
+            drover_core::job::WORKFLOW_JOBS_MAX
+        )));
+    }
+    let request: drover_http::dto::WorkflowRequest = drover_http::extract::parse_json(&bytes)
+        .map_err(|e| anyhow!("{source}: {}", e.message()))?;
+    request
+        .into_new_workflow(&Principal::insecure(), &drover_core::SizeLimits::default())
+        .map_err(|e| anyhow!("{source}: {}", e.message()))
+}
+
+async fn workflow_from_file(ctx: &Ctx, args: &EnqueueArgs, path: &std::path::Path) -> Result<()> {
+    let per_job = args.args.is_some()
+        || args.queue.is_some()
+        || args.priority.is_some()
+        || args.run_at.is_some()
+        || args.delay.is_some()
+        || args.max_attempts.is_some()
+        || args.idempotency_key.is_some()
+        || args.unique_key.is_some()
+        || args.tenant.is_some()
+        || args.meta.is_some()
+        || !args.limit_keys.is_empty()
+        || !args.depends_on.is_empty();
+    if per_job {
+        return Err(usage(
+            "the per-job flags do not apply to --workflow: give each job's fields in the file",
+        ));
+    }
+    let workflow = read_workflow(path)?;
+    let client = ctx.client().await?;
+    let answer = call(ctx, client.enqueue_workflow(workflow)).await?;
+    if ctx.json {
+        return print_json(&answer);
+    }
+    let created = answer
+        .jobs
+        .iter()
+        .filter(|a| a.status == EnqueueStatus::Created)
+        .count();
+    outln!(
+        "enqueued workflow {}: {} job(s), {} created",
+        answer.id,
+        answer.jobs.len(),
+        created
+    )?;
+    for enqueued in &answer.jobs {
+        let job = &enqueued.job;
+        outln!(
+            "  {} {} ({}, {}){}",
+            job.name.as_deref().unwrap_or("-"),
+            job.id,
+            job.kind,
+            job.state,
+            match enqueued.status {
+                EnqueueStatus::Created => "",
+                EnqueueStatus::Replayed => ": already enqueued with this idempotency key",
+                EnqueueStatus::Duplicate => ": a live job holds this unique key",
+            }
+        )?;
+    }
     Ok(())
 }
 

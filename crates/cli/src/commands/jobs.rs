@@ -153,11 +153,12 @@ pub fn list_query(args: &ListArgs) -> Result<ListJobs> {
             .as_deref()
             .map(|m| super::json_flag("meta", m))
             .transpose()?,
+        workflow: args.workflow,
+        parent: args.parent,
         before: args.before,
         limit: args.limit,
         // The table shows none of the large fields; `--json` those `--include` names.
         details: args.include.unwrap_or(JobDetails::NONE),
-        ..ListJobs::default()
     };
     query
         .validate()
@@ -194,6 +195,37 @@ fn print_job(j: &Job) -> Result<()> {
         ("queue", j.queue.to_string()),
         ("tenant", j.tenant.to_string()),
         ("state", j.state.to_string()),
+        (
+            "workflow",
+            match (&j.workflow_id, &j.name) {
+                (Some(w), Some(name)) => format!("{w} (as {name})"),
+                (Some(w), None) => w.to_string(),
+                (None, _) => "-".to_owned(),
+            },
+        ),
+        (
+            "parent",
+            j.parent_id.map_or("-".to_owned(), |p| p.to_string()),
+        ),
+        (
+            "depends on",
+            if j.depends_on.is_empty() {
+                "-".to_owned()
+            } else {
+                let ids: Vec<String> = j.depends_on.iter().map(ToString::to_string).collect();
+                format!(
+                    "{} ({} pending{})",
+                    ids.join(", "),
+                    j.pending_dependencies,
+                    if j.run_regardless {
+                        ", runs regardless"
+                    } else {
+                        ""
+                    }
+                )
+            },
+        ),
+        ("live children", j.live_children.to_string()),
         ("attempt", format!("{}/{}", j.attempt, j.max_attempts)),
         ("priority", j.priority.to_string()),
         ("run at", output::time(j.run_at)),

@@ -6,6 +6,7 @@ pub mod enqueue;
 pub mod jobs;
 pub mod serve;
 pub mod worker;
+pub mod workflows;
 
 use anyhow::Result;
 use clap::CommandFactory;
@@ -33,6 +34,7 @@ async fn run(ctx: &Ctx, cli: Cli, extensions: Extensions) -> Result<()> {
         Command::Worker(args) => worker::run(ctx, args, extensions).await,
         Command::Enqueue(args) => enqueue::run(ctx, args).await,
         Command::Jobs(command) => jobs::run(ctx, command).await,
+        Command::Workflows(command) => workflows::run(ctx, command).await,
         Command::Queues(command) => admin::queues(ctx, command).await,
         Command::Workers(_) => admin::workers_list(ctx).await,
         Command::Limits(command) => admin::limits(ctx, command).await,

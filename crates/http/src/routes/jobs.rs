@@ -166,13 +166,14 @@ pub async fn enqueue_batch(
     Ok((status, Json(body)).into_response())
 }
 
-const LIST_PARAMS: [&str; 8] = [
-    "queue", "state", "kind", "tenant", "meta", "limit", "cursor", "include",
+const LIST_PARAMS: [&str; 10] = [
+    "queue", "state", "kind", "tenant", "meta", "workflow", "parent", "limit", "cursor", "include",
 ];
 
 /// List jobs newest first, as summaries: without `args`, `result`, `errors` and `progress`
 /// unless `include` names them (`GET /v1/jobs/{id}` shows the whole job). Filters combine with
-/// AND; `meta` is a JSON object matched by containment; `cursor` is the previous page's
+/// AND; `meta` is a JSON object matched by containment; `workflow` and `parent` select a
+/// workflow's jobs or a job's children; `cursor` is the previous page's
 /// `next_cursor`. A tenant-scoped token sees only its tenant's jobs.
 #[utoipa::path(
     get,
@@ -180,10 +181,12 @@ const LIST_PARAMS: [&str; 8] = [
     tag = "jobs",
     params(
         ("queue" = Option<String>, Query, description = "Only this queue"),
-        ("state" = Option<String>, Query, description = "queued, running (leased: its handler started, or claimed ahead and waiting for a slot, see `waiting_for_slot`), reconciling, succeeded, failed or cancelled"),
+        ("state" = Option<String>, Query, description = "waiting (for dependencies or children), queued, running (leased: its handler started, or claimed ahead and waiting for a slot, see `waiting_for_slot`), reconciling, succeeded, failed or cancelled"),
         ("kind" = Option<String>, Query, description = "Only this kind"),
         ("tenant" = Option<String>, Query, description = "Only this tenant (all-tenant operators)"),
         ("meta" = Option<String>, Query, description = "JSON object the job's meta must contain"),
+        ("workflow" = Option<String>, Query, description = "Only jobs of this workflow (its id)"),
+        ("parent" = Option<String>, Query, description = "Only children of this job (its id)"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Page size, an integer 1..=1000 (default 50)"),
         ("cursor" = Option<String>, Query, description = "next_cursor of the previous page"),
         ("include" = Option<String>, Query, description = "The large fields each job carries, comma-separated: args, result, errors, progress, or all (default: none, summaries)"),
@@ -256,6 +259,15 @@ pub async fn list_jobs(
         drover_core::json::check_integer_literals(m, "meta").map_err(|e| state.error(e))?;
         query.meta = Some(value);
     }
+    if let Some(w) = params.get("workflow") {
+        query.workflow = Some(w.parse::<drover_core::WorkflowId>().map_err(store_err)?);
+    }
+    if let Some(p) = params.get("parent") {
+        query.parent = Some(
+            p.parse::<JobId>()
+                .map_err(|_| ApiError::invalid("parent", "must be a job id (a UUID)"))?,
+        );
+    }
     if let Some(l) = params.get("limit") {
         let max = i64::from(drover_core::store::LIST_LIMIT_MAX);
         let limit =
@@ -306,9 +318,10 @@ pub async fn get_job(
     Ok(Json(JobResponse { job: job.into() }))
 }
 
-/// Cancel a job: queued or reconciling jobs end cancelled at once; a running job's handler is
-/// asked to stop (it ends cancelled, or succeeded if it completes anyway). 409 for a finished
-/// job.
+/// Cancel a job: waiting, queued or reconciling jobs end cancelled at once; a running job's
+/// handler is asked to stop (it ends cancelled, or succeeded if it completes anyway). The
+/// cancel reaches the job's children, and its dependents when it ends cancelled. 409 for a
+/// finished job.
 #[utoipa::path(
     post,
     path = "/v1/jobs/{id}/cancel",
@@ -339,7 +352,7 @@ pub async fn cancel_job(
 }
 
 /// Operator retry of a finished job: same id and args, attempt budget reset, quotas re-checked.
-/// 409 for a job that is still queued, running or reconciling.
+/// 409 for a job that is still waiting, queued, running or reconciling.
 #[utoipa::path(
     post,
     path = "/v1/jobs/{id}/retry",

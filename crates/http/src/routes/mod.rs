@@ -4,3 +4,4 @@
 pub mod jobs;
 pub mod queues;
 pub mod system;
+pub mod workflows;

@@ -1,5 +1,5 @@
 //! The cleaner: retention pruning of terminal jobs older than the retention (by the time they
-//! finished; never queued, running or reconciling jobs), at most `prune_limit` per pass (one
+//! finished; never waiting, queued, running or reconciling jobs), at most `prune_limit` per pass (one
 //! store call, so a backlog is worked off over the following passes and no pass holds the
 //! database for long), and removal of stale worker registrations (docs/design.md sections 6 and 9).
 

@@ -263,6 +263,25 @@ fn tenant_lock_key(tenant: &TenantId) -> i64 {
     TENANT_QUOTA_LOCK_BASE + i64::try_from(stripe).unwrap_or(0)
 }
 
+/// Takes the quota advisory locks `config` calls for, for jobs of `tenants`, for the rest of the
+/// transaction (none without quotas). Paths that lock job rows too take these first, in the
+/// order every enqueue takes them, so they never wait for each other in a cycle.
+pub(crate) async fn lock_quotas_for<'a>(
+    conn: &mut PgConnection,
+    config: &StoreConfig,
+    tenants: impl Iterator<Item = &'a TenantId>,
+) -> Result<(), Error> {
+    let quotas = config.quotas;
+    if quotas.is_unbounded() {
+        return Ok(());
+    }
+    let keys = quota_lock_keys(
+        quotas.max_pending.is_some(),
+        quotas.max_tenant_pending.is_some().then_some(tenants),
+    );
+    lock_quotas(conn, &keys).await
+}
+
 /// Takes the quota advisory locks for the rest of the transaction.
 pub(crate) async fn lock_quotas(conn: &mut PgConnection, keys: &[i64]) -> Result<(), Error> {
     if keys.is_empty() {
@@ -465,6 +484,17 @@ pub(crate) struct Resolved {
 }
 
 impl Resolved {
+    /// [`Resolved::into_enqueue`] leaving `batch` to the caller (its created jobs are cloned):
+    /// a transaction that may run again keeps its batch (workflow.rs).
+    pub(crate) fn into_enqueue_cloned(self, batch: &Batch) -> Result<Enqueue, Error> {
+        let copy = Batch {
+            jobs: batch.jobs.clone(),
+            ids: batch.ids.clone(),
+            hashes: batch.hashes.clone(),
+        };
+        self.into_enqueue(copy)
+    }
+
     /// The answers, building each created job from `batch`'s own input.
     pub(crate) fn into_enqueue(self, batch: Batch) -> Result<Enqueue, Error> {
         if batch.jobs.len() != self.answers.len() {

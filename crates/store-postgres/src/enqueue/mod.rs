@@ -27,7 +27,9 @@ use crate::notify::Notifier;
 pub(crate) use combine::Combiner;
 pub use copy::COPY_MIN_JOBS;
 pub use copy::{empty_data as copy_empty_data, statements as copy_statements};
-pub(crate) use insert::{enqueue, lock_quotas, quota_lock_keys, Batch, Wake};
+pub(crate) use insert::{
+    enqueue, enqueue_answers, lock_quotas, lock_quotas_for, quota_lock_keys, Batch, Enqueue, Wake,
+};
 
 /// How the store's own enqueue (`JobStore::jobs_enqueue`) stores a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +74,10 @@ pub(crate) async fn jobs_enqueue(
     config: &StoreConfig,
     jobs: Vec<NewJob>,
 ) -> Result<Vec<Enqueued>, Error> {
+    if crate::workflow::linked(&jobs) {
+        // Dependencies, names and run_regardless are stored by the linked path (workflow.rs).
+        return crate::workflow::jobs_enqueue(connections, notifier, config, jobs).await;
+    }
     let lane = Lane::choose(&jobs, config);
     // The COPY lane takes its connection before validating, to read the store's clock
     // meanwhile: join! polls in order, so the query is written to the socket before the

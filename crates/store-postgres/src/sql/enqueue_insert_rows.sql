@@ -19,16 +19,24 @@
 --
 -- Quotas: when asked ($15, $16; the caller holds the quota advisory locks, taken by an earlier
 -- statement, so this statement's snapshot holds every committed enqueue), the answer also
--- carries the pending (queued, running, reconciling) counts before this statement, in total
--- and per tenant as a JSON object (NULL when not asked), from scans of jobs_waiting_idx and
--- jobs_running_lease_idx (all of them for the total, the batch's tenants only otherwise); every
+-- carries the pending (waiting, queued, running, reconciling) counts before this statement, in
+-- total and per tenant as a JSON object (NULL when not asked), from scans of jobs_blocked_idx,
+-- jobs_waiting_idx and jobs_running_lease_idx (all of them for the total, the batch's tenants
+-- only otherwise); every
 -- part of a statement reads the same snapshot, so these counts come first. The caller adds its
 -- new jobs and rolls back when a quota would be passed.
 pending_by_tenant AS (
-    -- Pending = waiting (queued, reconciling: jobs_waiting_idx) + running
-    -- (jobs_running_lease_idx); two scans, each matching one partial index.
+    -- Pending = waiting for other jobs (jobs_blocked_idx) + waiting for a worker (queued,
+    -- reconciling: jobs_waiting_idx) + running (jobs_running_lease_idx); three scans, each
+    -- matching one partial index.
     SELECT p.tenant, sum(p.n)::bigint AS n
     FROM (
+        SELECT tenant, count(*)::bigint AS n
+        FROM drover.jobs
+        WHERE ($15::boolean OR ($16::boolean AND tenant = ANY($17::text[])))
+          AND state = 'waiting'
+        GROUP BY tenant
+        UNION ALL
         SELECT tenant, count(*)::bigint AS n
         FROM drover.jobs
         WHERE ($15::boolean OR ($16::boolean AND tenant = ANY($17::text[])))

@@ -1,5 +1,5 @@
 -- The stored jobs that made enqueue_insert.sql skip jobs: holders of the idempotency keys
--- (any state) and live (queued, running, reconciling) holders of the unique keys. Runs as its
+-- (any state) and live (waiting, queued, running, reconciling) holders of the unique keys. Runs as its
 -- own statement so it sees rows committed by concurrent enqueues after the insert's snapshot.
 --
 -- $1 tenant text[], $2 idempotency_key text[], $3 tenant text[], $4 unique_key text[].
@@ -10,4 +10,4 @@ UNION ALL
 SELECT j.*
 FROM unnest($3::text[], $4::text[]) AS k(tenant, key)
 JOIN drover.jobs j ON j.tenant = k.tenant AND j.unique_key = k.key
-WHERE j.state IN ('queued', 'running', 'reconciling')
+WHERE j.state IN ('waiting', 'queued', 'running', 'reconciling')

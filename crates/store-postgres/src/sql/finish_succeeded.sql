@@ -32,5 +32,10 @@ WHERE j.id = i.id
   -- cached as a generic plan, rescan the whole input for each of them (time proportional to
   -- running jobs x batch). Hidden, the only path is a primary-key lookup per input row.
   AND CASE WHEN j.state = 'running' THEN j.lease_expires_at > now() ELSE false END
+  -- A job with dependents, a parent or live children propagates its end: outcome.rs records it
+  -- in a transaction instead (docs/design.md section 10). PostgreSQL re-checks these on the
+  -- latest row version after waiting for a row lock, so a dependent or child stored
+  -- concurrently is never missed.
+  AND NOT j.has_dependents AND j.parent_id IS NULL AND j.live_children = 0
 RETURNING j.id,
     -- freed_queue: sql/freed_queue.sql, appended here by sql.rs.

@@ -16,5 +16,10 @@ WHERE j.id = i.id
   -- Fenced: running under the presented token with an unexpired lease (inside a CASE for the
   -- reason finish_succeeded.sql gives: a primary-key lookup per input row is the only path).
   AND CASE WHEN j.state = 'running' THEN j.lease_expires_at > now() ELSE false END
+  -- A job with dependents, a parent or live children propagates its end: outcome.rs records it
+  -- in a transaction instead (docs/design.md section 10). PostgreSQL re-checks these on the
+  -- latest row version after waiting for a row lock, so a dependent or child stored
+  -- concurrently is never missed.
+  AND NOT j.has_dependents AND j.parent_id IS NULL AND j.live_children = 0
 RETURNING j.id,
     -- freed_queue: sql/freed_queue.sql, appended here by sql.rs.

@@ -2,8 +2,9 @@
 -- filters (NULL: no filter) and a keyset cursor. The caller asks for one row more than the page
 -- to learn whether a next page exists.
 --
--- The jobs are read in five branches that each match a partial index (see the migrations):
--- jobs waiting for a worker through jobs_waiting_idx and running ones through
+-- The jobs are read in six branches that each match a partial index (see the migrations):
+-- jobs waiting for other jobs through jobs_blocked_idx (0006_workflows.sql), jobs waiting for
+-- a worker through jobs_waiting_idx and running ones through
 -- jobs_running_lease_idx (few: bounded by the quotas and the slots), and each terminal state
 -- on its own, in id order through jobs_done_state_idx or, with a queue filter,
 -- jobs_done_queue_idx. In a terminal branch the kind and tenant filters are one containment
@@ -33,8 +34,22 @@ SELECT page.id, page.kind, page.queue, page.tenant,
        CASE WHEN $11::boolean THEN page.errors ELSE '[]'::jsonb END AS errors,
        CASE WHEN $12::boolean THEN page.progress END AS progress,
        page.idempotency_key, page.request_hash, page.unique_key, page.limit_keys,
-       page.created_at, page.attempted_at, page.started_at, page.finished_at
+       page.created_at, page.attempted_at, page.started_at, page.finished_at,
+       page.workflow_id, page.name, page.parent_id, page.depends_on, page.run_regardless,
+       page.pending_dependencies, page.live_children
 FROM (
+    (SELECT j.*
+     FROM drover.jobs j
+     WHERE j.state = 'waiting'
+       AND ($2::text IS NULL OR j.state = $2)
+       AND ($1::text IS NULL OR j.queue = $1)
+       AND ($3::text IS NULL OR j.kind = $3)
+       AND ($4::text IS NULL OR j.tenant = $4)
+       AND ($5::jsonb IS NULL OR j.meta @> $5)
+       AND ($6::uuid IS NULL OR j.id < $6)
+     ORDER BY j.id DESC
+     LIMIT $7)
+    UNION ALL
     (SELECT j.*
      FROM drover.jobs j
      WHERE j.state IN ('queued', 'reconciling')

@@ -1,5 +1,8 @@
 -- Delete at most $2 terminal jobs that finished more than $1 ago (database clock), oldest
 -- first; rows another pruner is deleting are skipped, so concurrent pruners share the work.
+-- Kept for now (docs/design.md section 10): a job that a job not yet terminal depends on (it
+-- may read its result), a parent with live children, and a child whose parent is not
+-- terminal. The edges of the deleted jobs go with them.
 --
 -- $1 older_than_us bigint, $2 limit integer.
 WITH doomed AS (
@@ -7,10 +10,31 @@ WITH doomed AS (
     FROM drover.jobs j
     WHERE j.state IN ('succeeded', 'failed', 'cancelled')
       AND j.finished_at < now() - $1 * interval '1 microsecond'
+      AND j.live_children = 0
+      -- The parent's and the dependents' states are read by primary key per candidate (scalar
+      -- subqueries): as joins the planner would scan every live job of the table once.
+      AND (j.parent_id IS NULL
+           OR COALESCE((SELECT p.state FROM drover.jobs p WHERE p.id = j.parent_id)
+                       IN ('succeeded', 'failed', 'cancelled'), true))
+      AND (SELECT true
+           FROM drover.job_dependencies d
+           WHERE d.depends_on_id = j.id
+             AND (SELECT w.state FROM drover.jobs w WHERE w.id = d.job_id)
+                 IN ('waiting', 'queued', 'running', 'reconciling')
+           LIMIT 1) IS NULL
     ORDER BY j.finished_at
     LIMIT $2
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF j SKIP LOCKED
+),
+deleted AS (
+    DELETE FROM drover.jobs j
+    USING doomed d
+    WHERE j.id = d.id
+    RETURNING j.id
+),
+edges AS (
+    DELETE FROM drover.job_dependencies e
+    USING deleted d
+    WHERE e.depends_on_id = d.id OR e.job_id = d.id
 )
-DELETE FROM drover.jobs j
-USING doomed d
-WHERE j.id = d.id
+SELECT count(*) AS pruned FROM deleted

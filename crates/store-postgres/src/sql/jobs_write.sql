@@ -7,7 +7,8 @@
 -- $5 lease_owner text[], $6 lease_expires_at timestamptz[], $7 cancel_requested boolean[],
 -- $8 result jsonb[], $9 errors jsonb[], $10 progress jsonb[], $11 run_at timestamptz[],
 -- $12 finished_at timestamptz[], $13 meta jsonb[], $14 attempted_at timestamptz[],
--- $15 notify cancel requests boolean, $16 started_at timestamptz[].
+-- $15 notify cancel requests boolean, $16 started_at timestamptz[],
+-- $17 pending_dependencies integer[], $18 live_children integer[].
 WITH updated AS (
     UPDATE drover.jobs j
     SET state = u.state,
@@ -23,14 +24,16 @@ WITH updated AS (
         finished_at = u.finished_at,
         meta = u.meta,
         attempted_at = u.attempted_at,
-        started_at = u.started_at
+        started_at = u.started_at,
+        pending_dependencies = u.pending_dependencies,
+        live_children = u.live_children
     FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::bigint[], $5::text[],
                 $6::timestamptz[], $7::boolean[], $8::jsonb[], $9::jsonb[], $10::jsonb[],
                 $11::timestamptz[], $12::timestamptz[], $13::jsonb[], $14::timestamptz[],
-                $16::timestamptz[])
+                $16::timestamptz[], $17::integer[], $18::integer[])
          AS u(id, state, attempt, fencing_token, lease_owner, lease_expires_at,
               cancel_requested, result, errors, progress, run_at, finished_at, meta,
-              attempted_at, started_at)
+              attempted_at, started_at, pending_dependencies, live_children)
     WHERE j.id = u.id
     RETURNING j.*
 ),

@@ -2,9 +2,15 @@
 -- NULL), ready jobs (queued with run_at <= now) and how long the
 -- longest-waiting ready job has been ready in milliseconds (since greatest(run_at,
 -- created_at)), for every queue with jobs or a stored pause state, at one instant of the
--- database clock. Live jobs are counted through jobs_waiting_idx and jobs_running_lease_idx,
+-- database clock. Live jobs are counted through jobs_blocked_idx, jobs_waiting_idx and
+-- jobs_running_lease_idx,
 -- terminal ones with an index-only scan of jobs_done_queue_idx.
 WITH counts AS (
+    SELECT queue, state, count(*)::bigint AS n
+    FROM drover.jobs
+    WHERE state = 'waiting'
+    GROUP BY queue, state
+    UNION ALL
     SELECT queue, state, count(*)::bigint AS n
     FROM drover.jobs
     WHERE state IN ('queued', 'reconciling')

@@ -1,6 +1,7 @@
 -- Queues that have jobs or a stored pause state, by name. Queues of terminal jobs are found with
 -- a loose index scan of jobs_done_queue_idx (one probe per distinct queue, not a table scan);
--- queues of live jobs (few) through jobs_waiting_idx and jobs_running_lease_idx.
+-- queues of live jobs (few) through jobs_blocked_idx, jobs_waiting_idx and
+-- jobs_running_lease_idx.
 WITH RECURSIVE done_queues AS (
     (SELECT j.queue
      FROM drover.jobs j
@@ -18,6 +19,8 @@ WITH RECURSIVE done_queues AS (
 ),
 names AS (
     SELECT queue AS name FROM done_queues WHERE queue IS NOT NULL
+    UNION
+    SELECT queue FROM drover.jobs WHERE state = 'waiting'
     UNION
     SELECT queue FROM drover.jobs WHERE state IN ('queued', 'reconciling')
     UNION

@@ -1,0 +1,623 @@
+//! Workflows on PostgreSQL only (docs/design.md section 10): races the contract suite cannot
+//! stage through one store (two pools finishing the last two dependencies of a job at once, an
+//! enqueue racing its dependency's finish), the rows the store keeps (edges resolved once,
+//! `has_dependents`), and a fan-out of 10,000 children, timed.
+//!
+//! Needs `DROVER_TEST_DATABASE_URL`; without it every test skips, unless
+//! `DROVER_REQUIRE_POSTGRES` is set, when they fail instead. Each test works in a database of its
+//! own copied from the kit's migrated template (`drover_tests::postgres`), dropped at the end.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use drover_core::workflow::{EnqueueChildren, ListWorkflows, NewWorkflow};
+use drover_core::{
+    ClaimJobs, EnqueueStatus, Finish, FinishItem, FinishReply, Job, JobId, JobKind, JobState,
+    JobStore, ListJobs, NewJob, PruneJobs, QueueName, Quotas, Retry, StoreConfig, WorkerId,
+};
+use drover_store_postgres::sqlx::{self, PgPool};
+use drover_store_postgres::{PgOptions, PgStore};
+use drover_tests::postgres::{Schema, Server, TestDatabase};
+use serde_json::json;
+
+/// A store on a fresh migrated database, and a second store (its own pool) on the same one.
+struct Db {
+    database: TestDatabase,
+    store: Arc<PgStore>,
+}
+
+impl Db {
+    async fn open(test: &str) -> Option<Db> {
+        let server = Server::for_test(test)?;
+        let database = server.database(Schema::Migrated).await;
+        let store = Arc::new(Self::connect(&database).await);
+        Some(Db { database, store })
+    }
+
+    async fn connect(database: &TestDatabase) -> PgStore {
+        PgStore::connect_with(
+            database.connect.clone(),
+            PgOptions {
+                config: StoreConfig {
+                    quotas: Quotas::unbounded(),
+                    ..StoreConfig::default()
+                },
+                max_connections: 8,
+                ..PgOptions::default()
+            },
+        )
+        .await
+        .expect("connect to the test database")
+    }
+
+    async fn another(&self) -> Arc<PgStore> {
+        Arc::new(Self::connect(&self.database).await)
+    }
+
+    fn pool(&self) -> &PgPool {
+        self.store.pool()
+    }
+
+    async fn close(self) {
+        self.store.close().await;
+        self.database.drop_database().await;
+    }
+}
+
+fn work() -> NewJob {
+    NewJob::new(JobKind::parse("work").unwrap(), json!({}))
+}
+
+fn claim(limit: u32) -> ClaimJobs {
+    ClaimJobs {
+        worker: WorkerId::parse("w").unwrap(),
+        queues: vec![QueueName::default_queue()],
+        kinds: vec![JobKind::parse("work").unwrap()],
+        limit,
+        start: limit,
+        lease: Duration::from_secs(60),
+    }
+}
+
+/// Claims exactly the jobs `ids` (each ready, nothing else ready).
+async fn claim_all(store: &PgStore, n: usize) -> Vec<Job> {
+    let mut jobs = Vec::new();
+    while jobs.len() < n {
+        let limit = u32::try_from((n - jobs.len()).min(1_000)).unwrap();
+        let claimed = store.jobs_claim(claim(limit)).await.unwrap().jobs;
+        assert!(!claimed.is_empty(), "{} of {n} claimed", jobs.len());
+        jobs.extend(claimed);
+    }
+    jobs
+}
+
+fn success(job: &Job) -> FinishItem {
+    FinishItem {
+        id: job.id,
+        token: job.fencing_token,
+        finish: Finish::Succeeded {
+            result: Some(json!({"done": true})),
+        },
+        started: None,
+    }
+}
+
+async fn edges(pool: &PgPool, job: JobId) -> Vec<(JobId, bool)> {
+    let rows: Vec<(sqlx::types::Uuid, bool)> = sqlx::query_as(
+        "SELECT depends_on_id, resolved FROM drover.job_dependencies WHERE job_id = $1 ORDER BY depends_on_id",
+    )
+    .bind(job.as_uuid())
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    rows.into_iter().map(|(id, r)| (JobId(id), r)).collect()
+}
+
+async fn has_dependents(pool: &PgPool, job: JobId) -> bool {
+    sqlx::query_scalar("SELECT has_dependents FROM drover.jobs WHERE id = $1")
+        .bind(job.as_uuid())
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// A dependent waits, and is queued by the finish that ends its last dependency, in that same
+/// call; the edge is resolved once and the dependency is marked as having dependents (so its
+/// finish left the one-statement path). A failed dependency cancels its dependent naming it,
+/// and a cancelled one cancels the dependent's own dependents in the same step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dependents_follow_their_dependencies_in_the_same_finish() {
+    let Some(db) = Db::open("dependents_follow_their_dependencies_in_the_same_finish").await else {
+        return;
+    };
+    let store = &db.store;
+    let a = store.job_enqueue(work()).await.unwrap().job;
+    let b = store
+        .job_enqueue(work().with_dependency(a.id))
+        .await
+        .unwrap()
+        .job;
+    assert_eq!(b.state, JobState::Waiting);
+    assert_eq!(b.pending_dependencies, 1);
+    assert_eq!(store.job_get(b.id).await.unwrap().depends_on, vec![a.id]);
+    assert!(has_dependents(db.pool(), a.id).await);
+    assert_eq!(edges(db.pool(), b.id).await, vec![(a.id, false)]);
+
+    let running = claim_all(store, 1).await;
+    assert_eq!(running[0].id, a.id, "the waiting job is not claimable");
+    let replies = store.jobs_finish(vec![success(&running[0])]).await.unwrap();
+    assert_eq!(
+        replies,
+        vec![FinishReply::Recorded {
+            id: a.id,
+            to: JobState::Succeeded
+        }]
+    );
+    let b = store.job_get(b.id).await.unwrap();
+    assert_eq!((b.state, b.pending_dependencies), (JobState::Queued, 0));
+    assert_eq!(edges(db.pool(), b.id).await, vec![(a.id, true)]);
+    let a = store.job_get(a.id).await.unwrap();
+    assert_eq!(a.result, Some(json!({"done": true})));
+
+    // A failure cancels the dependent, which cancels its own dependent in the same step; one
+    // that runs regardless is queued.
+    let running = claim_all(store, 1).await;
+    assert_eq!(running[0].id, b.id);
+    let c = store
+        .job_enqueue(work().with_dependency(b.id))
+        .await
+        .unwrap()
+        .job;
+    let d = store
+        .job_enqueue(work().with_dependency(c.id))
+        .await
+        .unwrap()
+        .job;
+    let e = store
+        .job_enqueue(work().with_dependency(c.id).run_regardless())
+        .await
+        .unwrap()
+        .job;
+    let failed = FinishItem {
+        id: b.id,
+        token: running[0].fencing_token,
+        finish: Finish::Failed {
+            message: "boom".into(),
+            retry: Retry::Never,
+        },
+        started: None,
+    };
+    store.jobs_finish(vec![failed]).await.unwrap();
+    let c = store.job_get(c.id).await.unwrap();
+    assert_eq!(c.state, JobState::Cancelled);
+    assert!(
+        c.errors[0].message.contains(&b.id.to_string()),
+        "{:?}",
+        c.errors
+    );
+    assert_eq!(
+        store.job_get(d.id).await.unwrap().state,
+        JobState::Cancelled
+    );
+    assert_eq!(store.job_get(e.id).await.unwrap().state, JobState::Queued);
+
+    // Enqueued after its dependency ended: settled at once.
+    let late = store
+        .job_enqueue(work().with_dependency(a.id))
+        .await
+        .unwrap()
+        .job;
+    assert_eq!(late.state, JobState::Queued);
+    let doomed = store
+        .job_enqueue(work().with_dependency(b.id))
+        .await
+        .unwrap()
+        .job;
+    assert_eq!(doomed.state, JobState::Cancelled);
+    assert_eq!(edges(db.pool(), doomed.id).await, vec![(b.id, true)]);
+    db.close().await;
+}
+
+/// The last two dependencies of a job finish at the same instant through two pools: whichever
+/// commits second sees the first one's resolution (the dependent's row lock orders them), so
+/// the dependent is queued exactly once with no dependency pending, every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn last_two_dependencies_finishing_at_once_queue_the_dependent() {
+    let Some(db) = Db::open("last_two_dependencies_finishing_at_once_queue_the_dependent").await
+    else {
+        return;
+    };
+    let other = db.another().await;
+    for _ in 0..40 {
+        let a1 = db.store.job_enqueue(work()).await.unwrap().job;
+        let a2 = db.store.job_enqueue(work()).await.unwrap().job;
+        let b = db
+            .store
+            .job_enqueue(work().with_dependency(a1.id).with_dependency(a2.id))
+            .await
+            .unwrap()
+            .job;
+        assert_eq!((b.state, b.pending_dependencies), (JobState::Waiting, 2));
+        let running = claim_all(&db.store, 2).await;
+        let (first, second) = (success(&running[0]), success(&running[1]));
+        let s1 = db.store.clone();
+        let s2 = other.clone();
+        let t1 = tokio::spawn(async move { s1.jobs_finish(vec![first]).await.unwrap() });
+        let t2 = tokio::spawn(async move { s2.jobs_finish(vec![second]).await.unwrap() });
+        for replies in [t1.await.unwrap(), t2.await.unwrap()] {
+            assert!(
+                matches!(replies[0], FinishReply::Recorded { .. }),
+                "{replies:?}"
+            );
+        }
+        let b = db.store.job_get(b.id).await.unwrap();
+        assert_eq!((b.state, b.pending_dependencies), (JobState::Queued, 0));
+        assert!(edges(db.pool(), b.id).await.iter().all(|(_, r)| *r));
+        // Out of the next round's way.
+        let next = claim_all(&db.store, 1).await;
+        assert_eq!(next[0].id, b.id);
+        db.store.jobs_finish(vec![success(&next[0])]).await.unwrap();
+    }
+    other.close().await;
+    db.close().await;
+}
+
+/// An enqueue naming a running dependency races that dependency's finish: either the enqueue
+/// locks it first (the finish then sees `has_dependents` and resolves the edge) or the finish
+/// commits first (the enqueue sees it terminal and settles at once). Never a dependent left
+/// waiting for a job that ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn enqueue_racing_its_dependency_finish_never_waits_forever() {
+    let Some(db) = Db::open("enqueue_racing_its_dependency_finish_never_waits_forever").await
+    else {
+        return;
+    };
+    let other = db.another().await;
+    let mut settled_at_enqueue = 0;
+    for _ in 0..40 {
+        let a = db.store.job_enqueue(work()).await.unwrap().job;
+        let running = claim_all(&db.store, 1).await;
+        let item = success(&running[0]);
+        let finisher = db.store.clone();
+        let enqueuer = other.clone();
+        let finish = tokio::spawn(async move { finisher.jobs_finish(vec![item]).await.unwrap() });
+        let enqueue = tokio::spawn(async move {
+            enqueuer
+                .job_enqueue(work().with_dependency(a.id))
+                .await
+                .unwrap()
+                .job
+        });
+        let replies = finish.await.unwrap();
+        assert!(matches!(replies[0], FinishReply::Recorded { .. }));
+        let b = enqueue.await.unwrap();
+        if b.state == JobState::Queued {
+            settled_at_enqueue += 1;
+        }
+        let b = db.store.job_get(b.id).await.unwrap();
+        assert_eq!((b.state, b.pending_dependencies), (JobState::Queued, 0));
+        let next = claim_all(&db.store, 1).await;
+        assert_eq!(next[0].id, b.id);
+        db.store.jobs_finish(vec![success(&next[0])]).await.unwrap();
+    }
+    eprintln!("{settled_at_enqueue} of 40 enqueues saw the dependency ended");
+    other.close().await;
+    db.close().await;
+}
+
+/// A parent enqueues 10,000 children under its lease and waits for them without a slot; the
+/// children finish in batches of 1,000 and the last one queues the parent in its own finish.
+/// Each child costs one decrement of the parent's counter: the time per batch stays flat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fan_out_of_10000_children_resumes_the_parent_once() {
+    let Some(db) = Db::open("fan_out_of_10000_children_resumes_the_parent_once").await else {
+        return;
+    };
+    let store = &db.store;
+    let parent = store
+        .job_enqueue(NewJob::new(JobKind::parse("parent").unwrap(), json!({})))
+        .await
+        .unwrap()
+        .job;
+    let mut claim_parent = claim(1);
+    claim_parent.kinds = vec![JobKind::parse("parent").unwrap()];
+    let running = store.jobs_claim(claim_parent.clone()).await.unwrap().jobs;
+    let token = running[0].fencing_token;
+    let started = Instant::now();
+    let children: Vec<NewJob> = (0..10_000).map(|_| work()).collect();
+    let answers = store
+        .children_enqueue(EnqueueChildren {
+            parent: parent.id,
+            token,
+            jobs: children,
+        })
+        .await
+        .unwrap();
+    let enqueued = started.elapsed();
+    assert_eq!(answers.len(), 10_000);
+    assert!(answers.iter().all(|a| a.job.parent_id == Some(parent.id)));
+    assert_eq!(
+        store.job_get(parent.id).await.unwrap().live_children,
+        10_000
+    );
+    // One more is over the bound and stores nothing.
+    let refused = store
+        .children_enqueue(EnqueueChildren {
+            parent: parent.id,
+            token,
+            jobs: vec![work()],
+        })
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("10000"), "{refused}");
+
+    let waiting = store
+        .jobs_finish(vec![FinishItem {
+            id: parent.id,
+            token,
+            finish: Finish::WaitForChildren,
+            started: None,
+        }])
+        .await
+        .unwrap();
+    assert_eq!(
+        waiting,
+        vec![FinishReply::Recorded {
+            id: parent.id,
+            to: JobState::Waiting
+        }]
+    );
+    let mut batches = Vec::new();
+    let finishing = Instant::now();
+    for _ in 0..10 {
+        let jobs = claim_all(store, 1_000).await;
+        let items: Vec<FinishItem> = jobs.iter().map(success).collect();
+        let batch = Instant::now();
+        let replies = store.jobs_finish(items).await.unwrap();
+        batches.push(batch.elapsed());
+        assert!(replies.iter().all(|r| matches!(
+            r,
+            FinishReply::Recorded {
+                to: JobState::Succeeded,
+                ..
+            }
+        )));
+    }
+    let parent_after = store.job_get(parent.id).await.unwrap();
+    assert_eq!(
+        (parent_after.state, parent_after.live_children),
+        (JobState::Queued, 0)
+    );
+    assert_eq!(parent_after.attempt, 0, "waiting gave the attempt back");
+    let page = store
+        .jobs_list(ListJobs {
+            parent: Some(parent.id),
+            limit: 1_000,
+            ..ListJobs::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(page.jobs.len(), 1_000);
+    eprintln!(
+        "10,000 children: enqueued in {:.0} ms; finished in {:.0} ms, per 1,000-job batch {:?} ms",
+        enqueued.as_secs_f64() * 1e3,
+        finishing.elapsed().as_secs_f64() * 1e3,
+        batches.iter().map(|d| d.as_millis()).collect::<Vec<_>>()
+    );
+    let again = store.jobs_claim(claim_parent).await.unwrap().jobs;
+    assert_eq!(again[0].id, parent.id, "the parent runs again");
+    db.close().await;
+}
+
+/// A workflow graph is stored as one unit, read back with its jobs and counts, cancelled (its
+/// running job signalled, the rest cancelled) and retried (each job waiting again for its
+/// dependencies that run again); retention keeps what a live job still needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workflow_enqueue_get_list_cancel_retry_and_prune() {
+    let Some(db) = Db::open("workflow_enqueue_get_list_cancel_retry_and_prune").await else {
+        return;
+    };
+    let store = &db.store;
+    let graph = NewWorkflow::new()
+        .job("report", work(), &["extract", "transform"])
+        .job("extract", work(), &[])
+        .job("transform", work(), &["extract"]);
+    let enqueued = store.workflow_enqueue(graph).await.unwrap();
+    let states: Vec<JobState> = enqueued.jobs.iter().map(|a| a.job.state).collect();
+    assert_eq!(
+        states,
+        vec![JobState::Waiting, JobState::Queued, JobState::Waiting]
+    );
+    let report = enqueued.jobs[0].job.clone();
+    let extract = enqueued.jobs[1].job.clone();
+    assert_eq!(report.depends_on.len(), 2);
+    let workflow = store.workflow_get(enqueued.id).await.unwrap();
+    assert_eq!(workflow.jobs.len(), 3);
+    assert!(workflow
+        .jobs
+        .iter()
+        .all(|j| j.workflow_id == Some(enqueued.id)));
+    assert_eq!(
+        workflow
+            .jobs
+            .iter()
+            .find(|j| j.id == report.id)
+            .unwrap()
+            .name
+            .as_deref(),
+        Some("report")
+    );
+    let page = store
+        .workflows_list(ListWorkflows::default())
+        .await
+        .unwrap();
+    assert_eq!(page.workflows.len(), 1);
+    assert_eq!(page.workflows[0].states.get(&JobState::Waiting), Some(&2));
+    let listed = store
+        .jobs_list(ListJobs {
+            workflow: Some(enqueued.id),
+            ..ListJobs::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(listed.jobs.len(), 3);
+
+    let running = claim_all(store, 1).await;
+    assert_eq!(running[0].id, extract.id);
+    let change = store.workflow_cancel(enqueued.id).await.unwrap();
+    assert_eq!(change.jobs, 3);
+    let after = store.workflow_get(enqueued.id).await.unwrap();
+    let extract_now = after.jobs.iter().find(|j| j.id == extract.id).unwrap();
+    assert!(extract_now.cancel_requested && extract_now.state == JobState::Running);
+    let cancelled = FinishItem {
+        id: extract.id,
+        token: running[0].fencing_token,
+        finish: Finish::Cancelled {
+            message: "stopped".into(),
+        },
+        started: None,
+    };
+    store.jobs_finish(vec![cancelled]).await.unwrap();
+    let summary = store
+        .workflows_list(ListWorkflows::default())
+        .await
+        .unwrap();
+    assert_eq!(summary.workflows[0].overall(), JobState::Cancelled);
+
+    let retried = store.workflow_retry(enqueued.id).await.unwrap();
+    assert_eq!(retried.jobs, 3);
+    let after = store.workflow_get(enqueued.id).await.unwrap();
+    let state_of = |id: JobId| after.jobs.iter().find(|j| j.id == id).unwrap().clone();
+    assert_eq!(state_of(extract.id).state, JobState::Queued);
+    let report_now = state_of(report.id);
+    assert_eq!(
+        (report_now.state, report_now.pending_dependencies),
+        (JobState::Waiting, 2)
+    );
+    // Run it through.
+    for _ in 0..3 {
+        let jobs = claim_all(store, 1).await;
+        store.jobs_finish(vec![success(&jobs[0])]).await.unwrap();
+    }
+    let done = store
+        .workflows_list(ListWorkflows::default())
+        .await
+        .unwrap();
+    assert_eq!(done.workflows[0].overall(), JobState::Succeeded);
+
+    // Retention: a finished dependency of a live job stays.
+    let keep = store.job_enqueue(work()).await.unwrap().job;
+    let running = claim_all(store, 1).await;
+    store.jobs_finish(vec![success(&running[0])]).await.unwrap();
+    let waiter = store
+        .job_enqueue(work().with_dependency(keep.id).with_dependency(report.id))
+        .await
+        .unwrap()
+        .job;
+    assert_eq!(waiter.state, JobState::Queued);
+    let blocker = store.job_enqueue(work()).await.unwrap().job;
+    let held = store
+        .job_enqueue(work().with_dependency(keep.id).with_dependency(blocker.id))
+        .await
+        .unwrap()
+        .job;
+    assert_eq!(held.state, JobState::Waiting);
+    let pruned = store
+        .jobs_prune(PruneJobs {
+            older_than: Duration::ZERO,
+            limit: 1_000,
+        })
+        .await
+        .unwrap();
+    // extract and transform go; report stays for the queued waiter, keep for the waiting one.
+    assert_eq!(pruned, 2);
+    assert!(
+        store.job_get(keep.id).await.is_ok(),
+        "a waiting job depends on it"
+    );
+    assert!(
+        store.job_get(report.id).await.is_ok(),
+        "a queued job depends on it"
+    );
+    assert!(store.job_get(extract.id).await.is_err());
+    assert!(
+        edges(db.pool(), waiter.id).await.len() == 2,
+        "the edges of live jobs stay"
+    );
+    let gone: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM drover.job_dependencies WHERE depends_on_id = $1 OR job_id = $1",
+    )
+    .bind(extract.id.as_uuid())
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(gone, 0, "the edges of pruned jobs go with them");
+    db.close().await;
+}
+
+/// Cancelling a waiting parent cancels its waiting and queued children and signals its running
+/// ones; the cascade is counted, and the parent's live children stay exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_cascades_to_children() {
+    let Some(db) = Db::open("cancel_cascades_to_children").await else {
+        return;
+    };
+    let store = &db.store;
+    let parent = store
+        .job_enqueue(NewJob::new(JobKind::parse("parent").unwrap(), json!({})))
+        .await
+        .unwrap()
+        .job;
+    let mut claim_parent = claim(1);
+    claim_parent.kinds = vec![JobKind::parse("parent").unwrap()];
+    let token = store.jobs_claim(claim_parent).await.unwrap().jobs[0].fencing_token;
+    let answers = store
+        .children_enqueue(EnqueueChildren {
+            parent: parent.id,
+            token,
+            jobs: (0..3).map(|_| work()).collect(),
+        })
+        .await
+        .unwrap();
+    assert!(answers.iter().all(|a| a.status == EnqueueStatus::Created));
+    let child = claim_all(store, 1).await.remove(0);
+    store
+        .jobs_finish(vec![FinishItem {
+            id: parent.id,
+            token,
+            finish: Finish::WaitForChildren,
+            started: None,
+        }])
+        .await
+        .unwrap();
+    let outcome = store.job_cancel(parent.id).await.unwrap();
+    assert_eq!(outcome.job.state, JobState::Cancelled);
+    assert_eq!(outcome.cascaded, 3);
+    let children: Vec<Job> = store
+        .jobs_get(answers.iter().map(|a| a.job.id).collect())
+        .await
+        .unwrap();
+    let running: Vec<&Job> = children.iter().filter(|c| c.id == child.id).collect();
+    assert!(running[0].cancel_requested && running[0].state == JobState::Running);
+    assert_eq!(
+        children
+            .iter()
+            .filter(|c| c.state == JobState::Cancelled)
+            .count(),
+        2
+    );
+    assert_eq!(store.job_get(parent.id).await.unwrap().live_children, 1);
+    store
+        .jobs_finish(vec![FinishItem {
+            id: child.id,
+            token: child.fencing_token,
+            finish: Finish::Cancelled {
+                message: "stopped".into(),
+            },
+            started: None,
+        }])
+        .await
+        .unwrap();
+    assert_eq!(store.job_get(parent.id).await.unwrap().live_children, 0);
+    db.close().await;
+}
