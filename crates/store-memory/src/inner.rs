@@ -141,6 +141,12 @@ impl Inner {
         id
     }
 
+    /// Makes every later id count up from `first` by one, never reading the system clock.
+    pub(crate) fn count_ids_from(&mut self, first: JobId) {
+        self.last_id = Some(JobId(Uuid::from_u128(first.0.as_u128().wrapping_sub(1))));
+        self.last_id_ms = u128::MAX;
+    }
+
     /// True when `queue` is paused.
     pub fn is_paused(&self, queue: &QueueName) -> bool {
         self.queues.get(queue).is_some_and(|q| q.paused)
