@@ -621,3 +621,71 @@ async fn cancel_cascades_to_children() {
     assert_eq!(store.job_get(parent.id).await.unwrap().live_children, 0);
     db.close().await;
 }
+
+/// A parent's cancel (parent, then its children) races its children's finishes (each child,
+/// then the parent) through two pools: the lock orders differ, so PostgreSQL may fail one of
+/// them with a deadlock, which runs again. Every call succeeds, and the parent's count of live
+/// children ends exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn parent_cancel_racing_child_finishes_keeps_counts_exact() {
+    let Some(db) = Db::open("parent_cancel_racing_child_finishes_keeps_counts_exact").await else {
+        return;
+    };
+    let other = db.another().await;
+    let mut claim_parent = claim(1);
+    claim_parent.kinds = vec![JobKind::parse("parent").unwrap()];
+    for _ in 0..10 {
+        let parent = db
+            .store
+            .job_enqueue(NewJob::new(JobKind::parse("parent").unwrap(), json!({})))
+            .await
+            .unwrap()
+            .job;
+        let token = db
+            .store
+            .jobs_claim(claim_parent.clone())
+            .await
+            .unwrap()
+            .jobs[0]
+            .fencing_token;
+        db.store
+            .children_enqueue(EnqueueChildren {
+                parent: parent.id,
+                token,
+                jobs: (0..40).map(|_| work()).collect(),
+            })
+            .await
+            .unwrap();
+        let children = claim_all(&db.store, 40).await;
+        let canceller = db.store.clone();
+        let cancel = tokio::spawn(async move { canceller.job_cancel(parent.id).await.unwrap() });
+        let mut finishes = Vec::new();
+        for chunk in children.chunks(5) {
+            let items: Vec<FinishItem> = chunk.iter().map(success).collect();
+            let store = other.clone();
+            finishes.push(tokio::spawn(async move {
+                store.jobs_finish(items).await.unwrap()
+            }));
+        }
+        let outcome = cancel.await.unwrap();
+        assert!(outcome.job.cancel_requested);
+        for finish in finishes {
+            for reply in finish.await.unwrap() {
+                assert!(matches!(reply, FinishReply::Recorded { .. }), "{reply:?}");
+            }
+        }
+        let parent = db.store.job_get(parent.id).await.unwrap();
+        assert_eq!(parent.live_children, 0);
+        let finished = FinishItem {
+            id: parent.id,
+            token,
+            finish: Finish::Cancelled {
+                message: "stopped".into(),
+            },
+            started: None,
+        };
+        db.store.jobs_finish(vec![finished]).await.unwrap();
+    }
+    other.close().await;
+    db.close().await;
+}
