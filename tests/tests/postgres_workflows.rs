@@ -689,3 +689,40 @@ async fn parent_cancel_racing_child_finishes_keeps_counts_exact() {
     other.close().await;
     db.close().await;
 }
+
+/// A job with a dependency enqueued inside the caller's own transaction is stored, with its
+/// edge and its dependency's mark, only if that transaction commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn linked_enqueue_in_the_callers_transaction_follows_it() {
+    let Some(db) = Db::open("linked_enqueue_in_the_callers_transaction_follows_it").await else {
+        return;
+    };
+    use drover_store_postgres::sqlx::Connection;
+    let a = db.store.job_enqueue(work()).await.unwrap().job;
+    let mut conn = db.pool().acquire().await.unwrap();
+    let mut tx = conn.begin().await.unwrap();
+    let rolled = db
+        .store
+        .enqueue_in(&mut tx, vec![work().with_dependency(a.id)])
+        .await
+        .unwrap();
+    assert_eq!(rolled[0].job.state, JobState::Waiting);
+    tx.rollback().await.unwrap();
+    assert!(db.store.job_get(rolled[0].job.id).await.is_err());
+    assert!(!has_dependents(db.pool(), a.id).await);
+    assert!(edges(db.pool(), rolled[0].job.id).await.is_empty());
+
+    let mut tx = conn.begin().await.unwrap();
+    let kept = db
+        .store
+        .enqueue_in(&mut tx, vec![work().with_dependency(a.id).with_name("b")])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let b = db.store.job_get(kept[0].job.id).await.unwrap();
+    assert_eq!((b.state, b.name.as_deref()), (JobState::Waiting, Some("b")));
+    assert!(has_dependents(db.pool(), a.id).await);
+    assert_eq!(edges(db.pool(), b.id).await, vec![(a.id, false)]);
+    drop(conn);
+    db.close().await;
+}
