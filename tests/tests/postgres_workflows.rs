@@ -621,3 +621,154 @@ async fn cancel_cascades_to_children() {
     assert_eq!(store.job_get(parent.id).await.unwrap().live_children, 0);
     db.close().await;
 }
+
+/// A parent's cancel (parent, then its children) races its children's finishes (each child,
+/// then the parent) through two pools: the lock orders differ, so PostgreSQL may fail one of
+/// them with a deadlock, which runs again. Every call succeeds, and the parent's count of live
+/// children ends exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn parent_cancel_racing_child_finishes_keeps_counts_exact() {
+    let Some(db) = Db::open("parent_cancel_racing_child_finishes_keeps_counts_exact").await else {
+        return;
+    };
+    let other = db.another().await;
+    let mut claim_parent = claim(1);
+    claim_parent.kinds = vec![JobKind::parse("parent").unwrap()];
+    for _ in 0..10 {
+        let parent = db
+            .store
+            .job_enqueue(NewJob::new(JobKind::parse("parent").unwrap(), json!({})))
+            .await
+            .unwrap()
+            .job;
+        let token = db
+            .store
+            .jobs_claim(claim_parent.clone())
+            .await
+            .unwrap()
+            .jobs[0]
+            .fencing_token;
+        db.store
+            .children_enqueue(EnqueueChildren {
+                parent: parent.id,
+                token,
+                jobs: (0..40).map(|_| work()).collect(),
+            })
+            .await
+            .unwrap();
+        let children = claim_all(&db.store, 40).await;
+        let canceller = db.store.clone();
+        let cancel = tokio::spawn(async move { canceller.job_cancel(parent.id).await.unwrap() });
+        let mut finishes = Vec::new();
+        for chunk in children.chunks(5) {
+            let items: Vec<FinishItem> = chunk.iter().map(success).collect();
+            let store = other.clone();
+            finishes.push(tokio::spawn(async move {
+                store.jobs_finish(items).await.unwrap()
+            }));
+        }
+        let outcome = cancel.await.unwrap();
+        assert!(outcome.job.cancel_requested);
+        for finish in finishes {
+            for reply in finish.await.unwrap() {
+                assert!(matches!(reply, FinishReply::Recorded { .. }), "{reply:?}");
+            }
+        }
+        let parent = db.store.job_get(parent.id).await.unwrap();
+        assert_eq!(parent.live_children, 0);
+        let finished = FinishItem {
+            id: parent.id,
+            token,
+            finish: Finish::Cancelled {
+                message: "stopped".into(),
+            },
+            started: None,
+        };
+        db.store.jobs_finish(vec![finished]).await.unwrap();
+    }
+    other.close().await;
+    db.close().await;
+}
+
+/// A job with a dependency enqueued inside the caller's own transaction is stored, with its
+/// edge and its dependency's mark, only if that transaction commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn linked_enqueue_in_the_callers_transaction_follows_it() {
+    let Some(db) = Db::open("linked_enqueue_in_the_callers_transaction_follows_it").await else {
+        return;
+    };
+    use drover_store_postgres::sqlx::Connection;
+    let a = db.store.job_enqueue(work()).await.unwrap().job;
+    let mut conn = db.pool().acquire().await.unwrap();
+    let mut tx = conn.begin().await.unwrap();
+    let rolled = db
+        .store
+        .enqueue_in(&mut tx, vec![work().with_dependency(a.id)])
+        .await
+        .unwrap();
+    assert_eq!(rolled[0].job.state, JobState::Waiting);
+    tx.rollback().await.unwrap();
+    assert!(db.store.job_get(rolled[0].job.id).await.is_err());
+    assert!(!has_dependents(db.pool(), a.id).await);
+    assert!(edges(db.pool(), rolled[0].job.id).await.is_empty());
+
+    let mut tx = conn.begin().await.unwrap();
+    let kept = db
+        .store
+        .enqueue_in(&mut tx, vec![work().with_dependency(a.id).with_name("b")])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let b = db.store.job_get(kept[0].job.id).await.unwrap();
+    assert_eq!((b.state, b.name.as_deref()), (JobState::Waiting, Some("b")));
+    assert!(has_dependents(db.pool(), a.id).await);
+    assert_eq!(edges(db.pool(), b.id).await, vec![(a.id, false)]);
+    drop(conn);
+    db.close().await;
+}
+
+/// A graph of 10,000 jobs (one root, 9,999 jobs waiting for it) is stored in one call, and the
+/// root's finish queues all 9,999 in its own transaction: one edge resolved each. Timed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workflow_of_10000_jobs_is_released_by_one_finish() {
+    let Some(db) = Db::open("workflow_of_10000_jobs_is_released_by_one_finish").await else {
+        return;
+    };
+    let store = &db.store;
+    let mut graph = NewWorkflow::new().job("root", work(), &[]);
+    for n in 1..10_000 {
+        graph = graph.job(format!("leaf{n}"), work(), &["root"]);
+    }
+    let started = Instant::now();
+    let enqueued = store.workflow_enqueue(graph).await.unwrap();
+    let enqueue = started.elapsed();
+    assert_eq!(enqueued.jobs.len(), 10_000);
+    assert!(enqueued.jobs[1..]
+        .iter()
+        .all(|a| a.job.state == JobState::Waiting));
+    let root = claim_all(store, 1).await;
+    assert_eq!(root[0].id, enqueued.jobs[0].job.id);
+    let started = Instant::now();
+    store.jobs_finish(vec![success(&root[0])]).await.unwrap();
+    let finish = started.elapsed();
+    let page = store
+        .workflows_list(ListWorkflows::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        page.workflows[0].states.get(&JobState::Queued),
+        Some(&9_999)
+    );
+    let unresolved: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM drover.job_dependencies WHERE NOT resolved")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(unresolved, 0);
+    eprintln!(
+        "10,000-job workflow: enqueued in {:.0} ms; the root's finish queued 9,999 in {:.0} ms",
+        enqueue.as_secs_f64() * 1e3,
+        finish.as_secs_f64() * 1e3
+    );
+    db.close().await;
+}

@@ -31,7 +31,7 @@
 //! | claim (no limit policy) | 1 (+1 `EXISTS` check when nothing was claimed) |
 //! | claim while limit policies exist | 6+: BEGIN, policies, running counts, candidate pages, update, COMMIT |
 //! | heartbeat, finish (any batch size) | 1 |
-//! | ... items of jobs with dependents, a parent or live children, stale ones, wait for children | + BEGIN, lock, write, propagation rounds (3 each), freed queues, COMMIT |
+//! | ... items of jobs with dependents, a parent or live children, stale ones, wait for children | + BEGIN, lock parents, lock, write, propagation rounds (3 each), freed queues, COMMIT |
 //! | enqueue with dependencies, children, a workflow graph | BEGIN, [quota locks], lock dependencies, the insert lane's, clock, settle, edges, marks, COMMIT |
 //! | workflow get, workflows list, jobs get | 2, 1, 1 |
 //! | workflow cancel, retry | BEGIN, workflow, lock its jobs, [edges, checks], write, propagation or edges, COMMIT |

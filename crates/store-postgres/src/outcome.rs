@@ -375,7 +375,8 @@ async fn finish_any(conn: &mut PgConnection, items: &[&FinishItem]) -> Result<Fi
 }
 
 /// The transactional finish (docs/design.md section 10): the items at `positions` (first items
-/// of distinct ids) with their rows locked in id order, each applied with core's
+/// of distinct ids) with their parents locked first (parents_lock.sql), then their rows in id
+/// order, each applied with core's
 /// `state::apply` (`LeaseLost` for a stale token or an expired lease, as the statements answer),
 /// then propagated in the same transaction (propagate.rs). Tried again as a whole on a
 /// deadlock. A success here keeps its row also under `SucceededJobs::Delete`: its dependents or
@@ -394,6 +395,12 @@ async fn finish_locked_in(
     positions: &[usize],
 ) -> Result<Finished, Error> {
     let ids: Vec<JobId> = positions.iter().map(|&i| items[i].id).collect();
+    let uuids: Vec<Uuid> = ids.iter().map(|id| id.as_uuid()).collect();
+    let _parents: Vec<Uuid> = sqlx::query_scalar(sql::PARENTS_LOCK)
+        .bind(&uuids)
+        .fetch_all(&mut *conn)
+        .await
+        .store_err()?;
     let (jobs, now) = lock_jobs(&mut *conn, &ids).await?;
     let mut replies = Vec::with_capacity(positions.len());
     let mut changed = Vec::new();

@@ -119,6 +119,8 @@ statements! {
     SCHEDULE_FIRE = "schedule_fire.sql";
     /// Lock jobs by id, in id order.
     JOBS_LOCK = "jobs_lock.sql";
+    /// Lock the parents of jobs, in id order.
+    PARENTS_LOCK = "parents_lock.sql";
     /// Propagation: the unresolved edges of jobs that ended.
     PROPAGATE_EDGES = "propagate_edges.sql";
     /// Propagation: lock dependents, parents and live children.

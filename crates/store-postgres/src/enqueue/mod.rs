@@ -13,6 +13,10 @@
 //!
 //! An enqueue inside the caller's transaction (`PgStore::enqueue_in`) and a schedule's tick
 //! always take the insert lane on the caller's connection: a group or a COPY commits on its own.
+//!
+//! A batch with links (a job with dependencies, a name or `run_regardless`) takes none of the
+//! lanes: workflow.rs stores it in one transaction with its dependencies locked, and uses the
+//! insert lane's statements inside it.
 
 mod combine;
 mod copy;

@@ -31,11 +31,17 @@ WHERE j.id = i.id
   -- partial jobs_running_lease_idx (every running job) and, once the statement's plan is
   -- cached as a generic plan, rescan the whole input for each of them (time proportional to
   -- running jobs x batch). Hidden, the only path is a primary-key lookup per input row.
-  AND CASE WHEN j.state = 'running' THEN j.lease_expires_at > now() ELSE false END
-  -- A job with dependents, a parent or live children propagates its end: outcome.rs records it
-  -- in a transaction instead (docs/design.md section 10). PostgreSQL re-checks these on the
-  -- latest row version after waiting for a row lock, so a dependent or child stored
-  -- concurrently is never missed.
-  AND NOT j.has_dependents AND j.parent_id IS NULL AND j.live_children = 0
+  -- A job with dependents, a parent or live children propagates its end: outcome.rs records
+  -- it in a transaction instead (docs/design.md section 10). PostgreSQL re-checks the whole
+  -- condition on the latest row version after waiting for a row lock, so a dependent or
+  -- child stored concurrently is never missed. Inside the CASE too, for the same reason:
+  -- written plainly, their guessed selectivity (a new table has no statistics) makes the
+  -- planner drive the join from a scan of the whole table.
+  AND CASE
+          WHEN j.state = 'running'
+              THEN j.lease_expires_at > now()
+                   AND NOT j.has_dependents AND j.parent_id IS NULL AND j.live_children = 0
+          ELSE false
+      END
 RETURNING j.id,
     -- freed_queue: sql/freed_queue.sql, appended here by sql.rs.
