@@ -68,7 +68,11 @@ impl MemoryStore {
     /// An empty store on `clock` whose job ids count up from `first` instead of drawing UUID
     /// v7 from the system clock, so the same calls give the same ids (the deterministic
     /// simulator, `drover-sim`).
-    pub fn with_clock_and_first_id(config: StoreConfig, clock: Arc<dyn Clock>, first: JobId) -> Self {
+    pub fn with_clock_and_first_id(
+        config: StoreConfig,
+        clock: Arc<dyn Clock>,
+        first: JobId,
+    ) -> Self {
         let store = Self::with_clock(config, clock);
         store.inner.lock().count_ids_from(first);
         store
