@@ -228,6 +228,7 @@ macro_rules! contract_suite {
             workflows_chain_of_a_thousand_completes,
             workflows_fan_out_of_ten_thousand_children_completes,
             workflows_jobs_get_answers_in_the_order_asked,
+            workflows_retry_waits_for_live_dependencies_and_retried_children,
             workflows_rescue_and_reconcile_ends_propagate,
         }
     };

@@ -522,7 +522,7 @@ pub fn apply(job: &mut Job, event: Event, now: DateTime<Utc>) -> Result<Transiti
             job.finished_at = None;
             job.progress = None;
             requeue(job, now);
-            if job.pending_dependencies > 0 {
+            if job.pending_dependencies > 0 || job.live_children > 0 {
                 job.state = JobState::Waiting;
             }
         }

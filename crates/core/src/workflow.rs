@@ -542,30 +542,40 @@ pub struct EnqueueChildren {
     pub jobs: Vec<NewJob>,
 }
 
-/// Plans a workflow-wide retry: every `failed` or `cancelled` job of `jobs` (the whole
-/// workflow) runs again with [`crate::Event::Retry`]. Its edges (`edges`: every stored edge
-/// whose job is in the workflow) to a dependency that is not terminal after the
-/// retry become unresolved again and count as pending, so it waits for them; a retried child
-/// adds a live child to its parent. Returns the ids changed and the edges to store as
-/// unresolved.
+/// Plans an operator retry of the terminal jobs `retried` (every failed or cancelled job of a
+/// workflow, or one job): each runs again with [`crate::Event::Retry`]. `jobs` holds the
+/// retried jobs, their parents and their dependencies as stored (inside the workflow or not;
+/// one missing was pruned, so it ended); `edges` every stored edge whose job is retried. A
+/// retried job's edges to a dependency that is not terminal after the retry (live, or retried
+/// too) become unresolved again and count as pending; a retried child adds a live child to its
+/// parent first, so a retried parent waits for its retried children. Returns the ids changed
+/// and the edges to store as unresolved.
 pub fn plan_retry(
+    retried: &BTreeSet<JobId>,
     jobs: &mut BTreeMap<JobId, Job>,
     edges: &[Dependency],
     now: DateTime<Utc>,
 ) -> (BTreeSet<JobId>, Vec<Dependency>) {
-    let retried: BTreeSet<JobId> = jobs
-        .values()
-        .filter(|j| matches!(j.state, JobState::Failed | JobState::Cancelled))
-        .map(|j| j.id)
-        .collect();
     let mut changed = retried.clone();
     let mut unresolved = Vec::new();
+    for id in retried {
+        let parent = jobs.get(id).and_then(|j| j.parent_id);
+        if let Some(parent) = parent.and_then(|p| jobs.get_mut(&p)) {
+            let event = Event::ChildrenAdded {
+                token: None,
+                count: 1,
+            };
+            if apply(parent, event, now).is_ok() {
+                changed.insert(parent.id);
+            }
+        }
+    }
     // Edges by dependent, so a large workflow costs its edges once, not once per retried job.
     let mut by_job: HashMap<JobId, Vec<&Dependency>> = HashMap::new();
     for edge in edges.iter().filter(|e| retried.contains(&e.job)) {
         by_job.entry(edge.job).or_default().push(edge);
     }
-    for id in &retried {
+    for id in retried {
         let mut pending = 0;
         for &edge in by_job.get(id).map_or(&[][..], Vec::as_slice) {
             let live_after = retried.contains(&edge.dependency)
@@ -581,18 +591,6 @@ pub fn plan_retry(
             job.pending_dependencies = pending;
             // A retried job is terminal, so Retry applies.
             let _ = apply(job, Event::Retry, now);
-        }
-    }
-    for id in &retried {
-        let parent = jobs.get(id).and_then(|j| j.parent_id);
-        if let Some(parent) = parent.and_then(|p| jobs.get_mut(&p)) {
-            let event = Event::ChildrenAdded {
-                token: None,
-                count: 1,
-            };
-            if apply(parent, event, now).is_ok() {
-                changed.insert(parent.id);
-            }
         }
     }
     (changed, unresolved)
@@ -1131,7 +1129,8 @@ mod tests {
                 dependency: id(3),
             },
         ];
-        let (changed, unresolved) = plan_retry(&mut jobs, &edges, t0());
+        let retried: BTreeSet<JobId> = [id(1), id(2), id(4), id(6)].into_iter().collect();
+        let (changed, unresolved) = plan_retry(&retried, &mut jobs, &edges, t0());
         assert_eq!(
             changed.into_iter().collect::<Vec<_>>(),
             vec![id(1), id(2), id(4), id(5), id(6)]
@@ -1149,5 +1148,45 @@ mod tests {
         );
         assert_eq!(jobs[&id(5)].live_children, 1);
         assert_eq!(jobs[&id(6)].state, JobState::Queued);
+    }
+
+    #[test]
+    fn plan_retry_counts_live_dependencies_outside_and_waits_for_retried_children() {
+        let mut jobs = BTreeMap::new();
+        // A job cancelled by one failed dependency while another, outside, still runs.
+        let mut dependent = stored(1, JobState::Cancelled);
+        dependent.depends_on = vec![id(2), id(3)];
+        let outside_running = stored(2, JobState::Running);
+        let failed = stored(3, JobState::Failed);
+        // A failed parent whose failed child is retried with it.
+        let parent = stored(4, JobState::Failed);
+        let mut child = stored(5, JobState::Failed);
+        child.parent_id = Some(id(4));
+        for job in [dependent, outside_running, failed, parent, child] {
+            jobs.insert(job.id, job);
+        }
+        let edges = [
+            Dependency {
+                job: id(1),
+                dependency: id(2),
+            },
+            Dependency {
+                job: id(1),
+                dependency: id(3),
+            },
+        ];
+        let retried: BTreeSet<JobId> = [id(1), id(3), id(4), id(5)].into_iter().collect();
+        let (_, unresolved) = plan_retry(&retried, &mut jobs, &edges, t0());
+        assert_eq!(unresolved, edges.to_vec());
+        assert_eq!(
+            (jobs[&id(1)].state, jobs[&id(1)].pending_dependencies),
+            (JobState::Waiting, 2)
+        );
+        assert_eq!(
+            (jobs[&id(4)].state, jobs[&id(4)].live_children),
+            (JobState::Waiting, 1),
+            "a retried parent waits for its retried child"
+        );
+        assert_eq!(jobs[&id(5)].state, JobState::Queued);
     }
 }

@@ -655,8 +655,14 @@ impl JobStore for MemoryStore {
                     }
                 }
             }
-            inner.transition(id, Event::Retry, now)?;
-            inner.child_revived(id, now);
+            let linked = !job.depends_on.is_empty() || job.parent_id.is_some();
+            if linked {
+                // Waits again for its dependencies still live; its parent counts it live.
+                let mut fx = Effects::default();
+                inner.retry_linked(&std::iter::once(id).collect(), now, &mut fx);
+            } else {
+                inner.transition(id, Event::Retry, now)?;
+            }
             inner
                 .jobs
                 .get(&id)

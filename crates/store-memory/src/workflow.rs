@@ -270,20 +270,6 @@ impl Inner {
         })
     }
 
-    /// An operator's retry of a child brings it back to life: its parent counts one more live
-    /// child.
-    pub(crate) fn child_revived(&mut self, child: JobId, now: DateTime<Utc>) {
-        let Some(parent) = self.jobs.get(&child).and_then(|j| j.parent_id) else {
-            return;
-        };
-        let event = Event::ChildrenAdded {
-            token: None,
-            count: 1,
-        };
-        // A pruned parent has nobody left to count it.
-        let _ = self.transition(parent, event, now);
-    }
-
     /// The jobs of a workflow still stored, in creation order.
     pub(crate) fn workflow_jobs(&self, id: WorkflowId) -> Result<(WorkflowRecord, Vec<&Job>)> {
         let record = self.wf.records.get(&id).ok_or_else(|| Error::NotFound {
@@ -345,17 +331,9 @@ impl Inner {
         fx: &mut Effects,
     ) -> Result<u64> {
         let (_, jobs) = self.workflow_jobs(id)?;
-        let mut loaded: BTreeMap<JobId, Job> = BTreeMap::new();
-        let mut edges = Vec::new();
         let mut retried = BTreeSet::new();
         let mut by_tenant: Vec<(&TenantId, u64)> = Vec::new();
         for job in &jobs {
-            for dependency in &job.depends_on {
-                edges.push(Dependency {
-                    job: job.id,
-                    dependency: *dependency,
-                });
-            }
             if matches!(job.state, JobState::Failed | JobState::Cancelled) {
                 retried.insert(job.id);
                 match by_tenant.iter_mut().find(|(t, _)| **t == job.tenant) {
@@ -370,22 +348,49 @@ impl Inner {
                     }
                 }
             }
-            loaded.insert(job.id, Job::clone(job));
         }
         if retried.is_empty() {
             return Ok(0);
         }
         self.check_quota_room(quotas, retried.len() as u64, &by_tenant)?;
-        // Parents outside the workflow's list (none: children inherit it) need no loading;
-        // a parent in it is loaded above.
-        let (changed, unresolved) = plan_retry(&mut loaded, &edges, now);
+        self.retry_linked(&retried, now, fx);
+        Ok(retried.len() as u64)
+    }
+
+    /// Runs the terminal jobs `retried` again with `plan_retry`: each waits again for its
+    /// dependencies that are live or retried too (inside its workflow or not), a retried child
+    /// counts live again at its parent, and a retried parent waits for its retried children.
+    /// The caller checked quotas and unique keys.
+    pub(crate) fn retry_linked(
+        &mut self,
+        retried: &BTreeSet<JobId>,
+        now: DateTime<Utc>,
+        fx: &mut Effects,
+    ) {
+        let mut loaded: BTreeMap<JobId, Job> = BTreeMap::new();
+        let mut edges = Vec::new();
+        for id in retried {
+            let Some(job) = self.jobs.get(id) else {
+                continue;
+            };
+            let related = job.depends_on.iter().copied().chain(job.parent_id);
+            for other in related.chain(std::iter::once(*id)) {
+                if let Some(found) = self.jobs.get(&other) {
+                    loaded.entry(other).or_insert_with(|| Job::clone(found));
+                }
+            }
+            edges.extend(job.depends_on.iter().map(|dependency| Dependency {
+                job: *id,
+                dependency: *dependency,
+            }));
+        }
+        let (changed, unresolved) = plan_retry(retried, &mut loaded, &edges, now);
         for id in changed {
             if let Some(job) = loaded.remove(&id) {
                 self.write_back(job, now, fx);
             }
         }
         self.wf.unresolved.extend(unresolved);
-        Ok(retried.len() as u64)
     }
 
     /// Most live children a parent with `live` may get now, for [`crate::inner::Origin`].

@@ -3,6 +3,8 @@
 //! the table of docs/design.md section 3: cancel, operator retry and requeue, rescue of expired
 //! leases and the reconciler's verdict. Plus the reconcile claim and prune, which are single statements.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use chrono::{DateTime, Utc};
 use drover_core::{
     apply, CancelEffect, CancelOutcome, ClaimReconciling, Error, Event, FencingToken, Job, JobId,
@@ -15,7 +17,7 @@ use uuid::Uuid;
 
 use crate::enqueue::{lock_quotas, quota_lock_keys};
 use crate::error::SqlxResultExt;
-use crate::propagate::{ended, lock_jobs, propagate};
+use crate::propagate::{ended, propagate};
 use crate::records::{into_jobs, micros, JobRecord};
 use crate::sql;
 use crate::transaction::{retried, settle};
@@ -191,6 +193,7 @@ async fn retry_in(conn: &mut PgConnection, config: &StoreConfig, id: JobId) -> R
         lock_quotas(conn, &keys).await?;
     }
     let (mut job, now) = lock_job(conn, id).await?;
+    let stored = job.clone();
     apply(&mut job, Event::Retry, now)?;
     let (global_pending, tenant_pending, holder): (i64, i64, Option<Uuid>) =
         sqlx::query_as(sql::RETRY_CHECK)
@@ -222,19 +225,14 @@ async fn retry_in(conn: &mut PgConnection, config: &StoreConfig, id: JobId) -> R
     if let Some(holder) = holder {
         return Err(Error::unique_key_held(JobId(holder)));
     }
-    let job = write_job(conn, &job, false).await?;
-    if let Some(parent) = job.parent_id {
-        // A child running again is a live child of its parent again (docs/design.md section 10).
-        let (mut parents, _) = lock_jobs(conn, &[parent]).await?;
-        if let Some(parent) = parents.get_mut(&parent) {
-            let event = Event::ChildrenAdded {
-                token: None,
-                count: 1,
-            };
-            apply(parent, event, now)?;
-            write_job(conn, parent, false).await?;
-        }
+    if stored.depends_on.is_empty() && stored.parent_id.is_none() {
+        return write_job(conn, &job, false).await;
     }
+    // Waits again for its dependencies still live; its parent counts it live again
+    // (docs/design.md section 10).
+    let mut jobs: BTreeMap<JobId, Job> = BTreeMap::from([(id, stored)]);
+    crate::workflow::retry_linked(conn, &BTreeSet::from([id]), &mut jobs, now).await?;
+    let job = jobs.remove(&id).ok_or_else(|| Error::job_not_found(id))?;
     Ok(job)
 }
 

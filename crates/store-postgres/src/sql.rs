@@ -146,7 +146,6 @@ statements! {
     /// Lock every job of a workflow.
     WORKFLOW_LOCK = "workflow_lock.sql";
     /// The edges of some jobs.
-    WORKFLOW_EDGES = "workflow_edges.sql";
     /// A page of workflows with their counts.
     WORKFLOWS_LIST = "workflows_list.sql";
     /// Sessions that may hold a lock a migration step waited for.

@@ -725,21 +725,47 @@ async fn workflow_retry_in(
     if retried.is_empty() {
         return Ok(WorkflowChange { id, jobs: 0 });
     }
-    let ids: Vec<Uuid> = jobs.keys().map(|id| id.as_uuid()).collect();
-    let rows: Vec<(Uuid, Uuid, bool)> = sqlx::query_as(sql::WORKFLOW_EDGES)
-        .bind(&ids)
-        .fetch_all(&mut *conn)
-        .await
-        .store_err()?;
-    let edges: Vec<Dependency> = rows
-        .into_iter()
-        .map(|(dependency, job, _)| Dependency {
-            job: JobId(job),
-            dependency: JobId(dependency),
-        })
-        .collect();
     check_retry(conn, config, &tenant, &jobs, &retried).await?;
-    let (changed, unresolved) = plan_retry(&mut jobs, &edges, now);
+    retry_linked(conn, &retried, &mut jobs, now).await?;
+    Ok(WorkflowChange {
+        id,
+        jobs: retried.len() as u64,
+    })
+}
+
+/// Runs the terminal jobs `retried` again with [`plan_retry`] inside the caller's transaction,
+/// after its quota and unique-key checks: `jobs` holds them locked (and may hold more); their
+/// parents and dependencies not in it are locked and added (a dependency outside the workflow
+/// counts as much as one inside); the changed jobs are written back and the edges to
+/// dependencies that run again reopened.
+pub(crate) async fn retry_linked(
+    conn: &mut PgConnection,
+    retried: &BTreeSet<JobId>,
+    jobs: &mut BTreeMap<JobId, Job>,
+    now: DateTime<Utc>,
+) -> Result<(), Error> {
+    let mut edges = Vec::new();
+    let mut missing = Vec::new();
+    for id in retried {
+        let Some(job) = jobs.get(id) else {
+            continue;
+        };
+        for dependency in &job.depends_on {
+            edges.push(Dependency {
+                job: *id,
+                dependency: *dependency,
+            });
+        }
+        let related = job.depends_on.iter().copied().chain(job.parent_id);
+        missing.extend(related.filter(|other| !jobs.contains_key(other)));
+    }
+    missing.sort_unstable();
+    missing.dedup();
+    if !missing.is_empty() {
+        let (locked, _) = lock_jobs(conn, &missing).await?;
+        jobs.extend(locked);
+    }
+    let (changed, unresolved) = plan_retry(retried, jobs, &edges, now);
     let changed: Vec<Job> = changed
         .iter()
         .filter_map(|id| jobs.get(id).cloned())
@@ -763,10 +789,7 @@ async fn workflow_retry_in(
             .await
             .store_err()?;
     }
-    Ok(WorkflowChange {
-        id,
-        jobs: retried.len() as u64,
-    })
+    Ok(())
 }
 
 /// The checks of an operator retry for the `retried` jobs together (retry_check.sql): the

@@ -1377,3 +1377,107 @@ pub async fn workflows_jobs_get_answers_in_the_order_asked(f: &dyn StoreFactory)
     let many: Vec<JobId> = (0..1_001).map(|_| JobId::new_v7()).collect();
     expect_invalid(store.jobs_get(many).await, "ids");
 }
+
+/// A retry waits for what still runs or runs again: a workflow retry counts a live dependency
+/// outside the workflow; a job retry of a job cancelled by one failed dependency waits for its
+/// other, live one; a retried parent waits for its retried children instead of running beside
+/// them.
+pub async fn workflows_retry_waits_for_live_dependencies_and_retried_children(
+    f: &dyn StoreFactory,
+) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    // A job outside any workflow that stays live throughout.
+    let outside = enqueue(&*store, job("outside", json!(1))).await;
+    let graph = store
+        .workflow_enqueue(
+            NewWorkflow::new()
+                .job("a", job("a", json!(1)).with_max_attempts(1), &[])
+                .job("k", job("k", json!(1)).with_dependency(outside.id), &["a"]),
+        )
+        .await
+        .unwrap();
+    let [a, k] = [0, 1].map(|i| graph.jobs[i].job.id);
+    let run = claim(&*store, &["a"], 1).await.remove(0);
+    fail(&*store, &run).await;
+    assert_eq!(state_of(&*store, k).await, JobState::Cancelled);
+    assert_eq!(store.workflow_retry(graph.id).await.unwrap().jobs, 2);
+    let waiting = store.job_get(k).await.unwrap();
+    assert_eq!(
+        (waiting.state, waiting.pending_dependencies),
+        (JobState::Waiting, 2),
+        "waits for its retried dependency and for the live one outside"
+    );
+    let again = claim(&*store, &["a"], 1).await.remove(0);
+    complete(&*store, &again).await;
+    let waiting = store.job_get(k).await.unwrap();
+    assert_eq!(
+        (waiting.state, waiting.pending_dependencies),
+        (JobState::Waiting, 1)
+    );
+    assert!(claim(&*store, &["k"], 1).await.is_empty());
+    let outside_run = claim(&*store, &["outside"], 1).await.remove(0);
+    complete(&*store, &outside_run).await;
+    assert_eq!(state_of(&*store, k).await, JobState::Queued);
+
+    // A job retry: cancelled by a failed dependency while another still runs.
+    let failing = enqueue(&*store, job("f", json!(1)).with_max_attempts(1)).await;
+    let slow = enqueue(&*store, job("slow", json!(1))).await;
+    let joined = enqueue(
+        &*store,
+        job("j", json!(1))
+            .with_dependency(failing.id)
+            .with_dependency(slow.id),
+    )
+    .await;
+    let slow_run = claim(&*store, &["slow"], 1).await.remove(0);
+    let failing_run = claim(&*store, &["f"], 1).await.remove(0);
+    fail(&*store, &failing_run).await;
+    assert_eq!(state_of(&*store, joined.id).await, JobState::Cancelled);
+    let retried = store.job_retry(joined.id).await.unwrap();
+    assert_eq!(
+        (retried.state, retried.pending_dependencies),
+        (JobState::Waiting, 1),
+        "waits for its dependency still running"
+    );
+    assert!(claim(&*store, &["j"], 1).await.is_empty());
+    complete(&*store, &slow_run).await;
+    assert_eq!(state_of(&*store, joined.id).await, JobState::Queued);
+
+    // A workflow retry of a failed parent and its failed child.
+    let family = store
+        .workflow_enqueue(NewWorkflow::new().job("p", job("p", json!(1)).with_max_attempts(1), &[]))
+        .await
+        .unwrap();
+    let parent_run = claim(&*store, &["p"], 1).await.remove(0);
+    let child = children(
+        &*store,
+        &parent_run,
+        vec![job("c", json!(1)).with_max_attempts(1)],
+    )
+    .await
+    .remove(0);
+    assert_eq!(
+        finish(&*store, &parent_run, Finish::WaitForChildren).await,
+        JobState::Waiting
+    );
+    let child_run = claim(&*store, &["c"], 1).await.remove(0);
+    fail(&*store, &child_run).await;
+    let resumed = claim(&*store, &["p"], 1).await.remove(0);
+    fail(&*store, &resumed).await;
+    assert_eq!(store.workflow_retry(family.id).await.unwrap().jobs, 2);
+    let parent = store.job_get(family.jobs[0].job.id).await.unwrap();
+    assert_eq!(
+        (parent.state, parent.live_children),
+        (JobState::Waiting, 1),
+        "the retried parent waits for its retried child"
+    );
+    assert!(claim(&*store, &["p"], 1).await.is_empty());
+    let child_again = claim(&*store, &["c"], 1).await.remove(0);
+    assert_eq!(child_again.id, child.id);
+    complete(&*store, &child_again).await;
+    assert_eq!(
+        state_of(&*store, family.jobs[0].job.id).await,
+        JobState::Queued
+    );
+}
