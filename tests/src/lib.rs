@@ -229,6 +229,7 @@ macro_rules! contract_suite {
             workflows_fan_out_of_ten_thousand_children_completes,
             workflows_jobs_get_answers_in_the_order_asked,
             workflows_retry_waits_for_live_dependencies_and_retried_children,
+            workflows_resent_graph_answers_the_first_workflow,
             workflows_rescue_and_reconcile_ends_propagate,
         }
     };

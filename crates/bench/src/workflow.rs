@@ -110,9 +110,13 @@ pub async fn fan_out(
     })
 }
 
-/// The parent's handler: enqueue the children on the first run, succeed on the second.
+/// The parent's handler: enqueue the children on the first run, succeed once they all ended
+/// (a run that finds some live, after a crash before its wait was recorded, waits again).
 async fn parent_run(ctx: &JobContext, n: usize) -> Result<Outcome, Error> {
-    if ctx.job().live_children > 0 || !ctx.children().await?.is_empty() {
+    if ctx.job().live_children > 0 {
+        return Ok(Outcome::WaitForChildren);
+    }
+    if !ctx.children().await?.is_empty() {
         return Ok(Outcome::success());
     }
     let kind = JobKind::parse(KIND)?;

@@ -386,6 +386,9 @@ fn order(jobs: &[WorkflowJob], edges: &[Vec<usize>]) -> Result<Vec<PlannedJob>, 
     Ok(planned)
 }
 
+/// Most names a cycle error spells out: the first ones and the last two.
+const CYCLE_NAMES_SHOWN: usize = 8;
+
 /// Names one cycle among the jobs still waiting after [`order`]: walks dependencies from one
 /// of them until a job repeats.
 fn cycle_rule(jobs: &[WorkflowJob], edges: &[Vec<usize>], waiting_on: &[usize]) -> String {
@@ -404,10 +407,16 @@ fn cycle_rule(jobs: &[WorkflowJob], edges: &[Vec<usize>], waiting_on: &[usize]) 
                 .chain(std::iter::once(&next))
                 .map(|&i| jobs[i].name.as_str())
                 .collect();
-            return format!(
-                "must not have a cycle; {} (each waits for the next)",
+            // A long cycle is named by its ends, so the message stays short.
+            let shown = if names.len() > CYCLE_NAMES_SHOWN {
+                let head = names[..CYCLE_NAMES_SHOWN - 2].join(" -> ");
+                let tail = names[names.len() - 2..].join(" -> ");
+                let left_out = names.len() - CYCLE_NAMES_SHOWN;
+                format!("{head} -> ... ({left_out} more) -> {tail}")
+            } else {
                 names.join(" -> ")
-            );
+            };
+            return format!("must not have a cycle; {shown} (each waits for the next)");
         }
         on_path[next] = path.len();
         path.push(next);
@@ -722,6 +731,15 @@ mod tests {
         let itself = graph(&[("x", &["x"])]);
         let (_, reason) = invalid_field(itself.plan(&SizeLimits::default()));
         assert!(reason.contains("x -> x"), "{reason}");
+        // A long cycle is named by its ends only.
+        let mut long = NewWorkflow::new();
+        for i in 0..1_000 {
+            let before = format!("n{}", (i + 999) % 1_000);
+            long = long.job(format!("n{i}"), new_job("k"), &[before.as_str()]);
+        }
+        let (_, reason) = invalid_field(long.plan(&SizeLimits::default()));
+        assert!(reason.contains("(993 more)"), "{reason}");
+        assert!(reason.len() < 200, "{reason}");
     }
 
     #[test]

@@ -265,7 +265,20 @@ impl JobStore for MemoryStore {
                 room: None,
             };
             match inner.enqueue_from(batch, now, &self.config.quotas, origin) {
-                Ok((answers, ready)) => (id, answers, ready),
+                Ok((answers, ready)) => {
+                    // Nothing created (every job a replay or a unique key's holder): the
+                    // graph answers the workflow those jobs belong to, and stores none.
+                    let created = answers
+                        .iter()
+                        .any(|a| a.status == drover_core::EnqueueStatus::Created);
+                    let id = if created {
+                        id
+                    } else {
+                        inner.wf.records.remove(&id);
+                        answers.iter().find_map(|a| a.job.workflow_id).unwrap_or(id)
+                    };
+                    (id, answers, ready)
+                }
                 Err(e) => {
                     inner.wf.records.remove(&id);
                     return Err(e);

@@ -139,6 +139,7 @@ statements! {
     FINISH_FREED = "finish_freed.sql" + "freed_queue.sql" + "finish_freed_end.sql";
     /// Store a workflow.
     WORKFLOW_INSERT = "workflow_insert.sql";
+    WORKFLOW_FORGET = "workflow_forget.sql";
     /// One workflow.
     WORKFLOW_GET = "workflow_get.sql";
     /// Every job of a workflow.

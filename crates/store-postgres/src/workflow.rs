@@ -493,10 +493,21 @@ pub(crate) async fn workflow_enqueue(
     ));
     let enqueue = conn.done(result)?;
     notifier.notify(enqueue.ready_queues.iter().map(String::as_str));
+    let id = answered_workflow(id, &enqueue.answers);
     Ok(EnqueuedWorkflow {
         id,
         jobs: enqueue.answers,
     })
+}
+
+/// The workflow a graph enqueue answers: `id`, unless no job was created (every one replayed
+/// an idempotency key or met a unique key's holder): then the workflow of the first job
+/// answered, so a client's resent graph gets the workflow it created before.
+pub(crate) fn answered_workflow(id: WorkflowId, answers: &[Enqueued]) -> WorkflowId {
+    if answers.iter().any(|a| a.status == EnqueueStatus::Created) {
+        return id;
+    }
+    answers.iter().find_map(|a| a.job.workflow_id).unwrap_or(id)
 }
 
 async fn workflow_in(
@@ -515,7 +526,19 @@ async fn workflow_in(
         .execute(&mut *conn)
         .await
         .store_err()?;
-    enqueue_linked(conn, config, batch, links, Wake::AfterCommit).await
+    let enqueue = enqueue_linked(conn, config, batch, links, Wake::AfterCommit).await?;
+    if !enqueue
+        .answers
+        .iter()
+        .any(|a| a.status == EnqueueStatus::Created)
+    {
+        sqlx::query(sql::WORKFLOW_FORGET)
+            .bind(id.as_uuid())
+            .execute(&mut *conn)
+            .await
+            .store_err()?;
+    }
+    Ok(enqueue)
 }
 
 /// `JobStore::jobs_get`: one statement, answered in the order asked.

@@ -48,10 +48,16 @@ struct Migrate {
     millis: u64,
 }
 
-/// First run: one `migrate` child per volume, then wait without a slot. Second run (every
-/// child succeeded; a failed one sends the job to the rollback hook instead): done.
+/// First run: one `migrate` child per volume, then wait without a slot. A run that finds
+/// children still live (its worker died between storing them and recording the wait) waits
+/// again. Last run (every child succeeded; a failed one sends the job to the rollback hook
+/// instead): done.
 async fn evacuate(ctx: JobContext, args: Evacuate) -> Result<Outcome, drover::Error> {
     let children = ctx.children().await?;
+    if children.iter().any(|child| !child.state.is_terminal()) {
+        // Rescued after storing its children but before its wait was recorded: wait now.
+        return Ok(Outcome::WaitForChildren);
+    }
     if !children.is_empty() {
         ctx.step("done", json!({"migrated": children.len()}));
         return Ok(Outcome::success_with(json!({

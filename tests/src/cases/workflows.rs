@@ -1481,3 +1481,29 @@ pub async fn workflows_retry_waits_for_live_dependencies_and_retried_children(
         JobState::Queued
     );
 }
+
+/// A graph sent again with the same idempotency keys (a client retrying after a timeout)
+/// answers the workflow it created the first time, every job replayed, and stores no empty
+/// workflow beside it.
+pub async fn workflows_resent_graph_answers_the_first_workflow(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let graph = || {
+        NewWorkflow::new()
+            .job("a", job("a", json!(1)).with_idempotency_key("ik-a"), &[])
+            .job("b", job("b", json!(1)).with_idempotency_key("ik-b"), &["a"])
+    };
+    let first = store.workflow_enqueue(graph()).await.unwrap();
+    let again = store.workflow_enqueue(graph()).await.unwrap();
+    assert_eq!(again.id, first.id);
+    assert!(again
+        .jobs
+        .iter()
+        .all(|a| a.status == EnqueueStatus::Replayed));
+    let page = store
+        .workflows_list(drover_core::ListWorkflows::default())
+        .await
+        .unwrap();
+    assert_eq!(page.workflows.len(), 1, "no empty workflow was stored");
+    assert_eq!(store.workflow_get(first.id).await.unwrap().jobs.len(), 2);
+}
