@@ -1397,7 +1397,7 @@ pub async fn workflows_retry_waits_for_live_dependencies_and_retried_children(
         )
         .await
         .unwrap();
-    let [a, k] = [0, 1].map(|i| graph.jobs[i].job.id);
+    let k = graph.jobs[1].job.id;
     let run = claim(&*store, &["a"], 1).await.remove(0);
     fail(&*store, &run).await;
     assert_eq!(state_of(&*store, k).await, JobState::Cancelled);
