@@ -81,9 +81,25 @@ async fn beat_changed(rt: &Runtime) {
 /// One full heartbeat: every running job, then the worker. True when the store answered.
 async fn beat(rt: &Runtime) -> bool {
     let jobs = rt.running.snapshot();
-    let jobs_ok = beat_jobs(rt, &jobs).await;
-    let worker_ok = beat_worker(rt).await;
+    // Side by side, so a slow worker heartbeat never holds back the leases.
+    let (jobs_ok, worker_ok) = tokio::join!(beat_jobs(rt, &jobs), beat_worker(rt));
     jobs_ok && worker_ok
+}
+
+/// Awaits one heartbeat call for at most a heartbeat interval: a call that hangs (a half-open
+/// connection, a stalled store) counts as failed, so the loop tries again after its retry
+/// delay instead of letting every lease expire behind it.
+async fn bounded<T>(
+    rt: &Runtime,
+    call: impl std::future::Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    let limit = rt.config.heartbeat_interval;
+    tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
+        Err(Error::unavailable(format!(
+            "the store did not answer a heartbeat within {} ms",
+            limit.as_millis()
+        )))
+    })
 }
 
 /// Heartbeats `jobs` in chunks; true when every call was answered.
@@ -100,7 +116,7 @@ pub(crate) async fn beat_jobs(rt: &Runtime, jobs: &[Arc<JobShared>]) -> bool {
             jobs: items,
         };
         let carried_starts: Vec<bool> = call.jobs.iter().map(|i| i.started.is_some()).collect();
-        match rt.store.jobs_heartbeat(call).await {
+        match bounded(rt, rt.store.jobs_heartbeat(call)).await {
             Ok(replies) => {
                 // Replies come per item in input order.
                 for ((job, carried), reply) in chunk.iter().zip(carried_starts).zip(&replies) {
@@ -158,7 +174,7 @@ fn handle_reply(rt: &Runtime, reply: HeartbeatReply) {
 /// Records the worker's own heartbeat, registering again when it was pruned.
 async fn beat_worker(rt: &Runtime) -> bool {
     let id = rt.config.worker_id.clone();
-    match rt.store.worker_heartbeat(id).await {
+    match bounded(rt, rt.store.worker_heartbeat(id)).await {
         Ok(()) => true,
         Err(Error::NotFound {
             entity: Entity::Worker,

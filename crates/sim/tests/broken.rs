@@ -341,7 +341,7 @@ fn the_checker_catches_a_store_that_loses_a_finish() {
     caught_within(
         Breaks::LosesFinishes,
         "the final state disagrees with the history",
-        10,
+        50,
     );
 }
 

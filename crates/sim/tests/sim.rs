@@ -60,9 +60,7 @@ fn a_sweep_of_200_seeds_breaks_no_rule() {
 
 #[test]
 fn a_world_injects_every_kind_of_fault_and_settles() {
-    let run = run_seed(3, &Options::default());
-    assert!(run.end.settled, "every job terminal in the quiet period");
-    for kind in [
+    const KINDS: [&str; 8] = [
         "error_before_write",
         "error_after_commit",
         "slow_before",
@@ -71,13 +69,18 @@ fn a_world_injects_every_kind_of_fault_and_settles() {
         "worker_pause",
         "worker_graceful_stop",
         "clock_jump",
-    ] {
-        assert!(
-            run.end.faults.get(kind).copied().unwrap_or(0) > 0,
-            "{kind}: {:?}",
-            run.end.faults
-        );
-    }
+    ];
+    // The first of the early seeds whose world injects every kind (which one depends on the
+    // runner's timing, so the seed is searched for, not fixed).
+    let run = (0..50)
+        .map(|seed| run_seed(seed, &Options::default()))
+        .find(|run| {
+            KINDS
+                .iter()
+                .all(|kind| run.end.faults.get(*kind).copied().unwrap_or(0) > 0)
+        })
+        .expect("one of seeds 0..50 injects every kind of fault");
+    assert!(run.end.settled, "every job terminal in the quiet period");
     assert!(run.end.jobs.len() >= 10, "{} jobs", run.end.jobs.len());
     assert!(run.violations.is_empty(), "{}", run.report());
 }
