@@ -435,6 +435,20 @@ pub struct EnqueuedWorkflow {
     pub jobs: Vec<crate::Enqueued>,
 }
 
+/// The workflow a graph enqueue answers: `id`, unless no job was created (every one replayed
+/// an idempotency key or met a unique key's holder): then the workflow of the first job
+/// answered, so a client's resent graph gets the workflow it created before. A store that
+/// created no job stores no workflow row either.
+pub fn answered_workflow(id: WorkflowId, answers: &[crate::Enqueued]) -> WorkflowId {
+    if answers
+        .iter()
+        .any(|a| a.status == crate::EnqueueStatus::Created)
+    {
+        return id;
+    }
+    answers.iter().find_map(|a| a.job.workflow_id).unwrap_or(id)
+}
+
 /// A workflow as stored: every job that carries its id.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Workflow {

@@ -271,12 +271,10 @@ impl JobStore for MemoryStore {
                     let created = answers
                         .iter()
                         .any(|a| a.status == drover_core::EnqueueStatus::Created);
-                    let id = if created {
-                        id
-                    } else {
+                    if !created {
                         inner.wf.records.remove(&id);
-                        answers.iter().find_map(|a| a.job.workflow_id).unwrap_or(id)
-                    };
+                    }
+                    let id = drover_core::workflow::answered_workflow(id, &answers);
                     (id, answers, ready)
                 }
                 Err(e) => {

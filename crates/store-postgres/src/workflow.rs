@@ -493,21 +493,11 @@ pub(crate) async fn workflow_enqueue(
     ));
     let enqueue = conn.done(result)?;
     notifier.notify(enqueue.ready_queues.iter().map(String::as_str));
-    let id = answered_workflow(id, &enqueue.answers);
+    let id = drover_core::workflow::answered_workflow(id, &enqueue.answers);
     Ok(EnqueuedWorkflow {
         id,
         jobs: enqueue.answers,
     })
-}
-
-/// The workflow a graph enqueue answers: `id`, unless no job was created (every one replayed
-/// an idempotency key or met a unique key's holder): then the workflow of the first job
-/// answered, so a client's resent graph gets the workflow it created before.
-pub(crate) fn answered_workflow(id: WorkflowId, answers: &[Enqueued]) -> WorkflowId {
-    if answers.iter().any(|a| a.status == EnqueueStatus::Created) {
-        return id;
-    }
-    answers.iter().find_map(|a| a.job.workflow_id).unwrap_or(id)
 }
 
 async fn workflow_in(
