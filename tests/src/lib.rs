@@ -99,6 +99,8 @@ macro_rules! contract_suite {
             cancel_finished_job_is_invalid_transition,
             cancel_unknown_is_not_found,
             retry_from_each_terminal_state,
+            trace_context_survives_retries_and_operator_retry,
+            trace_context_stored_by_every_enqueue_path,
             retry_of_live_job_is_invalid_transition,
             retry_rechecks_quota,
             retry_quota_counts_running_jobs,

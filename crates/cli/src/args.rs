@@ -318,6 +318,23 @@ pub struct WorkerArgs {
     /// at least 10000): vacuum is not keeping up (0..=1, default 0.5; 0: never).
     #[arg(long, value_name = "FRACTION", value_parser = dead_rows_fraction)]
     pub warn_dead_rows: Option<f64>,
+
+    /// Export traces and metrics over OTLP/HTTP (`on` or `off`; also DROVER_OTLP). Default:
+    /// on when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set. The
+    /// standard OTEL_* variables configure the export (docs/opentelemetry.md).
+    #[arg(long, value_name = "on|off", env = "DROVER_OTLP", value_parser = on_off)]
+    pub otlp: Option<bool>,
+
+    /// How a job's attempts after the first relate to the trace of its enqueue: `link` (a
+    /// trace of their own, linked; the default) or `parent` (children in the same trace).
+    #[arg(
+        long,
+        value_name = "link|parent",
+        env = "DROVER_TRACE_LATER_ATTEMPTS",
+        default_value = "link",
+        value_parser = later_attempts
+    )]
+    pub trace_later_attempts: drover_runner::telemetry::LaterAttempts,
 }
 
 impl WorkerArgs {
@@ -723,7 +740,8 @@ pub struct ServeArgs {
     )]
     pub max_body_bytes: usize,
     /// Also run a worker in this process, with the worker options below; without --worker
-    /// they are refused (except --db-connections and --pgbouncer, which size the API's pool).
+    /// they are refused (except --db-connections and --pgbouncer, which size the API's pool,
+    /// and --otlp and --trace-later-attempts).
     #[arg(long)]
     pub worker: bool,
     /// Worker options (with --worker).
@@ -762,8 +780,14 @@ pub struct DevArgs {
     pub worker_args: WorkerArgs,
 }
 
-/// Worker flags that `drover serve` uses without `--worker` too: they set up its database pool.
-const SERVE_STORE_FLAGS: [&str; 2] = ["db_connections", "pgbouncer"];
+/// Worker flags that `drover serve` uses without `--worker` too: they set up its database pool
+/// and its telemetry.
+const SERVE_STORE_FLAGS: [&str; 4] = [
+    "db_connections",
+    "pgbouncer",
+    "otlp",
+    "trace_later_attempts",
+];
 
 /// Worker flags that `drover dev` cannot use: it runs on the in-memory store.
 const DEV_DATABASE_FLAGS: [&str; 4] = [
@@ -841,6 +865,28 @@ pub fn inapplicable(matches: &ArgMatches) -> Option<String> {
         }
         _ => None,
     }
+}
+
+/// Parses `on` or `off` (also `true`/`false`, `1`/`0`).
+///
+/// # Errors
+/// A message naming the accepted values.
+pub fn on_off(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "on" | "true" | "1" => Ok(true),
+        "off" | "false" | "0" => Ok(false),
+        other => Err(format!("must be on or off, got {other:?}")),
+    }
+}
+
+/// Parses `link` or `parent`.
+///
+/// # Errors
+/// A message naming the accepted values.
+pub fn later_attempts(s: &str) -> Result<drover_runner::telemetry::LaterAttempts, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| format!("must be link or parent, got {:?}", s.trim()))
 }
 
 /// Parses `30s`, `10m`, `1h30m`, `7d`, `500ms` (humantime).

@@ -1,6 +1,8 @@
 //! Environment settings (only this crate reads environment variables; ARCHITECTURE.md):
 //! `DROVER_MAX_PENDING`, `DROVER_MAX_TENANT_PENDING` (quotas, docs/design.md section 4),
-//! `DROVER_API_TOKENS` (HTTP auth). `DROVER_DATABASE_URL` and `DROVER_MAX_CONCURRENT` are read by
+//! `DROVER_API_TOKENS` (HTTP auth), and whether OTLP export is asked for by the standard
+//! `OTEL_EXPORTER_OTLP_ENDPOINT`/`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (the OpenTelemetry SDK reads
+//! the rest of the `OTEL_*` variables itself, in `drover-telemetry`). `DROVER_DATABASE_URL` and `DROVER_MAX_CONCURRENT` are read by
 //! clap (see [`crate::args`]).
 
 use anyhow::Result;
@@ -62,4 +64,14 @@ pub fn api_tokens() -> Option<String> {
     std::env::var("DROVER_API_TOKENS")
         .ok()
         .filter(|v| !v.trim().is_empty())
+}
+
+/// Whether to export over OTLP: `flag` (`--otlp`, `DROVER_OTLP`) when given, else whether an
+/// OTLP endpoint variable is set and not blank.
+pub fn otlp_wanted(flag: Option<bool>) -> bool {
+    flag.unwrap_or_else(|| {
+        ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
+            .iter()
+            .any(|name| std::env::var(name).is_ok_and(|v| !v.trim().is_empty()))
+    })
 }

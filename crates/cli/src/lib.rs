@@ -112,7 +112,40 @@ pub fn run_with(extensions: Extensions, args: impl IntoIterator<Item = OsString>
     if json_logs {
         output::log_json();
     }
-    init_tracing(cli.log.as_deref(), json_logs);
+    // OTLP export (docs/opentelemetry.md) for the commands that run until stopped.
+    let telemetry_flags = match &cli.command {
+        args::Command::Worker(w) => Some(w),
+        args::Command::Serve(s) => Some(&s.worker_args),
+        args::Command::Dev(d) => Some(&d.worker_args),
+        _ => None,
+    };
+    let telemetry = match telemetry_flags.filter(|flags| env::otlp_wanted(flags.otlp)) {
+        Some(flags) => match drover_telemetry::Telemetry::start(flags.trace_later_attempts) {
+            Ok(telemetry) => Some(telemetry),
+            Err(e) => {
+                errln!("drover: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => None,
+    };
+    init_tracing(cli.log.as_deref(), json_logs, telemetry.as_ref());
+    if let Some(telemetry) = &telemetry {
+        let _ = TELEMETRY.set(telemetry.clone());
+    }
+    let code = run_command(cli, extensions);
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
+    code
+}
+
+/// The process's OTLP export, when on: the worker's metrics report to it too.
+pub(crate) static TELEMETRY: std::sync::OnceLock<drover_telemetry::Telemetry> =
+    std::sync::OnceLock::new();
+
+/// Runs the parsed command on a new runtime; the exit code.
+fn run_command(cli: args::Cli, extensions: Extensions) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -153,28 +186,40 @@ pub fn one_line(e: &anyhow::Error) -> String {
 
 /// Logs to stderr at `filter` (`--log`, else `RUST_LOG`, else `warn`); with `json`, one JSON
 /// object a line with the event's fields at the top level
-/// (`{"timestamp":...,"level":"WARN","message":...,"job_id":...,"target":...}`).
-fn init_tracing(filter: Option<&str>, json: bool) {
-    use tracing_subscriber::EnvFilter;
+/// (`{"timestamp":...,"level":"WARN","message":...,"job_id":...,"target":...}`). With
+/// `telemetry`, spans and events at info and above also go to its OpenTelemetry layer,
+/// whatever the log filter.
+fn init_tracing(filter: Option<&str>, json: bool, telemetry: Option<&drover_telemetry::Telemetry>) {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{EnvFilter, Layer, Registry};
     let filter = filter
         .map(EnvFilter::new)
         .or_else(|| EnvFilter::try_from_default_env().ok())
         .unwrap_or_else(|| EnvFilter::new("warn"));
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         // A log line that cannot be written (stderr's reader is gone) is dropped: by default
         // tracing reports that with `eprintln!`, which panics in whatever task logged.
         .log_internal_errors(false);
-    let _ = if json {
+    let logs: Box<dyn Layer<Registry> + Send + Sync> = if json {
         logs.json()
             .flatten_event(true)
             .with_current_span(false)
             .with_span_list(false)
-            .try_init()
+            .with_filter(filter)
+            .boxed()
     } else {
         // Colours only on a terminal: log files and journald get plain text.
         logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .try_init()
+            .with_filter(filter)
+            .boxed()
     };
+    let traces = telemetry.map(|telemetry| {
+        telemetry
+            .layer()
+            .with_filter(Targets::new().with_default(LevelFilter::INFO))
+    });
+    let _ = tracing_subscriber::registry().with(logs).with(traces).try_init();
 }

@@ -13,7 +13,9 @@ use std::sync::Arc;
 use anyhow::{anyhow, Context, Result};
 use drover_core::{JobKind, JobStore, QueueName};
 use drover_http::{ApiConfig, ApiState, AuthMode, ProcessMetrics};
-use drover_runner::{Client, Metrics, Registry, Worker, WorkerConfig, WorkerReport};
+use drover_runner::{
+    Client, Metrics, MetricsFanOut, Registry, Worker, WorkerConfig, WorkerReport,
+};
 use drover_store_postgres::PgStore;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -128,10 +130,18 @@ impl<'a> Process<'a> {
             Finishing::Requests
         };
         shutdown_on_signals(shutdown.clone(), finishing);
-        let process = ProcessMetrics::new(self.kinds);
+        let process = ProcessMetrics::new(self.kinds.clone());
         let metrics: Arc<dyn Metrics> = match self.worker_metrics {
             Some(build) => build(process.clone()),
             None => Arc::new(process.clone()),
+        };
+        // With OTLP export on, the same calls reach its instruments too.
+        let metrics = match crate::TELEMETRY.get() {
+            Some(telemetry) => {
+                let queues = self.worker.as_ref().map(|(config, _)| config.queues()).unwrap_or_default();
+                Arc::new(MetricsFanOut(vec![metrics, telemetry.metrics(self.kinds, queues)]))
+            }
+            None => metrics,
         };
         let mut running = Running {
             ctx: self.ctx,

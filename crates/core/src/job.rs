@@ -17,6 +17,7 @@ use crate::json;
 use crate::lease::FencingToken;
 use crate::names::{check_free_key, JobKind, LimitKey, QueueName, TenantId, WorkerId};
 use crate::state::JobState;
+use crate::trace::TraceContext;
 
 /// Default number of attempts a job gets (docs/design.md section 3).
 pub const MAX_ATTEMPTS_DEFAULT: i32 = 3;
@@ -229,6 +230,10 @@ pub struct Job {
     /// above 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub live_children: i32,
+    /// The W3C trace context its attempts descend from or link to, captured at enqueue
+    /// (kept across retries and operator retries; children inherit their parent's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_context: Option<TraceContext>,
 }
 
 fn is_zero(n: &i32) -> bool {
@@ -297,6 +302,9 @@ pub struct NewJob {
     /// [`crate::JobStore::workflow_enqueue`]; shown by `workflows get`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// The W3C trace context of the enqueue (the runner's [`crate::Job::trace_context`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_context: Option<TraceContext>,
 }
 
 impl NewJob {
@@ -317,7 +325,14 @@ impl NewJob {
             depends_on: Vec::new(),
             run_regardless: false,
             name: None,
+            trace_context: None,
         }
+    }
+
+    /// Sets the trace context the job's attempts descend from.
+    pub fn with_trace_context(mut self, context: TraceContext) -> Self {
+        self.trace_context = Some(context);
+        self
     }
 
     /// Adds a dependency: the job waits until `job` is terminal (adding one already present
@@ -452,6 +467,9 @@ impl NewJob {
         if let Some(name) = &self.name {
             check_free_key("name", name)?;
         }
+        if let Some(context) = &self.trace_context {
+            context.validate()?;
+        }
         Ok(())
     }
 
@@ -563,6 +581,7 @@ impl NewJob {
             live_children: 0,
             depends_on: self.depends_on,
             run_regardless: self.run_regardless,
+            trace_context: self.trace_context,
         }
     }
 }

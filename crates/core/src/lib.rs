@@ -19,6 +19,7 @@ pub mod retry;
 pub mod schedule;
 pub mod state;
 pub mod store;
+pub mod trace;
 pub mod workflow;
 
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -43,6 +44,7 @@ pub use store::{
     JobDetails, JobPage, JobStore, ListJobs, PruneJobs, Quotas, RequeueOutcome, RescueExpired,
     Rescued, StoreConfig, StoreEvent, SucceededJobs,
 };
+pub use trace::TraceContext;
 pub use workflow::{
     Dependency, EnqueueChildren, EnqueuedWorkflow, ListWorkflows, NewWorkflow, Workflow,
     WorkflowChange, WorkflowJob, WorkflowPage, WorkflowSummary,

@@ -53,6 +53,10 @@ pub use drover_store_memory as memory;
 #[cfg(feature = "http")]
 pub use drover_http as http;
 
+/// OTLP export of traces and metrics (`drover-telemetry`).
+#[cfg(feature = "telemetry")]
+pub use drover_telemetry as telemetry;
+
 /// The `drover` command line as a library (feature `cli`): [`cli::run`] runs every command
 /// with your handlers.
 #[cfg(feature = "cli")]

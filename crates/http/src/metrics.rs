@@ -184,6 +184,7 @@ struct ProcessInner {
     child_failures: SortedFamily<KindLabels, Counter>,
     rollbacks: SortedFamily<KindLabels, Counter>,
     durations: SortedFamily<KindLabels, Histogram>,
+    queue_waits: SortedFamily<KindLabels, Histogram>,
 }
 
 impl Default for ProcessMetrics {
@@ -207,6 +208,7 @@ impl ProcessMetrics {
                 child_failures: SortedFamily::default(),
                 rollbacks: SortedFamily::default(),
                 durations: SortedFamily::new(duration_histogram),
+                queue_waits: SortedFamily::new(duration_histogram),
             }),
         }
     }
@@ -238,6 +240,13 @@ impl ProcessMetrics {
             },
             |c| c.inc(),
         );
+    }
+
+    /// Records how long a job of `kind` waited from runnable to its claim.
+    pub fn record_queue_wait(&self, kind: &str, seconds: f64) {
+        self.inner
+            .queue_waits
+            .with(&self.kind_labels(kind), |h| h.observe(seconds));
     }
 
     /// Counts an enqueued job.
@@ -311,6 +320,11 @@ impl ProcessMetrics {
             "Handler run time, per kind",
             self.inner.durations.clone(),
         );
+        registry.register(
+            "drover_job_queue_wait_seconds",
+            "Time from a job becoming runnable to its claim, per kind",
+            self.inner.queue_waits.clone(),
+        );
     }
 }
 
@@ -321,6 +335,15 @@ impl drover_runner::Metrics for ProcessMetrics {
 
     fn job_started(&self, kind: &drover_core::JobKind, _queue: &drover_core::QueueName) {
         self.record_started(kind.as_str());
+    }
+
+    fn job_queue_wait(
+        &self,
+        kind: &drover_core::JobKind,
+        _queue: &drover_core::QueueName,
+        wait: std::time::Duration,
+    ) {
+        self.record_queue_wait(kind.as_str(), wait.as_secs_f64());
     }
 
     fn job_finished(

@@ -30,8 +30,10 @@ use drover_core::{
     WorkflowPage,
 };
 use serde::Serialize;
+use tracing::Instrument;
 
 use crate::metrics::{Metrics, NoopMetrics};
+use crate::telemetry;
 
 /// Enqueues and inspects jobs. Cheap to clone.
 #[derive(Clone)]
@@ -71,8 +73,14 @@ impl Client {
     /// # Errors
     /// Those of [`JobStore::jobs_enqueue`]: `InvalidInput`, `Conflict`, `QuotaExceeded`,
     /// `Unavailable`, `Fatal`.
-    pub async fn enqueue(&self, job: NewJob) -> Result<Enqueued, Error> {
-        let enqueued = self.store.job_enqueue(job).await?;
+    pub async fn enqueue(&self, mut job: NewJob) -> Result<Enqueued, Error> {
+        let enqueued = match telemetry::spans() {
+            Some(_) => {
+                let span = telemetry::publish_one(&mut job);
+                self.store.job_enqueue(job).instrument(span).await?
+            }
+            None => self.store.job_enqueue(job).await?,
+        };
         self.enqueued(std::slice::from_ref(&enqueued));
         Ok(enqueued)
     }
@@ -98,8 +106,14 @@ impl Client {
     ///
     /// # Errors
     /// Those of [`JobStore::jobs_enqueue`]; on any error nothing is stored.
-    pub async fn enqueue_many(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>, Error> {
-        let enqueued = self.store.jobs_enqueue(jobs).await?;
+    pub async fn enqueue_many(&self, mut jobs: Vec<NewJob>) -> Result<Vec<Enqueued>, Error> {
+        let enqueued = match telemetry::spans() {
+            Some(_) => {
+                let span = telemetry::publish_batch(&mut jobs);
+                self.store.jobs_enqueue(jobs).instrument(span).await?
+            }
+            None => self.store.jobs_enqueue(jobs).await?,
+        };
         self.enqueued(&enqueued);
         Ok(enqueued)
     }
@@ -112,8 +126,17 @@ impl Client {
     /// `InvalidInput` naming `jobs` or `jobs[i].<field>` (a cycle, a dangling name, a repeated
     /// name, another tenant, an invalid job); `Conflict`; `QuotaExceeded`. On any error nothing
     /// is stored.
-    pub async fn enqueue_workflow(&self, workflow: NewWorkflow) -> Result<EnqueuedWorkflow, Error> {
-        let enqueued = self.store.workflow_enqueue(workflow).await?;
+    pub async fn enqueue_workflow(
+        &self,
+        mut workflow: NewWorkflow,
+    ) -> Result<EnqueuedWorkflow, Error> {
+        let enqueued = match telemetry::spans() {
+            Some(_) => {
+                let span = telemetry::publish_workflow(&mut workflow);
+                self.store.workflow_enqueue(workflow).instrument(span).await?
+            }
+            None => self.store.workflow_enqueue(workflow).await?,
+        };
         self.enqueued(&enqueued.jobs);
         Ok(enqueued)
     }

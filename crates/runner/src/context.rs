@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
 use crate::running::{CancelReason, JobShared};
+use crate::telemetry;
 
 /// What a context reaches beyond its job: the store (children, dependencies) and the metrics
 /// (new children, failed children). One per worker, shared by every context.
@@ -106,6 +107,13 @@ impl JobContext {
             .map(|mut child| {
                 if child.tenant == TenantId::default() {
                     child.tenant = job.tenant.clone();
+                }
+                if child.trace_context.is_none() {
+                    // Children descend from this run's span when spans are on, else share
+                    // the parent's stored context (docs/adr/0013-trace-context.md).
+                    child.trace_context = telemetry::spans()
+                        .and_then(|_| telemetry::capture(&tracing::Span::current()))
+                        .or_else(|| job.trace_context.clone());
                 }
                 child
             })

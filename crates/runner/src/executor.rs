@@ -4,7 +4,8 @@
 //! inside a `tracing` span with the job id, kind, queue and attempt (never args). The span
 //! is at debug level (enable `drover_runner=debug` to see it around a handler's own log
 //! lines): building an enabled span costs about a microsecond a job, a noticeable share of a
-//! no-op job. It runs the handler with a [`JobContext`], enforces the kind's timeout, catches
+//! no-op job. With trace spans on (`telemetry::configure`) it is the attempt's
+//! `process <queue>` span instead, descending from the job's stored trace context. It runs the handler with a [`JobContext`], enforces the kind's timeout, catches
 //! panics, aborts a handler that ignores its cancellation for longer than the cancel grace,
 //! hands the outcome to the completer, then gives the slot to the next waiting job or back
 //! (docs/design.md sections 3, 6 and 9).
@@ -32,6 +33,7 @@ use crate::outcome::Outcome;
 use crate::registry::{KindConfig, Rollback};
 use crate::running::{CancelReason, JobShared};
 use crate::runtime::{bump, Runtime};
+use crate::telemetry;
 
 /// The capacity one job holds: a slot of its queue and, with `max_concurrent`, a place in the
 /// process-wide cap. Dropping it gives both back.
@@ -355,13 +357,16 @@ async fn execute(
     stop_claims: Arc<CancellationToken>,
 ) {
     loop {
-        let span = tracing::debug_span!(
-            "job",
-            job_id = %job.job.id,
-            kind = %job.job.kind,
-            queue = %job.job.queue,
-            attempt = job.job.attempt,
-        );
+        let span = match telemetry::spans() {
+            Some(later) => telemetry::attempt_span(&job.job, later),
+            None => tracing::debug_span!(
+                "job",
+                job_id = %job.job.id,
+                kind = %job.job.kind,
+                queue = %job.job.queue,
+                attempt = job.job.attempt,
+            ),
+        };
         run_one(&rt, &job, slot.as_ref(), &completer)
             .instrument(span)
             .await;
@@ -397,6 +402,12 @@ async fn run_one(
         rt.nudge.nudge();
     }
     rt.metrics.job_started(&job.kind, &job.queue);
+    if let Some(claimed) = job.attempted_at {
+        // Runnable at its run_at, or at its enqueue when that came later (docs/opentelemetry.md).
+        let runnable = job.run_at.max(job.created_at);
+        let wait = (claimed - runnable).to_std().unwrap_or_default();
+        rt.metrics.job_queue_wait(&job.kind, &job.queue, wait);
+    }
     let config = rt.registry.config(&job.kind);
     let handler = match rt.registry.rollback(&job.kind) {
         Some(rollback) => rollback_or_handler(rt, shared, rollback).await,
@@ -426,7 +437,34 @@ async fn run_one(
     } else {
         Some(decide(ran, shared, &config, rt))
     };
+    if telemetry::spans().is_some() {
+        record_on_span(job, finish.as_ref());
+    }
     hand_over(rt, shared, finish, duration, Some(completer));
+}
+
+/// Records the outcome the run asks for on its attempt span (whether a failure is retried
+/// is the store's decision; this is the runner's expectation from the attempts left).
+fn record_on_span(job: &Job, finish: Option<&Finish>) {
+    let span = tracing::Span::current();
+    let (outcome, error) = match finish {
+        None => (JobOutcome::LeaseLost, Some("lease lost while running")),
+        Some(Finish::Succeeded { .. }) => (JobOutcome::Succeeded, None),
+        Some(Finish::Failed { message, retry }) => {
+            let retried = *retry != Retry::Never && job.attempt < job.max_attempts;
+            let outcome = if retried {
+                JobOutcome::Retried
+            } else {
+                JobOutcome::Failed
+            };
+            (outcome, Some(message.as_str()))
+        }
+        Some(Finish::Snoozed { .. }) => (JobOutcome::Snoozed, None),
+        Some(Finish::Released) => (JobOutcome::Released, None),
+        Some(Finish::Cancelled { .. }) => (JobOutcome::Cancelled, None),
+        Some(Finish::WaitForChildren) => (JobOutcome::Waiting, None),
+    };
+    telemetry::record_outcome(&span, outcome, error);
 }
 
 /// Hands a job's write to the completer; `None` when its lease was lost: nothing is written,

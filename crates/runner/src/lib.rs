@@ -50,6 +50,7 @@ mod producer;
 mod registry;
 mod running;
 mod runtime;
+pub mod telemetry;
 mod worker;
 
 pub use client::{Client, QueueOverview, QueueSummary};
@@ -68,7 +69,9 @@ pub use context::JobContext;
 /// What a pause or resume did (defined in `drover_core`; re-exported where it used to live).
 pub use drover_core::QueueChange;
 pub use handler::Handler;
-pub use metrics::{JobOutcome, Metrics, NoopMetrics, TransitionEvent, TransitionHook};
+pub use metrics::{
+    JobOutcome, Metrics, MetricsFanOut, NoopMetrics, TransitionEvent, TransitionHook,
+};
 pub use outcome::Outcome;
 pub use registry::{KindConfig, Reconciler, Registry, Rollback};
 pub use running::CancelReason;

@@ -75,6 +75,13 @@ pub trait Metrics: Send + Sync + 'static {
         let _ = (kind, queue);
     }
 
+    /// A claimed job's handler started `wait` after the job became runnable: its `run_at`, or
+    /// its enqueue when that came later, to its claim (store clock; a job claimed ahead also
+    /// waited in the worker's backlog, which is not counted).
+    fn job_queue_wait(&self, kind: &JobKind, queue: &QueueName, wait: Duration) {
+        let _ = (kind, queue, wait);
+    }
+
     /// A run ended; `duration` is the handler's run time (claim-to-write time is not included).
     fn job_finished(
         &self,
@@ -130,3 +137,45 @@ pub struct TransitionEvent {
 /// The `on_transition` hook: called synchronously on the runner's tasks, so it must be quick
 /// and must not block (hand work to a channel if it is slow).
 pub type TransitionHook = Arc<dyn Fn(&TransitionEvent) + Send + Sync + 'static>;
+
+/// Reports every call to each of its metrics in turn (the process's Prometheus counters and
+/// its OpenTelemetry instruments, say).
+pub struct MetricsFanOut(pub Vec<Arc<dyn Metrics>>);
+
+impl fmt::Debug for MetricsFanOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "MetricsFanOut({} metrics)", self.0.len())
+    }
+}
+
+impl Metrics for MetricsFanOut {
+    fn job_enqueued(&self, kind: &JobKind, queue: &QueueName) {
+        self.0.iter().for_each(|m| m.job_enqueued(kind, queue));
+    }
+
+    fn job_started(&self, kind: &JobKind, queue: &QueueName) {
+        self.0.iter().for_each(|m| m.job_started(kind, queue));
+    }
+
+    fn job_queue_wait(&self, kind: &JobKind, queue: &QueueName, wait: Duration) {
+        self.0.iter().for_each(|m| m.job_queue_wait(kind, queue, wait));
+    }
+
+    fn job_finished(&self, kind: &JobKind, queue: &QueueName, outcome: JobOutcome, duration: Duration) {
+        self.0
+            .iter()
+            .for_each(|m| m.job_finished(kind, queue, outcome, duration));
+    }
+
+    fn job_rescued(&self, kind: &JobKind, queue: &QueueName, to: JobState) {
+        self.0.iter().for_each(|m| m.job_rescued(kind, queue, to));
+    }
+
+    fn child_failed(&self, kind: &JobKind) {
+        self.0.iter().for_each(|m| m.child_failed(kind));
+    }
+
+    fn rollback(&self, kind: &JobKind) {
+        self.0.iter().for_each(|m| m.rollback(kind));
+    }
+}

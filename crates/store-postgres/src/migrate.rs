@@ -104,6 +104,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "workflows",
         sql: include_str!("../migrations/0006_workflows.sql"),
     },
+    Migration {
+        version: 7,
+        name: "trace_context",
+        sql: include_str!("../migrations/0007_trace_context.sql"),
+    },
 ];
 
 const BOOTSTRAP: &str = include_str!("sql/migrations_bootstrap.sql");

@@ -49,6 +49,7 @@ pub(crate) struct JobRecord {
     pub run_regardless: bool,
     pub pending_dependencies: i32,
     pub live_children: i32,
+    pub trace_context: Option<Value>,
 }
 
 fn corrupt(what: &str) -> Error {
@@ -109,6 +110,10 @@ impl JobRecord {
             run_regardless: self.run_regardless,
             pending_dependencies: self.pending_dependencies,
             live_children: self.live_children,
+            trace_context: self
+                .trace_context
+                .map(|value| serde_json::from_value(value).map_err(|_| corrupt("trace context")))
+                .transpose()?,
         })
     }
 }

@@ -6,6 +6,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use drover_core::{
     EnqueueStatus, Job, JobDetails, JobId, JobKind, JobState, ListJobs, QueueName, TenantId,
+    TraceContext,
 };
 
 use crate::auth::{Principal, Role, TenantScope};
@@ -36,6 +37,24 @@ fn idempotency_header(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     }
 }
 
+/// The W3C trace context of the `traceparent` and `tracestate` headers, stored with the jobs
+/// the request enqueues (docs/opentelemetry.md). As the W3C Trace Context specification asks
+/// of a receiver, a malformed or repeated `traceparent` is ignored (the jobs start a trace of
+/// their own) and a malformed `tracestate` is dropped: tracing headers never fail a request.
+pub(crate) fn trace_headers(headers: &HeaderMap) -> Option<TraceContext> {
+    let one = |name: &str| {
+        let mut values = headers.get_all(name).iter();
+        match (values.next(), values.next()) {
+            (Some(value), None) => value.to_str().ok().map(str::trim),
+            _ => None,
+        }
+    };
+    let traceparent = one("traceparent")?;
+    TraceContext::new(traceparent, one("tracestate").map(str::to_owned))
+        .or_else(|_| TraceContext::new(traceparent, None))
+        .ok()
+}
+
 /// Fetches a job the caller may see; another tenant's job answers 404 like a missing one.
 /// `id` is a UUID in any form RFC 9562 and common tools write (hyphenated or not, any case,
 /// `urn:uuid:` or `{...}`): every form names the same job, and answers show the canonical
@@ -61,7 +80,11 @@ async fn visible_job(state: &ApiState, principal: &Principal, id: &str) -> Resul
     path = "/v1/jobs",
     tag = "jobs",
     request_body = EnqueueRequest,
-    params(("Idempotency-Key" = Option<String>, Header, description = "Replay key: the same key with the same request returns the stored job")),
+    params(
+        ("Idempotency-Key" = Option<String>, Header, description = "Replay key: the same key with the same request returns the stored job"),
+        ("traceparent" = Option<String>, Header, description = "W3C trace context the job's attempts descend from (ignored when malformed)"),
+        ("tracestate" = Option<String>, Header, description = "W3C vendor trace state, kept with traceparent"),
+    ),
     responses(
         (status = 202, description = "Enqueued and committed", body = EnqueueResponse),
         (status = 200, description = "Replay of an earlier request, or duplicate unique key", body = EnqueueResponse),
@@ -84,7 +107,8 @@ pub async fn enqueue_job(
 ) -> Result<Response, ApiError> {
     let key = idempotency_header(&headers)?;
     let sizes = state.store().config().sizes;
-    let job = request.into_valid_job(&principal, key, &sizes)?;
+    let mut job = request.into_valid_job(&principal, key, &sizes)?;
+    job.trace_context = trace_headers(&headers);
     let answer = state
         .client()
         .enqueue(job)
@@ -140,12 +164,17 @@ pub async fn enqueue_batch(
         ));
     }
     let sizes = state.store().config().sizes;
+    let trace_context = trace_headers(&headers);
     let jobs = request
         .jobs
         .into_iter()
         .enumerate()
         .map(|(i, item)| {
             item.into_valid_job(&principal, None, &sizes)
+                .map(|mut job| {
+                    job.trace_context.clone_from(&trace_context);
+                    job
+                })
                 .map_err(|e| e.in_field(&format!("jobs[{i}]")))
         })
         .collect::<Result<Vec<_>, _>>()?;

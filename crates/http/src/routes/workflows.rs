@@ -64,10 +64,16 @@ async fn visible_workflow(
 pub async fn enqueue_workflow(
     State(state): State<ApiState>,
     principal: Principal,
+    headers: axum::http::HeaderMap,
     JsonBody(request): JsonBody<WorkflowRequest>,
 ) -> Result<Response, ApiError> {
     let sizes = state.store().config().sizes;
-    let workflow = request.into_new_workflow(&principal, &sizes)?;
+    let mut workflow = request.into_new_workflow(&principal, &sizes)?;
+    if let Some(context) = super::jobs::trace_headers(&headers) {
+        for job in &mut workflow.jobs {
+            job.job.trace_context = Some(context.clone());
+        }
+    }
     let answer = state
         .client()
         .enqueue_workflow(workflow)

@@ -693,6 +693,8 @@ struct Columns<'a> {
     unique_keys: Vec<Option<&'a str>>,
     /// Comma-joined; '' for none.
     limit_keys: Vec<String>,
+    /// $19: the stored form of each job's trace context (NULL: none).
+    trace_contexts: Vec<Option<Value>>,
 }
 
 impl<'a> Columns<'a> {
@@ -713,6 +715,7 @@ impl<'a> Columns<'a> {
             request_hashes: Vec::with_capacity(len),
             unique_keys: Vec::with_capacity(len),
             limit_keys: Vec::with_capacity(len),
+            trace_contexts: Vec::with_capacity(len),
         };
         for &i in positions {
             let job = &batch.jobs[i];
@@ -741,6 +744,7 @@ impl<'a> Columns<'a> {
                     .collect::<Vec<_>>()
                     .join(","),
             );
+            columns.trace_contexts.push(trace_context(job));
         }
         columns
     }
@@ -766,6 +770,13 @@ impl<'a> Columns<'a> {
             .bind(&self.unique_keys)
             .bind(&self.limit_keys)
     }
+}
+
+/// A job's trace context as the `trace_context` column stores it.
+pub(crate) fn trace_context(job: &NewJob) -> Option<Value> {
+    job.trace_context
+        .as_ref()
+        .and_then(|context| serde_json::to_value(context).ok())
 }
 
 /// A job's `run_at` as the insert statements take it: an instant, or a delay after the
@@ -808,7 +819,8 @@ async fn insert(
         .bind(counting.global)
         .bind(counting.tenants)
         .bind(&distinct_tenants)
-        .bind(wake == Wake::InTransaction);
+        .bind(wake == Wake::InTransaction)
+        .bind(&columns.trace_contexts);
     if statement == Statement::Keyless {
         let rows = query
             .try_map(|row: PgRow| <KeylessRow as sqlx::FromRow<PgRow>>::from_row(&row))
@@ -942,6 +954,7 @@ async fn insert_one(
         .bind(job.unique_key.as_deref())
         .bind(&limit_keys)
         .bind(wake == Wake::InTransaction)
+        .bind(trace_context(job))
         .fetch_all(conn)
         .await
         .store_err()

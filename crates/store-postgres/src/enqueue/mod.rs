@@ -40,8 +40,8 @@ pub(crate) use insert::{
 pub(crate) enum Lane {
     /// One job without an idempotency or unique key: grouped with concurrent ones.
     Group,
-    /// At least [`COPY_MIN_JOBS`] jobs without run_at and without keys, and no quota to check:
-    /// nothing can conflict, and one instant of the store's clock dates every job.
+    /// At least [`COPY_MIN_JOBS`] jobs without run_at, keys and trace context, and no quota to
+    /// check: nothing can conflict, and one instant of the store's clock dates every job.
     Copy,
     /// Everything else.
     Insert,
@@ -56,7 +56,9 @@ impl Lane {
             [job] if keyless(job) => Lane::Group,
             _ if jobs.len() >= COPY_MIN_JOBS
                 && config.quotas.is_unbounded()
-                && jobs.iter().all(|job| job.run_at.is_none() && keyless(job)) =>
+                && jobs.iter().all(|job| {
+                    job.run_at.is_none() && keyless(job) && job.trace_context.is_none()
+                }) =>
             {
                 Lane::Copy
             }
@@ -155,6 +157,15 @@ mod tests {
         assert_eq!(Lane::choose(&batch, &config), Lane::Insert);
         let mut batch = jobs(COPY_MIN_JOBS);
         batch[3].run_at = Some(RunAt::After(std::time::Duration::from_secs(1)));
+        assert_eq!(Lane::choose(&batch, &config), Lane::Insert);
+        let mut batch = jobs(COPY_MIN_JOBS);
+        batch[5].trace_context = Some(
+            drover_core::TraceContext::new(
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                None,
+            )
+            .unwrap(),
+        );
         assert_eq!(Lane::choose(&batch, &config), Lane::Insert);
 
         let quotas = StoreConfig::default();

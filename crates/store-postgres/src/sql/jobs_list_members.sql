@@ -18,7 +18,7 @@ SELECT page.id, page.kind, page.queue, page.tenant,
        page.idempotency_key, page.request_hash, page.unique_key, page.limit_keys,
        page.created_at, page.attempted_at, page.started_at, page.finished_at,
        page.workflow_id, page.name, page.parent_id, page.depends_on, page.run_regardless,
-       page.pending_dependencies, page.live_children
+       page.pending_dependencies, page.live_children, page.trace_context
 FROM (
     (SELECT j.*
      FROM drover.jobs j

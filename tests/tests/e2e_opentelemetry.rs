@@ -1,0 +1,259 @@
+//! End-to-end OpenTelemetry tests (docs/opentelemetry.md) with real `drover` processes on
+//! PostgreSQL and an OTLP/HTTP receiver in this process (protobuf decoded with
+//! `opentelemetry-proto`): a job enqueued over HTTP with a `traceparent` header runs on a
+//! separate worker, whose attempt span carries that trace and the messaging attributes and no
+//! args; a retried job's second attempt starts a trace of its own linked to the enqueue
+//! (docs/adr/0013-trace-context.md); an unreachable collector neither fails nor holds up jobs
+//! and is reported once.
+//!
+//! The receiver's arrivals are the events waited on, with a generous deadline; nothing sleeps.
+//!
+//! Needs `DROVER_TEST_DATABASE_URL`; without it every test here prints `SKIPPED ...` and
+//! passes, unless `DROVER_REQUIRE_POSTGRES` is set (CI), when it fails.
+
+mod cli_support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::routing::post;
+use cli_support::{wait_until, TestDb};
+use drover_tests::process::Process;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message;
+use serde_json::{json, Value};
+
+/// Deadline for spans and jobs on the loaded 2-core CI machine.
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The caller's trace: its id and the id of the caller's span.
+const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CALLER_SPAN: &str = "00f067aa0ba902b7";
+
+/// Spans the receiver got, in arrival order.
+#[derive(Clone, Default)]
+struct Received(Arc<Mutex<Vec<Span>>>);
+
+impl Received {
+    fn spans(&self) -> Vec<Span> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+async fn traces(State(received): State<Received>, body: Bytes) -> &'static str {
+    let request = ExportTraceServiceRequest::decode(body).expect("an OTLP protobuf body");
+    let mut spans = received.0.lock().unwrap();
+    for resource in request.resource_spans {
+        for scope in resource.scope_spans {
+            spans.extend(scope.spans);
+        }
+    }
+    ""
+}
+
+/// Starts the receiver on a free port of 127.0.0.1; its endpoint URL.
+async fn receiver(received: Received) -> String {
+    let router = axum::Router::new()
+        .route("/v1/traces", post(traces))
+        .route("/v1/metrics", post(|| async { "" }))
+        .with_state(received);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    format!("http://{addr}")
+}
+
+/// A `drover` process exporting to `endpoint`, quickly (a 100 ms batch delay).
+fn exporting(db: &TestDb, endpoint: &str, service: &str, args: &[&str]) -> Process {
+    let mut command = db.command(args);
+    command
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+        .env("OTEL_SERVICE_NAME", service)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "500")
+        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "2000");
+    Process::spawn(command, args)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn attribute(span: &Span, key: &str) -> Option<Value> {
+    let value = span
+        .attributes
+        .iter()
+        .find(|kv| kv.key == key)?
+        .value
+        .as_ref()?
+        .value
+        .as_ref()?;
+    Some(match value {
+        AnyValue::StringValue(s) => json!(s),
+        AnyValue::IntValue(n) => json!(n),
+        AnyValue::BoolValue(b) => json!(b),
+        AnyValue::DoubleValue(d) => json!(d),
+        other => json!(format!("{other:?}")),
+    })
+}
+
+/// The attempt spans of job `id`, by attempt.
+fn attempts(received: &Received, id: &str) -> Vec<Span> {
+    let mut spans: Vec<Span> = received
+        .spans()
+        .into_iter()
+        .filter(|s| attribute(s, "messaging.message.id") == Some(json!(id)))
+        .filter(|s| s.kind == SpanKind::Consumer as i32)
+        .collect();
+    spans.sort_by_key(|s| attribute(s, "drover.job.attempt").and_then(|a| a.as_i64()));
+    spans
+}
+
+/// POSTs `body` to `/v1/jobs` of the API at `api` with the caller's trace headers; the id.
+async fn enqueue_traced(api: &str, body: Value) -> String {
+    let response = reqwest::Client::new()
+        .post(format!("{api}/v1/jobs"))
+        .header(
+            "traceparent",
+            format!("00-{TRACE_ID}-{CALLER_SPAN}-01"),
+        )
+        .header("tracestate", "caller=yes")
+        .json(&body)
+        .send()
+        .await
+        .expect("the API answers");
+    assert_eq!(response.status(), 202);
+    let answer: Value = response.json().await.unwrap();
+    answer["job"]["id"].as_str().expect("an id").to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_enqueue_and_its_attempts_form_one_trace() {
+    let Some(db) = TestDb::migrated("an_http_enqueue_and_its_attempts_form_one_trace").await
+    else {
+        return;
+    };
+    let received = Received::default();
+    let endpoint = receiver(received.clone()).await;
+    let serve = exporting(
+        &db,
+        &endpoint,
+        "drover-api",
+        &["serve", "--insecure-no-auth", "--listen", "127.0.0.1:0"],
+    );
+    let line = serve.wait_for_line("API on http://", WAIT).await;
+    let api = line
+        .split("API on ")
+        .nth(1)
+        .and_then(|rest| rest.split("/v1").next())
+        .expect("the API's address")
+        .to_owned();
+    let mut worker = exporting(&db, &endpoint, "drover-worker", &["worker", "--slots", "2"]);
+    worker.worker_started().await;
+
+    let secret = "hunter2-do-not-export";
+    let plain = enqueue_traced(&api, json!({"kind": "noop", "args": {"password": secret}})).await;
+    let retried = enqueue_traced(
+        &api,
+        json!({"kind": "fail", "args": {"fail_times": 1}, "max_attempts": 2}),
+    )
+    .await;
+
+    let plain_attempt = wait_until("the noop job's attempt span", WAIT, || {
+        let spans = attempts(&received, &plain);
+        async move { spans.into_iter().next() }
+    })
+    .await;
+    assert_eq!(hex(&plain_attempt.trace_id), TRACE_ID, "the caller's trace");
+    assert_eq!(plain_attempt.name, "process default");
+    for (key, value) in [
+        ("messaging.system", json!("drover")),
+        ("messaging.destination.name", json!("default")),
+        ("messaging.operation.type", json!("process")),
+        ("drover.job.kind", json!("noop")),
+        ("drover.job.attempt", json!(1)),
+        ("drover.tenant", json!("default")),
+        ("drover.job.outcome", json!("succeeded")),
+    ] {
+        assert_eq!(attribute(&plain_attempt, key), Some(value), "{key}");
+    }
+    // The attempt descends from the API's publish span, itself a child of the caller's span.
+    let publish = wait_until("the enqueue's publish span", WAIT, || {
+        let parent = plain_attempt.parent_span_id.clone();
+        let spans = received.spans();
+        async move { spans.into_iter().find(|s| s.span_id == parent) }
+    })
+    .await;
+    assert_eq!(publish.name, "publish default");
+    assert_eq!(publish.kind, SpanKind::Producer as i32);
+    assert_eq!(hex(&publish.parent_span_id), CALLER_SPAN);
+    assert_eq!(hex(&publish.trace_id), TRACE_ID);
+
+    // The retried job: attempt 1 in the caller's trace, attempt 2 in a trace of its own
+    // linked to the enqueue.
+    let [first, second] = wait_until("both attempt spans of the retried job", WAIT, || {
+        let spans = attempts(&received, &retried);
+        async move { <[Span; 2]>::try_from(spans).ok() }
+    })
+    .await;
+    assert_eq!(hex(&first.trace_id), TRACE_ID);
+    assert_eq!(attribute(&first, "drover.job.outcome"), Some(json!("retried")));
+    assert_eq!(
+        first.status.as_ref().map(|s| s.message.as_str()),
+        Some("planned failure 1 of 1 (fail_times)")
+    );
+    assert_ne!(hex(&second.trace_id), TRACE_ID, "a trace of its own");
+    assert!(second.parent_span_id.is_empty(), "a root span");
+    assert_eq!(attribute(&second, "drover.job.attempt"), Some(json!(2)));
+    assert_eq!(attribute(&second, "drover.job.outcome"), Some(json!("succeeded")));
+    let link = second.links.first().expect("a link to the enqueue");
+    assert_eq!(hex(&link.trace_id), TRACE_ID);
+    assert_eq!(link.span_id, first.parent_span_id, "linked to the publish span");
+
+    // No attribute of any span holds the args.
+    for span in received.spans() {
+        for kv in &span.attributes {
+            let text = format!("{:?}", kv.value);
+            assert!(!text.contains(secret), "{} of {} holds the args", kv.key, span.name);
+        }
+    }
+    worker.stop(WAIT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_collector_neither_fails_nor_holds_up_jobs() {
+    let Some(db) = TestDb::migrated("an_unreachable_collector_neither_fails_nor_holds_up_jobs")
+        .await
+    else {
+        return;
+    };
+    // A port nothing listens on: bound, then closed.
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let mut worker = exporting(
+        &db,
+        &format!("http://{closed}"),
+        "drover-worker",
+        &["worker", "--slots", "4"],
+    );
+    worker.worker_started().await;
+    let mut ids = Vec::new();
+    for _ in 0..40 {
+        ids.push(db.enqueue("noop", "{}", &[]).await);
+    }
+    db.wait_jobs(&ids, "succeeded", None, WAIT).await;
+    worker.stop(WAIT).await;
+    let stderr = worker.stderr();
+    let warnings = stderr
+        .lines()
+        .filter(|line| line.contains("OpenTelemetry export failed"))
+        .count();
+    assert_eq!(warnings, 1, "one warning, not one per batch: {stderr}");
+}
