@@ -118,10 +118,7 @@ fn attempts(received: &Received, id: &str) -> Vec<Span> {
 async fn enqueue_traced(api: &str, body: Value) -> String {
     let response = reqwest::Client::new()
         .post(format!("{api}/v1/jobs"))
-        .header(
-            "traceparent",
-            format!("00-{TRACE_ID}-{CALLER_SPAN}-01"),
-        )
+        .header("traceparent", format!("00-{TRACE_ID}-{CALLER_SPAN}-01"))
         .header("tracestate", "caller=yes")
         .json(&body)
         .send()
@@ -134,8 +131,7 @@ async fn enqueue_traced(api: &str, body: Value) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http_enqueue_and_its_attempts_form_one_trace() {
-    let Some(db) = TestDb::migrated("an_http_enqueue_and_its_attempts_form_one_trace").await
-    else {
+    let Some(db) = TestDb::migrated("an_http_enqueue_and_its_attempts_form_one_trace").await else {
         return;
     };
     let received = Received::default();
@@ -202,7 +198,10 @@ async fn an_http_enqueue_and_its_attempts_form_one_trace() {
     })
     .await;
     assert_eq!(hex(&first.trace_id), TRACE_ID);
-    assert_eq!(attribute(&first, "drover.job.outcome"), Some(json!("retried")));
+    assert_eq!(
+        attribute(&first, "drover.job.outcome"),
+        Some(json!("retried"))
+    );
     assert_eq!(
         first.status.as_ref().map(|s| s.message.as_str()),
         Some("planned failure 1 of 1 (fail_times)")
@@ -210,16 +209,27 @@ async fn an_http_enqueue_and_its_attempts_form_one_trace() {
     assert_ne!(hex(&second.trace_id), TRACE_ID, "a trace of its own");
     assert!(second.parent_span_id.is_empty(), "a root span");
     assert_eq!(attribute(&second, "drover.job.attempt"), Some(json!(2)));
-    assert_eq!(attribute(&second, "drover.job.outcome"), Some(json!("succeeded")));
+    assert_eq!(
+        attribute(&second, "drover.job.outcome"),
+        Some(json!("succeeded"))
+    );
     let link = second.links.first().expect("a link to the enqueue");
     assert_eq!(hex(&link.trace_id), TRACE_ID);
-    assert_eq!(link.span_id, first.parent_span_id, "linked to the publish span");
+    assert_eq!(
+        link.span_id, first.parent_span_id,
+        "linked to the publish span"
+    );
 
     // No attribute of any span holds the args.
     for span in received.spans() {
         for kv in &span.attributes {
             let text = format!("{:?}", kv.value);
-            assert!(!text.contains(secret), "{} of {} holds the args", kv.key, span.name);
+            assert!(
+                !text.contains(secret),
+                "{} of {} holds the args",
+                kv.key,
+                span.name
+            );
         }
     }
     worker.stop(WAIT).await;
@@ -227,8 +237,8 @@ async fn an_http_enqueue_and_its_attempts_form_one_trace() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_collector_neither_fails_nor_holds_up_jobs() {
-    let Some(db) = TestDb::migrated("an_unreachable_collector_neither_fails_nor_holds_up_jobs")
-        .await
+    let Some(db) =
+        TestDb::migrated("an_unreachable_collector_neither_fails_nor_holds_up_jobs").await
     else {
         return;
     };

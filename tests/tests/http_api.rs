@@ -101,6 +101,7 @@ macro_rules! http_cases {
 http_cases!(
     both: [
         enqueue_returns_202_with_the_committed_job,
+        trace_headers_are_stored_and_malformed_ones_ignored,
         idempotency_key_replays_and_conflicts,
         idempotency_replay_shows_terminal_states,
         concurrent_posts_with_one_key_create_one_job,

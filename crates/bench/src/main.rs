@@ -45,13 +45,36 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,sqlx::query=error")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    // With OTEL_EXPORTER_OTLP_ENDPOINT set, the in-process workers export their attempt spans
+    // and metrics (BENCHMARKS.md, OpenTelemetry), as `drover worker` does.
+    let telemetry = std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").map(|_| {
+        drover_telemetry::Telemetry::start(drover_runner::telemetry::LaterAttempts::Link)
+            .unwrap_or_else(|error| {
+                eprintln!("drover-bench: {error}");
+                std::process::exit(2)
+            })
+    });
+    {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        use tracing_subscriber::Layer;
+        let logs = tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                    tracing_subscriber::EnvFilter::new("warn,sqlx::query=error")
+                }),
+            );
+        let traces = telemetry.as_ref().map(|telemetry| {
+            telemetry
+                .layer()
+                .with_filter(tracing_subscriber::filter::LevelFilter::INFO)
+        });
+        tracing_subscriber::registry()
+            .with(logs)
+            .with(traces)
+            .init();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -67,6 +90,9 @@ fn main() -> ExitCode {
         Some(Command::Run(args)) => runtime.block_on(run::run(*args)),
         None => runtime.block_on(run::run(cli.run)),
     };
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

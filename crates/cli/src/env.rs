@@ -70,8 +70,11 @@ pub fn api_tokens() -> Option<String> {
 /// OTLP endpoint variable is set and not blank.
 pub fn otlp_wanted(flag: Option<bool>) -> bool {
     flag.unwrap_or_else(|| {
-        ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
-            .iter()
-            .any(|name| std::env::var(name).is_ok_and(|v| !v.trim().is_empty()))
+        [
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        ]
+        .iter()
+        .any(|name| std::env::var(name).is_ok_and(|v| !v.trim().is_empty()))
     })
 }

@@ -221,5 +221,8 @@ fn init_tracing(filter: Option<&str>, json: bool, telemetry: Option<&drover_tele
             .layer()
             .with_filter(Targets::new().with_default(LevelFilter::INFO))
     });
-    let _ = tracing_subscriber::registry().with(logs).with(traces).try_init();
+    let _ = tracing_subscriber::registry()
+        .with(logs)
+        .with(traces)
+        .try_init();
 }

@@ -13,9 +13,7 @@ use std::sync::Arc;
 use anyhow::{anyhow, Context, Result};
 use drover_core::{JobKind, JobStore, QueueName};
 use drover_http::{ApiConfig, ApiState, AuthMode, ProcessMetrics};
-use drover_runner::{
-    Client, Metrics, MetricsFanOut, Registry, Worker, WorkerConfig, WorkerReport,
-};
+use drover_runner::{Client, Metrics, MetricsFanOut, Registry, Worker, WorkerConfig, WorkerReport};
 use drover_store_postgres::PgStore;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -138,8 +136,15 @@ impl<'a> Process<'a> {
         // With OTLP export on, the same calls reach its instruments too.
         let metrics = match crate::TELEMETRY.get() {
             Some(telemetry) => {
-                let queues = self.worker.as_ref().map(|(config, _)| config.queues()).unwrap_or_default();
-                Arc::new(MetricsFanOut(vec![metrics, telemetry.metrics(self.kinds, queues)]))
+                let queues = self
+                    .worker
+                    .as_ref()
+                    .map(|(config, _)| config.queues())
+                    .unwrap_or_default();
+                Arc::new(MetricsFanOut(vec![
+                    metrics,
+                    telemetry.metrics(self.kinds, queues),
+                ]))
             }
             None => metrics,
         };

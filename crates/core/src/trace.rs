@@ -79,9 +79,12 @@ impl TraceContext {
 
 fn parse_traceparent(value: &str) -> Option<(&str, &str, &str)> {
     let mut parts = value.split('-');
-    let (version, trace, span, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let (version, trace, span, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
     let hex = |s: &str, len: usize| {
-        s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        s.len() == len
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     };
     let nonzero = |s: &str| s.bytes().any(|b| b != b'0');
     (parts.next().is_none()
@@ -108,7 +111,9 @@ mod tests {
             Some(("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", "01"))
         );
         assert_eq!(
-            TraceContext::new(GOOD, Some(" ".into())).unwrap().tracestate,
+            TraceContext::new(GOOD, Some(" ".into()))
+                .unwrap()
+                .tracestate,
             None
         );
     }

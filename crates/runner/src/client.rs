@@ -133,7 +133,10 @@ impl Client {
         let enqueued = match telemetry::spans() {
             Some(_) => {
                 let span = telemetry::publish_workflow(&mut workflow);
-                self.store.workflow_enqueue(workflow).instrument(span).await?
+                self.store
+                    .workflow_enqueue(workflow)
+                    .instrument(span)
+                    .await?
             }
             None => self.store.workflow_enqueue(workflow).await?,
         };

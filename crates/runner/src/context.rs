@@ -324,4 +324,56 @@ mod tests {
         assert!(ctx.is_cancelled());
         assert_eq!(ctx.cancel_reason(), None);
     }
+
+    /// With spans off, children share the parent's stored trace context; a child given its
+    /// own keeps it.
+    #[tokio::test]
+    async fn children_inherit_the_parents_trace_context() {
+        use drover_core::{ClaimJobs, JobStore, QueueName, TraceContext, WorkerId};
+        use std::time::Duration;
+        let store: Arc<dyn JobStore> = Arc::new(drover_store_memory::MemoryStore::new(
+            drover_core::StoreConfig::default(),
+        ));
+        let parent_context = TraceContext::new(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            None,
+        )
+        .unwrap();
+        let own = TraceContext::new(
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            None,
+        )
+        .unwrap();
+        let kind = JobKind::parse("fan.out").unwrap();
+        store
+            .job_enqueue(
+                NewJob::new(kind.clone(), json!({})).with_trace_context(parent_context.clone()),
+            )
+            .await
+            .unwrap();
+        let claimed = store
+            .jobs_claim(ClaimJobs {
+                queues: vec![QueueName::default_queue()],
+                kinds: vec![kind.clone()],
+                limit: 1,
+                start: 1,
+                worker: WorkerId::parse("w").unwrap(),
+                lease: Duration::from_secs(60),
+            })
+            .await
+            .unwrap()
+            .jobs;
+        let ctx = JobContext::detached_with_store(claimed[0].clone(), Arc::clone(&store));
+        let child = |context: Option<TraceContext>| {
+            let mut job = NewJob::new(JobKind::parse("child").unwrap(), json!({}));
+            job.trace_context = context;
+            job
+        };
+        let answers = ctx
+            .enqueue_children(vec![child(None), child(Some(own.clone()))])
+            .await
+            .unwrap();
+        assert_eq!(answers[0].job.trace_context, Some(parent_context));
+        assert_eq!(answers[1].job.trace_context, Some(own));
+    }
 }

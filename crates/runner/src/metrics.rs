@@ -158,10 +158,18 @@ impl Metrics for MetricsFanOut {
     }
 
     fn job_queue_wait(&self, kind: &JobKind, queue: &QueueName, wait: Duration) {
-        self.0.iter().for_each(|m| m.job_queue_wait(kind, queue, wait));
+        self.0
+            .iter()
+            .for_each(|m| m.job_queue_wait(kind, queue, wait));
     }
 
-    fn job_finished(&self, kind: &JobKind, queue: &QueueName, outcome: JobOutcome, duration: Duration) {
+    fn job_finished(
+        &self,
+        kind: &JobKind,
+        queue: &QueueName,
+        outcome: JobOutcome,
+        duration: Duration,
+    ) {
         self.0
             .iter()
             .for_each(|m| m.job_finished(kind, queue, outcome, duration));

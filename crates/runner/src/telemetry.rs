@@ -19,9 +19,7 @@
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use drover_core::{Job, NewJob, NewWorkflow, QueueName, TraceContext};
-use opentelemetry::trace::{
-    SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState,
-};
+use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
 use tracing::field::Empty;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -102,8 +100,7 @@ pub fn span_context(context: &TraceContext) -> Option<SpanContext> {
         .as_deref()
         .and_then(|s| s.parse::<TraceState>().ok())
         .unwrap_or_default();
-    let span_context =
-        SpanContext::new(trace_id, span_id, TraceFlags::new(flags), true, state);
+    let span_context = SpanContext::new(trace_id, span_id, TraceFlags::new(flags), true, state);
     span_context.is_valid().then_some(span_context)
 }
 
@@ -135,7 +132,11 @@ pub fn capture(span: &Span) -> Option<TraceContext> {
 }
 
 /// A producer span for `queue`, a child of `parent` when given (else of the current span).
-fn producer_span(operation: &'static str, queue: Option<&QueueName>, parent: Option<&TraceContext>) -> Span {
+fn producer_span(
+    operation: &'static str,
+    queue: Option<&QueueName>,
+    parent: Option<&TraceContext>,
+) -> Span {
     let name = match queue {
         Some(queue) => format!("{operation} {queue}"),
         None => operation.to_owned(),
@@ -177,11 +178,15 @@ pub(crate) fn publish_one(job: &mut NewJob) -> Span {
 /// For a batch with spans on: a `create <queue>` span per job (its context stored with the
 /// job), and a `publish` span that links them (at most [`BATCH_LINKS_MAX`]).
 pub(crate) fn publish_batch(jobs: &mut [NewJob]) -> Span {
-    let queue = jobs.first().map(|job| &job.queue).filter(|first| jobs.iter().all(|job| &job.queue == *first));
+    let queue = jobs
+        .first()
+        .map(|job| &job.queue)
+        .filter(|first| jobs.iter().all(|job| &job.queue == *first));
     let batch = producer_span("publish", queue, None);
     batch.record("messaging.batch.message_count", jobs.len() as u64);
     for (i, job) in jobs.iter_mut().enumerate() {
-        let create = batch.in_scope(|| producer_span("create", Some(&job.queue), job.trace_context.as_ref()));
+        let create = batch
+            .in_scope(|| producer_span("create", Some(&job.queue), job.trace_context.as_ref()));
         create.record("drover.job.kind", job.kind.as_str());
         let Some(context) = capture(&create) else {
             continue;

@@ -99,7 +99,9 @@ impl Telemetry {
     }
 
     /// The `tracing` layer that turns spans into OpenTelemetry spans of this export.
-    pub fn layer<S>(&self) -> tracing_opentelemetry::OpenTelemetryLayer<S, opentelemetry_sdk::trace::Tracer>
+    pub fn layer<S>(
+        &self,
+    ) -> tracing_opentelemetry::OpenTelemetryLayer<S, opentelemetry_sdk::trace::Tracer>
     where
         S: tracing::Subscriber + for<'span> LookupSpan<'span>,
     {
@@ -129,8 +131,12 @@ impl Telemetry {
     /// runner's spans are turned off.
     pub fn shutdown(self) {
         drover_runner::telemetry::configure(None);
-        let _ = self.tracer_provider.shutdown_with_timeout(Duration::from_secs(5));
-        let _ = self.meter_provider.shutdown_with_timeout(Duration::from_secs(5));
+        let _ = self
+            .tracer_provider
+            .shutdown_with_timeout(Duration::from_secs(5));
+        let _ = self
+            .meter_provider
+            .shutdown_with_timeout(Duration::from_secs(5));
     }
 }
 
@@ -281,7 +287,13 @@ impl Metrics for OtelMetrics {
             .record(wait.as_secs_f64(), &self.labels(kind, queue));
     }
 
-    fn job_finished(&self, kind: &JobKind, queue: &QueueName, outcome: JobOutcome, duration: Duration) {
+    fn job_finished(
+        &self,
+        kind: &JobKind,
+        queue: &QueueName,
+        outcome: JobOutcome,
+        duration: Duration,
+    ) {
         let [system, destination, kind] = self.labels(kind, queue);
         let labels = [
             system,

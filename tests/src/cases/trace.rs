@@ -28,21 +28,40 @@ pub async fn trace_context_survives_retries_and_operator_retry(f: &dyn StoreFact
     assert_eq!(plain.trace_context, None);
     let traced = job("traced", json!({})).with_trace_context(context(2));
     let running = start(&*store, traced.with_max_attempts(2)).await;
-    assert_eq!(running.trace_context, Some(context(2)), "the claim answers it");
+    assert_eq!(
+        running.trace_context,
+        Some(context(2)),
+        "the claim answers it"
+    );
     let fail = |retry| Finish::Failed {
         message: "boom".into(),
         retry,
     };
-    let to = finish(&*store, &running, fail(Retry::After(std::time::Duration::ZERO))).await;
+    let to = finish(
+        &*store,
+        &running,
+        fail(Retry::After(std::time::Duration::ZERO)),
+    )
+    .await;
     assert_eq!(to, JobState::Queued);
     let stored = store.job_get(running.id).await.unwrap();
     assert_eq!(stored.trace_context, Some(context(2)), "kept by a retry");
     let again = claim(&*store, &["traced"], 1).await;
     assert_eq!(again.len(), 1);
-    assert_eq!((again[0].attempt, again[0].trace_context.clone()), (2, Some(context(2))));
-    assert_eq!(finish(&*store, &again[0], fail(Retry::Never)).await, JobState::Failed);
+    assert_eq!(
+        (again[0].attempt, again[0].trace_context.clone()),
+        (2, Some(context(2)))
+    );
+    assert_eq!(
+        finish(&*store, &again[0], fail(Retry::Never)).await,
+        JobState::Failed
+    );
     let retried = store.job_retry(running.id).await.unwrap();
-    assert_eq!(retried.trace_context, Some(context(2)), "kept by an operator retry");
+    assert_eq!(
+        retried.trace_context,
+        Some(context(2)),
+        "kept by an operator retry"
+    );
     let third = claim(&*store, &["traced"], 1).await;
     assert_eq!(third[0].trace_context, Some(context(2)));
 }
@@ -94,5 +113,9 @@ pub async fn trace_context_stored_by_every_enqueue_path(f: &dyn StoreFactory) {
     assert_eq!(child.trace_context, Some(context(102)));
     let listed: Vec<Job> = all_jobs(&*store).await;
     let listed_child = listed.iter().find(|j| j.id == child.id).unwrap();
-    assert_eq!(listed_child.trace_context, Some(context(102)), "lists answer it");
+    assert_eq!(
+        listed_child.trace_context,
+        Some(context(102)),
+        "lists answer it"
+    );
 }

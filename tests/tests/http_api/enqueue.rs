@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use drover_core::{JobState, Quotas, StoreConfig};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::harness::*;
 
@@ -515,4 +515,66 @@ pub(crate) async fn retry_rechecks_quotas(env: &Env) {
     assert_eq!(refused.json["error"]["details"]["tenant"], TENANT_A);
     assert_eq!(refused.json["error"]["details"]["current"], 1);
     assert_eq!(api.stored(&first).await.state, JobState::Cancelled);
+}
+
+// ------------------------------------------------------------------------------------------
+// Trace context (docs/opentelemetry.md)
+
+/// `traceparent` and `tracestate` headers are stored with the jobs a request enqueues (one job
+/// or a batch); as W3C Trace Context asks, a malformed `traceparent` is ignored and a malformed
+/// `tracestate` dropped, never failing the request.
+pub(crate) async fn trace_headers_are_stored_and_malformed_ones_ignored(env: &Env) {
+    let api = env.api(unbounded()).await;
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let body = json!({"kind": "email.send", "args": {}});
+    let post = |parent: &'static str, state: String, path: &'static str, body: Value| {
+        let api = &api;
+        async move {
+            api.send(reqwest::Method::POST, path, Some(PRODUCER_A), move |r| {
+                r.header("traceparent", parent)
+                    .header("tracestate", state)
+                    .json(&body)
+            })
+            .await
+        }
+    };
+    let answer = post(traceparent, "vendor=one".into(), "/v1/jobs", body.clone()).await;
+    assert_eq!(answer.status, 202, "{}", answer.text);
+    let stored = api.stored(&answer.job_id()).await;
+    let context = stored.trace_context.expect("the headers' context");
+    assert_eq!(context.traceparent, traceparent);
+    assert_eq!(context.tracestate.as_deref(), Some("vendor=one"));
+
+    let answer = post(
+        traceparent,
+        format!("long={}", "x".repeat(600)),
+        "/v1/jobs",
+        body.clone(),
+    )
+    .await;
+    assert_eq!(answer.status, 202, "{}", answer.text);
+    let context = api.stored(&answer.job_id()).await.trace_context.unwrap();
+    assert_eq!(
+        (context.traceparent.as_str(), context.tracestate),
+        (traceparent, None)
+    );
+
+    let answer = post(
+        "00-not-a-trace-01",
+        "vendor=one".into(),
+        "/v1/jobs",
+        body.clone(),
+    )
+    .await;
+    assert_eq!(answer.status, 202, "{}", answer.text);
+    assert_eq!(api.stored(&answer.job_id()).await.trace_context, None);
+
+    let batch = json!({"jobs": [body.clone(), body]});
+    let answer = post(traceparent, "vendor=two".into(), "/v1/jobs/batch", batch).await;
+    assert_eq!(answer.status, 202, "{}", answer.text);
+    for result in answer.json["results"].as_array().unwrap() {
+        let id = result["job"]["id"].as_str().unwrap();
+        let context = api.stored(id).await.trace_context.unwrap();
+        assert_eq!(context.traceparent, traceparent);
+    }
 }
