@@ -21,6 +21,7 @@ use axum::extract::State;
 use axum::routing::post;
 use cli_support::{wait_until, TestDb};
 use drover_tests::process::Process;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
@@ -35,14 +36,30 @@ const WAIT: Duration = Duration::from_secs(60);
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CALLER_SPAN: &str = "00f067aa0ba902b7";
 
-/// Spans the receiver got, in arrival order.
+/// Spans the receiver got, in arrival order, and the names of the metrics with their
+/// services.
 #[derive(Clone, Default)]
-struct Received(Arc<Mutex<Vec<Span>>>);
+struct Received(Arc<Mutex<Vec<Span>>>, Arc<Mutex<Vec<String>>>);
 
 impl Received {
     fn spans(&self) -> Vec<Span> {
         self.0.lock().unwrap().clone()
     }
+
+    fn metrics(&self) -> Vec<String> {
+        self.1.lock().unwrap().clone()
+    }
+}
+
+async fn metrics(State(received): State<Received>, body: Bytes) -> &'static str {
+    let request = ExportMetricsServiceRequest::decode(body).expect("an OTLP protobuf body");
+    let mut names = received.1.lock().unwrap();
+    for resource in request.resource_metrics {
+        for scope in resource.scope_metrics {
+            names.extend(scope.metrics.into_iter().map(|m| m.name));
+        }
+    }
+    ""
 }
 
 async fn traces(State(received): State<Received>, body: Bytes) -> &'static str {
@@ -60,7 +77,7 @@ async fn traces(State(received): State<Received>, body: Bytes) -> &'static str {
 async fn receiver(received: Received) -> String {
     let router = axum::Router::new()
         .route("/v1/traces", post(traces))
-        .route("/v1/metrics", post(|| async { "" }))
+        .route("/v1/metrics", post(metrics))
         .with_state(received);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -219,6 +236,22 @@ async fn an_http_enqueue_and_its_attempts_form_one_trace() {
         link.span_id, first.parent_span_id,
         "linked to the publish span"
     );
+
+    // The worker's metrics arrive too.
+    wait_until("the worker's metrics", WAIT, || {
+        let names = received.metrics();
+        async move {
+            [
+                "messaging.process.duration",
+                "drover.job.queue_wait",
+                "drover.jobs.finished",
+            ]
+            .iter()
+            .all(|name| names.iter().any(|n| n == name))
+            .then_some(())
+        }
+    })
+    .await;
 
     // No attribute of any span holds the args.
     for span in received.spans() {

@@ -1068,7 +1068,7 @@ fn lease_duration(value: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use clap::error::ErrorKind;
-    use clap::Parser;
+    use clap::{CommandFactory, Parser};
 
     use super::*;
 
@@ -1247,5 +1247,42 @@ mod tests {
             let text = err.to_string();
             assert!(text.contains("--pool") && text.contains(needle), "{text}");
         }
+    }
+
+    #[test]
+    fn telemetry_flags_name_their_values_and_apply_to_serve_without_a_worker() {
+        let parsed = Cli::try_parse_from([
+            "drover",
+            "worker",
+            "--otlp",
+            "off",
+            "--trace-later-attempts",
+            "parent",
+        ])
+        .unwrap();
+        let Command::Worker(flags) = parsed.command else {
+            panic!("a worker command");
+        };
+        assert_eq!(flags.otlp, Some(false));
+        assert_eq!(
+            flags.trace_later_attempts,
+            drover_runner::telemetry::LaterAttempts::Parent
+        );
+        for (flag, value, rule) in [
+            ("--otlp", "maybe", "must be on or off"),
+            ("--trace-later-attempts", "child", "must be link or parent"),
+        ] {
+            let err = Cli::try_parse_from(["drover", "worker", flag, value]).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::ValueValidation, "{flag}");
+            assert!(err.to_string().contains(rule), "{flag}: {err}");
+        }
+        let matches = Cli::command()
+            .try_get_matches_from(["drover", "serve", "--otlp", "on"])
+            .unwrap();
+        assert_eq!(
+            inapplicable(&matches),
+            None,
+            "serve exports without --worker"
+        );
     }
 }

@@ -206,7 +206,8 @@ fn init_tracing(filter: Option<&str>, json: bool, telemetry: Option<&drover_tele
     let logs: Box<dyn Layer<Registry> + Send + Sync> = if json {
         logs.json()
             .flatten_event(true)
-            .with_current_span(false)
+            // With export on, a line carries its span's fields: an attempt's trace_id.
+            .with_current_span(telemetry.is_some())
             .with_span_list(false)
             .with_filter(filter)
             .boxed()

@@ -717,7 +717,23 @@ mod tests {
         process.record_child_failed("email.send");
         process.record_child_failed("email.send");
         process.record_rollback("email.send");
+        process.record_queue_wait("email.send", 0.003);
+        process.record_queue_wait("other.kind", 2.5);
         let text = render(&snapshot, &queues(&["mail"]), Some(&process));
+        assert!(
+            text.contains(r#"drover_job_queue_wait_seconds_count{kind="email.send"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"drover_job_queue_wait_seconds_bucket{le="0.004",kind="email.send"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"drover_job_queue_wait_seconds_sum{kind="(other)"} 2.5"#),
+            "{text}"
+        );
         assert!(
             text.contains(r#"drover_jobs{queue="mail",state="queued"} 3"#),
             "{text}"
