@@ -370,6 +370,7 @@ async fn claimers_8_take_20000_jobs_each_exactly_once() {
                 let items = jobs
                     .iter()
                     .map(|j| drover_core::FinishItem {
+                        parent: None,
                         started: None,
                         id: j.id,
                         token: j.fencing_token,
@@ -2563,6 +2564,7 @@ async fn copy_cancelled_at_random_under_concurrency_with_claimers() {
                 let items = jobs
                     .iter()
                     .map(|j| drover_core::FinishItem {
+                        parent: None,
                         id: j.id,
                         token: j.fencing_token,
                         finish: drover_core::Finish::Succeeded { result: None },

@@ -267,6 +267,14 @@ pub enum HeartbeatReply {
         /// The job.
         id: JobId,
     },
+    /// The job was busy with another write that holds it (its own finish still being recorded,
+    /// an operator's cancel): nothing changed, the lease stands as it was, and the next
+    /// heartbeat tries again. A store that locks rows answers this instead of waiting, so one
+    /// long write never holds up the heartbeats of a worker's other jobs.
+    Deferred {
+        /// The job.
+        id: JobId,
+    },
 }
 
 /// How a worker finishes a run.
@@ -336,6 +344,11 @@ pub struct FinishItem {
     /// recorded: how long ago it started, by the worker's clock; recorded before the outcome
     /// ([`crate::Event::Started`]). `None` otherwise (also for a job that never started).
     pub started: Option<Duration>,
+    /// The job's parent as claimed ([`Job::parent_id`]), or `None`. Only a hint for the order of
+    /// locks: a store may lock the parent before the child, the order a parent's cancel takes,
+    /// so the two never deadlock. The store counts the child for the parent it has stored,
+    /// whatever the hint says.
+    pub parent: Option<JobId>,
 }
 
 impl FinishItem {
@@ -1006,6 +1019,7 @@ pub trait JobStore: Send + Sync + 'static {
     async fn job_finish(&self, id: JobId, token: FencingToken, finish: Finish) -> Result<JobState> {
         let reply = self
             .jobs_finish(vec![FinishItem {
+                parent: None,
                 id,
                 token,
                 finish,

@@ -504,7 +504,8 @@ impl JobStore for FaultyStore {
                                     HeartbeatReply::Extended {
                                         lease_expires_at, ..
                                     } => Some(us_since_base(*lease_expires_at)),
-                                    HeartbeatReply::LeaseLost { .. } => None,
+                                    HeartbeatReply::LeaseLost { .. }
+                                    | HeartbeatReply::Deferred { .. } => None,
                                 },
                             })
                             .collect()

@@ -1173,6 +1173,7 @@ mod tests {
                 .iter()
                 .enumerate()
                 .map(|(i, j)| FinishItem {
+                    parent: None,
                     id: j.id,
                     token: j.fencing_token,
                     started: (i % 2 == 1).then_some(Duration::ZERO),
@@ -1396,6 +1397,7 @@ mod tests {
                     _ => Finish::Succeeded { result: None },
                 };
                 items.push(FinishItem {
+                    parent: None,
                     id: job.id,
                     token: job.fencing_token,
                     started: None,
@@ -1452,6 +1454,7 @@ mod tests {
             let items = claimed
                 .into_iter()
                 .map(|job| FinishItem {
+                    parent: None,
                     id: job.id,
                     token: job.fencing_token,
                     started: None,

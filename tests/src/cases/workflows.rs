@@ -101,6 +101,7 @@ async fn finish_all(store: &dyn JobStore, jobs: &[Job], outcome: Finish) {
     let items = jobs
         .iter()
         .map(|j| FinishItem {
+            parent: j.parent_id,
             id: j.id,
             token: j.fencing_token,
             finish: outcome.clone(),
