@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use drover_core::{
-    ClaimJobs, EnqueueStatus, Error, JobId, JobKind, JobState, JobStore, LimitKey, LimitPolicy,
-    NewJob, QueueName, Quotas, StoreConfig, StoreEvent, WorkerId,
+    ClaimJobs, EnqueueStatus, Error, Finish, FinishItem, Job, JobId, JobKind, JobState, JobStore,
+    LimitKey, LimitPolicy, NewJob, QueueName, Quotas, Retry, StoreConfig, StoreEvent, WorkerId,
 };
 use drover_store_postgres::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use drover_store_postgres::sqlx::types::Uuid;
@@ -1106,6 +1106,62 @@ async fn fewer_index_writes_refuses_an_invalid_prebuilt_index() {
     .unwrap();
     assert_eq!(indexes, vec!["jobs_done_facets_idx", "jobs_waiting_idx"]);
     pool.close().await;
+}
+
+/// A heartbeat that took a running job's lock before its finish may record a start with a later
+/// clock reading than the finish's: each one-statement finish (a success alone, and any other
+/// outcome) still leaves the job started no later than it finished.
+#[tokio::test]
+async fn a_finish_never_leaves_a_job_finished_before_it_started() {
+    let Some(factory) =
+        PgFactory::for_test("a_finish_never_leaves_a_job_finished_before_it_started")
+    else {
+        return;
+    };
+    let h = factory.open_pg(unbounded_options()).await;
+    let pool = h.store.pool();
+    for _ in 0..2 {
+        h.store.job_enqueue(new_job("work")).await.unwrap();
+    }
+    let running = h.store.jobs_claim(claim_params("w", 2)).await.unwrap().jobs;
+    assert_eq!(running.len(), 2);
+    for job in &running {
+        sqlx::query("UPDATE drover.jobs SET started_at = now() + interval '1 hour' WHERE id = $1")
+            .bind(job.id.as_uuid())
+            .execute(pool)
+            .await
+            .unwrap();
+    }
+    let item = |job: &Job, finish: Finish| FinishItem {
+        parent: None,
+        id: job.id,
+        token: job.fencing_token,
+        finish,
+        started: None,
+    };
+    // A batch of successes alone takes finish_succeeded.sql, any other finish.sql.
+    h.store
+        .jobs_finish(vec![item(&running[0], Finish::Succeeded { result: None })])
+        .await
+        .unwrap();
+    h.store
+        .jobs_finish(vec![item(
+            &running[1],
+            Finish::Failed {
+                message: "boom".into(),
+                retry: Retry::Never,
+            },
+        )])
+        .await
+        .unwrap();
+    for job in &running {
+        let stored = h.store.job_get(job.id).await.unwrap();
+        let (started, finished) = (stored.started_at.unwrap(), stored.finished_at.unwrap());
+        assert!(
+            started <= finished,
+            "started {started}, finished {finished}"
+        );
+    }
 }
 
 /// A running job always has a lease owner and a lease expiry (jobs_lease_check): a direct

@@ -30,7 +30,9 @@ SET state = 'succeeded',
     started_at = CASE
         WHEN j.started_at IS NULL AND i.started_us IS NOT NULL
             THEN GREATEST(j.attempted_at, now() - i.started_us * interval '1 microsecond')
-        ELSE j.started_at
+        -- A heartbeat that took the row lock first may have recorded a start after this
+        -- statement's now(): a job never finishes before it started.
+        ELSE LEAST(j.started_at, now())
     END,
     lease_owner = NULL,
     lease_expires_at = NULL
