@@ -22,7 +22,8 @@ fn name<T: sqlx::Type<Postgres>>() -> String {
 }
 
 /// The parameter types of the batch enqueue statements, from the Rust types `Columns::bind`
-/// binds (enqueue_insert_rows.sql), then the counting flags, the tenants and the wake flag.
+/// binds (enqueue_insert_rows.sql), then the counting flags, the tenants, the wake flag and the
+/// family (workflow and parent).
 fn batch_parameters() -> Vec<String> {
     vec![
         name::<Vec<Uuid>>(),
@@ -43,6 +44,8 @@ fn batch_parameters() -> Vec<String> {
         name::<bool>(),
         name::<Vec<&str>>(),
         name::<bool>(),
+        name::<Option<Uuid>>(),
+        name::<Option<Uuid>>(),
     ]
 }
 
@@ -64,6 +67,8 @@ fn one_parameters() -> Vec<String> {
         name::<Option<&str>>(),
         name::<Vec<&str>>(),
         name::<bool>(),
+        name::<Option<Uuid>>(),
+        name::<Option<Uuid>>(),
     ]
 }
 

@@ -84,7 +84,8 @@ updated AS (
                 THEN GREATEST(j.attempted_at, now() - i.started_us * interval '1 microsecond')
             -- A heartbeat that took the row lock first may have recorded a start after this
             -- statement's now(): a job never finishes before it started.
-            ELSE LEAST(j.started_at, now())
+            WHEN j.started_at > now() THEN now()
+            ELSE j.started_at
         END,
         lease_owner = NULL,
         lease_expires_at = NULL
