@@ -29,6 +29,7 @@
 //! path, status and latency only, and the `Authorization` header is marked sensitive.
 
 pub mod auth;
+pub mod dashboard;
 pub mod dto;
 pub mod error;
 pub mod extract;
