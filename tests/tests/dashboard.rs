@@ -371,5 +371,9 @@ async fn insecure_mode_says_so_on_every_page() {
         assert_eq!(answer.status(), 200, "{path}");
         let page = answer.text().await.unwrap();
         assert!(page.contains("id=\"insecure\""), "{path}: {page}");
+        assert!(
+            !page.contains("action=\"/logout\""),
+            "no login, so no logout: {page}"
+        );
     }
 }
