@@ -120,6 +120,8 @@ WITH jobs AS (
     UPDATE drover.queues SET paused_at = paused_at - $1 * interval '1 microsecond' RETURNING 1
 ), workflows AS (
     UPDATE drover.workflows SET created_at = created_at - $1 * interval '1 microsecond' RETURNING 1
+), audit AS (
+    UPDATE drover.audit_log SET at = at - $1 * interval '1 microsecond' RETURNING 1
 )
 SELECT (SELECT count(*) FROM jobs) + (SELECT count(*) FROM limits)
      + (SELECT count(*) FROM schedules) + (SELECT count(*) FROM workers)
@@ -2850,4 +2852,51 @@ async fn copy_refused_mid_stream_fails_like_insert_and_stores_nothing() {
         .jobs_enqueue(batch)
         .await
         .expect("once the lock is gone");
+}
+
+/// An operator write and its audit record commit together: when the record's insert fails
+/// (a trigger stands in for a full disk or a lost connection), the cancel it records is rolled
+/// back and the job stays queued; once the insert works again, both are stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_record_failure_rolls_back_its_write() {
+    let Some(factory) = PgFactory::for_test("audit_record_failure_rolls_back_its_write") else {
+        return;
+    };
+    let h = factory.open_pg(unbounded_options()).await;
+    let store = h.store.clone();
+    let job = store.job_enqueue(new_job("audited")).await.unwrap().job;
+    sqlx::raw_sql(
+        "CREATE FUNCTION drover.refuse_audit() RETURNS trigger LANGUAGE plpgsql AS
+             $$ BEGIN RAISE EXCEPTION 'no room for the record'; END $$;
+         CREATE TRIGGER refuse_audit BEFORE INSERT ON drover.audit_log
+             FOR EACH ROW EXECUTE FUNCTION drover.refuse_audit();",
+    )
+    .execute(store.pool())
+    .await
+    .unwrap();
+    let actor = drover_core::Actor::new("ops", drover_core::AuditSource::Cli);
+    let refused = store
+        .operate(drover_core::Operation::JobCancel(job.id), actor.clone())
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(store.job_get(job.id).await.unwrap().state, JobState::Queued);
+    sqlx::query("DROP TRIGGER refuse_audit ON drover.audit_log")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    store
+        .operate(drover_core::Operation::JobCancel(job.id), actor)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.job_get(job.id).await.unwrap().state,
+        JobState::Cancelled
+    );
+    let records = store
+        .audit_list(drover_core::ListAudit::default())
+        .await
+        .unwrap()
+        .entries;
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].action, drover_core::AuditAction::JobCancel);
 }

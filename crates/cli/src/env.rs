@@ -63,3 +63,14 @@ pub fn api_tokens() -> Option<String> {
         .ok()
         .filter(|v| !v.trim().is_empty())
 }
+
+/// Who runs the command line, for the audit records of its operator writes: `DROVER_ACTOR`,
+/// else the login name (`USER`, `LOGNAME`), else `cli`.
+pub fn actor_name() -> String {
+    ["DROVER_ACTOR", "USER", "LOGNAME"]
+        .into_iter()
+        .filter_map(|name| std::env::var(name).ok())
+        .map(|value| value.trim().to_owned())
+        .find(|value| !value.is_empty() && !value.chars().any(char::is_control))
+        .unwrap_or_else(|| "cli".to_owned())
+}

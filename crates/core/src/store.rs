@@ -14,6 +14,7 @@ use futures_core::Stream;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::audit::{Actor, AuditPage, ListAudit, Operated, Operation, PruneAudit};
 use crate::bounds::check_range;
 use crate::error::{Error, Result};
 use crate::job::{Enqueued, Job, JobId, NewJob, SizeLimits, WorkflowId};
@@ -989,6 +990,28 @@ pub trait JobStore: Send + Sync + 'static {
     /// # Errors
     /// Those of `jobs_enqueue` (then the tick is not consumed); `NotFound`.
     async fn schedule_fire(&self, fire: FireSchedule) -> Result<Option<Enqueued>>;
+
+    /// Runs an operator write ([`Operation`]) by `actor` and stores its audit record
+    /// ([`crate::audit::NewAuditEntry::new`], dated by the store's clock) in the same atomic step: both are
+    /// stored or neither is (docs/audit.md). The write behaves exactly as its own method
+    /// (`job_cancel`, `queue_pause`, ...); a refused one stores no record.
+    ///
+    /// # Errors
+    /// `InvalidInput` naming `actor` ([`Actor::validate`]); then those of the write's method.
+    async fn operate(&self, operation: Operation, actor: Actor) -> Result<Operated>;
+
+    /// Lists audit records newest first, a page at a time.
+    ///
+    /// # Errors
+    /// `InvalidInput` naming `limit` ([`ListAudit::validate`]).
+    async fn audit_list(&self, query: ListAudit) -> Result<AuditPage>;
+
+    /// Deletes at most `limit` audit records older than `older_than` (store clock); answers
+    /// how many.
+    ///
+    /// # Errors
+    /// `InvalidInput` naming `limit` ([`PruneAudit::validate`]).
+    async fn audit_prune(&self, prune: PruneAudit) -> Result<u64>;
 
     /// The store's clock.
     async fn now(&self) -> Result<DateTime<Utc>>;

@@ -723,6 +723,24 @@ impl JobStore for FaultyStore {
             .await
     }
 
+    /// Each operation through this view's own recorded method, so the history sees it; the
+    /// simulation keeps no audit log.
+    async fn operate(
+        &self,
+        operation: drover_core::Operation,
+        _actor: drover_core::Actor,
+    ) -> Result<drover_core::Operated> {
+        operation.run_unrecorded(self).await
+    }
+
+    async fn audit_list(&self, query: drover_core::ListAudit) -> Result<drover_core::AuditPage> {
+        self.inner.audit_list(query).await
+    }
+
+    async fn audit_prune(&self, prune: drover_core::PruneAudit) -> Result<u64> {
+        self.inner.audit_prune(prune).await
+    }
+
     async fn schedule_fire(&self, fire: FireSchedule) -> Result<Option<Enqueued>> {
         self.plain("schedule_fire", || self.inner.schedule_fire(fire))
             .await

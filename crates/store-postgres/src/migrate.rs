@@ -104,6 +104,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "workflows",
         sql: include_str!("../migrations/0006_workflows.sql"),
     },
+    Migration {
+        version: 8,
+        name: "audit",
+        sql: include_str!("../migrations/0008_audit.sql"),
+    },
 ];
 
 const BOOTSTRAP: &str = include_str!("sql/migrations_bootstrap.sql");

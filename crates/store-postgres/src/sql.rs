@@ -68,6 +68,12 @@ statements! {
     RETRY_CHECK = "retry_check.sql";
     /// Prune terminal jobs.
     JOBS_PRUNE = "jobs_prune.sql";
+    /// Record one operator write in its transaction.
+    AUDIT_INSERT = "audit_insert.sql";
+    /// A page of audit records.
+    AUDIT_LIST = "audit_list.sql";
+    /// Prune audit records past their retention.
+    AUDIT_PRUNE = "audit_prune.sql";
     /// One job.
     JOB_GET = "job_get.sql";
     /// Jobs by id.

@@ -691,7 +691,7 @@ pub(crate) async fn workflow_cancel(
     retried!(conn, |tx| workflow_cancel_in(&mut tx, id))
 }
 
-async fn workflow_cancel_in(
+pub(crate) async fn workflow_cancel_in(
     conn: &mut PgConnection,
     id: WorkflowId,
 ) -> Result<WorkflowChange, Error> {
@@ -725,7 +725,7 @@ pub(crate) async fn workflow_retry(
     retried!(conn, |tx| workflow_retry_in(&mut tx, config, id))
 }
 
-async fn workflow_retry_in(
+pub(crate) async fn workflow_retry_in(
     conn: &mut PgConnection,
     config: &StoreConfig,
     id: WorkflowId,

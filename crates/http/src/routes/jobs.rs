@@ -83,7 +83,7 @@ pub async fn enqueue_job(
     JsonBody(request): JsonBody<EnqueueRequest>,
 ) -> Result<Response, ApiError> {
     let key = idempotency_header(&headers)?;
-    let sizes = state.store().config().sizes;
+    let sizes = state.client().config().sizes;
     let job = request.into_valid_job(&principal, key, &sizes)?;
     let answer = state
         .client()
@@ -139,7 +139,7 @@ pub async fn enqueue_batch(
             ),
         ));
     }
-    let sizes = state.store().config().sizes;
+    let sizes = state.client().config().sizes;
     let jobs = request
         .jobs
         .into_iter()
@@ -344,7 +344,7 @@ pub async fn cancel_job(
 ) -> Result<Json<CancelResponse>, ApiError> {
     let job = visible_job(&state, &principal, &id).await?;
     let outcome = state
-        .client()
+        .client_for(&principal)
         .cancel(job.id)
         .await
         .map_err(|e| state.error(e))?;
@@ -380,7 +380,7 @@ pub async fn retry_job(
     }
     let job = visible_job(&state, &principal, &id).await?;
     let job = state
-        .client()
+        .client_for(&principal)
         .retry(job.id)
         .await
         .map_err(|e| state.error_for(&principal, QuotaRequest::Retry, e))?;
@@ -417,7 +417,7 @@ pub async fn requeue_job(
     }
     let job = visible_job(&state, &principal, &id).await?;
     let outcome = state
-        .client()
+        .client_for(&principal)
         .requeue(job.id)
         .await
         .map_err(|e| state.error(e))?;

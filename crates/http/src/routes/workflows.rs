@@ -66,7 +66,7 @@ pub async fn enqueue_workflow(
     principal: Principal,
     JsonBody(request): JsonBody<WorkflowRequest>,
 ) -> Result<Response, ApiError> {
-    let sizes = state.store().config().sizes;
+    let sizes = state.client().config().sizes;
     let workflow = request.into_new_workflow(&principal, &sizes)?;
     let answer = state
         .client()
@@ -214,7 +214,7 @@ pub async fn cancel_workflow(
 ) -> Result<Json<WorkflowChangeResponse>, ApiError> {
     let workflow = visible_workflow(&state, &principal, &id).await?;
     let change = state
-        .client()
+        .client_for(&principal)
         .cancel_workflow(workflow.id)
         .await
         .map_err(|e| state.error(e))?;
@@ -250,7 +250,7 @@ pub async fn retry_workflow(
     }
     let workflow = visible_workflow(&state, &principal, &id).await?;
     let change = state
-        .client()
+        .client_for(&principal)
         .retry_workflow(workflow.id)
         .await
         .map_err(|e| state.error_for(&principal, QuotaRequest::Retry, e))?;
