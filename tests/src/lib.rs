@@ -233,6 +233,10 @@ macro_rules! contract_suite {
             workflows_retry_waits_for_live_dependencies_and_retried_children,
             workflows_resent_graph_answers_the_first_workflow,
             workflows_rescue_and_reconcile_ends_propagate,
+            audit_every_operation_is_recorded_with_its_write,
+            audit_a_refused_operation_records_nothing,
+            audit_list_filters_and_pages,
+            audit_prune_deletes_only_old_records,
         }
     };
 }

@@ -2175,3 +2175,81 @@ async fn workflows_enqueue_show_cancel_and_retry() {
     let done = db.json(&["workflows", "get", &id]).await;
     assert_eq!(done["state"], "succeeded", "{done}");
 }
+
+/// Operator commands are recorded in the audit log with the user (`DROVER_ACTOR`) and source
+/// `cli`; `drover audit list` shows them newest first, filters and pages, and refuses a bad
+/// filter before connecting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_list_shows_operator_commands_with_their_user() {
+    let Some(db) = TestDb::migrated("audit_list_shows_operator_commands_with_their_user").await
+    else {
+        return;
+    };
+    db.enqueue("noop", "{}", &["--queue", "mail"]).await;
+    for args in [
+        &["queues", "pause", "mail"][..],
+        &["queues", "resume", "mail"],
+        &["limits", "set", "kind:noop", "--max-running", "2"],
+        &["limits", "clear", "kind:noop"],
+        &["prune", "--older-than", "7d"],
+    ] {
+        let out = db
+            .command(args)
+            .env("DROVER_ACTOR", "alice")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .await
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+    }
+    // A refused command records nothing.
+    db.fails(&["limits", "clear", "kind:noop"]).await;
+
+    let page = db.json(&["audit", "list"]).await;
+    let entries = page["entries"].as_array().unwrap();
+    let actions: Vec<&str> = entries
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "jobs.prune",
+            "limit.clear",
+            "limit.set",
+            "queue.resume",
+            "queue.pause"
+        ],
+        "{page}"
+    );
+    for entry in entries {
+        assert_eq!(entry["actor"], "alice", "{entry}");
+        assert_eq!(entry["source"], "cli", "{entry}");
+    }
+    assert_eq!(entries[2]["target"]["limit"], "kind:noop");
+    assert_eq!(entries[2]["target"]["max_running"], 2);
+    assert_eq!(entries[4]["target"]["queue"], "mail");
+
+    let paused = db.json(&["audit", "list", "--action", "queue.pause"]).await;
+    assert_eq!(paused["entries"].as_array().unwrap().len(), 1, "{paused}");
+    let none = db.json(&["audit", "list", "--source", "api"]).await;
+    assert_eq!(none["entries"], serde_json::json!([]), "{none}");
+    let first = db.json(&["audit", "list", "--limit", "3"]).await;
+    let next = first["next"].as_i64().unwrap_or_else(|| panic!("{first}"));
+    let rest = db
+        .json(&["audit", "list", "--before", &next.to_string()])
+        .await;
+    assert_eq!(rest["entries"].as_array().unwrap().len(), 2, "{rest}");
+    assert!(rest["next"].is_null(), "{rest}");
+
+    let table = db.ok(&["audit", "list"]).await;
+    assert!(
+        table.contains("alice") && table.contains("queue.pause") && table.contains("5 record(s)"),
+        "{table}"
+    );
+    let bad = db
+        .usage_error(&["audit", "list", "--action", "job.delete"])
+        .await;
+    assert!(bad.contains("--action"), "{bad}");
+}

@@ -10,6 +10,8 @@
 //! PostgreSQL tests need `DROVER_TEST_DATABASE_URL`; see `http_api/harness.rs` for isolation
 //! (a database per test) and the skip rule.
 //!
+//! The audit log (`audit`): `GET /v1/audit` after operator actions, tenant scoping, filters.
+//!
 //! Workflows (`workflows`): graphs by name, their reads, cancel and retry, dependencies on
 //! `POST /v1/jobs`, tenant isolation.
 //!
@@ -19,6 +21,8 @@
 #[path = "http_api/harness.rs"]
 mod harness;
 
+#[path = "http_api/audit.rs"]
+mod audit;
 #[path = "http_api/auth.rs"]
 mod auth;
 #[path = "http_api/enqueue.rs"]
@@ -34,6 +38,7 @@ mod shutdown;
 #[path = "http_api/workflows.rs"]
 mod workflows;
 
+use audit::*;
 use auth::*;
 use enqueue::*;
 use input::*;
@@ -139,6 +144,8 @@ http_cases!(
         workflow_errors_name_the_field,
         workflows_are_isolated_by_tenant,
         jobs_depend_on_ids_and_list_by_parent,
+        operator_actions_are_audited_with_their_token_and_tenant,
+        the_audit_log_filters_pages_and_names_bad_parameters,
     ],
     postgres_only: [
         ready_is_503_until_migrated,

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use drover_core::{
-    ClaimJobs, EnqueueStatus, Error, JobId, JobKind, JobState, JobStore, LimitKey, LimitPolicy,
-    NewJob, QueueName, Quotas, StoreConfig, StoreEvent, WorkerId,
+    ClaimJobs, EnqueueStatus, Error, Finish, FinishItem, Job, JobId, JobKind, JobState, JobStore,
+    LimitKey, LimitPolicy, NewJob, QueueName, Quotas, Retry, StoreConfig, StoreEvent, WorkerId,
 };
 use drover_store_postgres::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use drover_store_postgres::sqlx::types::Uuid;
@@ -120,6 +120,8 @@ WITH jobs AS (
     UPDATE drover.queues SET paused_at = paused_at - $1 * interval '1 microsecond' RETURNING 1
 ), workflows AS (
     UPDATE drover.workflows SET created_at = created_at - $1 * interval '1 microsecond' RETURNING 1
+), audit AS (
+    UPDATE drover.audit_log SET at = at - $1 * interval '1 microsecond' RETURNING 1
 )
 SELECT (SELECT count(*) FROM jobs) + (SELECT count(*) FROM limits)
      + (SELECT count(*) FROM schedules) + (SELECT count(*) FROM workers)
@@ -370,6 +372,7 @@ async fn claimers_8_take_20000_jobs_each_exactly_once() {
                 let items = jobs
                     .iter()
                     .map(|j| drover_core::FinishItem {
+                        parent: None,
                         started: None,
                         id: j.id,
                         token: j.fencing_token,
@@ -1105,6 +1108,62 @@ async fn fewer_index_writes_refuses_an_invalid_prebuilt_index() {
     .unwrap();
     assert_eq!(indexes, vec!["jobs_done_facets_idx", "jobs_waiting_idx"]);
     pool.close().await;
+}
+
+/// A heartbeat that took a running job's lock before its finish may record a start with a later
+/// clock reading than the finish's: each one-statement finish (a success alone, and any other
+/// outcome) still leaves the job started no later than it finished.
+#[tokio::test]
+async fn a_finish_never_leaves_a_job_finished_before_it_started() {
+    let Some(factory) =
+        PgFactory::for_test("a_finish_never_leaves_a_job_finished_before_it_started")
+    else {
+        return;
+    };
+    let h = factory.open_pg(unbounded_options()).await;
+    let pool = h.store.pool();
+    for _ in 0..2 {
+        h.store.job_enqueue(new_job("work")).await.unwrap();
+    }
+    let running = h.store.jobs_claim(claim_params("w", 2)).await.unwrap().jobs;
+    assert_eq!(running.len(), 2);
+    for job in &running {
+        sqlx::query("UPDATE drover.jobs SET started_at = now() + interval '1 hour' WHERE id = $1")
+            .bind(job.id.as_uuid())
+            .execute(pool)
+            .await
+            .unwrap();
+    }
+    let item = |job: &Job, finish: Finish| FinishItem {
+        parent: None,
+        id: job.id,
+        token: job.fencing_token,
+        finish,
+        started: None,
+    };
+    // A batch of successes alone takes finish_succeeded.sql, any other finish.sql.
+    h.store
+        .jobs_finish(vec![item(&running[0], Finish::Succeeded { result: None })])
+        .await
+        .unwrap();
+    h.store
+        .jobs_finish(vec![item(
+            &running[1],
+            Finish::Failed {
+                message: "boom".into(),
+                retry: Retry::Never,
+            },
+        )])
+        .await
+        .unwrap();
+    for job in &running {
+        let stored = h.store.job_get(job.id).await.unwrap();
+        let (started, finished) = (stored.started_at.unwrap(), stored.finished_at.unwrap());
+        assert!(
+            started <= finished,
+            "started {started}, finished {finished}"
+        );
+    }
 }
 
 /// A running job always has a lease owner and a lease expiry (jobs_lease_check): a direct
@@ -2563,6 +2622,7 @@ async fn copy_cancelled_at_random_under_concurrency_with_claimers() {
                 let items = jobs
                     .iter()
                     .map(|j| drover_core::FinishItem {
+                        parent: None,
                         id: j.id,
                         token: j.fencing_token,
                         finish: drover_core::Finish::Succeeded { result: None },
@@ -2792,4 +2852,51 @@ async fn copy_refused_mid_stream_fails_like_insert_and_stores_nothing() {
         .jobs_enqueue(batch)
         .await
         .expect("once the lock is gone");
+}
+
+/// An operator write and its audit record commit together: when the record's insert fails
+/// (a trigger stands in for a full disk or a lost connection), the cancel it records is rolled
+/// back and the job stays queued; once the insert works again, both are stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_record_failure_rolls_back_its_write() {
+    let Some(factory) = PgFactory::for_test("audit_record_failure_rolls_back_its_write") else {
+        return;
+    };
+    let h = factory.open_pg(unbounded_options()).await;
+    let store = h.store.clone();
+    let job = store.job_enqueue(new_job("audited")).await.unwrap().job;
+    sqlx::raw_sql(
+        "CREATE FUNCTION drover.refuse_audit() RETURNS trigger LANGUAGE plpgsql AS
+             $$ BEGIN RAISE EXCEPTION 'no room for the record'; END $$;
+         CREATE TRIGGER refuse_audit BEFORE INSERT ON drover.audit_log
+             FOR EACH ROW EXECUTE FUNCTION drover.refuse_audit();",
+    )
+    .execute(store.pool())
+    .await
+    .unwrap();
+    let actor = drover_core::Actor::new("ops", drover_core::AuditSource::Cli);
+    let refused = store
+        .operate(drover_core::Operation::JobCancel(job.id), actor.clone())
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(store.job_get(job.id).await.unwrap().state, JobState::Queued);
+    sqlx::query("DROP TRIGGER refuse_audit ON drover.audit_log")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    store
+        .operate(drover_core::Operation::JobCancel(job.id), actor)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.job_get(job.id).await.unwrap().state,
+        JobState::Cancelled
+    );
+    let records = store
+        .audit_list(drover_core::ListAudit::default())
+        .await
+        .unwrap()
+        .entries;
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].action, drover_core::AuditAction::JobCancel);
 }

@@ -93,6 +93,7 @@ async fn claim_all(store: &PgStore, n: usize) -> Vec<Job> {
 
 fn success(job: &Job) -> FinishItem {
     FinishItem {
+        parent: job.parent_id,
         id: job.id,
         token: job.fencing_token,
         finish: Finish::Succeeded {
@@ -179,6 +180,7 @@ async fn dependents_follow_their_dependencies_in_the_same_finish() {
         .unwrap()
         .job;
     let failed = FinishItem {
+        parent: None,
         id: b.id,
         token: running[0].fencing_token,
         finish: Finish::Failed {
@@ -353,6 +355,7 @@ async fn fan_out_of_10000_children_resumes_the_parent_once() {
 
     let waiting = store
         .jobs_finish(vec![FinishItem {
+            parent: None,
             id: parent.id,
             token,
             finish: Finish::WaitForChildren,
@@ -470,6 +473,7 @@ async fn workflow_enqueue_get_list_cancel_retry_and_prune() {
     let extract_now = after.jobs.iter().find(|j| j.id == extract.id).unwrap();
     assert!(extract_now.cancel_requested && extract_now.state == JobState::Running);
     let cancelled = FinishItem {
+        parent: None,
         id: extract.id,
         token: running[0].fencing_token,
         finish: Finish::Cancelled {
@@ -583,6 +587,7 @@ async fn cancel_cascades_to_children() {
     let child = claim_all(store, 1).await.remove(0);
     store
         .jobs_finish(vec![FinishItem {
+            parent: None,
             id: parent.id,
             token,
             finish: Finish::WaitForChildren,
@@ -609,6 +614,7 @@ async fn cancel_cascades_to_children() {
     assert_eq!(store.job_get(parent.id).await.unwrap().live_children, 1);
     store
         .jobs_finish(vec![FinishItem {
+            parent: None,
             id: child.id,
             token: child.fencing_token,
             finish: Finish::Cancelled {
@@ -677,6 +683,7 @@ async fn parent_cancel_racing_child_finishes_keeps_counts_exact() {
         let parent = db.store.job_get(parent.id).await.unwrap();
         assert_eq!(parent.live_children, 0);
         let finished = FinishItem {
+            parent: None,
             id: parent.id,
             token,
             finish: Finish::Cancelled {
@@ -769,6 +776,82 @@ async fn workflow_of_10000_jobs_is_released_by_one_finish() {
         "10,000-job workflow: enqueued in {:.0} ms; the root's finish queued 9,999 in {:.0} ms",
         enqueue.as_secs_f64() * 1e3,
         finish.as_secs_f64() * 1e3
+    );
+    db.close().await;
+}
+
+/// A heartbeat never waits for a row another transaction holds (a finish still propagating
+/// through a long workflow, an operator's cancel): that job is answered `Deferred` with nothing
+/// changed, and the batch's other jobs are extended and their updates saved at once. Once the
+/// row is free, the same job is extended again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeat_skips_a_held_row_and_extends_the_rest() {
+    use drover_core::{HeartbeatItem, HeartbeatJobs, HeartbeatReply};
+    use drover_store_postgres::sqlx::Connection;
+    let Some(db) = Db::open("heartbeat_skips_a_held_row_and_extends_the_rest").await else {
+        return;
+    };
+    db.store.job_enqueue(work()).await.unwrap();
+    db.store.job_enqueue(work()).await.unwrap();
+    let jobs = claim_all(&db.store, 2).await;
+    let (held, free) = (&jobs[0], &jobs[1]);
+    let beat = |job: &Job, progress: i64| HeartbeatItem {
+        id: job.id,
+        token: job.fencing_token,
+        meta: None,
+        progress: Some(json!({ "step": progress })),
+        started: None,
+    };
+    let lease = Duration::from_secs(600);
+
+    let mut holder = db.pool().acquire().await.unwrap();
+    let mut tx = holder.begin().await.unwrap();
+    sqlx::query("SELECT id FROM drover.jobs WHERE id = $1 FOR UPDATE")
+        .bind(held.id.as_uuid())
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    // A guard against a hang, not a timing: a heartbeat that waited for the row would wait
+    // until the rollback below, which never comes first.
+    let replies = tokio::time::timeout(
+        Duration::from_secs(60),
+        db.store.jobs_heartbeat(HeartbeatJobs {
+            lease,
+            jobs: vec![beat(held, 1), beat(free, 1)],
+        }),
+    )
+    .await
+    .expect("the heartbeat waited for the held row")
+    .unwrap();
+    assert_eq!(replies[0], HeartbeatReply::Deferred { id: held.id });
+    assert!(
+        matches!(replies[1], HeartbeatReply::Extended { id, .. } if id == free.id),
+        "{replies:?}"
+    );
+    tx.rollback().await.unwrap();
+    drop(holder);
+    let stored_held = db.store.job_get(held.id).await.unwrap();
+    assert_eq!(stored_held.lease_expires_at, held.lease_expires_at);
+    assert_eq!(stored_held.progress, None);
+    let stored_free = db.store.job_get(free.id).await.unwrap();
+    assert_eq!(stored_free.progress, Some(json!({ "step": 1 })));
+    assert!(stored_free.lease_expires_at > free.lease_expires_at);
+
+    let replies = db
+        .store
+        .jobs_heartbeat(HeartbeatJobs {
+            lease,
+            jobs: vec![beat(held, 2)],
+        })
+        .await
+        .unwrap();
+    assert!(
+        matches!(replies[0], HeartbeatReply::Extended { id, .. } if id == held.id),
+        "{replies:?}"
+    );
+    assert_eq!(
+        db.store.job_get(held.id).await.unwrap().progress,
+        Some(json!({ "step": 2 }))
     );
     db.close().await;
 }

@@ -396,6 +396,7 @@ async fn store_battery(store: &dyn JobStore) -> BTreeSet<String> {
             assert_eq!(beat, vec![HeartbeatReply::LeaseLost { id }]);
             let finish = store
                 .jobs_finish(vec![FinishItem {
+                    parent: None,
                     started: None,
                     id,
                     token,

@@ -22,8 +22,8 @@ fn name<T: sqlx::Type<Postgres>>() -> String {
 }
 
 /// The parameter types of the batch enqueue statements, from the Rust types `Columns::bind`
-/// binds (enqueue_insert_rows.sql), then the counting flags, the tenants, the wake flag and
-/// the trace contexts.
+/// binds (enqueue_insert_rows.sql), then the counting flags, the tenants, the wake flag, the
+/// family (workflow and parent) and the trace contexts.
 fn batch_parameters() -> Vec<String> {
     vec![
         name::<Vec<Uuid>>(),
@@ -44,6 +44,8 @@ fn batch_parameters() -> Vec<String> {
         name::<bool>(),
         name::<Vec<&str>>(),
         name::<bool>(),
+        name::<Option<Uuid>>(),
+        name::<Option<Uuid>>(),
         name::<Vec<Option<Value>>>(),
     ]
 }
@@ -66,6 +68,8 @@ fn one_parameters() -> Vec<String> {
         name::<Option<&str>>(),
         name::<Vec<&str>>(),
         name::<bool>(),
+        name::<Option<Uuid>>(),
+        name::<Option<Uuid>>(),
         name::<Option<Value>>(),
     ]
 }

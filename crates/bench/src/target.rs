@@ -378,6 +378,7 @@ mod tests {
         let items = claimed
             .iter()
             .map(|job| FinishItem {
+                parent: job.parent_id,
                 started: None,
                 id: job.id,
                 token: job.fencing_token,

@@ -10,8 +10,8 @@ use clap::{ArgGroup, ArgMatches, Args, Parser, Subcommand, ValueEnum};
 use drover_core::limits::MAX_RUNNING_MAX;
 use drover_core::store::LIST_LIMIT_MAX;
 use drover_core::{
-    JobDetails, JobId, JobKind, JobState, LimitKey, QueueName, Rate, ScheduleName, SucceededJobs,
-    TenantId, WorkflowId,
+    AuditAction, AuditSource, JobDetails, JobId, JobKind, JobState, LimitKey, QueueName, Rate,
+    ScheduleName, SucceededJobs, TenantId, WorkflowId,
 };
 use drover_runner::{PoolConfig, PREFETCH_MAX, PRUNE_LIMIT_MAX, SLOTS_MAX};
 
@@ -144,6 +144,10 @@ pub enum Command {
     /// Manage cron schedules.
     #[command(subcommand)]
     Schedules(SchedulesCommand),
+    /// The audit log of operator actions: who paused, cancelled, retried, pruned what, when
+    /// and from where.
+    #[command(subcommand)]
+    Audit(AuditCommand),
     /// Counts per queue and state, ready and running jobs, and lag; what keeps vacuum from
     /// cleaning the jobs table (oldest open transaction, replication slot, dead rows).
     #[command(after_help = "Example:\n  drover snapshot --json")]
@@ -270,6 +274,10 @@ pub struct WorkerArgs {
     /// Retention of finished jobs, longer than zero (default 7d).
     #[arg(long, value_parser = positive_duration, value_name = "DURATION")]
     pub retention: Option<Duration>,
+
+    /// Retention of audit records of operator actions, longer than zero (default 90d).
+    #[arg(long, value_parser = positive_duration, value_name = "DURATION")]
+    pub audit_retention: Option<Duration>,
 
     /// Delete each job as its handler's success is recorded, instead of keeping it succeeded
     /// until --retention prunes it (failed and cancelled jobs are kept as always). Less
@@ -590,6 +598,45 @@ pub enum QueuesCommand {
         #[arg(value_parser = queue_name)]
         name: QueueName,
     },
+}
+
+/// `drover audit ...`
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Audit records, newest first: time, actor, source, tenant, action, target, jobs.
+    #[command(
+        after_help = "Examples:\n  drover audit list\n  drover audit list --action job.cancel --source api --json"
+    )]
+    List(AuditListArgs),
+}
+
+/// Filters of `drover audit list`.
+#[derive(Debug, Args)]
+pub struct AuditListArgs {
+    /// Only this action (job.cancel, job.retry, job.requeue, queue.pause, queue.resume,
+    /// workflow.cancel, workflow.retry, limit.set, limit.clear, schedule.upsert,
+    /// schedule.remove, jobs.prune).
+    #[arg(long, value_parser = audit_action)]
+    pub action: Option<AuditAction>,
+    /// Only from this source (dashboard, api, cli, library).
+    #[arg(long, value_parser = audit_source)]
+    pub source: Option<AuditSource>,
+    /// Only by this actor (a token fingerprint such as token:0a1b2c3d, or a user name).
+    #[arg(long)]
+    pub actor: Option<String>,
+    /// Only this tenant's records.
+    #[arg(long, value_parser = tenant_id)]
+    pub tenant: Option<TenantId>,
+    /// Page size (1..=1000).
+    #[arg(
+        long,
+        default_value_t = 50,
+        value_parser = integer_in::<u32>(1, i128::from(LIST_LIMIT_MAX))
+    )]
+    pub limit: u32,
+    /// Continue below this record id (the `next` of a previous page).
+    #[arg(long, value_name = "ID", value_parser = integer_in::<i64>(1, i128::from(i64::MAX)))]
+    pub before: Option<i64>,
 }
 
 /// `drover workers ...`
@@ -944,6 +991,16 @@ fn job_kind(value: &str) -> Result<JobKind, String> {
 /// A tenant.
 fn tenant_id(value: &str) -> Result<TenantId, String> {
     TenantId::parse(value).map_err(rule)
+}
+
+/// An audit action.
+fn audit_action(value: &str) -> Result<AuditAction, String> {
+    value.parse().map_err(rule)
+}
+
+/// An audit source.
+fn audit_source(value: &str) -> Result<AuditSource, String> {
+    value.parse().map_err(rule)
 }
 
 /// A job state.

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
-use drover_core::{Error, JobStore, SucceededJobs};
+use drover_core::{Actor, AuditSource, Error, JobStore, SucceededJobs};
 use drover_runner::Client;
 use drover_store_postgres::{PgOptions, PgStore};
 use sqlx::postgres::PgConnectOptions;
@@ -135,7 +135,8 @@ impl Ctx {
     /// # Errors
     /// As [`Ctx::store`].
     pub async fn client(&self) -> Result<Client> {
-        Ok(Client::new(self.store().await?))
+        let actor = Actor::new(env::actor_name(), AuditSource::Cli);
+        Ok(Client::new(self.store().await?).with_actor(actor))
     }
 
     /// Rewrites a store error as one line that says what to do.

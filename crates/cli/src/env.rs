@@ -66,6 +66,17 @@ pub fn api_tokens() -> Option<String> {
         .filter(|v| !v.trim().is_empty())
 }
 
+/// Who runs the command line, for the audit records of its operator writes: `DROVER_ACTOR`,
+/// else the login name (`USER`, `LOGNAME`), else `cli`.
+pub fn actor_name() -> String {
+    ["DROVER_ACTOR", "USER", "LOGNAME"]
+        .into_iter()
+        .filter_map(|name| std::env::var(name).ok())
+        .map(|value| value.trim().to_owned())
+        .find(|value| !value.is_empty() && !value.chars().any(char::is_control))
+        .unwrap_or_else(|| "cli".to_owned())
+}
+
 /// Whether to export over OTLP: `flag` (`--otlp`, `DROVER_OTLP`) when given, else whether an
 /// OTLP endpoint variable is set and not blank.
 pub fn otlp_wanted(flag: Option<bool>) -> bool {

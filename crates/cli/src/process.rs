@@ -238,10 +238,14 @@ impl Running<'_> {
                 Some(process.clone()),
             );
             let bound = listener.local_addr().unwrap_or(api.listen);
-            errln!("drover: API on http://{bound}/v1 (OpenAPI at /v1/openapi.json)");
+            errln!(
+                "drover: API on http://{bound}/v1 (OpenAPI at /v1/openapi.json), dashboard on http://{bound}/"
+            );
+            let routes =
+                drover_http::router(state.clone()).merge(drover_http::dashboard::router(state));
             self.api = Some(tokio::spawn(drover_http::serve(
                 listener,
-                drover_http::router(state),
+                routes,
                 self.shutdown.clone(),
             )));
         }

@@ -55,6 +55,9 @@ pub fn worker_config(args: &WorkerArgs, default_queues: &[QueueName]) -> WorkerC
     if let Some(d) = args.retention {
         config.retention = d;
     }
+    if let Some(d) = args.audit_retention {
+        config.audit_retention = d;
+    }
     if let Some(n) = args.prune_limit {
         config.prune_limit = n;
     }
@@ -151,6 +154,7 @@ pub fn check_config(config: &WorkerConfig, registry: &Registry, args: &WorkerArg
             ("poll_interval", "--poll-interval"),
             ("rescue_interval", "--rescue-interval"),
             ("retention", "--retention"),
+            ("audit_retention", "--audit-retention"),
             ("prune_limit", "--prune-limit"),
         ],
     ))
@@ -381,6 +385,7 @@ mod tests {
             (&["--rescue-interval", "0s"], "longer than zero"),
             (&["--poll-interval", "0ms"], "longer than zero"),
             (&["--retention", "0s"], "longer than zero"),
+            (&["--audit-retention", "0s"], "longer than zero"),
             (&["--prune-limit", "0"], "between 1 and 100000"),
             (&["--prune-limit", "100001"], "between 1 and 100000"),
         ] {

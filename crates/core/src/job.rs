@@ -15,7 +15,9 @@ use crate::clock;
 use crate::error::Error;
 use crate::json;
 use crate::lease::FencingToken;
-use crate::names::{check_free_key, JobKind, LimitKey, QueueName, TenantId, WorkerId};
+use crate::names::{
+    check_free_key, check_job_name, JobKind, LimitKey, QueueName, TenantId, WorkerId,
+};
 use crate::state::JobState;
 use crate::trace::TraceContext;
 
@@ -465,7 +467,7 @@ impl NewJob {
         }
         check_dependencies(&self.depends_on)?;
         if let Some(name) = &self.name {
-            check_free_key("name", name)?;
+            check_job_name("name", name)?;
         }
         if let Some(context) = &self.trace_context {
             context.validate()?;

@@ -6,6 +6,7 @@
 //! every store (transitions, validation, backoff, limit admission, cron ticks, JSON
 //! containment) lives here once. See ARCHITECTURE.md and docs/design.md.
 
+pub mod audit;
 pub mod bounds;
 pub mod clock;
 pub mod error;
@@ -22,6 +23,10 @@ pub mod store;
 pub mod trace;
 pub mod workflow;
 
+pub use audit::{
+    Actor, AuditAction, AuditEntry, AuditPage, AuditSource, ListAudit, NewAuditEntry, Operated,
+    Operation, PruneAudit, AUDIT_RETENTION_DEFAULT,
+};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{BoxError, Entity, Error, EventName, Quota, Result};
 pub use job::{

@@ -97,6 +97,50 @@ pub fn check_free_key(field: &str, value: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// Checks a job's name within its workflow: a free key ([`check_free_key`]) that also reads the
+/// same to everyone who sees it in a tree, a table or a log: not blank, no whitespace at either
+/// end, and none of the invisible formatting characters that reorder or hide text (bidirectional
+/// overrides and isolates, zero-width characters, the byte order mark).
+///
+/// # Errors
+/// [`Error::InvalidInput`] naming `field` and the rule broken.
+pub fn check_job_name(field: &str, value: &str) -> Result<(), Error> {
+    check_free_key(field, value)?;
+    if value.trim().is_empty() {
+        return Err(Error::invalid(field, "must not be blank"));
+    }
+    if value.trim() != value {
+        return Err(Error::invalid(
+            field,
+            "must not start or end with whitespace",
+        ));
+    }
+    if let Some(bad) = value.chars().find(|c| is_invisible_format(*c)) {
+        return Err(Error::invalid(
+            field,
+            format!(
+                "must not contain invisible formatting characters (bidirectional controls, \
+                 zero-width characters); found U+{:04X}",
+                u32::from(bad)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Formatting characters that reorder or hide text without being control characters.
+fn is_invisible_format(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061C}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{2069}'
+            | '\u{FEFF}'
+    )
+}
+
 /// A limit key that names a kind or a queue (`kind:<kind>`, `queue:<queue>`, the implicit keys
 /// of docs/design.md section 4, Limits) must name a valid one: `kind:` alone, or a queue name longer
 /// than a queue can be, would be a policy no job is ever subject to.
@@ -351,5 +395,27 @@ mod tests {
         assert!(check_free_key("unique_key", "a\nb").is_err());
         assert!(check_free_key("unique_key", "").is_err());
         assert!(check_free_key("unique_key", &"k".repeat(256)).is_err());
+    }
+
+    #[test]
+    fn job_names_read_the_same_to_everyone() {
+        assert!(check_job_name("name", "copy ü files").is_ok());
+        for (bad, rule) in [
+            ("", "empty"),
+            ("   ", "blank"),
+            (" copy", "whitespace"),
+            ("copy\u{3000}", "whitespace"),
+            ("copy\t", "control"),
+            ("abc\u{202E}fdp.exe", "U+202E"),
+            ("a\u{2066}b", "U+2066"),
+            ("a\u{200B}b", "U+200B"),
+            ("\u{FEFF}a", "U+FEFF"),
+        ] {
+            let error = check_job_name("name", bad).unwrap_err().to_string();
+            assert!(
+                error.contains("name") && error.contains(rule),
+                "{bad:?}: {error}"
+            );
+        }
     }
 }

@@ -610,6 +610,9 @@ fn finish(job: &mut Job, state: JobState, now: DateTime<Utc>) {
     clear_lease(job);
     job.state = state;
     job.finished_at = Some(now);
+    // A start recorded by a write that took the job's lock before this one, with a later clock
+    // reading, is no later than the finish: a job never finishes before it started.
+    job.started_at = job.started_at.map(|started| started.min(now));
 }
 
 fn push_error(job: &mut Job, message: &str, now: DateTime<Utc>) {
@@ -672,6 +675,26 @@ mod tests {
         )
         .unwrap();
         job.fencing_token
+    }
+
+    /// A start recorded with a later clock reading than the finish (a heartbeat that took the
+    /// job's lock first) never leaves the job finished before it started.
+    #[test]
+    fn a_finish_never_precedes_the_recorded_start() {
+        let mut job = queued(3);
+        let token = claim(&mut job, t(1));
+        job.started_at = Some(t(5));
+        apply(
+            &mut job,
+            Event::Complete {
+                token,
+                result: None,
+            },
+            t(3),
+        )
+        .unwrap();
+        assert_eq!(job.finished_at, Some(t(3)));
+        assert_eq!(job.started_at, Some(t(3)));
     }
 
     #[test]

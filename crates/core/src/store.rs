@@ -14,6 +14,7 @@ use futures_core::Stream;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::audit::{Actor, AuditPage, ListAudit, Operated, Operation, PruneAudit};
 use crate::bounds::check_range;
 use crate::error::{Error, Result};
 use crate::job::{Enqueued, Job, JobId, NewJob, SizeLimits, WorkflowId};
@@ -267,6 +268,14 @@ pub enum HeartbeatReply {
         /// The job.
         id: JobId,
     },
+    /// The job was busy with another write that holds it (its own finish still being recorded,
+    /// an operator's cancel): nothing changed, the lease stands as it was, and the next
+    /// heartbeat tries again. A store that locks rows answers this instead of waiting, so one
+    /// long write never holds up the heartbeats of a worker's other jobs.
+    Deferred {
+        /// The job.
+        id: JobId,
+    },
 }
 
 /// How a worker finishes a run.
@@ -336,6 +345,11 @@ pub struct FinishItem {
     /// recorded: how long ago it started, by the worker's clock; recorded before the outcome
     /// ([`crate::Event::Started`]). `None` otherwise (also for a job that never started).
     pub started: Option<Duration>,
+    /// The job's parent as claimed ([`Job::parent_id`]), or `None`. Only a hint for the order of
+    /// locks: a store may lock the parent before the child, the order a parent's cancel takes,
+    /// so the two never deadlock. The store counts the child for the parent it has stored,
+    /// whatever the hint says.
+    pub parent: Option<JobId>,
 }
 
 impl FinishItem {
@@ -977,6 +991,28 @@ pub trait JobStore: Send + Sync + 'static {
     /// Those of `jobs_enqueue` (then the tick is not consumed); `NotFound`.
     async fn schedule_fire(&self, fire: FireSchedule) -> Result<Option<Enqueued>>;
 
+    /// Runs an operator write ([`Operation`]) by `actor` and stores its audit record
+    /// ([`crate::audit::NewAuditEntry::new`], dated by the store's clock) in the same atomic step: both are
+    /// stored or neither is (docs/audit.md). The write behaves exactly as its own method
+    /// (`job_cancel`, `queue_pause`, ...); a refused one stores no record.
+    ///
+    /// # Errors
+    /// `InvalidInput` naming `actor` ([`Actor::validate`]); then those of the write's method.
+    async fn operate(&self, operation: Operation, actor: Actor) -> Result<Operated>;
+
+    /// Lists audit records newest first, a page at a time.
+    ///
+    /// # Errors
+    /// `InvalidInput` naming `limit` ([`ListAudit::validate`]).
+    async fn audit_list(&self, query: ListAudit) -> Result<AuditPage>;
+
+    /// Deletes at most `limit` audit records older than `older_than` (store clock); answers
+    /// how many.
+    ///
+    /// # Errors
+    /// `InvalidInput` naming `limit` ([`PruneAudit::validate`]).
+    async fn audit_prune(&self, prune: PruneAudit) -> Result<u64>;
+
     /// The store's clock.
     async fn now(&self) -> Result<DateTime<Utc>>;
 
@@ -1006,6 +1042,7 @@ pub trait JobStore: Send + Sync + 'static {
     async fn job_finish(&self, id: JobId, token: FencingToken, finish: Finish) -> Result<JobState> {
         let reply = self
             .jobs_finish(vec![FinishItem {
+                parent: None,
                 id,
                 token,
                 finish,

@@ -28,7 +28,7 @@ use crate::job::{
     check_dependencies, Job, JobId, NewJob, SizeLimits, WorkflowId, DEPENDENCIES_MAX,
     WORKFLOW_JOBS_MAX,
 };
-use crate::names::check_free_key;
+use crate::names::check_job_name;
 use crate::state::{apply, Event, JobState};
 
 /// One stored dependency edge: `job` waits for `dependency`.
@@ -292,7 +292,7 @@ impl NewWorkflow {
         let mut by_name: HashMap<&str, usize> = HashMap::with_capacity(len);
         let tenant = &self.jobs[0].job.tenant;
         for (i, entry) in self.jobs.iter().enumerate() {
-            check_free_key("name", &entry.name).map_err(|e| at(i, e))?;
+            check_job_name("name", &entry.name).map_err(|e| at(i, e))?;
             entry.job.validate(sizes).map_err(|e| at(i, e))?;
             if &entry.job.tenant != tenant {
                 return Err(at(

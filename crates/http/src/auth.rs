@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use drover_core::{Error, TenantId};
+use drover_core::{Actor, AuditSource, Error, TenantId};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -62,6 +62,9 @@ pub struct Principal {
     pub scope: TenantScope,
     /// Role.
     pub role: Role,
+    /// Who, in audit records: `token:` and the first 8 hex digits of the token's SHA-256
+    /// ([`fingerprint`]), never the token; [`Principal::INSECURE_NAME`] without authentication.
+    pub name: String,
 }
 
 impl Principal {
@@ -70,6 +73,19 @@ impl Principal {
         Principal {
             scope: TenantScope::All,
             role: Role::Operator,
+            name: Principal::INSECURE_NAME.to_owned(),
+        }
+    }
+
+    /// The name of every caller of an API started with `--insecure-no-auth`.
+    pub const INSECURE_NAME: &'static str = "anonymous";
+
+    /// This caller as the actor of operator writes from `source` (the API or the dashboard).
+    pub fn actor(&self, source: AuditSource) -> Actor {
+        let actor = Actor::new(self.name.clone(), source);
+        match &self.scope {
+            TenantScope::One(tenant) => actor.for_tenant(tenant.clone()),
+            TenantScope::All => actor,
         }
     }
 
@@ -107,6 +123,19 @@ impl fmt::Debug for ApiTokens {
 
 fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
+}
+
+/// The short fingerprint of `token` ([`fingerprint`]).
+pub fn token_fingerprint(token: &str) -> String {
+    fingerprint(&digest(token))
+}
+
+/// A token's short fingerprint: `token:` and the first 8 hex digits of its SHA-256. It names a
+/// token in audit records and lets an operator tell which entry of the token list acted
+/// (`printf %s "$TOKEN" | sha256sum`), without revealing anything usable of the token.
+pub fn fingerprint(digest: &[u8; 32]) -> String {
+    let hex: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+    format!("token:{hex}")
 }
 
 impl ApiTokens {
@@ -165,7 +194,11 @@ impl ApiTokens {
             }
             entries.push(Entry {
                 digest,
-                principal: Principal { scope, role },
+                principal: Principal {
+                    scope,
+                    role,
+                    name: fingerprint(&digest),
+                },
             });
         }
         Ok(ApiTokens { entries })

@@ -1157,3 +1157,53 @@ mod tests {
         assert_eq!(field_of(&named), "name");
     }
 }
+
+/// One audit record: an operator action (docs/audit.md).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AuditEntryView {
+    /// Increasing with every record.
+    pub id: i64,
+    /// When, by the store's clock.
+    pub at: DateTime<Utc>,
+    /// Who: `token:` and the first 8 hex digits of the token's SHA-256, a command-line user,
+    /// `anonymous` without authentication, or an embedding application's name.
+    pub actor: String,
+    /// The actor's tenant, else the tenant of the job acted on; absent for an action of an
+    /// all-tenant actor on no one job.
+    pub tenant: Option<String>,
+    /// `job.cancel`, `job.retry`, `job.requeue`, `queue.pause`, `queue.resume`,
+    /// `workflow.cancel`, `workflow.retry`, `limit.set`, `limit.clear`, `schedule.upsert`,
+    /// `schedule.remove` or `jobs.prune`.
+    pub action: String,
+    /// What it acted on: ids, names, a policy, a schedule's timing, a prune's retention.
+    #[schema(value_type = Object)]
+    pub target: Value,
+    /// How many jobs it touched.
+    pub jobs: u64,
+    /// `dashboard`, `api`, `cli` or `library`.
+    pub source: String,
+}
+
+impl From<drover_core::AuditEntry> for AuditEntryView {
+    fn from(e: drover_core::AuditEntry) -> Self {
+        AuditEntryView {
+            id: e.id,
+            at: e.at,
+            actor: e.actor,
+            tenant: e.tenant.map(|t| t.to_string()),
+            action: e.action.as_str().to_owned(),
+            target: e.target,
+            jobs: e.jobs,
+            source: e.source.as_str().to_owned(),
+        }
+    }
+}
+
+/// A page of the audit log.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AuditListResponse {
+    /// Records, newest first.
+    pub entries: Vec<AuditEntryView>,
+    /// Pass as `cursor` to get the next page; absent on the last page.
+    pub next_cursor: Option<String>,
+}

@@ -29,6 +29,7 @@
 //! path, status and latency only, and the `Authorization` header is marked sensitive.
 
 pub mod auth;
+pub mod dashboard;
 pub mod dto;
 pub mod error;
 pub mod extract;
@@ -39,7 +40,7 @@ pub mod routes;
 use std::sync::Arc;
 
 use axum::Router;
-use drover_core::JobStore;
+use drover_core::{AuditSource, JobStore};
 use drover_runner::Client;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -90,7 +91,6 @@ pub struct ApiState {
 }
 
 struct StateInner {
-    store: Arc<dyn JobStore>,
     client: Client,
     auth: AuthMode,
     config: ApiConfig,
@@ -112,7 +112,6 @@ impl ApiState {
         }
         ApiState {
             inner: Arc::new(StateInner {
-                store,
                 client,
                 auth,
                 config,
@@ -121,14 +120,18 @@ impl ApiState {
         }
     }
 
-    /// The store.
-    pub fn store(&self) -> &Arc<dyn JobStore> {
-        &self.inner.store
-    }
-
     /// The operator façade every route that reads or changes jobs and queues goes through.
     pub fn client(&self) -> &Client {
         &self.inner.client
+    }
+
+    /// The operator façade acting as `principal` from the API: every operator write of a
+    /// route goes through it, so its audit record names the caller's token and tenant.
+    pub fn client_for(&self, principal: &Principal) -> Client {
+        self.inner
+            .client
+            .clone()
+            .with_actor(principal.actor(AuditSource::Api))
     }
 
     /// How callers authenticate.
@@ -203,7 +206,7 @@ impl Modify for BearerScheme {
 #[openapi(
     info(
         title = "Drover API",
-        description = "Durable background jobs: enqueue, inspect, cancel, retry and requeue jobs and workflows of jobs; pause queues; readiness and metrics. Each operation lists the statuses the API answers. Before any operation sees a request, the HTTP layer itself answers, with an empty body, 400 to a malformed request line or header, 414 to a URI over 65,534 bytes, and 431 to more than 100 headers or a request head over about 400 KiB."
+        description = "Durable background jobs: enqueue, inspect, cancel, retry and requeue jobs and workflows of jobs; pause queues; the audit log of operator actions; readiness and metrics. Each operation lists the statuses the API answers. Before any operation sees a request, the HTTP layer itself answers, with an empty body, 400 to a malformed request line or header, 414 to a URI over 65,534 bytes, and 431 to more than 100 headers or a request head over about 400 KiB."
     ),
     modifiers(&BearerScheme),
     tags(
@@ -211,6 +214,7 @@ impl Modify for BearerScheme {
         (name = "workflows", description = "Graphs of jobs with dependencies, enqueued, cancelled and retried as one unit"),
         (name = "queues", description = "Queues"),
         (name = "workers", description = "Worker processes"),
+        (name = "audit", description = "The audit log of operator actions"),
         (name = "system", description = "Readiness, metrics, this document")
     )
 )]
@@ -235,6 +239,7 @@ fn api_router() -> OpenApiRouter<ApiState> {
         .routes(routes!(routes::queues::pause_queue))
         .routes(routes!(routes::queues::resume_queue))
         .routes(routes!(routes::queues::list_workers))
+        .routes(routes!(routes::audit::list_audit))
         .routes(routes!(routes::system::ready))
         .routes(routes!(routes::system::metrics))
         .routes(routes!(routes::system::openapi_json))

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use drover_core::{
-    JobKind, JobState, JobStore, QueueName, QueueSnapshot, Snapshot, VacuumStatus, WorkerInfo,
+    JobKind, JobState, QueueName, QueueSnapshot, Snapshot, VacuumStatus, WorkerInfo,
 };
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
@@ -400,11 +400,11 @@ pub fn labelled_queues(snapshot: &Snapshot, workers: &[WorkerInfo]) -> BTreeSet<
 /// # Errors
 /// The store's error.
 pub async fn scrape(
-    store: &dyn JobStore,
+    client: &drover_runner::Client,
     process: Option<&ProcessMetrics>,
 ) -> Result<String, drover_core::Error> {
-    let snapshot = store.queue_snapshot().await?;
-    let workers = store.workers_list().await?;
+    let snapshot = client.snapshot().await?;
+    let workers = client.workers().await?;
     Ok(render(
         &snapshot,
         &labelled_queues(&snapshot, &workers),

@@ -35,10 +35,12 @@ fn principals() -> Vec<Principal> {
         Principal {
             scope: TenantScope::One(acme.clone()),
             role: Role::Producer,
+            name: "token:00000001".to_owned(),
         },
         Principal {
             scope: TenantScope::One(acme),
             role: Role::Operator,
+            name: "token:00000002".to_owned(),
         },
         Principal::insecure(),
     ]

@@ -78,6 +78,7 @@ async fn main() -> Result<(), drover_core::Error> {
             let items = claimed
                 .iter()
                 .map(|job| drover_core::FinishItem {
+                    parent: None,
                     started: None,
                     id: job.id,
                     token: job.fencing_token,

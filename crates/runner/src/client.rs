@@ -11,9 +11,13 @@
 //! serves one tenant (the HTTP API's tenant-scoped tokens) checks the answer's tenant, or
 //! names its tenant in [`ListWorkflows::tenant`], as it does for jobs.
 //!
-//! Every operator write passes through this type, so the audit record of those writes, when
-//! there is one, is written here: in [`Client::written`], which each of them calls after the
-//! store answered.
+//! Every operator write (cancel, retry, requeue, pause, resume, workflow cancel and retry,
+//! limit and schedule changes, prune) goes to the store as an [`Operation`] by the client's
+//! [`Actor`] ([`Client::with_actor`]; an embedding application's default is
+//! [`Client::LIBRARY_ACTOR`] from source `library`), and the store records it in the audit log
+//! in the same step ([`JobStore::operate`], docs/audit.md). The operator reads (workers, limits,
+//! schedules, the snapshot, the audit log) go through it too, so the HTTP API, the CLI and the
+//! dashboard have one way to the store.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -21,9 +25,11 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use drover_core::{
-    CancelOutcome, EnqueueStatus, Enqueued, Entity, Error, Job, JobId, JobKind, JobPage, JobState,
-    JobStore, ListJobs, NewJob, NewSchedule, QueueChange, QueueInfo, QueueName, QueueSnapshot,
-    RequeueOutcome, Schedule, ScheduleName, ScheduleUpsert, VacuumStatus,
+    Actor, AuditPage, AuditSource, CancelOutcome, EnqueueStatus, Enqueued, Entity, Error, Job,
+    JobId, JobKind, JobPage, JobState, JobStore, LimitKey, LimitPolicy, LimitStatus, ListAudit,
+    ListJobs, NewJob, NewSchedule, Operated, Operation, PruneJobs, QueueChange, QueueInfo,
+    QueueName, QueueSnapshot, RequeueOutcome, Schedule, ScheduleName, ScheduleUpsert, Snapshot,
+    StoreConfig, VacuumStatus, WorkerInfo,
 };
 use drover_core::{
     EnqueuedWorkflow, ListWorkflows, NewWorkflow, Workflow, WorkflowChange, WorkflowId,
@@ -40,6 +46,7 @@ use crate::telemetry;
 pub struct Client {
     store: Arc<dyn JobStore>,
     metrics: Arc<dyn Metrics>,
+    actor: Actor,
 }
 
 impl fmt::Debug for Client {
@@ -49,12 +56,29 @@ impl fmt::Debug for Client {
 }
 
 impl Client {
-    /// A client on `store` with no-op metrics.
+    /// The actor name of a client whose embedding application named none.
+    pub const LIBRARY_ACTOR: &'static str = "application";
+
+    /// A client on `store` with no-op metrics, acting as [`Client::LIBRARY_ACTOR`] from source
+    /// `library` for every tenant.
     pub fn new(store: Arc<dyn JobStore>) -> Self {
         Client {
             store,
             metrics: Arc::new(NoopMetrics),
+            actor: Actor::new(Self::LIBRARY_ACTOR, AuditSource::Library),
         }
+    }
+
+    /// Acts as `actor`: the who, tenant and source of the audit records of its writes. The
+    /// HTTP API makes one per request from the caller's token, the CLI one per command.
+    pub fn with_actor(mut self, actor: Actor) -> Self {
+        self.actor = actor;
+        self
+    }
+
+    /// Who this client acts as.
+    pub fn actor(&self) -> &Actor {
+        &self.actor
     }
 
     /// Reports enqueues to `metrics`.
@@ -63,9 +87,31 @@ impl Client {
         self
     }
 
-    /// The store.
-    pub fn store(&self) -> &Arc<dyn JobStore> {
-        &self.store
+    /// The store's configuration (its size limits, among others).
+    pub fn config(&self) -> StoreConfig {
+        self.store.config()
+    }
+
+    /// Readiness: the store answers and its schema is current ([`JobStore::check_ready`]).
+    ///
+    /// # Errors
+    /// `Unavailable`; `Fatal` when the schema is missing or old.
+    pub async fn check_ready(&self) -> Result<(), Error> {
+        self.store.check_ready().await
+    }
+
+    /// The store's clock.
+    ///
+    /// # Errors
+    /// `Unavailable`, `Fatal`.
+    pub async fn now(&self) -> Result<DateTime<Utc>, Error> {
+        self.store.now().await
+    }
+
+    /// Runs an operator write by this client's actor, recorded in the audit log in the same
+    /// step.
+    async fn operate(&self, operation: Operation) -> Result<Operated, Error> {
+        self.store.operate(operation, self.actor.clone()).await
     }
 
     /// Enqueues one job; see [`JobStore::jobs_enqueue`] for idempotency and unique keys.
@@ -167,9 +213,10 @@ impl Client {
     /// # Errors
     /// `NotFound`.
     pub async fn cancel_workflow(&self, id: WorkflowId) -> Result<WorkflowChange, Error> {
-        let change = self.store.workflow_cancel(id).await?;
-        self.written();
-        Ok(change)
+        match self.operate(Operation::WorkflowCancel(id)).await? {
+            Operated::WorkflowCancel(change) => Ok(change),
+            other => Err(unexpected(&other)),
+        }
     }
 
     /// Runs every failed or cancelled job of a workflow again, in one atomic step; each waits
@@ -179,9 +226,10 @@ impl Client {
     /// `NotFound`; `QuotaExceeded`; `Conflict` when a live job now holds a retried job's
     /// unique key.
     pub async fn retry_workflow(&self, id: WorkflowId) -> Result<WorkflowChange, Error> {
-        let change = self.store.workflow_retry(id).await?;
-        self.written();
-        Ok(change)
+        match self.operate(Operation::WorkflowRetry(id)).await? {
+            Operated::WorkflowRetry(change) => Ok(change),
+            other => Err(unexpected(&other)),
+        }
     }
 
     /// Lists jobs newest first, a page at a time; see [`JobStore::jobs_list`]
@@ -208,9 +256,10 @@ impl Client {
     /// # Errors
     /// `NotFound`; `InvalidTransition` for a finished job.
     pub async fn cancel(&self, id: JobId) -> Result<CancelOutcome, Error> {
-        let outcome = self.store.job_cancel(id).await?;
-        self.written();
-        Ok(outcome)
+        match self.operate(Operation::JobCancel(id)).await? {
+            Operated::JobCancel(outcome) => Ok(outcome),
+            other => Err(unexpected(&other)),
+        }
     }
 
     /// Runs a finished job again: same id and args, attempt budget reset, ready at once,
@@ -220,9 +269,10 @@ impl Client {
     /// `NotFound`; `InvalidTransition` for a waiting, queued, running or reconciling job;
     /// `QuotaExceeded`; `Conflict` when another live job of the tenant now holds its unique key.
     pub async fn retry(&self, id: JobId) -> Result<Job, Error> {
-        let job = self.store.job_retry(id).await?;
-        self.written();
-        Ok(job)
+        match self.operate(Operation::JobRetry(id)).await? {
+            Operated::JobRetry(job) => Ok(job),
+            other => Err(unexpected(&other)),
+        }
     }
 
     /// Makes a queued job ready now: one scheduled for later, or waiting for a retry's backoff
@@ -233,9 +283,10 @@ impl Client {
     /// `NotFound`; `InvalidTransition` for a running, reconciling or finished job (retry a
     /// finished one).
     pub async fn requeue(&self, id: JobId) -> Result<RequeueOutcome, Error> {
-        let outcome = self.store.job_requeue(id).await?;
-        self.written();
-        Ok(outcome)
+        match self.operate(Operation::JobRequeue(id)).await? {
+            Operated::JobRequeue(outcome) => Ok(outcome),
+            other => Err(unexpected(&other)),
+        }
     }
 
     /// Pauses `queue` cluster-wide (no worker claims from it; running jobs finish), creating
@@ -245,9 +296,10 @@ impl Client {
     /// # Errors
     /// `Unavailable`, `Fatal`.
     pub async fn queue_pause(&self, queue: QueueName) -> Result<QueueChange, Error> {
-        let change = self.store.queue_pause(queue).await?;
-        self.written();
-        Ok(change)
+        match self.operate(Operation::QueuePause(queue)).await? {
+            Operated::QueuePause(change) => Ok(change),
+            other => Err(unexpected(&other)),
+        }
     }
 
     /// Resumes `queue`. Resuming is idempotent at the store, so a typo would "succeed" and leave
@@ -258,29 +310,40 @@ impl Client {
     /// `NotFound` (entity queue) for a queue with no jobs that is not paused; `Unavailable`,
     /// `Fatal`.
     pub async fn queue_resume(&self, queue: QueueName) -> Result<QueueChange, Error> {
-        let known = self
-            .store
-            .queues_list()
-            .await?
-            .into_iter()
-            .find(|q| q.name == queue);
-        if known.is_none()
-            && !self
-                .store
-                .queue_snapshot()
-                .await?
-                .queues
-                .iter()
-                .any(|q| q.queue == queue)
-        {
+        if !self.queue_known(&queue).await? {
             return Err(Error::NotFound {
                 entity: Entity::Queue,
                 id: queue.to_string(),
             });
         }
-        let change = self.store.queue_resume(queue).await?;
-        self.written();
-        Ok(change)
+        match self.operate(Operation::QueueResume(queue)).await? {
+            Operated::QueueResume(change) => Ok(change),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// True when `queue` has jobs or a stored pause state: a name an operator pausing or
+    /// resuming it most likely did not mistype.
+    ///
+    /// # Errors
+    /// `Unavailable`, `Fatal`.
+    pub async fn queue_known(&self, queue: &QueueName) -> Result<bool, Error> {
+        if self
+            .store
+            .queues_list()
+            .await?
+            .iter()
+            .any(|q| q.name == *queue)
+        {
+            return Ok(true);
+        }
+        Ok(self
+            .store
+            .queue_snapshot()
+            .await?
+            .queues
+            .iter()
+            .any(|q| q.queue == *queue))
     }
 
     /// The queue view: every queue that has jobs or a stored pause state, by name, its pause
@@ -303,7 +366,10 @@ impl Client {
     /// # Errors
     /// Those of [`JobStore::schedule_upsert`]: `InvalidInput` naming the field.
     pub async fn schedule_upsert(&self, schedule: NewSchedule) -> Result<ScheduleUpsert, Error> {
-        self.store.schedule_upsert(schedule).await
+        match self.operate(Operation::ScheduleUpsert(schedule)).await? {
+            Operated::ScheduleUpsert(upsert) => Ok(upsert),
+            other => Err(unexpected(&other)),
+        }
     }
 
     /// Schedules by name.
@@ -319,7 +385,74 @@ impl Client {
     /// # Errors
     /// `NotFound` when no schedule has the name.
     pub async fn schedule_remove(&self, name: ScheduleName) -> Result<(), Error> {
-        self.store.schedule_remove(name).await
+        self.operate(Operation::ScheduleRemove(name))
+            .await
+            .map(drop)
+    }
+
+    /// Creates or replaces a limit policy, keeping its rate state.
+    ///
+    /// # Errors
+    /// `InvalidInput` naming the field ([`LimitPolicy::validated`]).
+    pub async fn limit_set(&self, policy: LimitPolicy) -> Result<LimitPolicy, Error> {
+        match self.operate(Operation::LimitSet(policy)).await? {
+            Operated::LimitSet(policy) => Ok(policy),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Removes a limit policy: jobs it held are claimable again.
+    ///
+    /// # Errors
+    /// `NotFound` (entity limit) when no policy has the key.
+    pub async fn limit_clear(&self, key: LimitKey) -> Result<(), Error> {
+        self.operate(Operation::LimitClear(key)).await.map(drop)
+    }
+
+    /// Limit policies by key with their running counts and rate state.
+    ///
+    /// # Errors
+    /// `Unavailable`, `Fatal`.
+    pub async fn limits(&self) -> Result<Vec<LimitStatus>, Error> {
+        self.store.limits_list().await
+    }
+
+    /// Registered workers by id.
+    ///
+    /// # Errors
+    /// `Unavailable`, `Fatal`.
+    pub async fn workers(&self) -> Result<Vec<WorkerInfo>, Error> {
+        self.store.workers_list().await
+    }
+
+    /// Counts per queue and state at one instant, with the vacuum status.
+    ///
+    /// # Errors
+    /// `Unavailable`, `Fatal`.
+    pub async fn snapshot(&self) -> Result<Snapshot, Error> {
+        self.store.queue_snapshot().await
+    }
+
+    /// Deletes one batch of finished jobs past `prune.older_than` (at most `prune.limit`),
+    /// recorded in the audit log; answers how many. Call again until it answers fewer than
+    /// the limit to delete them all.
+    ///
+    /// # Errors
+    /// `InvalidInput` naming `limit`.
+    pub async fn prune(&self, prune: PruneJobs) -> Result<u64, Error> {
+        match self.operate(Operation::JobsPrune(prune)).await? {
+            Operated::JobsPrune(deleted) => Ok(deleted),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// The audit log newest first, a page at a time (docs/audit.md).
+    ///
+    /// # Errors
+    /// `InvalidInput` naming `limit`.
+    pub async fn audit(&self, query: ListAudit) -> Result<AuditPage, Error> {
+        query.validate()?;
+        self.store.audit_list(query).await
     }
 
     /// Counts the new jobs among `enqueued` (not replays or duplicates).
@@ -330,12 +463,13 @@ impl Client {
                     .job_enqueued(&answer.job.kind, &answer.job.queue);
             }
         }
-        self.written();
     }
+}
 
-    /// Called after every operator write the store accepted (enqueue, cancel, retry, requeue,
-    /// pause, resume, and their workflow forms): the one place where their audit record is to be written.
-    fn written(&self) {}
+/// A store that answered an operation with another operation's answer (never the job in it:
+/// its args stay out of error messages).
+fn unexpected(_operated: &Operated) -> Error {
+    Error::fatal("the store answered an operator write with another write's answer")
 }
 
 /// The queue view operators read (`GET /v1/queues`, `drover queues list`): one

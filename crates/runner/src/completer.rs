@@ -64,6 +64,7 @@ async fn write_batch(rt: &Runtime, batch: &mut Vec<Completion>) {
         let items: Vec<FinishItem> = batch
             .iter()
             .map(|completion| FinishItem {
+                parent: completion.shared.job.parent_id,
                 id: completion.shared.job.id,
                 token: completion.shared.job.fencing_token,
                 finish: completion.finish.clone(),

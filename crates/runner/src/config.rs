@@ -204,6 +204,10 @@ pub struct WorkerConfig {
     pub schedule_interval: Duration,
     /// How long terminal jobs are kept (default 7 days).
     pub retention: Duration,
+    /// How long audit records of operator actions are kept (default 90 days,
+    /// [`drover_core::AUDIT_RETENTION_DEFAULT`]); pruned by the same passes as jobs, at most
+    /// `prune_limit` records a pass.
+    pub audit_retention: Duration,
     /// Interval of retention pruning (default 60 s).
     pub prune_interval: Duration,
     /// Most jobs deleted by one retention pass (default 1,000; 1..=100,000): a pass makes one
@@ -268,6 +272,7 @@ impl Default for WorkerConfig {
             reconcile_interval: RECONCILE_INTERVAL_DEFAULT,
             schedule_interval: SCHEDULE_INTERVAL_DEFAULT,
             retention: RETENTION_DEFAULT,
+            audit_retention: drover_core::AUDIT_RETENTION_DEFAULT,
             prune_interval: PRUNE_INTERVAL_DEFAULT,
             prune_limit: PRUNE_LIMIT_DEFAULT,
             maintenance_start_delay: MAINTENANCE_START_DELAY_DEFAULT,
@@ -470,6 +475,7 @@ impl WorkerConfig {
             ("schedule_interval", self.schedule_interval),
             ("prune_interval", self.prune_interval),
             ("retention", self.retention),
+            ("audit_retention", self.audit_retention),
             ("store_retry_min", self.store_retry_min),
         ] {
             if value.is_zero() {

@@ -2,7 +2,8 @@
 //! extends the leases of all running jobs of the process and saves their changed meta and
 //! progress, and `worker_heartbeat` keeps the worker registered (re-registering after
 //! `NotFound`). A `LeaseLost` reply cancels that handler at once and marks it so its outcome
-//! is never written; `cancel_requested` fires the handler's token.
+//! is never written; `cancel_requested` fires the handler's token; a `Deferred` reply (the job
+//! busy with another write) changes nothing and the next beat carries the same updates.
 //!
 //! It is also the store's health probe: when a claim, heartbeat or write failed transiently,
 //! it beats again after a capped exponential backoff instead of the full interval, and the
@@ -119,11 +120,18 @@ pub(crate) async fn beat_jobs(rt: &Runtime, jobs: &[Arc<JobShared>]) -> bool {
         match bounded(rt, rt.store.jobs_heartbeat(call)).await {
             Ok(replies) => {
                 // Replies come per item in input order.
-                for ((job, carried), reply) in chunk.iter().zip(carried_starts).zip(&replies) {
-                    if carried
-                        && matches!(reply, HeartbeatReply::Extended { id, .. } if *id == job.job.id)
-                    {
-                        job.start_written();
+                for (((job, carried), (meta, progress)), reply) in
+                    chunk.iter().zip(carried_starts).zip(&carried).zip(&replies)
+                {
+                    match reply {
+                        HeartbeatReply::Extended { id, .. } if carried && *id == job.job.id => {
+                            job.start_written();
+                        }
+                        // Nothing was written: the next beat carries the same updates.
+                        HeartbeatReply::Deferred { id } if *id == job.job.id => {
+                            job.restore_updates(*meta, *progress);
+                        }
+                        _ => {}
                     }
                 }
                 for reply in replies {
@@ -156,6 +164,9 @@ fn handle_reply(rt: &Runtime, reply: HeartbeatReply) {
             }
         }
         HeartbeatReply::Extended { .. } => {}
+        HeartbeatReply::Deferred { id } => {
+            tracing::debug!(job_id = %id, "heartbeat deferred: the job is busy with another write");
+        }
         HeartbeatReply::LeaseLost { id } => {
             if let Some(job) = rt.running.get(&id) {
                 if !job.lease_lost() {

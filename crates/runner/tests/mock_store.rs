@@ -9,13 +9,14 @@ use std::time::Duration;
 
 use chrono::Utc;
 use drover_core::{
-    Claimed, Error, FinishItem, FinishReply, HeartbeatJobs, HeartbeatReply, Job, JobId, JobKind,
-    JobState, MockJobStore, NewJob, QueueName, StoreConfig, StoreEvent, WorkerInfo,
+    Claimed, Error, Finish, FinishItem, FinishReply, HeartbeatJobs, HeartbeatReply, Job, JobId,
+    JobKind, JobState, MockJobStore, NewJob, QueueName, StoreConfig, StoreEvent, WorkerInfo,
     WorkerRegistration,
 };
 use drover_runner::{
     CancelReason, Outcome, PoolConfig, Registry, Worker, WorkerConfig, WorkerReport,
 };
+use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -186,6 +187,90 @@ async fn heartbeat_lease_lost_cancels_the_handler_and_nothing_is_finished() {
         !finished.lock().unwrap().contains(&job_id),
         "no jobs_finish may carry a job whose lease was lost"
     );
+}
+
+/// A `Deferred` heartbeat reply (the job's row busy with another write) changes nothing: the
+/// handler keeps running, and the next heartbeat carries the progress the deferred one did.
+#[tokio::test]
+async fn a_deferred_heartbeat_keeps_the_handler_and_carries_its_progress_again() {
+    let job = claimed("steps", "default");
+    let mut store = base_store();
+    let pending = Mutex::new(Some(job));
+    store.expect_jobs_claim().returning(move |_| {
+        Ok(Claimed::jobs(
+            pending.lock().unwrap().take().into_iter().collect(),
+        ))
+    });
+    let (beats_tx, mut beats) = mpsc::unbounded_channel();
+    let deferred_once = Mutex::new(false);
+    store.expect_jobs_heartbeat().returning(move |heartbeat| {
+        let progress: Vec<Option<Value>> = heartbeat
+            .jobs
+            .iter()
+            .map(|item| item.progress.clone())
+            .collect();
+        let mut deferred = deferred_once.lock().unwrap();
+        let carried = progress.iter().any(Option::is_some);
+        let replies = if carried && !*deferred {
+            *deferred = true;
+            heartbeat
+                .jobs
+                .iter()
+                .map(|item| HeartbeatReply::Deferred { id: item.id })
+                .collect()
+        } else {
+            extended(&heartbeat)
+        };
+        beats_tx.send(progress).unwrap();
+        Ok(replies)
+    });
+    store.expect_worker_heartbeat().returning(|_| Ok(()));
+    let finished: Arc<Mutex<Vec<FinishItem>>> = Arc::default();
+    let log = Arc::clone(&finished);
+    store.expect_jobs_finish().returning(move |items| {
+        log.lock().unwrap().extend(items.iter().cloned());
+        Ok(recorded(&items))
+    });
+    let (done_tx, done) = tokio::sync::oneshot::channel::<()>();
+    let done = Arc::new(tokio::sync::Mutex::new(Some(done)));
+    let mut registry = Registry::new();
+    registry.register_fn(kind("steps"), move |ctx| {
+        let done = Arc::clone(&done);
+        async move {
+            ctx.step("copy", json!({ "files": 3 }));
+            let done = done.lock().await.take().unwrap();
+            let cancellation = ctx.cancellation();
+            tokio::select! {
+                _ = done => Outcome::success(),
+                () = cancellation.cancelled() => Outcome::retry("cancelled"),
+            }
+        }
+    });
+    let worker = Worker::new(Arc::new(store), Arc::new(registry), fast_config()).unwrap();
+    let shutdown = CancellationToken::new();
+    let handle = tokio::spawn(worker.run(shutdown.clone()));
+
+    // Beats until the one after the deferred one: it carries the same progress again.
+    let (mut carrying, mut beaten) = (0, 0);
+    while carrying < 2 {
+        beaten += 1;
+        assert!(
+            beaten < 100,
+            "no heartbeat carried the deferred progress again"
+        );
+        let progress = tokio::time::timeout(WAIT, beats.recv())
+            .await
+            .expect("a heartbeat")
+            .unwrap();
+        if progress.iter().any(Option::is_some) {
+            carrying += 1;
+        }
+    }
+    done_tx.send(()).unwrap();
+    let finish = until_finished(&finished).await;
+    assert_eq!(finish.finish, Finish::Succeeded { result: None });
+    let report = stop(shutdown, handle).await.unwrap();
+    assert_eq!(report.lease_lost, 0);
 }
 
 /// The order of store calls, as seen by the mock.

@@ -504,7 +504,8 @@ impl JobStore for FaultyStore {
                                     HeartbeatReply::Extended {
                                         lease_expires_at, ..
                                     } => Some(us_since_base(*lease_expires_at)),
-                                    HeartbeatReply::LeaseLost { .. } => None,
+                                    HeartbeatReply::LeaseLost { .. }
+                                    | HeartbeatReply::Deferred { .. } => None,
                                 },
                             })
                             .collect()
@@ -720,6 +721,24 @@ impl JobStore for FaultyStore {
     async fn schedule_remove(&self, name: ScheduleName) -> Result<()> {
         self.plain("schedule_remove", || self.inner.schedule_remove(name))
             .await
+    }
+
+    /// Each operation through this view's own recorded method, so the history sees it; the
+    /// simulation keeps no audit log.
+    async fn operate(
+        &self,
+        operation: drover_core::Operation,
+        _actor: drover_core::Actor,
+    ) -> Result<drover_core::Operated> {
+        operation.run_unrecorded(self).await
+    }
+
+    async fn audit_list(&self, query: drover_core::ListAudit) -> Result<drover_core::AuditPage> {
+        self.inner.audit_list(query).await
+    }
+
+    async fn audit_prune(&self, prune: drover_core::PruneAudit) -> Result<u64> {
+        self.inner.audit_prune(prune).await
     }
 
     async fn schedule_fire(&self, fire: FireSchedule) -> Result<Option<Enqueued>> {

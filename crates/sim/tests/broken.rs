@@ -278,6 +278,22 @@ impl JobStore for Broken {
         self.inner.schedule_remove(name).await
     }
 
+    async fn operate(
+        &self,
+        operation: drover_core::Operation,
+        actor: drover_core::Actor,
+    ) -> Result<drover_core::Operated> {
+        self.inner.operate(operation, actor).await
+    }
+
+    async fn audit_list(&self, query: drover_core::ListAudit) -> Result<drover_core::AuditPage> {
+        self.inner.audit_list(query).await
+    }
+
+    async fn audit_prune(&self, prune: drover_core::PruneAudit) -> Result<u64> {
+        self.inner.audit_prune(prune).await
+    }
+
     async fn schedule_fire(&self, fire: FireSchedule) -> Result<Option<Enqueued>> {
         self.inner.schedule_fire(fire).await
     }

@@ -60,6 +60,7 @@ async fn main() {
                     let items = claimed
                         .into_iter()
                         .map(|j| FinishItem {
+                            parent: None,
                             started: None,
                             id: j.id,
                             token: j.fencing_token,

@@ -5,6 +5,7 @@
 //! moves jobs only with `drover_core::apply`, so it answers every operation exactly as the
 //! contract suite in `tests/` requires of every store.
 
+mod audit;
 mod index;
 mod inner;
 mod store;

@@ -13,13 +13,14 @@ use drover_core::bounds::EVENT_BUFFER;
 use drover_core::workflow::WorkflowSummary;
 use drover_core::FencingToken;
 use drover_core::{
-    clock, json, CancelEffect, CancelOutcome, ClaimJobs, ClaimReconciling, Claimed, Clock,
-    Enqueued, Entity, Error, Event, EventStream, Finish, FinishItem, FinishReply, FireSchedule,
-    HeartbeatJobs, HeartbeatReply, Job, JobId, JobPage, JobState, JobStore, LimitKey, LimitPolicy,
-    LimitStatus, ListJobs, NewJob, NewSchedule, PruneJobs, QueueChange, QueueInfo, QueueName,
-    QueueSnapshot, RequeueOutcome, RescueExpired, Rescued, Resolution, Result, Schedule,
-    ScheduleChange, ScheduleName, ScheduleUpsert, Snapshot, StoreConfig, StoreEvent, SucceededJobs,
-    SystemClock, Transition, VacuumStatus, WorkerId, WorkerInfo, WorkerRegistration,
+    clock, json, Actor, AuditPage, CancelEffect, CancelOutcome, ClaimJobs, ClaimReconciling,
+    Claimed, Clock, Enqueued, Entity, Error, Event, EventStream, Finish, FinishItem, FinishReply,
+    FireSchedule, HeartbeatJobs, HeartbeatReply, Job, JobId, JobPage, JobState, JobStore, LimitKey,
+    LimitPolicy, LimitStatus, ListAudit, ListJobs, NewAuditEntry, NewJob, NewSchedule, Operated,
+    Operation, PruneAudit, PruneJobs, QueueChange, QueueInfo, QueueName, QueueSnapshot,
+    RequeueOutcome, RescueExpired, Rescued, Resolution, Result, Schedule, ScheduleChange,
+    ScheduleName, ScheduleUpsert, Snapshot, StoreConfig, StoreEvent, SucceededJobs, SystemClock,
+    Transition, VacuumStatus, WorkerId, WorkerInfo, WorkerRegistration,
 };
 use drover_core::{
     EnqueueChildren, EnqueuedWorkflow, ListWorkflows, NewWorkflow, Workflow, WorkflowChange,
@@ -30,6 +31,7 @@ use tokio::sync::broadcast;
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::StreamExt;
 
+use crate::audit::AuditLog;
 use crate::index::{id_of, key_time, state_slot, time_of, ReadyKey, WAITING_SLOT};
 use crate::inner::{micros, Inner, Origin, Prepared, StoredLimit};
 use crate::workflow::{Effects, WorkflowRecord};
@@ -45,6 +47,7 @@ pub struct MemoryStore {
     config: StoreConfig,
     clock: Arc<dyn Clock>,
     inner: Mutex<Inner>,
+    audit: Mutex<AuditLog>,
     events: broadcast::Sender<StoreEvent>,
 }
 
@@ -61,6 +64,7 @@ impl MemoryStore {
             config,
             clock,
             inner: Mutex::new(Inner::default()),
+            audit: Mutex::new(AuditLog::default()),
             events,
         }
     }
@@ -1081,6 +1085,27 @@ impl JobStore for MemoryStore {
         Ok(answer)
     }
 
+    async fn operate(&self, operation: Operation, actor: Actor) -> Result<Operated> {
+        actor.validate()?;
+        let operated = operation.clone().run_unrecorded(self).await?;
+        let entry = NewAuditEntry::new(&actor, &operation, &operated);
+        let now = self.clock_now();
+        self.audit.lock().append(now, entry);
+        Ok(operated)
+    }
+
+    async fn audit_list(&self, query: ListAudit) -> Result<AuditPage> {
+        query.validate()?;
+        Ok(self.audit.lock().list(&query))
+    }
+
+    async fn audit_prune(&self, prune: PruneAudit) -> Result<u64> {
+        prune.validate()?;
+        let cutoff = clock::sub(self.clock_now(), prune.older_than);
+        let limit = usize::try_from(prune.limit).unwrap_or(usize::MAX);
+        Ok(self.audit.lock().prune(cutoff, limit))
+    }
+
     async fn now(&self) -> Result<DateTime<Utc>> {
         Ok(self.clock_now())
     }
@@ -1173,6 +1198,7 @@ mod tests {
                 .iter()
                 .enumerate()
                 .map(|(i, j)| FinishItem {
+                    parent: None,
                     id: j.id,
                     token: j.fencing_token,
                     started: (i % 2 == 1).then_some(Duration::ZERO),
@@ -1396,6 +1422,7 @@ mod tests {
                     _ => Finish::Succeeded { result: None },
                 };
                 items.push(FinishItem {
+                    parent: None,
                     id: job.id,
                     token: job.fencing_token,
                     started: None,
@@ -1452,6 +1479,7 @@ mod tests {
             let items = claimed
                 .into_iter()
                 .map(|job| FinishItem {
+                    parent: None,
                     id: job.id,
                     token: job.fencing_token,
                     started: None,

@@ -449,7 +449,7 @@ pub(crate) async fn schedule_upsert(
     settle(tx, result).await
 }
 
-async fn schedule_upsert_in(
+pub(crate) async fn schedule_upsert_in(
     conn: &mut PgConnection,
     config: &StoreConfig,
     schedule: NewSchedule,

@@ -43,6 +43,7 @@
 //! | schedule fire | 4 + the enqueue's |
 
 mod admin;
+mod audit;
 mod claim;
 mod connections;
 mod enqueue;

@@ -135,7 +135,7 @@ pub(crate) async fn cancel(conn: &mut PgConnection, id: JobId) -> Result<CancelO
     retried!(conn, |tx| cancel_in(&mut tx, id))
 }
 
-async fn cancel_in(conn: &mut PgConnection, id: JobId) -> Result<CancelOutcome, Error> {
+pub(crate) async fn cancel_in(conn: &mut PgConnection, id: JobId) -> Result<CancelOutcome, Error> {
     let (mut job, now) = lock_job(conn, id).await?;
     let before = job.clone();
     let transition = apply(&mut job, Event::Cancel, now)?;
@@ -169,7 +169,11 @@ pub(crate) async fn retry(
     retried!(conn, |tx| retry_in(&mut tx, config, id))
 }
 
-async fn retry_in(conn: &mut PgConnection, config: &StoreConfig, id: JobId) -> Result<Job, Error> {
+pub(crate) async fn retry_in(
+    conn: &mut PgConnection,
+    config: &StoreConfig,
+    id: JobId,
+) -> Result<Job, Error> {
     let quotas = config.quotas;
     let quota_checked = !quotas.is_unbounded();
     if quota_checked {
@@ -245,7 +249,10 @@ pub(crate) async fn requeue(conn: &mut PgConnection, id: JobId) -> Result<Requeu
     settle(tx, result).await
 }
 
-async fn requeue_in(conn: &mut PgConnection, id: JobId) -> Result<RequeueOutcome, Error> {
+pub(crate) async fn requeue_in(
+    conn: &mut PgConnection,
+    id: JobId,
+) -> Result<RequeueOutcome, Error> {
     let (mut job, now) = lock_job(conn, id).await?;
     let run_at = job.run_at;
     apply(&mut job, Event::Requeue, now)?;

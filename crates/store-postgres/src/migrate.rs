@@ -109,6 +109,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "trace_context",
         sql: include_str!("../migrations/0007_trace_context.sql"),
     },
+    Migration {
+        version: 8,
+        name: "audit",
+        sql: include_str!("../migrations/0008_audit.sql"),
+    },
 ];
 
 const BOOTSTRAP: &str = include_str!("sql/migrations_bootstrap.sql");

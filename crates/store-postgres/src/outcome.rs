@@ -18,12 +18,12 @@ use serde_json::Value;
 use sqlx::{Connection, PgConnection};
 use uuid::Uuid;
 
-use crate::error::SqlxResultExt;
+use crate::error::{is_write_conflict, SqlxResultExt};
 use crate::lifecycle::write_jobs;
 use crate::propagate::{self, lock_jobs};
 use crate::records::{micros, parse_state};
 use crate::sql;
-use crate::transaction::retried;
+use crate::transaction::{retried, CONFLICT_RETRIES};
 
 /// Extends leases and saves meta/progress; answers per item in input order.
 pub(crate) async fn heartbeat(
@@ -44,7 +44,8 @@ pub(crate) async fn heartbeat(
     let metas: Vec<Option<&Value>> = order.iter().map(|j| j.meta.as_ref()).collect();
     let progress: Vec<Option<&Value>> = order.iter().map(|j| j.progress.as_ref()).collect();
     let started: Vec<Option<i64>> = order.iter().map(|j| j.started.map(micros)).collect();
-    let rows: Vec<(Uuid, i64, bool, DateTime<Utc>)> = sqlx::query_as(sql::HEARTBEAT)
+    type Row = (Uuid, bool, Option<i64>, Option<bool>, Option<DateTime<Utc>>);
+    let rows: Vec<Row> = sqlx::query_as(sql::HEARTBEAT)
         .bind(&ids)
         .bind(&tokens)
         .bind(&metas)
@@ -54,15 +55,15 @@ pub(crate) async fn heartbeat(
         .fetch_all(&mut *conn)
         .await
         .store_err()?;
-    let extended: HashMap<Uuid, (i64, bool, DateTime<Utc>)> = rows
-        .into_iter()
-        .map(|(id, token, cancel, until)| (id, (token, cancel, until)))
-        .collect();
+    let answered: HashMap<Uuid, Row> = rows.into_iter().map(|row| (row.0, row)).collect();
     Ok(heartbeat
         .jobs
         .iter()
-        .map(|item| match extended.get(&item.id.as_uuid()) {
-            Some((token, cancel_requested, until)) if *token == item.token.0 => {
+        .map(|item| match answered.get(&item.id.as_uuid()) {
+            Some((_, true, ..)) => HeartbeatReply::Deferred { id: item.id },
+            Some((_, false, Some(token), Some(cancel_requested), Some(until)))
+                if *token == item.token.0 =>
+            {
                 HeartbeatReply::Extended {
                     id: item.id,
                     cancel_requested: *cancel_requested,
@@ -112,6 +113,7 @@ async fn finish_succeeded(
             .bind(&tokens)
             .bind(&results)
             .bind(&started)
+            .bind(parents(items))
     };
     let rows: Vec<(Uuid, Option<String>)> = query.fetch_all(&mut *conn).await.store_err()?;
     let mut freed_queues = Vec::new();
@@ -139,6 +141,18 @@ async fn finish_succeeded(
     }))
 }
 
+/// The distinct parents the items name (`FinishItem::parent`), for the finish statements to lock
+/// first; empty for a batch of plain jobs.
+fn parents(items: &[&FinishItem]) -> Vec<Uuid> {
+    let mut parents: Vec<Uuid> = items
+        .iter()
+        .filter_map(|item| item.parent.map(|id| id.as_uuid()))
+        .collect();
+    parents.sort_unstable();
+    parents.dedup();
+    parents
+}
+
 /// What a finish recorded: answers per item in input order, and whom the recorded jobs that ran
 /// under a `max_running` bound wake (each once) after commit.
 #[derive(Default)]
@@ -162,11 +176,14 @@ fn add_queue(queues: &mut Vec<String>, queue: Option<String>) {
 
 /// Records finished runs; answers per item in input order, with the queues to wake.
 ///
-/// The one-statement finishes record every item whose job has no dependents, no parent and no
-/// live children (the statements test this on the row they lock, so a dependent or child stored
-/// concurrently is never missed). The items they leave unrecorded (those jobs, and stale ones),
-/// and every `WaitForChildren`, go through [`finish_locked`], which propagates. Of repeated ids
-/// only the first item counts, on either path.
+/// The one-statement finishes record every item whose job has no dependents and no live
+/// children (the statements test this on the row they lock, so a dependent or child stored
+/// concurrently is never missed), and count a child that ended for its parent in the same
+/// statement (finish_parents.sql). Under `SucceededJobs::Delete` a child's success keeps its row
+/// for its parent to read, so it is left to the transactional finish. The items they leave
+/// unrecorded (those jobs, and stale ones), and every `WaitForChildren`, go through
+/// [`finish_locked`], which propagates. Of repeated ids only the first item counts, on either
+/// path.
 pub(crate) async fn finish(
     conn: &mut PgConnection,
     config: &StoreConfig,
@@ -193,7 +210,7 @@ pub(crate) async fn finish(
     let mut replies: Vec<Option<FinishReply>> = vec![None; items.len()];
     let mut freed_queues = Vec::new();
     if !fast_items.is_empty() {
-        let finished = finish_fenced(&mut *conn, config, &fast_items).await?;
+        let finished = finish_fenced_retried(&mut *conn, config, &fast_items).await?;
         freed_queues = finished.freed_queues;
         for (&i, reply) in fast.iter().zip(finished.replies) {
             replies[i] = Some(reply);
@@ -226,6 +243,24 @@ pub(crate) async fn finish(
         replies,
         freed_queues,
     })
+}
+
+/// [`finish_fenced`], run again on a deadlock, at most [`CONFLICT_RETRIES`] more times: a child's
+/// finish locks the child, then its parent, where a parent's cancel locks the parent, then its
+/// children, and PostgreSQL breaks such a deadlock by failing one of them. A failed statement
+/// (or transaction) wrote nothing, so running it again is safe.
+async fn finish_fenced_retried(
+    conn: &mut PgConnection,
+    config: &StoreConfig,
+    items: &[&FinishItem],
+) -> Result<Finished, Error> {
+    let mut tries = 0;
+    loop {
+        match finish_fenced(&mut *conn, config, items).await {
+            Err(error) if tries < CONFLICT_RETRIES && is_write_conflict(&error) => tries += 1,
+            other => return other,
+        }
+    }
 }
 
 /// The one-statement finishes (and the mixed batch with deletes: two statements in one
@@ -344,6 +379,7 @@ async fn finish_any(conn: &mut PgConnection, items: &[&FinishItem]) -> Result<Fi
         .bind(&delays)
         .bind(i32::try_from(ERRORS_KEPT).unwrap_or(i32::MAX))
         .bind(&started)
+        .bind(parents(items))
         .fetch_all(&mut *conn)
         .await
         .store_err()?;

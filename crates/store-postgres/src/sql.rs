@@ -1,6 +1,6 @@
 //! The SQL statements of the store, one `.sql` file each under `src/sql/` (or several joined in
 //! order where statements share a part: the batch enqueues' counts and INSERT, the one-statement
-//! claims' update, the finishes' `freed_queue` column), compiled in with `include_str!`, so a
+//! claims' update, the finishes' `freed_queue` column and parent counts), compiled in with `include_str!`, so a
 //! shared part is written once and costs nothing at run time. Every statement takes bind parameters only (never text built from user
 //! data), so SQL injection is impossible; sqlx prepares and caches each one per connection
 //! unless the statement cache is off (PgBouncer).
@@ -50,9 +50,10 @@ statements! {
     /// Batch heartbeat.
     HEARTBEAT = "heartbeat.sql";
     /// Batch finish.
-    FINISH = "finish.sql" + "freed_queue.sql" + "finish_end.sql";
+    FINISH = "finish.sql" + "freed_queue.sql" + "finish_parents.sql" + "finish_end.sql";
     /// Batch finish of successes only, distinct ids.
-    FINISH_SUCCEEDED = "finish_succeeded.sql" + "freed_queue.sql";
+    FINISH_SUCCEEDED = "finish_succeeded.sql" + "freed_queue.sql" + "finish_parents.sql"
+        + "finish_succeeded_end.sql";
     /// Batch finish of successes only, distinct ids, deleting the jobs (`SucceededJobs::Delete`).
     FINISH_SUCCEEDED_DELETE = "finish_succeeded_delete.sql" + "freed_queue.sql";
     /// Write back jobs changed by `apply`.
@@ -67,6 +68,12 @@ statements! {
     RETRY_CHECK = "retry_check.sql";
     /// Prune terminal jobs.
     JOBS_PRUNE = "jobs_prune.sql";
+    /// Record one operator write in its transaction.
+    AUDIT_INSERT = "audit_insert.sql";
+    /// A page of audit records.
+    AUDIT_LIST = "audit_list.sql";
+    /// Prune audit records past their retention.
+    AUDIT_PRUNE = "audit_prune.sql";
     /// One job.
     JOB_GET = "job_get.sql";
     /// Jobs by id.

@@ -12,6 +12,7 @@ use drover_core::workflow::{
     EnqueueChildren, EnqueuedWorkflow, ListWorkflows, NewWorkflow, Workflow, WorkflowChange,
     WorkflowPage,
 };
+use drover_core::{Actor, AuditPage, ListAudit, Operated, Operation, PruneAudit};
 use drover_core::{
     CancelOutcome, ClaimJobs, ClaimReconciling, Claimed, Enqueued, Error, EventStream,
     FencingToken, FinishItem, FinishReply, FireSchedule, HeartbeatJobs, HeartbeatReply, Job, JobId,
@@ -29,7 +30,7 @@ use crate::enqueue::{self, Batch, Combiner, Wake};
 use crate::error::{connection_lost_recently, SqlxResultExt};
 use crate::notify::Notifier;
 use crate::transaction::settle;
-use crate::{admin, claim, lifecycle, listen, migrate, outcome, sql, workflow};
+use crate::{admin, audit, claim, lifecycle, listen, migrate, outcome, sql, workflow};
 
 /// The `application_name` the store's connections report (`pg_stat_activity`) unless the
 /// connect options name one.
@@ -515,6 +516,24 @@ impl JobStore for PgStore {
                 .notify(ready_queues.iter().map(String::as_str));
             answer
         }))
+    }
+
+    async fn operate(&self, operation: Operation, actor: Actor) -> Result<Operated, Error> {
+        let mut conn = self.connections.acquire().await?;
+        let result = audit::operate(&mut conn, &self.options.config, operation, actor).await;
+        conn.done(result)
+    }
+
+    async fn audit_list(&self, query: ListAudit) -> Result<AuditPage, Error> {
+        let mut conn = self.connections.acquire().await?;
+        let result = audit::audit_list(&mut conn, query).await;
+        conn.done(result)
+    }
+
+    async fn audit_prune(&self, prune: PruneAudit) -> Result<u64, Error> {
+        let mut conn = self.connections.acquire().await?;
+        let result = audit::audit_prune(&mut conn, prune).await;
+        conn.done(result)
     }
 
     async fn now(&self) -> Result<DateTime<Utc>, Error> {

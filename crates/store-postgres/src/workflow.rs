@@ -5,8 +5,10 @@
 //! takes one transaction, tried again as a whole on a deadlock: the quota locks, the dependency
 //! rows `FOR UPDATE` in id order (so none ends unseen meanwhile: its finish waits for the lock,
 //! then sees `has_dependents`), the insert of the enqueue lanes (insert.rs: the same key and
-//! quota rules, the jobs stored queued), then core's `workflow::settle_new` per job in graph
-//! order and one update that settles them (enqueue_settle.sql), the edges
+//! quota rules, the jobs stored queued with their workflow and parent), then core's
+//! `workflow::settle_new` per job in graph order and one update that settles the jobs with
+//! dependencies, names, flags or dependents (enqueue_settle.sql; a plain child needs none), the
+//! edges
 //! (edges_insert.sql) and `has_dependents` on the dependencies still pending
 //! (dependents_mark.sql). Jobs without links keep the enqueue lanes of enqueue/mod.rs.
 
@@ -29,7 +31,7 @@ use uuid::Uuid;
 
 use crate::admin;
 use crate::connections::Connections;
-use crate::enqueue::{enqueue_answers, lock_quotas_for, Batch, Enqueue, Wake};
+use crate::enqueue::{enqueue_answers, lock_quotas_for, Batch, Enqueue, Family, Wake};
 use crate::error::SqlxResultExt;
 use crate::lifecycle::{lock_job, write_job, write_jobs, LockedJob};
 use crate::notify::Notifier;
@@ -147,7 +149,11 @@ async fn enqueue_linked(
         .flat_map(|j| j.depends_on.iter().copied())
         .collect();
     let (mut stored, _) = lock_jobs(conn, &named).await?;
-    let mut enqueue = enqueue_answers(conn, config, batch, wake)
+    let family = Family {
+        workflow: links.workflow.map(|w| w.as_uuid()),
+        parent: links.parent.map(|p| p.as_uuid()),
+    };
+    let mut enqueue = enqueue_answers(conn, config, batch, family, wake)
         .await?
         .into_enqueue_cloned(batch)?;
     let now = admin::now(conn).await?;
@@ -217,7 +223,7 @@ async fn enqueue_linked(
             pending: pending.into_iter().map(|edge| edge.dependency).collect(),
         });
     }
-    write_settled(conn, &mut enqueue.answers, &settled, &position, links).await?;
+    write_settled(conn, &mut enqueue.answers, &settled, &position).await?;
     if wake == Wake::AfterCommit {
         enqueue.ready_queues = ready_queues(&enqueue.answers, now);
     }
@@ -232,7 +238,6 @@ async fn write_settled(
     answers: &mut [Enqueued],
     settled: &[Settled],
     position: &HashMap<JobId, usize>,
-    links: &Links,
 ) -> Result<(), Error> {
     let mut edge_dependencies = Vec::new();
     let mut edge_jobs = Vec::new();
@@ -256,9 +261,9 @@ async fn write_settled(
     let mut rows = SettleRows::default();
     for one in settled {
         let job = &answers[one.position].job;
-        let linked = links.workflow.is_some()
-            || links.parent.is_some()
-            || !job.depends_on.is_empty()
+        // The insert stored the workflow and the parent (`Family`): a job without
+        // dependencies, name or dependents is stored as it should be already.
+        let linked = !job.depends_on.is_empty()
             || job.name.is_some()
             || job.run_regardless
             || depended_on[one.position];
@@ -686,7 +691,7 @@ pub(crate) async fn workflow_cancel(
     retried!(conn, |tx| workflow_cancel_in(&mut tx, id))
 }
 
-async fn workflow_cancel_in(
+pub(crate) async fn workflow_cancel_in(
     conn: &mut PgConnection,
     id: WorkflowId,
 ) -> Result<WorkflowChange, Error> {
@@ -720,7 +725,7 @@ pub(crate) async fn workflow_retry(
     retried!(conn, |tx| workflow_retry_in(&mut tx, config, id))
 }
 
-async fn workflow_retry_in(
+pub(crate) async fn workflow_retry_in(
     conn: &mut PgConnection,
     config: &StoreConfig,
     id: WorkflowId,

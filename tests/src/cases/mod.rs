@@ -6,6 +6,7 @@
 //! the store's `now()` before and after a call), because PostgreSQL's clock keeps running while
 //! a case runs.
 
+mod audit;
 mod cancel;
 mod claim;
 mod enqueue;
@@ -29,6 +30,7 @@ mod transitions;
 mod workers;
 mod workflows;
 
+pub use audit::*;
 pub use cancel::*;
 pub use claim::*;
 pub use enqueue::*;

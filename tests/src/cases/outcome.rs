@@ -144,6 +144,7 @@ pub async fn outcome_message_with_nul_is_stored_with_replacement(f: &dyn StoreFa
     let cancelling = start(&*store, job("nul-b", json!(2))).await;
     let replies = store
         .jobs_finish(vec![FinishItem {
+            parent: None,
             started: None,
             id: cancelling.id,
             token: cancelling.fencing_token,
@@ -297,18 +298,21 @@ pub async fn outcome_batch_answers_per_item(f: &dyn StoreFactory) {
     let replies = store
         .jobs_finish(vec![
             FinishItem {
+                parent: None,
                 started: None,
                 id: a.id,
                 token: a.fencing_token,
                 finish: Finish::Succeeded { result: None },
             },
             FinishItem {
+                parent: None,
                 started: None,
                 id: b.id,
                 token: stale(b.fencing_token),
                 finish: Finish::Released,
             },
             FinishItem {
+                parent: None,
                 started: None,
                 id: c.id,
                 token: c.fencing_token,
@@ -363,12 +367,14 @@ pub async fn outcome_result_over_size_is_refused(f: &dyn StoreFactory) {
     let result = store
         .jobs_finish(vec![
             FinishItem {
+                parent: None,
                 started: None,
                 id: a.id,
                 token: a.fencing_token,
                 finish: Finish::Succeeded { result: None },
             },
             FinishItem {
+                parent: None,
                 started: None,
                 id: b.id,
                 token: b.fencing_token,
@@ -411,6 +417,7 @@ pub async fn outcome_delete_succeeded_deletes_only_successes(f: &dyn StoreFactor
     let stale_one = start(&*store, job("k", json!(2)).with_queue(queue("two"))).await;
     let replies = store
         .jobs_finish(vec![FinishItem {
+            parent: None,
             started: None,
             id: stale_one.id,
             token: stale(stale_one.fencing_token),
@@ -433,6 +440,7 @@ pub async fn outcome_delete_succeeded_deletes_only_successes(f: &dyn StoreFactor
     let d = start(&*store, job("k", json!(6)).with_queue(queue("d"))).await;
     let e = start(&*store, job("k", json!(7)).with_queue(queue("e"))).await;
     let item = |job: &Job, finish: Finish| FinishItem {
+        parent: None,
         started: None,
         id: job.id,
         token: job.fencing_token,

@@ -40,6 +40,7 @@ fn heartbeat(job: &Job, started: Option<Duration>) -> HeartbeatJobs {
 
 fn finish_item(job: &Job, finish: Finish, started: Option<Duration>) -> FinishItem {
     FinishItem {
+        parent: None,
         id: job.id,
         token: job.fencing_token,
         finish,

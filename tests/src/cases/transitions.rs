@@ -158,6 +158,7 @@ fn event(operation: Operation, job: &Job) -> Event {
 async fn finish_item(store: &dyn JobStore, job: &Job, outcome: Finish) -> bool {
     let replies = store
         .jobs_finish(vec![FinishItem {
+            parent: None,
             id: job.id,
             token: job.fencing_token,
             finish: outcome,

@@ -101,6 +101,7 @@ async fn finish_all(store: &dyn JobStore, jobs: &[Job], outcome: Finish) {
     let items = jobs
         .iter()
         .map(|j| FinishItem {
+            parent: j.parent_id,
             id: j.id,
             token: j.fencing_token,
             finish: outcome.clone(),
@@ -536,6 +537,9 @@ pub async fn workflows_duplicate_in_a_graph_is_waited_for(f: &dyn StoreFactory) 
     let enqueued = store.workflow_enqueue(graph).await.unwrap();
     assert_eq!(enqueued.jobs[0].status, EnqueueStatus::Duplicate);
     assert_eq!(enqueued.jobs[0].job.id, holder.id);
+    // The answer is the holder as stored: not a job of the new workflow, so without its name.
+    assert_eq!(enqueued.jobs[0].job.name, None);
+    assert_eq!(enqueued.jobs[0].job.workflow_id, holder.workflow_id);
     let b = &enqueued.jobs[1].job;
     assert_eq!(b.state, JobState::Waiting);
     assert_eq!(b.depends_on, vec![holder.id]);

@@ -147,6 +147,7 @@ pub async fn runner_retention_pass_deletes_at_most_the_prune_limit(f: &dyn Store
             claimed
                 .iter()
                 .map(|job| FinishItem {
+                    parent: None,
                     id: job.id,
                     token: job.fencing_token,
                     started: None,

@@ -402,6 +402,7 @@ pub(crate) async fn openapi_document_matches_the_routes(env: &Env) {
         ("POST", "/v1/queues/{name}/pause"),
         ("POST", "/v1/queues/{name}/resume"),
         ("GET", "/v1/workers"),
+        ("GET", "/v1/audit"),
         ("GET", "/v1/ready"),
         ("GET", "/metrics"),
         ("GET", "/v1/openapi.json"),
@@ -638,8 +639,8 @@ pub(crate) async fn integer_fields_name_their_rule(env: &Env) {
 }
 
 /// A query parameter on a route that takes none is refused with 400 naming it and the rule,
-/// on every such route of the OpenAPI document (every route but `GET /v1/jobs` and `GET
-/// /v1/workflows`), and the
+/// on every such route of the OpenAPI document (every route but `GET /v1/jobs`, `GET
+/// /v1/workflows` and `GET /v1/audit`), and the
 /// request does nothing: `POST /v1/jobs?tenant=...` does not enqueue for the token's tenant.
 pub(crate) async fn query_parameters_are_refused_where_none_are_taken(env: &Env) {
     let api = env.api(unbounded()).await;
@@ -653,8 +654,12 @@ pub(crate) async fn query_parameters_are_refused_where_none_are_taken(env: &Env)
                 .is_some_and(|ps| ps.iter().any(|p| p["in"] == "query"));
             if takes_query {
                 assert!(
-                    [("get", "/v1/jobs"), ("get", "/v1/workflows")]
-                        .contains(&(method.as_str(), path.as_str())),
+                    [
+                        ("get", "/v1/jobs"),
+                        ("get", "/v1/workflows"),
+                        ("get", "/v1/audit")
+                    ]
+                    .contains(&(method.as_str(), path.as_str())),
                     "{method} {path}"
                 );
                 continue;
@@ -1055,6 +1060,12 @@ pub(crate) async fn documented_statuses_are_the_answered_ones(env: &Env) {
         get,
         wf,
         &api.get(Some(PRODUCER_A), &format!("{wf}?tenant={TENANT_B}"))
+            .await,
+    ); // 403
+    seen.note(
+        get,
+        "/v1/audit",
+        &api.get(Some(PRODUCER_A), &format!("/v1/audit?tenant={TENANT_B}"))
             .await,
     ); // 403
     let unique = api

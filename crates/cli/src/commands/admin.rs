@@ -1,19 +1,21 @@
 //! Operator commands: migrate, migrations, queues, workers, limits, schedules, snapshot,
-//! metrics, prune.
+//! metrics, prune, audit.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
 use chrono::{DateTime, Utc};
 use drover_core::{
-    JobState, LimitKey, LimitPolicy, NewSchedule, PruneJobs, QueueName, Rate, ScheduleChange,
-    VacuumStatus,
+    JobState, LimitKey, LimitPolicy, ListAudit, NewSchedule, PruneJobs, QueueName, Rate,
+    ScheduleChange, VacuumStatus,
 };
 use drover_runner::QueueSummary;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::args::{LimitsCommand, MigrateArgs, PruneArgs, QueuesCommand, SchedulesCommand};
+use crate::args::{
+    AuditListArgs, LimitsCommand, MigrateArgs, PruneArgs, QueuesCommand, SchedulesCommand,
+};
 use crate::context::{call, Ctx};
 use crate::output::{self, errln, outln, print_json, table};
 use crate::usage::flag_error;
@@ -103,10 +105,7 @@ pub async fn queues(ctx: &Ctx, command: QueuesCommand) -> Result<()> {
         QueuesCommand::Pause { name } => {
             // Pausing a queue before its first job is allowed (ahead of a deploy), but a name
             // no job has used is more often a typo that leaves the real queue running: say so.
-            let known = call(ctx, client.store().queues_list())
-                .await?
-                .iter()
-                .any(|queue| queue.name == name);
+            let known = call(ctx, client.queue_known(&name)).await?;
             let change = call(ctx, client.queue_pause(name.clone())).await?;
             if !known {
                 errln!(
@@ -212,12 +211,12 @@ impl<'a> From<&'a QueueSummary> for QueueRow<'a> {
 
 /// `drover workers list`.
 pub async fn workers_list(ctx: &Ctx) -> Result<()> {
-    let store = ctx.store().await?;
-    let workers = call(ctx, store.workers_list()).await?;
+    let client = ctx.client().await?;
+    let workers = call(ctx, client.workers()).await?;
     if ctx.json {
         return print_json(&workers);
     }
-    let now = call(ctx, store.now()).await?;
+    let now = call(ctx, client.now()).await?;
     let mut t = table(&["id", "host", "pid", "queues", "started", "last heartbeat"]);
     for w in &workers {
         let ago = drover_core::clock::since(now, w.last_heartbeat_at);
@@ -251,8 +250,8 @@ pub async fn limits(ctx: &Ctx, command: LimitsCommand) -> Result<()> {
             rate,
         } => limit_set(ctx, key, max_running, rate).await,
         LimitsCommand::Clear { key } => {
-            let store = ctx.store().await?;
-            call(ctx, store.limit_clear(key.clone())).await?;
+            let client = ctx.client().await?;
+            call(ctx, client.limit_clear(key.clone())).await?;
             if ctx.json {
                 return print_json(&json!({"cleared": key}));
             }
@@ -263,8 +262,8 @@ pub async fn limits(ctx: &Ctx, command: LimitsCommand) -> Result<()> {
 
 /// `drover limits list`.
 async fn limits_list(ctx: &Ctx) -> Result<()> {
-    let store = ctx.store().await?;
-    let limits = call(ctx, store.limits_list()).await?;
+    let client = ctx.client().await?;
+    let limits = call(ctx, client.limits()).await?;
     if ctx.json {
         return print_json(&limits);
     }
@@ -299,8 +298,8 @@ async fn limit_set(
 ) -> Result<()> {
     let policy = LimitPolicy::new(key, max_running, rate)
         .map_err(|e| flag_error(e, &[("max_running", "--max-running"), ("rate", "--rate")]))?;
-    let store = ctx.store().await?;
-    let policy = call(ctx, store.limit_set(policy)).await?;
+    let client = ctx.client().await?;
+    let policy = call(ctx, client.limit_set(policy)).await?;
     if ctx.json {
         return print_json(&policy);
     }
@@ -343,8 +342,8 @@ pub async fn schedules(ctx: &Ctx, command: SchedulesCommand) -> Result<()> {
             schedule_add(ctx, schedule).await
         }
         SchedulesCommand::Remove { name } => {
-            let store = ctx.store().await?;
-            call(ctx, store.schedule_remove(name.clone())).await?;
+            let client = ctx.client().await?;
+            call(ctx, client.schedule_remove(name.clone())).await?;
             if ctx.json {
                 return print_json(&json!({"removed": name}));
             }
@@ -355,9 +354,9 @@ pub async fn schedules(ctx: &Ctx, command: SchedulesCommand) -> Result<()> {
 
 /// `drover schedules list`.
 async fn schedules_list(ctx: &Ctx) -> Result<()> {
-    let store = ctx.store().await?;
-    let schedules = call(ctx, store.schedules_list()).await?;
-    let now = call(ctx, store.now()).await?;
+    let client = ctx.client().await?;
+    let schedules = call(ctx, client.schedules_list()).await?;
+    let now = call(ctx, client.now()).await?;
     let rows: Vec<Value> = schedules
         .iter()
         .map(|s| {
@@ -415,9 +414,9 @@ async fn schedule_add(ctx: &Ctx, schedule: NewSchedule) -> Result<()> {
                 ],
             )
         })?;
-    let store = ctx.store().await?;
-    let upsert = call(ctx, store.schedule_upsert(schedule)).await?;
-    let now = call(ctx, store.now()).await?;
+    let client = ctx.client().await?;
+    let upsert = call(ctx, client.schedule_upsert(schedule)).await?;
+    let now = call(ctx, client.now()).await?;
     if ctx.json {
         return print_json(&upsert);
     }
@@ -440,8 +439,8 @@ async fn schedule_add(ctx: &Ctx, schedule: NewSchedule) -> Result<()> {
 
 /// `drover snapshot`.
 pub async fn snapshot(ctx: &Ctx) -> Result<()> {
-    let store = ctx.store().await?;
-    let snapshot = call(ctx, store.queue_snapshot()).await?;
+    let client = ctx.client().await?;
+    let snapshot = call(ctx, client.snapshot()).await?;
     if ctx.json {
         return print_json(&snapshot);
     }
@@ -510,14 +509,14 @@ fn print_vacuum(vacuum: &VacuumStatus) -> Result<()> {
 
 /// `drover metrics`.
 pub async fn metrics(ctx: &Ctx) -> Result<()> {
-    let store = ctx.store().await?;
-    let text = call(ctx, drover_http::metrics::scrape(store.as_ref(), None)).await?;
+    let client = ctx.client().await?;
+    let text = call(ctx, drover_http::metrics::scrape(&client, None)).await?;
     output::write_text(&text)
 }
 
 /// `drover prune`: deletes in batches until none is left, with a progress spinner.
 pub async fn prune(ctx: &Ctx, args: PruneArgs) -> Result<()> {
-    let store = ctx.store().await?;
+    let client = ctx.client().await?;
     let started = Instant::now();
     let bar = (!ctx.json).then(|| {
         let bar = indicatif::ProgressBar::new_spinner();
@@ -533,7 +532,7 @@ pub async fn prune(ctx: &Ctx, args: PruneArgs) -> Result<()> {
     loop {
         let deleted = call(
             ctx,
-            store.jobs_prune(PruneJobs {
+            client.prune(PruneJobs {
                 older_than: args.older_than,
                 limit: args.batch,
             }),
@@ -563,4 +562,46 @@ pub async fn prune(ctx: &Ctx, args: PruneArgs) -> Result<()> {
         output::duration(started.elapsed())
     )?;
     Ok(())
+}
+
+/// `drover audit list`.
+pub async fn audit_list(ctx: &Ctx, args: AuditListArgs) -> Result<()> {
+    let client = ctx.client().await?;
+    let page = call(
+        ctx,
+        client.audit(ListAudit {
+            action: args.action,
+            source: args.source,
+            actor: args.actor,
+            tenant: args.tenant,
+            before: args.before,
+            limit: args.limit,
+        }),
+    )
+    .await?;
+    if ctx.json {
+        return print_json(&page);
+    }
+    let mut t = table(&[
+        "id", "at", "actor", "source", "tenant", "action", "target", "jobs",
+    ]);
+    for e in &page.entries {
+        t.add_row(vec![
+            e.id.to_string(),
+            output::time(e.at),
+            e.actor.clone(),
+            e.source.to_string(),
+            e.tenant
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), ToString::to_string),
+            e.action.to_string(),
+            e.target.to_string(),
+            e.jobs.to_string(),
+        ]);
+    }
+    outln!("{t}")?;
+    match page.next {
+        Some(next) => outln!("more: --before {next}"),
+        None => outln!("{} record(s)", page.entries.len()),
+    }
 }

@@ -11,7 +11,7 @@ pub mod workflows;
 use anyhow::Result;
 use clap::CommandFactory;
 
-use crate::args::{Cli, Command};
+use crate::args::{AuditCommand, Cli, Command};
 use crate::context::Ctx;
 use crate::Extensions;
 
@@ -37,6 +37,7 @@ async fn run(ctx: &Ctx, cli: Cli, extensions: Extensions) -> Result<()> {
         Command::Workflows(command) => workflows::run(ctx, command).await,
         Command::Queues(command) => admin::queues(ctx, command).await,
         Command::Workers(_) => admin::workers_list(ctx).await,
+        Command::Audit(AuditCommand::List(args)) => admin::audit_list(ctx, args).await,
         Command::Limits(command) => admin::limits(ctx, command).await,
         Command::Schedules(command) => admin::schedules(ctx, command).await,
         Command::Snapshot => admin::snapshot(ctx).await,

@@ -182,7 +182,7 @@ pub fn tree(workflow: &Workflow) -> Vec<String> {
             .map(|(_, d)| label(d))
             .collect();
         if !others.is_empty() {
-            line.push_str(&format!(" (also waits for {})", others.join(", ")));
+            line.push_str(&format!(" (also waits for {})", name_some(&others)));
         }
         if job.run_regardless {
             line.push_str(" (runs regardless)");
@@ -200,12 +200,36 @@ pub fn tree(workflow: &Workflow) -> Vec<String> {
     lines
 }
 
+/// How many dependencies a tree line names before it counts the rest: a job may wait for up to
+/// 1,000, and one line must stay readable.
+const NAMED_DEPENDENCIES_MAX: usize = 5;
+
+/// `labels` joined with ", ", the first [`NAMED_DEPENDENCIES_MAX`] of them, then "and N more".
+fn name_some(labels: &[String]) -> String {
+    if labels.len() <= NAMED_DEPENDENCIES_MAX {
+        return labels.join(", ");
+    }
+    format!(
+        "{} and {} more",
+        labels[..NAMED_DEPENDENCIES_MAX].join(", "),
+        labels.len() - NAMED_DEPENDENCIES_MAX
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use chrono::Utc;
     use drover_core::{JobKind, JobState, NewJob, TenantId, WorkflowId};
     use serde_json::json;
+
+    #[test]
+    fn a_tree_line_names_five_dependencies_and_counts_the_rest() {
+        let labels: Vec<String> = (0..1_000).map(|i| format!("j{i}")).collect();
+        assert_eq!(name_some(&labels[..2]), "j0, j1");
+        assert_eq!(name_some(&labels[..5]), "j0, j1, j2, j3, j4");
+        assert_eq!(name_some(&labels), "j0, j1, j2, j3, j4 and 995 more");
+    }
 
     fn job(name: Option<&str>, state: JobState, depends_on: &[JobId]) -> Job {
         let mut job = NewJob::new(JobKind::parse("k").unwrap(), json!({}))

@@ -106,7 +106,7 @@ pub async fn enqueue_job(
     JsonBody(request): JsonBody<EnqueueRequest>,
 ) -> Result<Response, ApiError> {
     let key = idempotency_header(&headers)?;
-    let sizes = state.store().config().sizes;
+    let sizes = state.client().config().sizes;
     let mut job = request.into_valid_job(&principal, key, &sizes)?;
     job.trace_context = trace_headers(&headers);
     let answer = state
@@ -163,7 +163,7 @@ pub async fn enqueue_batch(
             ),
         ));
     }
-    let sizes = state.store().config().sizes;
+    let sizes = state.client().config().sizes;
     let trace_context = trace_headers(&headers);
     let jobs = request
         .jobs
@@ -373,7 +373,7 @@ pub async fn cancel_job(
 ) -> Result<Json<CancelResponse>, ApiError> {
     let job = visible_job(&state, &principal, &id).await?;
     let outcome = state
-        .client()
+        .client_for(&principal)
         .cancel(job.id)
         .await
         .map_err(|e| state.error(e))?;
@@ -409,7 +409,7 @@ pub async fn retry_job(
     }
     let job = visible_job(&state, &principal, &id).await?;
     let job = state
-        .client()
+        .client_for(&principal)
         .retry(job.id)
         .await
         .map_err(|e| state.error_for(&principal, QuotaRequest::Retry, e))?;
@@ -446,7 +446,7 @@ pub async fn requeue_job(
     }
     let job = visible_job(&state, &principal, &id).await?;
     let outcome = state
-        .client()
+        .client_for(&principal)
         .requeue(job.id)
         .await
         .map_err(|e| state.error(e))?;

@@ -88,7 +88,7 @@ pub async fn pause_queue(
     require_cluster_operator(&principal, "pausing a queue")?;
     let queue = queue_name(&state, &name)?;
     let change = state
-        .client()
+        .client_for(&principal)
         .queue_pause(queue)
         .await
         .map_err(|e| state.error(e))?;
@@ -121,7 +121,7 @@ pub async fn resume_queue(
     require_cluster_operator(&principal, "resuming a queue")?;
     let queue = queue_name(&state, &name)?;
     let change = state
-        .client()
+        .client_for(&principal)
         .queue_resume(queue.clone())
         .await
         .map_err(|e| match e {
@@ -151,11 +151,7 @@ pub async fn list_workers(
     principal: Principal,
 ) -> Result<Json<WorkerListResponse>, ApiError> {
     principal.require_all_tenants("the worker list shows workers of every tenant")?;
-    let workers = state
-        .store()
-        .workers_list()
-        .await
-        .map_err(|e| state.error(e))?;
+    let workers = state.client().workers().await.map_err(|e| state.error(e))?;
     Ok(Json(WorkerListResponse {
         workers: workers.into_iter().map(Into::into).collect(),
     }))

@@ -27,7 +27,7 @@ use crate::ApiState;
 )]
 pub async fn ready(State(state): State<ApiState>) -> Result<Json<ReadyResponse>, ApiError> {
     let timeout = state.ready_timeout();
-    let checked = tokio::time::timeout(timeout, state.store().check_ready()).await;
+    let checked = tokio::time::timeout(timeout, state.client().check_ready()).await;
     match checked {
         Ok(Ok(())) => Ok(Json(ReadyResponse {
             status: "ready".to_owned(),
@@ -73,7 +73,7 @@ pub async fn metrics(
     principal: Principal,
 ) -> Result<Response, ApiError> {
     principal.require_all_tenants("the metrics count the jobs of every tenant")?;
-    let text = crate::metrics::scrape(state.store().as_ref(), state.process_metrics())
+    let text = crate::metrics::scrape(state.client(), state.process_metrics())
         .await
         .map_err(|e| state.error(e))?;
     Ok(([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response())

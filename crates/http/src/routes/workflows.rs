@@ -67,7 +67,7 @@ pub async fn enqueue_workflow(
     headers: axum::http::HeaderMap,
     JsonBody(request): JsonBody<WorkflowRequest>,
 ) -> Result<Response, ApiError> {
-    let sizes = state.store().config().sizes;
+    let sizes = state.client().config().sizes;
     let mut workflow = request.into_new_workflow(&principal, &sizes)?;
     if let Some(context) = super::jobs::trace_headers(&headers) {
         for job in &mut workflow.jobs {
@@ -220,7 +220,7 @@ pub async fn cancel_workflow(
 ) -> Result<Json<WorkflowChangeResponse>, ApiError> {
     let workflow = visible_workflow(&state, &principal, &id).await?;
     let change = state
-        .client()
+        .client_for(&principal)
         .cancel_workflow(workflow.id)
         .await
         .map_err(|e| state.error(e))?;
@@ -256,7 +256,7 @@ pub async fn retry_workflow(
     }
     let workflow = visible_workflow(&state, &principal, &id).await?;
     let change = state
-        .client()
+        .client_for(&principal)
         .retry_workflow(workflow.id)
         .await
         .map_err(|e| state.error_for(&principal, QuotaRequest::Retry, e))?;

@@ -27,7 +27,7 @@ use drover_core::{Enqueued, Error, NewJob, StoreConfig};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use super::insert::{self, Batch, Resolved, Wake};
+use super::insert::{self, Batch, Family, Resolved, Wake};
 use crate::connections::Connections;
 use crate::notify::Notifier;
 
@@ -136,8 +136,14 @@ impl Combiner {
             .upgrade()
             .ok_or_else(|| Error::unavailable("the store was closed"))?;
         let mut conn = connections.acquire().await?;
-        let result =
-            insert::enqueue_answers(&mut conn, &self.config, batch, Wake::AfterCommit).await;
+        let result = insert::enqueue_answers(
+            &mut conn,
+            &self.config,
+            batch,
+            Family::default(),
+            Wake::AfterCommit,
+        )
+        .await;
         conn.done(result)
     }
 

@@ -45,6 +45,16 @@ const RESOLVE_ROUNDS_MAX: usize = 8;
 /// Advisory lock key of the global pending quota.
 const GLOBAL_QUOTA_LOCK: i64 = 0x6472_6f76_6572_7167; // "droverqg"
 
+/// The workflow and parent every job of a batch is stored with (workflow.rs: a parent's
+/// children, a graph's jobs), written by the insert itself so they need no second write.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Family {
+    /// The workflow of every job, if any.
+    pub(crate) workflow: Option<Uuid>,
+    /// The parent of every job, if any.
+    pub(crate) parent: Option<Uuid>,
+}
+
 /// A validated batch with the ids and request hashes the store assigns.
 pub(crate) struct Batch {
     jobs: Vec<NewJob>,
@@ -164,7 +174,7 @@ pub(crate) async fn enqueue(
             ready_queues: Vec::new(),
         });
     }
-    enqueue_answers(conn, config, &batch, wake)
+    enqueue_answers(conn, config, &batch, Family::default(), wake)
         .await?
         .into_enqueue(batch)
 }
@@ -176,6 +186,7 @@ pub(crate) async fn enqueue_answers(
     conn: &mut PgConnection,
     config: &StoreConfig,
     batch: &Batch,
+    family: Family,
     wake: Wake,
 ) -> Result<Resolved, Error> {
     let quotas = config.quotas;
@@ -186,11 +197,12 @@ pub(crate) async fn enqueue_answers(
         .any(|j| j.idempotency_key.is_some() || j.unique_key.is_some());
     let needs_transaction = quota_checked || (has_keys && batch.len() > 1);
     if !needs_transaction {
-        let (resolved, _) = insert_and_resolve(conn, batch, Counting::default(), wake).await?;
+        let (resolved, _) =
+            insert_and_resolve(conn, batch, family, Counting::default(), wake).await?;
         return Ok(resolved);
     }
     let mut tx = conn.begin().await.store_err()?;
-    let result = enqueue_locked(&mut tx, config, batch, wake).await;
+    let result = enqueue_locked(&mut tx, config, batch, family, wake).await;
     settle(tx, result).await
 }
 
@@ -200,6 +212,7 @@ async fn enqueue_locked(
     conn: &mut PgConnection,
     config: &StoreConfig,
     batch: &Batch,
+    family: Family,
     wake: Wake,
 ) -> Result<Resolved, Error> {
     let quotas = config.quotas;
@@ -218,7 +231,7 @@ async fn enqueue_locked(
         global: quotas.max_pending.is_some(),
         tenants: quotas.max_tenant_pending.is_some(),
     };
-    let (resolved, pending) = insert_and_resolve(conn, batch, counting, wake).await?;
+    let (resolved, pending) = insert_and_resolve(conn, batch, family, counting, wake).await?;
     if quota_checked {
         check_quotas(config, batch, &resolved.answers, pending.as_ref())?;
     }
@@ -383,6 +396,7 @@ impl Holder {
 async fn insert_and_resolve(
     conn: &mut PgConnection,
     batch: &Batch,
+    family: Family,
     counting: Counting,
     wake: Wake,
 ) -> Result<(Resolved, Option<PendingBefore>), Error> {
@@ -400,7 +414,7 @@ async fn insert_and_resolve(
     // Distinct queues in a set beside the list: a batch may name 100,000.
     let mut ready_seen: HashSet<&str> = HashSet::new();
     for _ in 0..RESOLVE_ROUNDS_MAX {
-        let inserted = insert(conn, batch, &to_insert, counting, wake).await?;
+        let inserted = insert(conn, batch, family, &to_insert, counting, wake).await?;
         if pending.is_none() {
             if let Some(first) = inserted.first() {
                 pending = Some(first.pending_before()?);
@@ -693,7 +707,7 @@ struct Columns<'a> {
     unique_keys: Vec<Option<&'a str>>,
     /// Comma-joined; '' for none.
     limit_keys: Vec<String>,
-    /// $19: the stored form of each job's trace context (NULL: none).
+    /// $21: the stored form of each job's trace context (NULL: none).
     trace_contexts: Vec<Option<Value>>,
 }
 
@@ -794,13 +808,14 @@ fn run_at_or_delay(job: &NewJob) -> (Option<DateTime<Utc>>, Option<i64>) {
 async fn insert(
     conn: &mut PgConnection,
     batch: &Batch,
+    family: Family,
     positions: &[usize],
     counting: Counting,
     wake: Wake,
 ) -> Result<Vec<Inserted>, Error> {
     let statement = Statement::choose(batch, positions, counting);
     if let (Statement::One, [i]) = (statement, positions) {
-        return insert_one(conn, batch, *i, wake).await;
+        return insert_one(conn, batch, family, *i, wake).await;
     }
     let columns = Columns::new(batch, positions);
     let mut distinct_tenants: Vec<&str> = if counting.tenants {
@@ -820,6 +835,8 @@ async fn insert(
         .bind(counting.tenants)
         .bind(&distinct_tenants)
         .bind(wake == Wake::InTransaction)
+        .bind(family.workflow)
+        .bind(family.parent)
         .bind(&columns.trace_contexts);
     if statement == Statement::Keyless {
         let rows = query
@@ -932,6 +949,7 @@ fn expand_keyless(
 async fn insert_one(
     conn: &mut PgConnection,
     batch: &Batch,
+    family: Family,
     i: usize,
     wake: Wake,
 ) -> Result<Vec<Inserted>, Error> {
@@ -954,6 +972,8 @@ async fn insert_one(
         .bind(job.unique_key.as_deref())
         .bind(&limit_keys)
         .bind(wake == Wake::InTransaction)
+        .bind(family.workflow)
+        .bind(family.parent)
         .bind(trace_context(job))
         .fetch_all(conn)
         .await

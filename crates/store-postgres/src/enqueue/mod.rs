@@ -32,7 +32,8 @@ pub(crate) use combine::Combiner;
 pub use copy::COPY_MIN_JOBS;
 pub use copy::{empty_data as copy_empty_data, statements as copy_statements};
 pub(crate) use insert::{
-    enqueue, enqueue_answers, lock_quotas, lock_quotas_for, quota_lock_keys, Batch, Enqueue, Wake,
+    enqueue, enqueue_answers, lock_quotas, lock_quotas_for, quota_lock_keys, Batch, Enqueue,
+    Family, Wake,
 };
 
 /// How the store's own enqueue (`JobStore::jobs_enqueue`) stores a batch.

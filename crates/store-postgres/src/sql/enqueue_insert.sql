@@ -8,7 +8,7 @@ WITH input AS (
     SELECT *
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[],
                 $7::smallint[], $8::timestamptz[], $9::bigint[], $10::integer[], $11::text[],
-                $12::text[], $13::text[], $14::text[], $19::jsonb[])
+                $12::text[], $13::text[], $14::text[], $21::jsonb[])
          WITH ORDINALITY AS i(id, kind, queue, tenant, args, meta, priority, run_at, delay_us,
                               max_attempts, idempotency_key, request_hash, unique_key,
                               limit_keys, trace_context, ord)

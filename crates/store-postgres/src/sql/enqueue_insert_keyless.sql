@@ -15,5 +15,5 @@ WITH input AS (
            unnest($8::timestamptz[]) AS run_at, unnest($9::bigint[]) AS delay_us,
            unnest($10::integer[]) AS max_attempts, unnest($11::text[]) AS idempotency_key,
            unnest($12::text[]) AS request_hash, unnest($13::text[]) AS unique_key,
-           unnest($14::text[]) AS limit_keys, unnest($19::jsonb[]) AS trace_context
+           unnest($14::text[]) AS limit_keys, unnest($21::jsonb[]) AS trace_context
 ),

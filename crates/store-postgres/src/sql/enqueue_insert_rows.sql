@@ -15,8 +15,9 @@
 -- $11 idempotency_key text[], $12 request_hash text[], $13 unique_key text[],
 -- $14 limit_keys text[] (each comma-joined; '' for none), $15 count pending jobs in total
 -- boolean, $16 count pending jobs of the batch's tenants boolean, $17 the batch's distinct
--- tenants text[], $18 notify inside this transaction boolean, $19 trace_context jsonb[]
--- (NULL: none).
+-- tenants text[], $18 notify inside this transaction boolean, $19 workflow_id uuid and $20
+-- parent_id uuid of every job (NULL: none; workflow.rs), $21 trace_context jsonb[] (NULL:
+-- none).
 --
 -- Quotas: when asked ($15, $16; the caller holds the quota advisory locks, taken by an earlier
 -- statement, so this statement's snapshot holds every committed enqueue), the answer also
@@ -63,10 +64,10 @@ tenant_pending AS (
 inserted AS (
     INSERT INTO drover.jobs (id, kind, queue, tenant, args, meta, priority, run_at, state,
                              max_attempts, idempotency_key, request_hash, unique_key,
-                             limit_keys, trace_context, created_at)
+                             limit_keys, created_at, workflow_id, parent_id, trace_context)
     SELECT id, kind, queue, tenant, args, COALESCE(meta, '{}'::jsonb), priority,
            COALESCE(run_at, now() + COALESCE(delay_us, 0) * interval '1 microsecond'),
            'queued', max_attempts, idempotency_key, request_hash, unique_key,
            CASE WHEN limit_keys = '' THEN '{}'::text[] ELSE string_to_array(limit_keys, ',') END,
-           trace_context, now()
+           now(), $19::uuid, $20::uuid, trace_context
     FROM input

@@ -14,14 +14,15 @@
 -- $7 priority smallint, $8 run_at timestamptz (NULL: use the delay), $9 delay_us bigint
 -- (NULL: ready now), $10 max_attempts integer, $11 idempotency_key text, $12 request_hash
 -- text, $13 unique_key text, $14 limit_keys text[], $15 notify inside this transaction
--- boolean, $16 trace_context jsonb (NULL: none).
+-- boolean, $16 workflow_id uuid, $17 parent_id uuid (NULL: none; workflow.rs), $18
+-- trace_context jsonb (NULL: none).
 WITH inserted AS (
     INSERT INTO drover.jobs (id, kind, queue, tenant, args, meta, priority, run_at, state,
                              max_attempts, idempotency_key, request_hash, unique_key,
-                             limit_keys, trace_context, created_at)
+                             limit_keys, created_at, workflow_id, parent_id, trace_context)
     VALUES ($1, $2, $3, $4, $5, $6, $7,
             COALESCE($8, now() + COALESCE($9::bigint, 0) * interval '1 microsecond'),
-            'queued', $10, $11, $12, $13, $14, $16, now())
+            'queued', $10, $11, $12, $13, $14, now(), $16::uuid, $17::uuid, $18::jsonb)
     ON CONFLICT DO NOTHING
     RETURNING id, queue, run_at, created_at
 ),

@@ -1,0 +1,568 @@
+//! The web dashboard (docs/dashboard.md, docs/adr/0014-dashboard.md): server-rendered HTML
+//! from minijinja templates compiled into the binary, beside the API on `drover serve` and
+//! `drover dev --listen`.
+//!
+//! - Login: an API token posted once becomes a session (a random id in an `HttpOnly`,
+//!   `SameSite=Strict` cookie; the token itself is not kept); logout ends it. Under
+//!   `--insecure-no-auth` every visitor is an operator of every tenant and every page says so.
+//! - Every read and action goes through the runner's `Client`, scoped like the API: a token of
+//!   one tenant sees only its jobs (another tenant's job answers 404, by URL too), producers
+//!   may cancel, operators retry; actions are audited with source `dashboard`.
+//! - Actions are posted forms carrying the session's CSRF token, compared in constant time; a
+//!   post without it (a cross-site form) is refused with 403.
+//! - Everything rendered is escaped by the template engine (auto-escape of `.html`); pages run
+//!   no script, and the Content-Security-Policy allows none.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Form, Router};
+use drover_core::{AuditSource, Error, JobDetails, JobId, JobKind, JobState, ListJobs, QueueName};
+use minijinja::{context, Environment, Value};
+use serde::Deserialize;
+use subtle::ConstantTimeEq;
+
+use crate::auth::{AuthMode, Principal, Role, TenantScope};
+use crate::ApiState;
+
+/// Name of the session cookie.
+pub const SESSION_COOKIE: &str = "drover_session";
+
+/// How long a session lasts after its login: 12 hours.
+pub const SESSION_LIFETIME: Duration = Duration::from_secs(12 * 3600);
+
+/// Jobs per page of the jobs list.
+const PAGE: u32 = 50;
+
+/// The security headers of every dashboard answer: no script at all, styles and forms from
+/// this origin only, never framed, never cached.
+const SECURITY_HEADERS: [(&str, &str); 5] = [
+    (
+        "content-security-policy",
+        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    ),
+    ("x-frame-options", "DENY"),
+    ("x-content-type-options", "nosniff"),
+    ("referrer-policy", "no-referrer"),
+    ("cache-control", "no-store"),
+];
+
+/// A logged-in browser.
+#[derive(Clone)]
+struct Session {
+    principal: Principal,
+    csrf: String,
+    expires: Instant,
+}
+
+/// The dashboard's state: the API's (its `Client` and authentication), the sessions and the
+/// templates.
+#[derive(Clone)]
+struct Dashboard {
+    api: ApiState,
+    sessions: Arc<Mutex<HashMap<String, Session>>>,
+    templates: Arc<Environment<'static>>,
+    /// The CSRF token of every visitor under `--insecure-no-auth` (no sessions there).
+    insecure_csrf: String,
+}
+
+/// 244 random bits as hex: session ids and CSRF tokens.
+fn random_token() -> String {
+    format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    )
+}
+
+fn templates() -> Environment<'static> {
+    let mut env = Environment::new();
+    for (name, source) in [
+        ("base.html", include_str!("templates/base.html")),
+        ("login.html", include_str!("templates/login.html")),
+        ("overview.html", include_str!("templates/overview.html")),
+        ("jobs.html", include_str!("templates/jobs.html")),
+        ("job.html", include_str!("templates/job.html")),
+    ] {
+        env.add_template(name, source)
+            .expect("the dashboard's templates parse");
+    }
+    env
+}
+
+/// The dashboard's routes, on the API's state: `/`, `/login`, `/logout`, `/jobs`,
+/// `/jobs/{id}`, `/jobs/{id}/cancel`, `/jobs/{id}/retry` and `/assets/dashboard.css`. Merge it
+/// with [`crate::router`] to serve both.
+pub fn router(state: ApiState) -> Router {
+    let dashboard = Dashboard {
+        api: state,
+        sessions: Arc::new(Mutex::new(HashMap::new())),
+        templates: Arc::new(templates()),
+        insecure_csrf: random_token(),
+    };
+    Router::new()
+        .route("/", get(overview))
+        .route("/login", get(login_form).post(login))
+        .route("/logout", post(logout))
+        .route("/jobs", get(jobs))
+        .route("/jobs/{id}", get(job))
+        .route("/jobs/{id}/cancel", post(cancel))
+        .route("/jobs/{id}/retry", post(retry))
+        .route("/assets/dashboard.css", get(stylesheet))
+        .layer(axum::middleware::from_fn(security_headers))
+        .with_state(dashboard)
+}
+
+async fn security_headers(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    for (name, value) in SECURITY_HEADERS {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    response
+}
+
+async fn stylesheet() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        include_str!("assets/dashboard.css"),
+    )
+}
+
+/// Who is looking: a session, every visitor under `--insecure-no-auth`, or nobody.
+struct Viewer {
+    principal: Principal,
+    csrf: String,
+    insecure: bool,
+}
+
+impl Dashboard {
+    fn insecure(&self) -> bool {
+        matches!(self.api.auth(), AuthMode::InsecureNoAuth)
+    }
+
+    fn viewer(&self, headers: &HeaderMap) -> Option<Viewer> {
+        if self.insecure() {
+            return Some(Viewer {
+                principal: Principal::insecure(),
+                csrf: self.insecure_csrf.clone(),
+                insecure: true,
+            });
+        }
+        let id = session_cookie(headers)?;
+        let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+        let session = sessions.get(&id)?.clone();
+        if session.expires <= Instant::now() {
+            sessions.remove(&id);
+            return None;
+        }
+        Some(Viewer {
+            principal: session.principal,
+            csrf: session.csrf,
+            insecure: false,
+        })
+    }
+
+    fn render(&self, name: &str, viewer: Option<&Viewer>, extra: Value) -> Response {
+        let base = match viewer {
+            Some(v) => context! {
+                who => format!("{} ({}, {})", v.principal.name, v.principal.role.as_str(), scope_text(&v.principal.scope)),
+                csrf => v.csrf,
+                insecure => v.insecure,
+            },
+            None => context! { insecure => self.insecure() },
+        };
+        let rendered = self
+            .templates
+            .get_template(name)
+            .and_then(|t| t.render(context! { ..base, ..extra }));
+        match rendered {
+            Ok(html) => Html(html).into_response(),
+            Err(e) => {
+                tracing::warn!(template = name, error = %e, "dashboard page failed to render");
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the page failed to render",
+                )
+                    .into_response()
+            }
+        }
+    }
+
+    fn error_page(&self, viewer: Option<&Viewer>, status: StatusCode, message: &str) -> Response {
+        let mut page = self.render(
+            "overview.html",
+            viewer,
+            context! { notice => message, queues => Value::from(()) },
+        );
+        *page.status_mut() = status;
+        page
+    }
+
+    fn store_error(&self, viewer: &Viewer, e: Error) -> Response {
+        let status = match &e {
+            Error::NotFound { .. } => StatusCode::NOT_FOUND,
+            Error::InvalidInput { .. } => StatusCode::BAD_REQUEST,
+            Error::InvalidTransition { .. } | Error::Conflict { .. } => StatusCode::CONFLICT,
+            Error::QuotaExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
+            _ => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        self.error_page(Some(viewer), status, &e.to_string())
+    }
+}
+
+fn scope_text(scope: &TenantScope) -> String {
+    match scope {
+        TenantScope::One(tenant) => format!("tenant {tenant}"),
+        TenantScope::All => "every tenant".to_owned(),
+    }
+}
+
+fn session_cookie(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == SESSION_COOKIE)
+        .map(|(_, value)| value.to_owned())
+}
+
+fn to_login() -> Response {
+    Redirect::to("/login").into_response()
+}
+
+async fn login_form(State(d): State<Dashboard>, headers: HeaderMap) -> Response {
+    if d.viewer(&headers).is_some() {
+        return Redirect::to("/").into_response();
+    }
+    d.render("login.html", None, context! {})
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    token: String,
+}
+
+async fn login(State(d): State<Dashboard>, Form(form): Form<LoginForm>) -> Response {
+    let principal = match d.api.auth() {
+        AuthMode::InsecureNoAuth => return Redirect::to("/").into_response(),
+        AuthMode::Tokens(tokens) => tokens.authenticate(&form.token),
+    };
+    let Some(principal) = principal else {
+        let mut page = d.render(
+            "login.html",
+            None,
+            context! { error => "That token is not valid." },
+        );
+        *page.status_mut() = StatusCode::UNAUTHORIZED;
+        return page;
+    };
+    let id = random_token();
+    {
+        let mut sessions = d.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        sessions.retain(|_, s| s.expires > now);
+        sessions.insert(
+            id.clone(),
+            Session {
+                principal,
+                csrf: random_token(),
+                expires: now + SESSION_LIFETIME,
+            },
+        );
+    }
+    let cookie = format!(
+        "{SESSION_COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+        SESSION_LIFETIME.as_secs()
+    );
+    let mut response = Redirect::to("/").into_response();
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}
+
+#[derive(Deserialize)]
+struct CsrfForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+/// True when the form carries the viewer's CSRF token.
+fn csrf_ok(viewer: &Viewer, form: &CsrfForm) -> bool {
+    !form.csrf.is_empty() && bool::from(form.csrf.as_bytes().ct_eq(viewer.csrf.as_bytes()))
+}
+
+async fn logout(
+    State(d): State<Dashboard>,
+    headers: HeaderMap,
+    Form(form): Form<CsrfForm>,
+) -> Response {
+    let Some(viewer) = d.viewer(&headers) else {
+        return to_login();
+    };
+    if !csrf_ok(&viewer, &form) {
+        return d.error_page(
+            Some(&viewer),
+            StatusCode::FORBIDDEN,
+            "This form did not come from this dashboard.",
+        );
+    }
+    if let Some(id) = session_cookie(&headers) {
+        d.sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&id);
+    }
+    let mut response = to_login();
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static("drover_session=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"),
+    );
+    response
+}
+
+async fn overview(State(d): State<Dashboard>, headers: HeaderMap) -> Response {
+    let Some(viewer) = d.viewer(&headers) else {
+        return to_login();
+    };
+    if viewer.principal.scope != TenantScope::All {
+        return d.render(
+            "overview.html",
+            Some(&viewer),
+            context! { queues => Value::from(()) },
+        );
+    }
+    let overview = match d.api.client().queue_overview().await {
+        Ok(overview) => overview,
+        Err(e) => return d.store_error(&viewer, e),
+    };
+    let queues: Vec<Value> = overview
+        .queues
+        .iter()
+        .map(|q| {
+            let counts: Vec<u64> = JobState::ALL.iter().map(|s| q.count(*s)).collect();
+            context! {
+                name => q.name.as_str(),
+                query => percent(q.name.as_str()),
+                paused => q.paused,
+                counts => counts,
+                ready => q.ready,
+                lag => q.lag_seconds().map_or_else(|| "-".to_owned(), |s| format!("{s:.1} s")),
+            }
+        })
+        .collect();
+    let states: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
+    d.render("overview.html", Some(&viewer), context! { queues, states })
+}
+
+#[derive(Deserialize, Default)]
+struct JobFilter {
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    queue: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    before: String,
+}
+
+async fn jobs(
+    State(d): State<Dashboard>,
+    headers: HeaderMap,
+    Query(filter): Query<JobFilter>,
+) -> Response {
+    let Some(viewer) = d.viewer(&headers) else {
+        return to_login();
+    };
+    let mut query = ListJobs {
+        limit: PAGE,
+        details: JobDetails::NONE,
+        ..ListJobs::default()
+    };
+    let parsed: Result<(), Error> = (|| {
+        if !filter.state.is_empty() {
+            query.state = Some(filter.state.parse()?);
+        }
+        if !filter.queue.is_empty() {
+            query.queue = Some(QueueName::parse(filter.queue.as_str())?);
+        }
+        if !filter.kind.is_empty() {
+            query.kind = Some(JobKind::parse(filter.kind.as_str())?);
+        }
+        if !filter.before.is_empty() {
+            query.before = Some(filter.before.parse()?);
+        }
+        Ok(())
+    })();
+    if let Err(e) = parsed {
+        return d.store_error(&viewer, e);
+    }
+    if let TenantScope::One(tenant) = &viewer.principal.scope {
+        query.tenant = Some(tenant.clone());
+    }
+    let page = match d.api.client().list(query).await {
+        Ok(page) => page,
+        Err(e) => return d.store_error(&viewer, e),
+    };
+    let next = page.next.map(|id| {
+        let mut pairs = url_pairs(&filter);
+        pairs.push(("before", id.to_string()));
+        pairs
+            .iter()
+            .map(|(k, v)| format!("{k}={}", percent(v)))
+            .collect::<Vec<_>>()
+            .join("&")
+    });
+    let states: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
+    d.render(
+        "jobs.html",
+        Some(&viewer),
+        context! {
+            jobs => Value::from_serialize(&page.jobs),
+            next,
+            states,
+            filter => context! { state => filter.state, queue => filter.queue, kind => filter.kind },
+        },
+    )
+}
+
+/// `text` percent-encoded for a query string.
+fn percent(text: &str) -> String {
+    percent_encoding::utf8_percent_encode(text, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+fn url_pairs(filter: &JobFilter) -> Vec<(&'static str, String)> {
+    [
+        ("state", &filter.state),
+        ("queue", &filter.queue),
+        ("kind", &filter.kind),
+    ]
+    .into_iter()
+    .filter(|(_, v)| !v.is_empty())
+    .map(|(k, v)| (k, v.clone()))
+    .collect()
+}
+
+/// The job `id` as `viewer` may see it: another tenant's job is "not found".
+async fn visible_job(
+    d: &Dashboard,
+    viewer: &Viewer,
+    id: &str,
+) -> Result<drover_core::Job, Response> {
+    let not_found = || d.error_page(Some(viewer), StatusCode::NOT_FOUND, "No such job.");
+    let Ok(id) = id.parse::<JobId>() else {
+        return Err(not_found());
+    };
+    match d.api.client().get(id).await {
+        Ok(job) if viewer.principal.scope.allows(&job.tenant) => Ok(job),
+        Ok(_) | Err(Error::NotFound { .. }) => Err(not_found()),
+        Err(e) => Err(d.store_error(viewer, e)),
+    }
+}
+
+fn pretty(value: &serde_json::Value) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_default()
+}
+
+async fn job(State(d): State<Dashboard>, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    let Some(viewer) = d.viewer(&headers) else {
+        return to_login();
+    };
+    let job = match visible_job(&d, &viewer, &id).await {
+        Ok(job) => job,
+        Err(page) => return page,
+    };
+    d.render(
+        "job.html",
+        Some(&viewer),
+        context! {
+            job => Value::from_serialize(&job),
+            args => pretty(&job.args),
+            meta => pretty(&job.meta),
+            result => job.result.as_ref().map(pretty),
+            progress => job.progress.as_ref().map(pretty),
+            can_cancel => !job.state.is_terminal(),
+            can_retry => viewer.principal.role == Role::Operator && job.state.is_terminal(),
+        },
+    )
+}
+
+/// Which action a form posts.
+#[derive(Clone, Copy)]
+enum Action {
+    Cancel,
+    Retry,
+}
+
+async fn act(
+    d: Dashboard,
+    headers: HeaderMap,
+    id: String,
+    form: CsrfForm,
+    action: Action,
+) -> Response {
+    let Some(viewer) = d.viewer(&headers) else {
+        return to_login();
+    };
+    if !csrf_ok(&viewer, &form) {
+        return d.error_page(
+            Some(&viewer),
+            StatusCode::FORBIDDEN,
+            "This form did not come from this dashboard; nothing was done.",
+        );
+    }
+    if matches!(action, Action::Retry) && viewer.principal.role != Role::Operator {
+        return d.error_page(
+            Some(&viewer),
+            StatusCode::FORBIDDEN,
+            "Retrying needs an operator token.",
+        );
+    }
+    let job = match visible_job(&d, &viewer, &id).await {
+        Ok(job) => job,
+        Err(page) => return page,
+    };
+    let client = d
+        .api
+        .client()
+        .clone()
+        .with_actor(viewer.principal.actor(AuditSource::Dashboard));
+    let done = match action {
+        Action::Cancel => client.cancel(job.id).await.map(drop),
+        Action::Retry => client.retry(job.id).await.map(drop),
+    };
+    match done {
+        Ok(()) => Redirect::to(&format!("/jobs/{}", job.id)).into_response(),
+        Err(e) => d.store_error(&viewer, e),
+    }
+}
+
+async fn cancel(
+    State(d): State<Dashboard>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(form): Form<CsrfForm>,
+) -> Response {
+    act(d, headers, id, form, Action::Cancel).await
+}
+
+async fn retry(
+    State(d): State<Dashboard>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(form): Form<CsrfForm>,
+) -> Response {
+    act(d, headers, id, form, Action::Retry).await
+}

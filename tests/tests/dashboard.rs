@@ -1,0 +1,379 @@
+//! The web dashboard over real HTTP on the memory store (docs/dashboard.md): login with a
+//! token into an `HttpOnly`, `SameSite=Strict` session, security headers and no script,
+//! hostile text rendered as text, tenant scoping by URL, CSRF refusal of a cross-site form,
+//! and actions audited with source `dashboard`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use drover_core::{
+    AuditSource, ClaimJobs, Finish, JobState, JobStore, ListAudit, NewJob, QueueName, Retry,
+    StoreConfig, TenantId, WorkerId,
+};
+use drover_http::auth::token_fingerprint;
+use drover_http::{ApiConfig, ApiState, ApiTokens, AuthMode};
+use drover_store_memory::MemoryStore;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+const OPERATOR: &str = "dash-operator-secret-01";
+const PRODUCER_A: &str = "dash-producer-a-secret-1";
+
+/// A server of the API and the dashboard on a free port.
+struct Server {
+    base: String,
+    store: Arc<dyn JobStore>,
+    http: reqwest::Client,
+    stop: CancellationToken,
+}
+
+impl Server {
+    async fn start(auth: AuthMode) -> Server {
+        let store: Arc<dyn JobStore> = Arc::new(MemoryStore::new(StoreConfig::default()));
+        let state = ApiState::new(Arc::clone(&store), auth, ApiConfig::default(), None);
+        let routes =
+            drover_http::router(state.clone()).merge(drover_http::dashboard::router(state));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let stop = CancellationToken::new();
+        tokio::spawn(drover_http::serve(listener, routes, stop.clone()));
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap();
+        Server {
+            base,
+            store,
+            http,
+            stop,
+        }
+    }
+
+    async fn with_tokens() -> Server {
+        let tokens = ApiTokens::parse(&format!(
+            "{OPERATOR}:*:operator,{PRODUCER_A}:tenant-a:producer"
+        ))
+        .unwrap();
+        Server::start(AuthMode::Tokens(tokens)).await
+    }
+
+    async fn get(&self, path: &str, cookie: Option<&str>) -> reqwest::Response {
+        let mut request = self.http.get(format!("{}{path}", self.base));
+        if let Some(cookie) = cookie {
+            request = request.header("Cookie", cookie);
+        }
+        request.send().await.unwrap()
+    }
+
+    async fn post(
+        &self,
+        path: &str,
+        cookie: Option<&str>,
+        form: &[(&str, &str)],
+    ) -> reqwest::Response {
+        let body: String = form
+            .iter()
+            .map(|(k, v)| format!("{k}={}", urlencode(v)))
+            .collect::<Vec<_>>()
+            .join("&");
+        let mut request = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .body(body);
+        if let Some(cookie) = cookie {
+            request = request.header("Cookie", cookie);
+        }
+        request.send().await.unwrap()
+    }
+
+    /// Logs in with `token`; returns the `Cookie` header value of the session.
+    async fn login(&self, token: &str) -> String {
+        let answer = self.post("/login", None, &[("token", token)]).await;
+        assert_eq!(answer.status(), 303);
+        let set = answer.headers()["set-cookie"].to_str().unwrap().to_owned();
+        assert!(
+            set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+            "{set}"
+        );
+        set.split(';').next().unwrap().to_owned()
+    }
+
+    async fn enqueue(&self, job: NewJob) -> drover_core::Job {
+        self.store.job_enqueue(job).await.unwrap().job
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+fn urlencode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The CSRF token a page's forms carry.
+fn csrf_of(page: &str) -> String {
+    let start = page
+        .find("name=\"csrf\" value=\"")
+        .expect("a form with a CSRF token")
+        + "name=\"csrf\" value=\"".len();
+    page[start..].split('"').next().unwrap().to_owned()
+}
+
+fn job(kind: &str, args: serde_json::Value) -> NewJob {
+    NewJob::new(drover_core::JobKind::parse(kind).unwrap(), args)
+}
+
+/// Without a session every page sends the browser to the login form; a bad token is refused
+/// without a cookie; a good one opens a session whose pages carry the security headers and
+/// no script; logout ends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn login_opens_a_session_and_logout_ends_it() {
+    let server = Server::with_tokens().await;
+    server
+        .enqueue(job("report.build", json!({})).with_queue(QueueName::parse("mail").unwrap()))
+        .await;
+    for path in ["/", "/jobs"] {
+        let answer = server.get(path, None).await;
+        assert_eq!(answer.status(), 303, "{path}");
+        assert_eq!(answer.headers()["location"], "/login");
+    }
+    let form = server.get("/login", None).await;
+    assert_eq!(form.status(), 200);
+    let headers = form.headers().clone();
+    let csp = headers["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains("default-src 'none'") && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    assert!(
+        !csp.contains("script-src"),
+        "no script source is allowed: {csp}"
+    );
+    assert_eq!(headers["x-frame-options"], "DENY");
+    let bad = server
+        .post("/login", None, &[("token", "not-a-token-0000000000")])
+        .await;
+    assert_eq!(bad.status(), 401);
+    assert!(bad.headers().get("set-cookie").is_none());
+
+    let cookie = server.login(OPERATOR).await;
+    let overview = server.get("/", Some(&cookie)).await;
+    assert_eq!(overview.status(), 200);
+    let page = overview.text().await.unwrap();
+    assert!(
+        page.contains("id=\"queues\"") && page.contains(">mail</a>"),
+        "{page}"
+    );
+    assert!(page.contains(&token_fingerprint(OPERATOR)), "{page}");
+    assert!(!page.contains(OPERATOR), "the token is never shown");
+    assert!(!page.to_lowercase().contains("<script"), "{page}");
+    for (query, shown) in [
+        ("state=queued", true),
+        ("state=failed", false),
+        ("kind=report.build", true),
+    ] {
+        let list = server.get(&format!("/jobs?{query}"), Some(&cookie)).await;
+        assert_eq!(list.status(), 200, "{query}");
+        let list = list.text().await.unwrap();
+        assert_eq!(list.contains("report.build</td>"), shown, "{query}: {list}");
+    }
+    let bad = server.get("/jobs?state=bogus", Some(&cookie)).await;
+    assert_eq!(bad.status(), 400);
+    let css = server.get("/assets/dashboard.css", None).await;
+    assert_eq!(css.headers()["content-type"], "text/css; charset=utf-8");
+
+    let csrf = csrf_of(&page);
+    let out = server
+        .post("/logout", Some(&cookie), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(out.status(), 303);
+    assert!(out.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .contains("Max-Age=0"));
+    assert_eq!(
+        server.get("/", Some(&cookie)).await.status(),
+        303,
+        "the session ended"
+    );
+}
+
+/// Args, meta, an error message and a kind with markup, quotes and control characters show
+/// as text: escaped, never as elements.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_text_renders_as_text() {
+    let server = Server::with_tokens().await;
+    let hostile = "<script>alert(1)</script>\"'<img src=x onerror=alert(2)>\u{202e}";
+    let mut new = job("evil.kind", json!({ "payload": hostile })).with_max_attempts(1);
+    new.meta = json!({ "note": hostile });
+    let created = server.enqueue(new).await;
+    let claimed = server
+        .store
+        .jobs_claim(ClaimJobs {
+            worker: WorkerId::parse("w").unwrap(),
+            queues: vec![QueueName::default_queue()],
+            kinds: vec![created.kind.clone()],
+            limit: 1,
+            start: 1,
+            lease: Duration::from_secs(60),
+        })
+        .await
+        .unwrap()
+        .jobs;
+    server
+        .store
+        .job_finish(
+            created.id,
+            claimed[0].fencing_token,
+            Finish::Failed {
+                message: hostile.to_owned(),
+                retry: Retry::After(Duration::ZERO),
+            },
+        )
+        .await
+        .unwrap();
+    let cookie = server.login(OPERATOR).await;
+    for path in [format!("/jobs/{}", created.id), "/jobs".to_owned()] {
+        let answer = server.get(&path, Some(&cookie)).await;
+        assert_eq!(answer.status(), 200, "{path}");
+        let page = answer.text().await.unwrap();
+        assert!(!page.contains("<script>alert"), "{path}: {page}");
+        assert!(!page.contains("<img src=x"), "{path}: {page}");
+        if path.starts_with("/jobs/") {
+            assert!(
+                page.contains("&lt;script&gt;alert(1)&lt;&#x2f;script&gt;"),
+                "{page}"
+            );
+            assert!(
+                page.contains("&lt;img src=x onerror=alert(2)&gt;"),
+                "{page}"
+            );
+            assert!(
+                page.contains("id=\"retry\""),
+                "a failed job can be retried: {page}"
+            );
+        }
+    }
+}
+
+/// A producer of one tenant sees its jobs only (another tenant's job answers 404 by URL and
+/// is not listed); a form without the session's CSRF token (a cross-site post) is refused and
+/// changes nothing; with it the cancel goes through the Client and is audited with source
+/// `dashboard`; a producer may not retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_are_scoped_and_actions_need_the_csrf_token() {
+    let server = Server::with_tokens().await;
+    let mut own = job("mine", json!({}));
+    own.tenant = TenantId::parse("tenant-a").unwrap();
+    let own = server.enqueue(own).await;
+    let mut other = job("theirs", json!({}));
+    other.tenant = TenantId::parse("tenant-b").unwrap();
+    let other = server.enqueue(other).await;
+
+    let cookie = server.login(PRODUCER_A).await;
+    let list = server
+        .get("/jobs", Some(&cookie))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(list.contains(&own.id.to_string()), "{list}");
+    assert!(!list.contains(&other.id.to_string()), "{list}");
+    let foreign = server
+        .get(&format!("/jobs/{}", other.id), Some(&cookie))
+        .await;
+    assert_eq!(foreign.status(), 404);
+    let overview = server.get("/", Some(&cookie)).await.text().await.unwrap();
+    assert!(overview.contains("need a token of tenant *"), "{overview}");
+
+    let page = server
+        .get(&format!("/jobs/{}", own.id), Some(&cookie))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let csrf = csrf_of(&page);
+    let cancel = format!("/jobs/{}/cancel", own.id);
+    for form in [&[][..], &[("csrf", "forged")][..]] {
+        let refused = server.post(&cancel, Some(&cookie), form).await;
+        assert_eq!(refused.status(), 403, "{form:?}");
+    }
+    let foreign_cancel = server
+        .post(
+            &format!("/jobs/{}/cancel", other.id),
+            Some(&cookie),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(foreign_cancel.status(), 404);
+    assert_eq!(
+        server.store.job_get(own.id).await.unwrap().state,
+        JobState::Queued
+    );
+    assert_eq!(
+        server.store.job_get(other.id).await.unwrap().state,
+        JobState::Queued
+    );
+
+    let done = server
+        .post(&cancel, Some(&cookie), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(done.status(), 303);
+    assert_eq!(
+        server.store.job_get(own.id).await.unwrap().state,
+        JobState::Cancelled
+    );
+    let retry = server
+        .post(
+            &format!("/jobs/{}/retry", own.id),
+            Some(&cookie),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(retry.status(), 403, "a producer may not retry");
+
+    let records = server
+        .store
+        .audit_list(ListAudit::default())
+        .await
+        .unwrap()
+        .entries;
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].source, AuditSource::Dashboard);
+    assert_eq!(records[0].actor, token_fingerprint(PRODUCER_A));
+    assert_eq!(
+        records[0].tenant,
+        Some(TenantId::parse("tenant-a").unwrap())
+    );
+}
+
+/// Under `--insecure-no-auth` there is no login and every page says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insecure_mode_says_so_on_every_page() {
+    let server = Server::start(AuthMode::InsecureNoAuth).await;
+    let created = server.enqueue(job("k", json!({}))).await;
+    for path in [
+        "/".to_owned(),
+        "/jobs".to_owned(),
+        format!("/jobs/{}", created.id),
+    ] {
+        let answer = server.get(&path, None).await;
+        assert_eq!(answer.status(), 200, "{path}");
+        let page = answer.text().await.unwrap();
+        assert!(page.contains("id=\"insecure\""), "{path}: {page}");
+        assert!(
+            !page.contains("action=\"/logout\""),
+            "no login, so no logout: {page}"
+        );
+    }
+}

@@ -1,0 +1,288 @@
+//! The dashboard in a real browser: Debian's headless `chromium` driven by `chromedriver`
+//! over WebDriver (fantoccini), against the API and dashboard on the memory store. Without
+//! `chromedriver` on the PATH the test prints `SKIPPED ...` (which `.ci/run` refuses; it
+//! installs `chromium` and `chromium-driver`). A screenshot of every page visited is saved
+//! under `$CARGO_TARGET_TMPDIR/dashboard-screenshots/`.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use drover_core::{
+    AuditAction, AuditSource, ClaimJobs, Finish, JobState, JobStore, ListAudit, NewJob, QueueName,
+    Retry, StoreConfig, TenantId, WorkerId,
+};
+use drover_http::{ApiConfig, ApiState, ApiTokens, AuthMode};
+use drover_store_memory::MemoryStore;
+use drover_tests::process::wait_until;
+use fantoccini::{ClientBuilder, Locator};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+const OPERATOR: &str = "browser-operator-secret-1";
+const PRODUCER_A: &str = "browser-producer-a-secret";
+const WAIT: Duration = Duration::from_secs(30);
+
+/// `chromedriver` on a free port, killed when dropped.
+struct Driver {
+    url: String,
+    _child: tokio::process::Child,
+}
+
+impl Driver {
+    async fn start() -> Option<Driver> {
+        let binary = ["/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver"]
+            .into_iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists())?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = tokio::process::Command::new(binary)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start chromedriver");
+        let url = format!("http://127.0.0.1:{port}");
+        let status = format!("{url}/status");
+        wait_until("chromedriver to answer", WAIT, || {
+            let status = status.clone();
+            async move {
+                let answer = reqwest::get(&status).await.ok()?;
+                answer.status().is_success().then_some(())
+            }
+        })
+        .await;
+        Some(Driver { url, _child: child })
+    }
+}
+
+/// A server on a free port: the API and the dashboard, or any router.
+async fn serve(router: axum::Router, stop: &CancellationToken) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(drover_http::serve(listener, router, stop.clone()));
+    base
+}
+
+async fn screenshot(browser: &fantoccini::Client, name: &str) {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    let png = browser.screenshot().await.unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "{name}: not a PNG");
+    std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+}
+
+async fn text_of(browser: &fantoccini::Client, css: &str) -> String {
+    browser
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .text()
+        .await
+        .unwrap()
+}
+
+/// Waits until the page shows an element matching the XPath `path`.
+async fn wait_for(browser: &fantoccini::Client, path: &str) {
+    browser
+        .wait()
+        .at_most(WAIT)
+        .for_element(Locator::XPath(path))
+        .await
+        .unwrap_or_else(|e| panic!("{path}: {e}"));
+}
+
+async fn log_in(browser: &fantoccini::Client, base: &str, token: &str) {
+    browser.goto(&format!("{base}/")).await.unwrap();
+    assert_eq!(browser.current_url().await.unwrap().path(), "/login");
+    browser
+        .find(Locator::Css("#login input[name=token]"))
+        .await
+        .unwrap()
+        .send_keys(token)
+        .await
+        .unwrap();
+    browser
+        .find(Locator::Css("#login button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    browser
+        .wait()
+        .at_most(WAIT)
+        .for_element(Locator::Id("who"))
+        .await
+        .expect("a logged-in page");
+    assert_eq!(browser.current_url().await.unwrap().path(), "/");
+}
+
+/// Log in; the overview lists the queue; a failed job with hostile args and error shows them
+/// as text; Retry queues it again and is audited from the dashboard; a form posted from
+/// another site does nothing; a producer of another tenant cannot open the job by its URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_logs_in_retries_a_job_and_is_kept_to_its_tenant() {
+    let Some(driver) = Driver::start().await else {
+        println!(
+            "SKIPPED a_browser_logs_in_retries_a_job_and_is_kept_to_its_tenant: no chromedriver (apt-get install chromium chromium-driver)"
+        );
+        return;
+    };
+    let store: Arc<dyn JobStore> = Arc::new(MemoryStore::new(StoreConfig::default()));
+    let tokens = ApiTokens::parse(&format!(
+        "{OPERATOR}:*:operator,{PRODUCER_A}:tenant-a:producer"
+    ))
+    .unwrap();
+    let state = ApiState::new(
+        Arc::clone(&store),
+        AuthMode::Tokens(tokens),
+        ApiConfig::default(),
+        None,
+    );
+    let stop = CancellationToken::new();
+    let base = serve(
+        drover_http::router(state.clone()).merge(drover_http::dashboard::router(state)),
+        &stop,
+    )
+    .await;
+
+    // A failed job of tenant b with hostile text in its args and its error.
+    let hostile = "<script>document.title='owned'</script>\"'<b>bold</b>";
+    let mut new = NewJob::new(
+        drover_core::JobKind::parse("report.build").unwrap(),
+        json!({ "note": hostile }),
+    )
+    .with_queue(QueueName::parse("reports").unwrap())
+    .with_max_attempts(1);
+    new.tenant = TenantId::parse("tenant-b").unwrap();
+    let job = store.job_enqueue(new).await.unwrap().job;
+    let claimed = store
+        .jobs_claim(ClaimJobs {
+            worker: WorkerId::parse("w").unwrap(),
+            queues: vec![job.queue.clone()],
+            kinds: vec![job.kind.clone()],
+            limit: 1,
+            start: 1,
+            lease: Duration::from_secs(60),
+        })
+        .await
+        .unwrap()
+        .jobs;
+    store
+        .job_finish(
+            job.id,
+            claimed[0].fencing_token,
+            Finish::Failed {
+                message: hostile.to_owned(),
+                retry: Retry::After(Duration::ZERO),
+            },
+        )
+        .await
+        .unwrap();
+
+    let capabilities: serde_json::Map<String, serde_json::Value> = serde_json::from_value(json!({
+        "browserName": "chrome",
+        "goog:chromeOptions": {
+            "binary": "/usr/bin/chromium",
+            "args": ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1280,900"],
+        },
+    }))
+    .unwrap();
+    let browser = ClientBuilder::rustls()
+        .expect("a TLS configuration")
+        .capabilities(capabilities)
+        .connect(&driver.url)
+        .await
+        .expect("a Chromium session");
+    let outcome = async {
+        screenshot_login(&browser, &base).await;
+        log_in(&browser, &base, OPERATOR).await;
+        assert!(text_of(&browser, "#queues").await.contains("reports"));
+        screenshot(&browser, "overview").await;
+
+        browser.goto(&format!("{base}/jobs?state=failed")).await.unwrap();
+        assert!(text_of(&browser, "#jobs").await.contains(&job.id.to_string()));
+        screenshot(&browser, "jobs").await;
+        browser
+            .find(Locator::LinkText(&job.id.to_string()))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        wait_for(&browser, "//dd[@id='state' and text()='failed']").await;
+        let args = text_of(&browser, "#args").await;
+        assert!(
+            args.contains("<script>document.title='owned'</script>") && args.contains("<b>bold</b>"),
+            "args as text (in JSON): {args}"
+        );
+        assert!(text_of(&browser, "#errors").await.contains(hostile), "error as text");
+        assert!(browser.find_all(Locator::Css("#args b")).await.unwrap().is_empty());
+        assert_ne!(browser.title().await.unwrap(), "owned", "no script ran");
+        screenshot(&browser, "job").await;
+
+        browser.find(Locator::Css("#retry")).await.unwrap().click().await.unwrap();
+        wait_for(&browser, "//dd[@id='state' and text()='queued']").await;
+        let records = store.audit_list(ListAudit::default()).await.unwrap().entries;
+        assert_eq!(records.len(), 1, "{records:?}");
+        assert_eq!(
+            (records[0].action, records[0].source),
+            (AuditAction::JobRetry, AuditSource::Dashboard)
+        );
+
+        // A page of another origin (another port) posts a cancel form at the dashboard
+        // without the session's CSRF token: nothing happens.
+        let other_stop = stop.child_token();
+        let page = format!(
+            "<!doctype html><form method=post action=\"{base}/jobs/{}/cancel\"><input type=hidden name=csrf value=x><button id=go>go</button></form>",
+            job.id
+        );
+        let evil = serve(
+            axum::Router::new().route(
+                "/",
+                axum::routing::get(move || {
+                    let page = page.clone();
+                    async move { axum::response::Html(page) }
+                }),
+            ),
+            &other_stop,
+        )
+        .await;
+        browser.goto(&format!("{evil}/")).await.unwrap();
+        browser.find(Locator::Id("go")).await.unwrap().click().await.unwrap();
+        // Another port of the same host is the same site, so the cookie goes along; the
+        // form's CSRF token is not the session's, so the dashboard refuses it.
+        wait_for(
+            &browser,
+            "//p[@id='notice' and contains(text(), 'did not come from this dashboard')]",
+        )
+        .await;
+        assert_eq!(store.job_get(job.id).await.unwrap().state, JobState::Queued);
+        screenshot(&browser, "cross-site-refused").await;
+
+        // Another tenant's producer: the job's URL answers "No such job."
+        browser.goto(&format!("{base}/")).await.unwrap();
+        browser.find(Locator::Css(".logout button")).await.unwrap().click().await.unwrap();
+        wait_for(&browser, "//form[@id='login']").await;
+        log_in(&browser, &base, PRODUCER_A).await;
+        browser.goto(&format!("{base}/jobs/{}", job.id)).await.unwrap();
+        wait_for(&browser, "//p[@id='notice' and text()='No such job.']").await;
+        screenshot(&browser, "other-tenant").await;
+    }
+    .await;
+    browser.close().await.unwrap();
+    stop.cancel();
+    outcome
+}
+
+async fn screenshot_login(browser: &fantoccini::Client, base: &str) {
+    browser.goto(&format!("{base}/login")).await.unwrap();
+    screenshot(browser, "login").await;
+}
