@@ -59,6 +59,18 @@ impl Default for FaultRates {
     }
 }
 
+impl FaultRates {
+    /// No store faults at all.
+    pub fn none() -> Self {
+        FaultRates {
+            before: 0.0,
+            after: 0.0,
+            slow: 0.0,
+            ..FaultRates::default()
+        }
+    }
+}
+
 /// What every part of one world shares: the seed's RNG, the history, the clock, the fault
 /// switch.
 #[derive(Debug)]

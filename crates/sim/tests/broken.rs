@@ -66,7 +66,11 @@ struct Broken {
 
 impl Broken {
     fn visible(&self, id: JobId) -> bool {
-        !self.hidden.lock().unwrap_or_else(|e| e.into_inner()).contains(&id)
+        !self
+            .hidden
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&id)
     }
 }
 
@@ -498,7 +502,11 @@ fn the_checker_catches_a_store_that_ignores_rates() {
 
 #[test]
 fn the_checker_catches_a_store_that_fires_a_cron_tick_twice() {
-    caught_within(Breaks::FiresTicksTwice, "a cron tick was enqueued twice", 20);
+    caught_within(
+        Breaks::FiresTicksTwice,
+        "a cron tick was enqueued twice",
+        20,
+    );
 }
 
 #[test]
@@ -521,3 +529,32 @@ fn the_checker_catches_a_store_whose_retention_deletes_a_dependency() {
 
 #[allow(dead_code)]
 fn unused(_: FencingToken, _: HeartbeatReply, _: Job, _: DateTime<Utc>) {}
+
+#[test]
+fn a_failure_shrinks_to_a_smaller_world_that_still_breaks_the_rule() {
+    let rule = "max_running was exceeded";
+    let options = broken(Breaks::IgnoresMaxRunning);
+    let seed = caught_within(Breaks::IgnoresMaxRunning, rule, 50);
+    let run = run_seed(seed, &options);
+    let events = run.end.history.len();
+    let (small, shrunk) = drover_sim::shrink(&options, run, 40);
+    assert!(
+        shrunk.violations.iter().any(|v| v.rule == rule),
+        "{}",
+        shrunk.report()
+    );
+    assert!(
+        shrunk.end.history.len() < events,
+        "{} events, {events} before shrinking ({small:?})",
+        shrunk.end.history.len()
+    );
+    let command = drover_sim::replay_command(seed, &small);
+    assert!(
+        command.starts_with(&format!("drover-sim --seeds 1 --from {seed} ")),
+        "{command}"
+    );
+    eprintln!(
+        "{events} events shrunk to {}: {command}",
+        shrunk.end.history.len()
+    );
+}
