@@ -23,7 +23,7 @@
 //!   store contract says, so the checker follows them;
 //! - limits: a claim never makes more jobs of a key run than its `max_running`, and no window
 //!   of a rate's period holds more claims than its count (counted from the policy's last set);
-//! - each cron tick enqueues at most one job;
+//! - each cron tick enqueues at most one job, and ticks fire in order;
 //! - the pending-job quota is never exceeded by an accepted enqueue or retry;
 //! - retention never deletes a job that is not terminal, that a live job depends on, a parent
 //!   with live children or a child of a live parent.
@@ -86,6 +86,9 @@ struct Track {
     pruned: bool,
 }
 
+/// A limit policy: max_running, rate (count, period in microseconds).
+type Policy = (Option<u32>, Option<(u32, i64)>);
+
 struct Checker {
     jobs: BTreeMap<JobId, Track>,
     keys: BTreeMap<String, JobId>,
@@ -93,7 +96,7 @@ struct Checker {
     /// Dependents by dependency.
     dependents: BTreeMap<JobId, Vec<JobId>>,
     /// Limit policies by key: max_running, rate (count, period in microseconds).
-    limits: BTreeMap<String, (Option<u32>, Option<(u32, i64)>)>,
+    limits: BTreeMap<String, Policy>,
     /// Claim times per rate-limited key since its policy was last set.
     claim_times: BTreeMap<String, Vec<i64>>,
     max_pending: Option<u64>,
@@ -483,13 +486,34 @@ impl Checker {
                 answer: Answer::Ok(Some(ans)),
                 ..
             } => {
-                if ans.status == "created" && !self.fired.insert((schedule.clone(), *tick)) {
-                    self.violate(
-                        "a cron tick was enqueued twice",
-                        vec![ans.job],
-                        t,
-                        format!("schedule {schedule}, tick {} ms", tick / 1_000),
-                    );
+                if ans.status == "created" {
+                    let last = self
+                        .fired
+                        .iter()
+                        .filter(|(s, _)| s == schedule)
+                        .map(|(_, t)| *t)
+                        .max();
+                    if !self.fired.insert((schedule.clone(), *tick)) {
+                        self.violate(
+                            "a cron tick was enqueued twice",
+                            vec![ans.job],
+                            t,
+                            format!("schedule {schedule}, tick {} ms", tick / 1_000),
+                        );
+                    } else if last.is_some_and(|last| last > *tick) {
+                        // A tick at or before the last fired one never fires (the scheduler
+                        // fires missed ticks oldest first).
+                        self.violate(
+                            "a cron tick fired after a later one",
+                            vec![ans.job],
+                            t,
+                            format!(
+                                "schedule {schedule}, tick {} ms after tick {} ms",
+                                tick / 1_000,
+                                last.unwrap_or_default() / 1_000
+                            ),
+                        );
+                    }
                 }
                 self.enqueued(job, ans, t, None);
                 self.check_quota(t, "a cron tick");
