@@ -561,10 +561,18 @@ impl World {
     async fn graph(&self, client: &Client, tag: String) {
         let ctx = &self.ctx;
         let n = ctx.range(2, 6) as usize;
+        // A keyed graph is sent again after a transient error (its keys make that safe).
+        let keyed = ctx.chance(0.3);
         let mut graph = NewWorkflow::new();
         for i in 0..n {
             let mut job = self.new_job(&format!("{tag}.{i}"));
             job.run_regardless = ctx.chance(0.3);
+            if keyed {
+                job.idempotency_key = Some(format!("k-{tag}.{i}"));
+            }
+            if ctx.chance(0.1) {
+                job.unique_key = Some(format!("u{}", ctx.range(0, 3)));
+            }
             let names: Vec<String> = (0..i)
                 .filter(|_| ctx.chance(0.5))
                 .map(|d| format!("j{d}"))
@@ -572,11 +580,20 @@ impl World {
             let names: Vec<&str> = names.iter().map(String::as_str).collect();
             graph = graph.job(format!("j{i}"), job, &names);
         }
-        if let Ok(answer) = client.enqueue_workflow(graph).await {
-            self.known
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .extend(answer.jobs.iter().map(|a| a.job.id));
+        for _ in 0..3 {
+            match client.enqueue_workflow(graph.clone()).await {
+                Ok(answer) => {
+                    self.known
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .extend(answer.jobs.iter().map(|a| a.job.id));
+                    return;
+                }
+                Err(error) if error.is_transient() && keyed => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(_) => return,
+            }
         }
     }
 
