@@ -546,7 +546,7 @@ impl JobStore for MemoryStore {
             let delete = self.config.succeeded_jobs == SucceededJobs::Delete;
             let mut ended = Vec::new();
             let mut succeeded = Vec::new();
-            let replies = items
+            let mut replies: Vec<FinishReply> = items
                 .into_iter()
                 .map(|item| {
                     let id = item.id;
@@ -598,6 +598,16 @@ impl JobStore for MemoryStore {
             // Dependents, parents and children follow in the same step (docs/design.md
             // section 10); a success others read is kept under delete-on-success.
             inner.propagate(ended, now, &mut fx);
+            // Each reply names the state the step leaves its job in: propagation may have
+            // moved a job of the batch after its own item (a child whose parent the batch
+            // cancelled ends cancelled, as it would have one item at a time).
+            for reply in &mut replies {
+                if let FinishReply::Recorded { id, to } = reply {
+                    if let Some(job) = inner.jobs.get(id) {
+                        *to = job.state;
+                    }
+                }
+            }
             for id in succeeded {
                 if !inner.keeps_success(id) {
                     inner.remove(id);
