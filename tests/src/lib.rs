@@ -232,6 +232,7 @@ macro_rules! contract_suite {
             workflows_resent_graph_answers_the_first_workflow,
             workflows_rescue_and_reconcile_ends_propagate,
             workflows_batched_finish_answers_the_state_its_propagation_left,
+            workflows_rescue_answers_the_state_its_propagation_left,
         }
     };
 }

@@ -761,8 +761,15 @@ impl JobStore for MemoryStore {
                     });
                 }
             }
-            // A job a rescue ended propagates in the same step (docs/design.md section 10).
+            // A job a rescue ended propagates in the same step (docs/design.md section 10);
+            // each answer names the state the step leaves its job in (a child rescued in the
+            // batch that cancelled its parent ends cancelled).
             inner.propagate(ended, now, &mut fx);
+            for r in &mut rescued {
+                if let Some(job) = inner.jobs.get(&r.id) {
+                    r.to = job.state;
+                }
+            }
             rescued
         };
         self.publish_ready(ready);

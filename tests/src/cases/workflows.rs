@@ -1565,3 +1565,39 @@ pub async fn workflows_batched_finish_answers_the_state_its_propagation_left(f: 
         assert_eq!(state_of(&*store, parent.id).await, JobState::Cancelled);
     }
 }
+
+/// A rescue answers each job with the state the rescue leaves it in: a parent whose cancel
+/// was requested ends cancelled when its lease expires, which cancels its child whose lease
+/// expired in the same rescue (answered `cancelled`, not the `queued` its own expiry gives).
+pub async fn workflows_rescue_answers_the_state_its_propagation_left(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let parent = start(&*store, job("parent", json!(1))).await;
+    let requested = store.job_cancel(parent.id).await.unwrap();
+    assert_eq!(requested.job.state, JobState::Running);
+    let kid = children(&*store, &parent, vec![job("kid", json!(1))])
+        .await
+        .remove(0);
+    let kid_run = claim(&*store, &["kid"], 1).await.remove(0);
+    assert_eq!(kid_run.id, kid.id);
+
+    h.advance(LEASE + Duration::from_secs(1)).await;
+    let mut rescued = store
+        .jobs_rescue_expired(RescueExpired {
+            reconciler_kinds: Vec::new(),
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    rescued.sort_by_key(|r| r.id);
+    let answered: Vec<(JobId, JobState)> = rescued.iter().map(|r| (r.id, r.to)).collect();
+    assert_eq!(
+        answered,
+        vec![
+            (parent.id, JobState::Cancelled),
+            (kid.id, JobState::Cancelled)
+        ]
+    );
+    assert_eq!(state_of(&*store, kid.id).await, JobState::Cancelled);
+    assert_eq!(state_of(&*store, parent.id).await, JobState::Cancelled);
+}
