@@ -237,6 +237,8 @@ macro_rules! contract_suite {
             audit_a_refused_operation_records_nothing,
             audit_list_filters_and_pages,
             audit_prune_deletes_only_old_records,
+            workflows_batched_finish_answers_the_state_its_propagation_left,
+            workflows_rescue_answers_the_state_its_propagation_left,
         }
     };
 }

@@ -40,7 +40,7 @@
 //! (each claim on an event) none. An event does not end short pauses under way. It claims
 //! nothing while the store is unhealthy.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -410,10 +410,12 @@ async fn first_places(
 }
 
 /// Wakes claim loops from store events, and fires the token of a job whose cancel was
-/// requested; re-subscribes (waking every loop) when the stream ends or fails.
+/// requested; re-subscribes (waking every loop) when the stream ends or fails. The loops are
+/// woken in queue order (a `BTreeMap`, not a `HashMap` whose order differs per run), so a
+/// simulated run replays exactly (docs/adr/0012-simulation.md).
 pub(crate) async fn run_events(
     rt: Arc<Runtime>,
-    wakers: HashMap<QueueName, Vec<Arc<Notify>>>,
+    wakers: BTreeMap<QueueName, Vec<Arc<Notify>>>,
     stop: CancellationToken,
 ) {
     let mut retry = RetryDelay::new(rt.config.store_retry_min, rt.config.store_retry_max);

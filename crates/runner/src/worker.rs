@@ -9,7 +9,7 @@
 //! cancel grace), waits for every outcome to be written, deregisters and returns. A fatal
 //! store error takes the same path without the grace period and is returned.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -142,7 +142,7 @@ impl Worker {
             .config
             .max_concurrent
             .map(|cap| Arc::new(Semaphore::new(cap)));
-        let mut wakers: HashMap<QueueName, Vec<Arc<Notify>>> = HashMap::new();
+        let mut wakers: BTreeMap<QueueName, Vec<Arc<Notify>>> = BTreeMap::new();
         let mut claim_loops = Vec::new();
         let mut backlogs = Vec::new();
         let registered = rt.registry.kinds();

@@ -14,7 +14,19 @@
 //! - an idempotency key always answers the same job;
 //! - a unique key never has two live jobs;
 //! - the final state agrees with the history: same terminal state, and a succeeded job's result
-//!   is the one its last accepted run returned.
+//!   is the one its last accepted run returned;
+//! - workflows (docs/design.md section 10): no job claimed while one of its dependencies is
+//!   not terminal, nor after one failed or was cancelled unless it runs regardless (such a
+//!   dependent is cancelled), a new job waits exactly when a dependency is pending, a parent
+//!   that waits for its children is claimed again only once every child is terminal, and no
+//!   job stays waiting at the end; dependency ends and cancels of parents propagate as the
+//!   store contract says, so the checker follows them;
+//! - limits: a claim never makes more jobs of a key run than its `max_running`, and no window
+//!   of a rate's period holds more claims than its count (counted from the policy's last set);
+//! - each cron tick enqueues at most one job, and ticks fire in order;
+//! - the pending-job quota is never exceeded by an accepted enqueue or retry;
+//! - retention never deletes a job that is not terminal, that a live job depends on, a parent
+//!   with live children or a child of a live parent.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -22,7 +34,7 @@ use drover_core::{FencingToken, Job, JobId, JobState};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::history::{Answer, Ev, Record};
+use crate::history::{Answer, EnqueueAns, EnqueueReq, Ev, Record};
 
 /// A broken rule.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -53,12 +65,43 @@ struct Track {
     spent: bool,
     /// The terminal state the history last gave the job, with a success's result.
     terminal: Option<(JobState, Option<Value>)>,
+    /// Claimed and not yet ended (finished, rescued).
+    running: bool,
+    /// Its idempotency key.
+    key: Option<String>,
+    /// The jobs it depends on.
+    deps: Vec<JobId>,
+    /// Dependencies not resolved yet.
+    pending: BTreeSet<JobId>,
+    /// A dependency that resolved failed or cancelled.
+    failed_dep: Option<JobId>,
+    run_regardless: bool,
+    /// Every limit key it is subject to (explicit, `kind:` and `queue:`).
+    limit_keys: Vec<String>,
+    parent: Option<JobId>,
+    children: Vec<JobId>,
+    /// Its last run ended waiting for its children.
+    waits_children: bool,
+    /// Deleted by retention.
+    pruned: bool,
 }
+
+/// A limit policy: max_running, rate (count, period in microseconds).
+type Policy = (Option<u32>, Option<(u32, i64)>);
 
 struct Checker {
     jobs: BTreeMap<JobId, Track>,
     keys: BTreeMap<String, JobId>,
     paused: BTreeSet<String>,
+    /// Dependents by dependency.
+    dependents: BTreeMap<JobId, Vec<JobId>>,
+    /// Limit policies by key: max_running, rate (count, period in microseconds).
+    limits: BTreeMap<String, Policy>,
+    /// Claim times per rate-limited key since its policy was last set.
+    claim_times: BTreeMap<String, Vec<i64>>,
+    max_pending: Option<u64>,
+    /// Cron ticks that enqueued a job.
+    fired: BTreeSet<(String, i64)>,
     out: Vec<Violation>,
 }
 
@@ -79,12 +122,329 @@ impl Checker {
             .map(|(id, _)| *id)
     }
 
+    /// A job's run or life ended in `state`; a terminal end propagates (docs/design.md
+    /// section 10): its dependents resolve (cancelled when it did not succeed, unless they
+    /// run regardless), and a cancelled job's children not running are cancelled too.
     fn end(&mut self, id: JobId, state: JobState, result: Option<Value>) {
+        let Some(tr) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        tr.lease_until = None;
+        tr.running = false;
+        if !state.is_terminal() {
+            return;
+        }
+        let was_live = tr.live;
+        tr.live = false;
+        tr.terminal = Some((state, result));
+        if !was_live {
+            return;
+        }
+        self.ended(id, state);
+    }
+
+    fn ended(&mut self, id: JobId, state: JobState) {
+        let mut cancel = Vec::new();
+        for x in self.dependents.get(&id).cloned().unwrap_or_default() {
+            let Some(tr) = self.jobs.get_mut(&x) else {
+                continue;
+            };
+            if !tr.pending.remove(&id) || state == JobState::Succeeded {
+                continue;
+            }
+            tr.failed_dep = Some(id);
+            if !tr.run_regardless && tr.live && !tr.running {
+                cancel.push(x);
+            }
+        }
+        if state == JobState::Cancelled {
+            cancel.extend(self.children_to_cancel(id));
+        }
+        for x in cancel {
+            self.end(x, JobState::Cancelled, None);
+        }
+    }
+
+    /// The children of `id` a cancel of it cancels: those live and not running (a running
+    /// one only gets its cancel requested).
+    fn children_to_cancel(&self, id: JobId) -> Vec<JobId> {
+        self.jobs
+            .get(&id)
+            .map(|tr| {
+                tr.children
+                    .iter()
+                    .filter(|c| self.jobs.get(c).is_some_and(|c| c.live && !c.running))
+                    .copied()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn live_count(&self) -> u64 {
+        self.jobs.values().filter(|tr| tr.live).count() as u64
+    }
+
+    fn check_quota(&mut self, t: Option<i64>, what: &str) {
+        let live = self.live_count();
+        if let Some(max) = self.max_pending {
+            if live > max {
+                let detail = format!("{live} pending jobs after {what}, quota {max}");
+                self.violate("the pending-job quota was exceeded", Vec::new(), t, detail);
+            }
+        }
+    }
+
+    /// One job of an accepted enqueue (a batch, a graph, children, a cron tick).
+    fn enqueued(
+        &mut self,
+        req: &EnqueueReq,
+        ans: &EnqueueAns,
+        t: Option<i64>,
+        parent: Option<JobId>,
+    ) {
+        if ans.status == "created" {
+            if let Some(u) = &req.unique {
+                if let Some(other) = self.live_holder(u, ans.job) {
+                    self.violate(
+                        "a unique key has two live jobs",
+                        vec![other, ans.job],
+                        t,
+                        format!("unique key {u}: {other} live when {} was created", ans.job),
+                    );
+                }
+            }
+            let pending: BTreeSet<JobId> = req
+                .depends_on
+                .iter()
+                .filter(|d| self.jobs.get(d).is_some_and(|d| d.live))
+                .copied()
+                .collect();
+            let failed_dep = req.depends_on.iter().copied().find(|d| {
+                self.jobs.get(d).is_some_and(|d| {
+                    !d.live
+                        && matches!(
+                            d.terminal,
+                            Some((JobState::Failed | JobState::Cancelled, _))
+                        )
+                })
+            });
+            let cancelled = failed_dep.is_some() && !req.run_regardless;
+            let expected = if cancelled {
+                JobState::Cancelled
+            } else if pending.is_empty() {
+                JobState::Queued
+            } else {
+                JobState::Waiting
+            };
+            if ans.state != expected {
+                self.violate(
+                    "a new job's state disagrees with its dependencies",
+                    vec![ans.job],
+                    t,
+                    format!(
+                        "created {:?}, expected {expected:?} (pending {pending:?}, failed {failed_dep:?})",
+                        ans.state
+                    ),
+                );
+            }
+            for d in &req.depends_on {
+                self.dependents.entry(*d).or_default().push(ans.job);
+            }
+            let mut limit_keys = req.limit_keys.clone();
+            limit_keys.push(format!("kind:{}", req.kind));
+            limit_keys.push(format!("queue:{}", req.queue));
+            let live = !ans.state.is_terminal();
+            self.jobs.insert(
+                ans.job,
+                Track {
+                    live,
+                    unique: req.unique.clone(),
+                    max_attempts: req.max_attempts,
+                    spent: true,
+                    terminal: (!live).then_some((ans.state, None)),
+                    key: req.key.clone(),
+                    deps: req.depends_on.clone(),
+                    pending,
+                    failed_dep,
+                    run_regardless: req.run_regardless,
+                    limit_keys,
+                    parent,
+                    ..Track::default()
+                },
+            );
+            if let Some(p) = parent {
+                if let Some(tr) = self.jobs.get_mut(&p) {
+                    tr.children.push(ans.job);
+                }
+            }
+        }
+        // A key is stored with the job it created; a replay answers that job. A
+        // duplicate (unique key held) stores nothing, its key included.
+        if let Some(key) = &req.key {
+            match (ans.status.as_str(), self.keys.get(key).copied()) {
+                ("created", None) => {
+                    self.keys.insert(key.clone(), ans.job);
+                }
+                ("created", Some(first)) => self.violate(
+                    "an idempotency key created two jobs",
+                    vec![first, ans.job],
+                    t,
+                    format!("key {key}: {first} then {}", ans.job),
+                ),
+                ("replayed", Some(first)) if first != ans.job => self.violate(
+                    "an idempotency key answered two jobs",
+                    vec![first, ans.job],
+                    t,
+                    format!("key {key}: created {first}, replayed {}", ans.job),
+                ),
+                ("replayed", None) => self.violate(
+                    "an idempotency key replayed a job it never created",
+                    vec![ans.job],
+                    t,
+                    format!("key {key}"),
+                ),
+                _ => {}
+            }
+        }
+    }
+
+    /// The rules of a claim of `job` at `now` that concern other jobs: dependencies,
+    /// children, limits.
+    fn claim_links(&mut self, job: JobId, now: i64) -> Vec<(&'static str, String)> {
+        let mut found = Vec::new();
+        let Some(tr) = self.jobs.get(&job) else {
+            return found;
+        };
+        if !tr.pending.is_empty() {
+            found.push((
+                "a dependent started before its dependencies were terminal",
+                format!("pending {:?}", tr.pending),
+            ));
+        }
+        if let (Some(d), false) = (tr.failed_dep, tr.run_regardless) {
+            found.push((
+                "a dependent ran although a dependency failed",
+                format!(
+                    "dependency {d} ended {:?}",
+                    self.jobs
+                        .get(&d)
+                        .and_then(|d| d.terminal.clone())
+                        .map(|t| t.0)
+                ),
+            ));
+        }
+        if tr.waits_children {
+            let live: Vec<JobId> = tr
+                .children
+                .iter()
+                .filter(|c| self.jobs.get(c).is_some_and(|c| c.live))
+                .copied()
+                .collect();
+            if !live.is_empty() {
+                found.push((
+                    "a parent resumed before its children were terminal",
+                    format!("live children {live:?}"),
+                ));
+            }
+        }
+        for key in tr.limit_keys.clone() {
+            let Some((max_running, rate)) = self.limits.get(&key).copied() else {
+                continue;
+            };
+            if let Some(max) = max_running {
+                let running = self
+                    .jobs
+                    .iter()
+                    .filter(|(id, o)| (o.running || **id == job) && o.limit_keys.contains(&key))
+                    .count();
+                if running > max as usize {
+                    found.push((
+                        "max_running was exceeded",
+                        format!("key {key}: {running} running, max_running {max}"),
+                    ));
+                }
+            }
+            if let Some((count, period)) = rate {
+                let times = self.claim_times.entry(key.clone()).or_default();
+                times.push(now);
+                let n = times.len();
+                if n > count as usize {
+                    let first = times[n - 1 - count as usize];
+                    if now - first < period {
+                        found.push((
+                            "a rate limit was exceeded",
+                            format!(
+                                "key {key}: {} claims within {} us, rate {count} per {period} us",
+                                count + 1,
+                                now - first
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        if let Some(tr) = self.jobs.get_mut(&job) {
+            tr.waits_children = false;
+            tr.running = true;
+        }
+        found
+    }
+
+    /// Retention deleted `id`.
+    fn pruned(&mut self, id: JobId, t: Option<i64>) {
+        let Some(tr) = self.jobs.get(&id) else {
+            return;
+        };
+        let mut found: Vec<(&'static str, String)> = Vec::new();
+        if tr.live {
+            found.push(("retention deleted a job not terminal", String::new()));
+        }
+        let waiting: Vec<JobId> = self
+            .dependents
+            .get(&id)
+            .into_iter()
+            .flatten()
+            .filter(|x| self.jobs.get(x).is_some_and(|x| x.live))
+            .copied()
+            .collect();
+        if !waiting.is_empty() {
+            found.push((
+                "retention deleted a job a live job depends on",
+                format!("dependents {waiting:?}"),
+            ));
+        }
+        let children: Vec<JobId> = tr
+            .children
+            .iter()
+            .filter(|c| self.jobs.get(c).is_some_and(|c| c.live))
+            .copied()
+            .collect();
+        if !children.is_empty() {
+            found.push((
+                "retention deleted a parent with live children",
+                format!("children {children:?}"),
+            ));
+        }
+        if let Some(p) = tr
+            .parent
+            .filter(|p| self.jobs.get(p).is_some_and(|p| p.live))
+        {
+            found.push((
+                "retention deleted a child of a live parent",
+                format!("parent {p}"),
+            ));
+        }
+        let key = tr.key.clone();
+        for (rule, detail) in found {
+            self.violate(rule, vec![id], t, detail);
+        }
         if let Some(tr) = self.jobs.get_mut(&id) {
-            tr.lease_until = None;
-            if state.is_terminal() {
-                tr.live = false;
-                tr.terminal = Some((state, result));
+            tr.pruned = true;
+        }
+        // Its idempotency key is free again.
+        if let Some(key) = key {
+            if self.keys.get(&key) == Some(&id) {
+                self.keys.remove(&key);
             }
         }
     }
@@ -97,61 +457,84 @@ impl Checker {
                 jobs,
                 answer: Answer::Ok(answers),
                 ..
+            }
+            | Ev::Workflow {
+                jobs,
+                answer: Answer::Ok(answers),
+                ..
             } => {
                 for (req, ans) in jobs.iter().zip(answers) {
-                    if ans.status == "created" {
-                        if let Some(u) = &req.unique {
-                            if let Some(other) = self.live_holder(u, ans.job) {
-                                self.violate(
-                                    "a unique key has two live jobs",
-                                    vec![other, ans.job],
-                                    t,
-                                    format!(
-                                        "unique key {u}: {other} live when {} was created",
-                                        ans.job
-                                    ),
-                                );
-                            }
-                        }
-                        self.jobs.insert(
-                            ans.job,
-                            Track {
-                                live: true,
-                                unique: req.unique.clone(),
-                                max_attempts: req.max_attempts,
-                                spent: true,
-                                ..Track::default()
-                            },
+                    self.enqueued(req, ans, t, None);
+                }
+                self.check_quota(t, "an enqueue");
+            }
+            Ev::Children {
+                parent,
+                jobs,
+                answer: Answer::Ok(answers),
+                ..
+            } => {
+                for (req, ans) in jobs.iter().zip(answers) {
+                    self.enqueued(req, ans, t, Some(*parent));
+                }
+                self.check_quota(t, "children's enqueue");
+            }
+            Ev::Fire {
+                schedule,
+                tick,
+                job,
+                answer: Answer::Ok(Some(ans)),
+                ..
+            } => {
+                if ans.status == "created" {
+                    let last = self
+                        .fired
+                        .iter()
+                        .filter(|(s, _)| s == schedule)
+                        .map(|(_, t)| *t)
+                        .max();
+                    if !self.fired.insert((schedule.clone(), *tick)) {
+                        self.violate(
+                            "a cron tick was enqueued twice",
+                            vec![ans.job],
+                            t,
+                            format!("schedule {schedule}, tick {} ms", tick / 1_000),
+                        );
+                    } else if last.is_some_and(|last| last > *tick) {
+                        // A tick at or before the last fired one never fires (the scheduler
+                        // fires missed ticks oldest first).
+                        self.violate(
+                            "a cron tick fired after a later one",
+                            vec![ans.job],
+                            t,
+                            format!(
+                                "schedule {schedule}, tick {} ms after tick {} ms",
+                                tick / 1_000,
+                                last.unwrap_or_default() / 1_000
+                            ),
                         );
                     }
-                    // A key is stored with the job it created; a replay answers that job. A
-                    // duplicate (unique key held) stores nothing, its key included.
-                    if let Some(key) = &req.key {
-                        match (ans.status.as_str(), self.keys.get(key).copied()) {
-                            ("created", None) => {
-                                self.keys.insert(key.clone(), ans.job);
-                            }
-                            ("created", Some(first)) => self.violate(
-                                "an idempotency key created two jobs",
-                                vec![first, ans.job],
-                                t,
-                                format!("key {key}: {first} then {}", ans.job),
-                            ),
-                            ("replayed", Some(first)) if first != ans.job => self.violate(
-                                "an idempotency key answered two jobs",
-                                vec![first, ans.job],
-                                t,
-                                format!("key {key}: created {first}, replayed {}", ans.job),
-                            ),
-                            ("replayed", None) => self.violate(
-                                "an idempotency key replayed a job it never created",
-                                vec![ans.job],
-                                t,
-                                format!("key {key}"),
-                            ),
-                            _ => {}
-                        }
-                    }
+                }
+                self.enqueued(job, ans, t, None);
+                self.check_quota(t, "a cron tick");
+            }
+            Ev::LimitSet {
+                key,
+                max_running,
+                rate,
+                answer: Answer::Ok(()),
+                ..
+            } => {
+                self.limits.insert(key.clone(), (*max_running, *rate));
+                self.claim_times.remove(key);
+            }
+            Ev::Quota { max_pending } => self.max_pending = *max_pending,
+            Ev::Prune {
+                answer: Answer::Ok(deleted),
+                ..
+            } => {
+                for id in deleted {
+                    self.pruned(*id, t);
                 }
             }
             Ev::Claim {
@@ -205,6 +588,7 @@ impl Checker {
                     tr.spent = true;
                     tr.latest_token = Some(c.token);
                     tr.lease_until = Some(c.lease_until);
+                    found.extend(self.claim_links(c.job, now));
                     for (rule, detail) in found {
                         self.violate(rule, vec![c.job], t, detail);
                     }
@@ -262,7 +646,11 @@ impl Checker {
                                 .push(("a job succeeded twice", format!("token {:?}", item.token)));
                         }
                     }
-                    tr.spent = !matches!(item.outcome.as_str(), "snoozed" | "released");
+                    tr.spent = !matches!(
+                        item.outcome.as_str(),
+                        "snoozed" | "released" | "wait_for_children"
+                    );
+                    tr.waits_children = item.outcome == "wait_for_children" && !to.is_terminal();
                     for (rule, detail) in found {
                         self.violate(rule, vec![item.job], t, detail);
                     }
@@ -277,10 +665,19 @@ impl Checker {
                 job,
                 answer: Answer::Ok(state),
                 ..
-            } if state.is_terminal() => self.end(*job, *state, None),
+            } => {
+                if state.is_terminal() {
+                    self.end(*job, *state, None);
+                } else {
+                    // A running job's cancel is requested: its children not running end now.
+                    for c in self.children_to_cancel(*job) {
+                        self.end(c, JobState::Cancelled, None);
+                    }
+                }
+            }
             Ev::Retry {
                 job,
-                answer: Answer::Ok(_),
+                answer: Answer::Ok(after),
                 ..
             } => {
                 let unique = self.jobs.get(job).and_then(|tr| tr.unique.clone());
@@ -294,6 +691,14 @@ impl Checker {
                         );
                     }
                 }
+                let live: BTreeSet<JobId> = self
+                    .jobs
+                    .get(job)
+                    .map(|tr| tr.deps.clone())
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|d| self.jobs.get(d).is_some_and(|d| d.live))
+                    .collect();
                 if let Some(tr) = self.jobs.get_mut(job) {
                     tr.live = true;
                     tr.last_attempt = 0;
@@ -301,7 +706,15 @@ impl Checker {
                     tr.successes = 0;
                     tr.terminal = None;
                     tr.lease_until = None;
+                    tr.running = false;
+                    tr.pending = live;
+                    tr.failed_dep = None;
+                    tr.waits_children = false;
                 }
+                if after.is_terminal() {
+                    self.end(*job, *after, None);
+                }
+                self.check_quota(t, "a retry");
             }
             Ev::QueuePause {
                 queue,
@@ -354,6 +767,9 @@ impl Checker {
         let stored: BTreeMap<JobId, &Job> = jobs.iter().map(|j| (j.id, j)).collect();
         let ids: Vec<JobId> = self.jobs.keys().copied().collect();
         for id in ids {
+            if self.jobs[&id].pruned {
+                continue;
+            }
             let Some(job) = stored.get(&id) else {
                 self.violate(
                     "an accepted job was lost",
@@ -369,12 +785,12 @@ impl Checker {
                 } else {
                     " (the quiet period ran out)"
                 };
-                self.violate(
-                    "a job is not terminal once faults stopped",
-                    vec![id],
-                    None,
-                    format!("{:?}{why}", job.state),
-                );
+                let rule = if job.state == JobState::Waiting {
+                    "a job stayed waiting once faults stopped"
+                } else {
+                    "a job is not terminal once faults stopped"
+                };
+                self.violate(rule, vec![id], None, format!("{:?}{why}", job.state));
                 continue;
             }
             if job.attempt > job.max_attempts {
@@ -432,6 +848,11 @@ pub fn check(history: &[Record], jobs: &[Job], settled: bool) -> Vec<Violation> 
         jobs: BTreeMap::new(),
         keys: BTreeMap::new(),
         paused: BTreeSet::new(),
+        dependents: BTreeMap::new(),
+        limits: BTreeMap::new(),
+        claim_times: BTreeMap::new(),
+        max_pending: None,
+        fired: BTreeSet::new(),
         out: Vec::new(),
     };
     for rec in history {

@@ -59,6 +59,18 @@ impl Default for FaultRates {
     }
 }
 
+impl FaultRates {
+    /// No store faults at all.
+    pub fn none() -> Self {
+        FaultRates {
+            before: 0.0,
+            after: 0.0,
+            slow: 0.0,
+            ..FaultRates::default()
+        }
+    }
+}
+
 /// What every part of one world shares: the seed's RNG, the history, the clock, the fault
 /// switch.
 #[derive(Debug)]
@@ -355,6 +367,15 @@ impl FaultyStore {
     }
 }
 
+/// Every job id `store` holds.
+async fn job_ids(store: &dyn JobStore) -> std::collections::BTreeSet<JobId> {
+    crate::world::all_jobs(store)
+        .await
+        .into_iter()
+        .map(|j| j.id)
+        .collect()
+}
+
 impl<T> Answer<&T> {
     fn map<U>(self, f: impl FnOnce(&T) -> U) -> Answer<U> {
         match self {
@@ -385,6 +406,18 @@ pub fn enqueue_req(job: &NewJob) -> EnqueueReq {
             _ => 0,
         },
         max_attempts: job.max_attempts,
+        depends_on: job.depends_on.clone(),
+        run_regardless: job.run_regardless,
+        limit_keys: job.limit_keys.iter().map(|k| k.to_string()).collect(),
+        kind: job.kind.to_string(),
+    }
+}
+
+fn enqueue_ans(e: &Enqueued) -> EnqueueAns {
+    EnqueueAns {
+        job: e.job.id,
+        status: status_name(e.status).to_owned(),
+        state: e.job.state,
     }
 }
 
@@ -398,15 +431,7 @@ impl JobStore for FaultyStore {
                 Some(Ev::Enqueue {
                     jobs: reqs,
                     fault,
-                    answer: answer.map(|a| {
-                        a.iter()
-                            .map(|e| EnqueueAns {
-                                job: e.job.id,
-                                status: status_name(e.status).to_owned(),
-                                state: e.job.state,
-                            })
-                            .collect()
-                    }),
+                    answer: answer.map(|a| a.iter().map(enqueue_ans).collect()),
                 })
             },
         )
@@ -414,13 +439,55 @@ impl JobStore for FaultyStore {
     }
 
     async fn workflow_enqueue(&self, workflow: NewWorkflow) -> Result<EnqueuedWorkflow> {
-        self.plain("workflow_enqueue", || self.inner.workflow_enqueue(workflow))
-            .await
+        let mut reqs: Vec<EnqueueReq> = workflow.jobs.iter().map(|w| enqueue_req(&w.job)).collect();
+        let local: Vec<Vec<usize>> = workflow
+            .jobs
+            .iter()
+            .map(|w| {
+                w.depends_on
+                    .iter()
+                    .filter_map(|name| workflow.jobs.iter().position(|o| &o.name == name))
+                    .collect()
+            })
+            .collect();
+        self.call(
+            || self.inner.workflow_enqueue(workflow),
+            |answer, fault| {
+                if let Answer::Ok(answered) = &answer {
+                    for (req, deps) in reqs.iter_mut().zip(&local) {
+                        req.depends_on.extend(
+                            deps.iter()
+                                .filter_map(|&d| answered.jobs.get(d))
+                                .map(|e| e.job.id),
+                        );
+                    }
+                }
+                Some(Ev::Workflow {
+                    jobs: reqs,
+                    fault,
+                    answer: answer.map(|a| a.jobs.iter().map(enqueue_ans).collect()),
+                })
+            },
+        )
+        .await
     }
 
     async fn children_enqueue(&self, children: EnqueueChildren) -> Result<Vec<Enqueued>> {
-        self.plain("children_enqueue", || self.inner.children_enqueue(children))
-            .await
+        let reqs: Vec<EnqueueReq> = children.jobs.iter().map(enqueue_req).collect();
+        let (parent, token) = (children.parent, children.token);
+        self.call(
+            || self.inner.children_enqueue(children),
+            |answer, fault| {
+                Some(Ev::Children {
+                    parent,
+                    token,
+                    jobs: reqs,
+                    fault,
+                    answer: answer.map(|a| a.iter().map(enqueue_ans).collect()),
+                })
+            },
+        )
+        .await
     }
 
     async fn jobs_get(&self, ids: Vec<JobId>) -> Result<Vec<Job>> {
@@ -621,8 +688,28 @@ impl JobStore for FaultyStore {
     }
 
     async fn jobs_prune(&self, prune: PruneJobs) -> Result<u64> {
-        self.plain("jobs_prune", || self.inner.jobs_prune(prune))
-            .await
+        // The jobs deleted: the store's jobs just before and just after (the world runs on one
+        // thread and the memory store never yields, so nothing else changes the store between
+        // the three calls).
+        let inner = Arc::clone(&self.inner);
+        self.call(
+            || async move {
+                let before = job_ids(inner.as_ref()).await;
+                let n = inner.jobs_prune(prune).await?;
+                let after = job_ids(inner.as_ref()).await;
+                Ok((n, before.difference(&after).copied().collect::<Vec<_>>()))
+            },
+            |answer, fault| {
+                let answer = answer.map(|(_, deleted)| deleted.clone());
+                // Passes that deleted nothing are recorded only when a fault hit them.
+                if fault.is_none() && answer.ok().is_some_and(|a| a.is_empty()) {
+                    return None;
+                }
+                Some(Ev::Prune { fault, answer })
+            },
+        )
+        .await
+        .map(|(n, _)| n)
     }
 
     async fn queue_pause(&self, queue: QueueName) -> Result<QueueChange> {
@@ -699,8 +786,29 @@ impl JobStore for FaultyStore {
     }
 
     async fn limit_set(&self, policy: LimitPolicy) -> Result<LimitPolicy> {
-        self.plain("limit_set", || self.inner.limit_set(policy))
-            .await
+        let key = policy.key.to_string();
+        let (max_running, rate) = (
+            policy.max_running,
+            policy.rate.map(|r| {
+                (
+                    r.count,
+                    i64::try_from(r.period.as_micros()).unwrap_or(i64::MAX),
+                )
+            }),
+        );
+        self.call(
+            || self.inner.limit_set(policy),
+            |answer, fault| {
+                Some(Ev::LimitSet {
+                    key,
+                    max_running,
+                    rate,
+                    fault,
+                    answer: answer.map(|_| ()),
+                })
+            },
+        )
+        .await
     }
 
     async fn limit_clear(&self, key: LimitKey) -> Result<()> {
@@ -714,8 +822,19 @@ impl JobStore for FaultyStore {
     }
 
     async fn schedule_upsert(&self, schedule: NewSchedule) -> Result<ScheduleUpsert> {
-        self.plain("schedule_upsert", || self.inner.schedule_upsert(schedule))
-            .await
+        let (name, cron) = (schedule.name.to_string(), schedule.cron.clone());
+        self.call(
+            || self.inner.schedule_upsert(schedule),
+            |answer, fault| {
+                Some(Ev::ScheduleUpsert {
+                    schedule: name,
+                    cron,
+                    fault,
+                    answer: answer.map(|_| ()),
+                })
+            },
+        )
+        .await
     }
 
     async fn schedule_remove(&self, name: ScheduleName) -> Result<()> {
@@ -742,8 +861,28 @@ impl JobStore for FaultyStore {
     }
 
     async fn schedule_fire(&self, fire: FireSchedule) -> Result<Option<Enqueued>> {
-        self.plain("schedule_fire", || self.inner.schedule_fire(fire))
-            .await
+        let (schedule, tick, job) = (
+            fire.name.to_string(),
+            us_since_base(fire.tick),
+            enqueue_req(&fire.job),
+        );
+        self.call(
+            || self.inner.schedule_fire(fire),
+            |answer, fault| {
+                // A tick another worker fired already is recorded only when a fault hit it.
+                if fault.is_none() && answer.ok().is_some_and(|a| a.is_none()) {
+                    return None;
+                }
+                Some(Ev::Fire {
+                    schedule,
+                    tick,
+                    job,
+                    fault,
+                    answer: answer.map(|a| a.as_ref().map(enqueue_ans)),
+                })
+            },
+        )
+        .await
     }
 
     // The clock, readiness, events and configuration are not faulted: a worker reads them

@@ -91,6 +91,17 @@ pub struct EnqueueReq {
     pub delay_ms: u64,
     /// Attempts allowed.
     pub max_attempts: i32,
+    /// The jobs it waits for (a graph's local dependencies as the ids the store answered).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub depends_on: Vec<JobId>,
+    /// Runs even when a dependency failed or was cancelled.
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+    pub run_regardless: bool,
+    /// Explicit limit keys.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub limit_keys: Vec<String>,
+    /// The job's kind (for its implicit `kind:` limit key).
+    pub kind: String,
 }
 
 /// One job of an enqueue answer.
@@ -159,6 +170,86 @@ pub enum Ev {
         fault: Option<Fault>,
         /// Answer.
         answer: Answer<Vec<EnqueueAns>>,
+    },
+    /// A workflow graph enqueued as one unit.
+    Workflow {
+        /// The graph's jobs in input order, local dependencies as the answered ids.
+        jobs: Vec<EnqueueReq>,
+        /// Fault applied.
+        #[serde(flatten, skip_serializing_if = "Option::is_none", default)]
+        fault: Option<Fault>,
+        /// Answer, per job in input order.
+        answer: Answer<Vec<EnqueueAns>>,
+    },
+    /// A running parent enqueued children.
+    Children {
+        /// The parent.
+        parent: JobId,
+        /// The parent's token.
+        token: FencingToken,
+        /// The children.
+        jobs: Vec<EnqueueReq>,
+        /// Fault applied.
+        #[serde(flatten, skip_serializing_if = "Option::is_none", default)]
+        fault: Option<Fault>,
+        /// Answer.
+        answer: Answer<Vec<EnqueueAns>>,
+    },
+    /// A cron tick fired.
+    Fire {
+        /// The schedule.
+        schedule: String,
+        /// The tick, microseconds since the base instant.
+        tick: i64,
+        /// The enqueue request.
+        job: EnqueueReq,
+        /// Fault applied.
+        #[serde(flatten, skip_serializing_if = "Option::is_none", default)]
+        fault: Option<Fault>,
+        /// The job enqueued, `None` when the tick was not fired (already fired, or retimed).
+        answer: Answer<Option<EnqueueAns>>,
+    },
+    /// A schedule created or changed.
+    ScheduleUpsert {
+        /// The schedule.
+        schedule: String,
+        /// Its cron expression.
+        cron: String,
+        /// Fault applied.
+        #[serde(flatten, skip_serializing_if = "Option::is_none", default)]
+        fault: Option<Fault>,
+        /// Whether the store stored it.
+        answer: Answer<()>,
+    },
+    /// A limit policy set.
+    LimitSet {
+        /// The key.
+        key: String,
+        /// Jobs with the key running at once.
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        max_running: Option<u32>,
+        /// Claims per period: (count, period in microseconds).
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        rate: Option<(u32, i64)>,
+        /// Fault applied.
+        #[serde(flatten, skip_serializing_if = "Option::is_none", default)]
+        fault: Option<Fault>,
+        /// Whether the store stored it.
+        answer: Answer<()>,
+    },
+    /// The store's pending-job quota, as the store reports its configuration.
+    Quota {
+        /// Most pending (not terminal) jobs.
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        max_pending: Option<u64>,
+    },
+    /// Retention pruned finished jobs.
+    Prune {
+        /// Fault applied.
+        #[serde(flatten, skip_serializing_if = "Option::is_none", default)]
+        fault: Option<Fault>,
+        /// The jobs deleted.
+        answer: Answer<Vec<JobId>>,
     },
     /// A claim.
     Claim {
@@ -293,10 +384,21 @@ impl Ev {
     /// The jobs this event concerns (for shortening a history to the offending jobs).
     pub fn jobs(&self) -> Vec<JobId> {
         match self {
-            Ev::Enqueue { answer, .. } => answer
+            Ev::Enqueue { answer, jobs, .. } | Ev::Workflow { answer, jobs, .. } => answer
                 .ok()
-                .map(|a| a.iter().map(|e| e.job).collect())
+                .map(|a| a.iter().map(|e| e.job).collect::<Vec<_>>())
+                .unwrap_or_default()
+                .into_iter()
+                .chain(jobs.iter().flat_map(|j| j.depends_on.iter().copied()))
+                .collect(),
+            Ev::Children { parent, answer, .. } => std::iter::once(*parent)
+                .chain(answer.ok().into_iter().flatten().map(|e| e.job))
+                .collect(),
+            Ev::Fire { answer, .. } => answer
+                .ok()
+                .and_then(|a| a.as_ref().map(|e| vec![e.job]))
                 .unwrap_or_default(),
+            Ev::Prune { answer, .. } => answer.ok().cloned().unwrap_or_default(),
             Ev::Claim { answer, .. } => answer
                 .ok()
                 .map(|a| a.iter().map(|c| c.job).collect())
@@ -332,6 +434,9 @@ impl Ev {
                 | Ev::Quiet
                 | Ev::QueuePause { .. }
                 | Ev::QueueResume { .. }
+                | Ev::LimitSet { .. }
+                | Ev::ScheduleUpsert { .. }
+                | Ev::Quota { .. }
         )
     }
 }

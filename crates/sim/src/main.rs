@@ -30,6 +30,24 @@ struct Args {
     /// Multiplies every store fault probability (1: 3 % errors before, 3 % after, 5 % slow).
     #[arg(long, default_value_t = 1.0)]
     fault_scale: f64,
+    /// Probability of an error before the write, per store call (overrides --fault-scale's).
+    #[arg(long)]
+    error_before: Option<f64>,
+    /// Probability of an error after the commit, per store call (overrides --fault-scale's).
+    #[arg(long)]
+    error_after: Option<f64>,
+    /// Probability of a slow call, per store call (overrides --fault-scale's).
+    #[arg(long)]
+    slow: Option<f64>,
+    /// No worker crashes, pauses, graceful stops or clock jumps.
+    #[arg(long)]
+    no_chaos: bool,
+    /// Workers per seed (default: 2-4 from the seed).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Most runs spent shrinking each failure (0: print failures as they are).
+    #[arg(long, default_value_t = 40)]
+    shrink: usize,
     /// Let workers claim ahead (the runner then reads `std::time`: replays may differ).
     #[arg(long)]
     prefetch: bool,
@@ -52,11 +70,13 @@ fn main() -> ExitCode {
         fault_secs: args.fault_secs,
         prefetch: args.prefetch,
         rates: drover_sim::FaultRates {
-            before: base.before * args.fault_scale,
-            after: base.after * args.fault_scale,
-            slow: base.slow * args.fault_scale,
+            before: args.error_before.unwrap_or(base.before * args.fault_scale),
+            after: args.error_after.unwrap_or(base.after * args.fault_scale),
+            slow: args.slow.unwrap_or(base.slow * args.fault_scale),
             ..base
         },
+        chaos: !args.no_chaos,
+        workers: args.workers,
         ..Options::default()
     };
     let threads = args
@@ -78,7 +98,7 @@ fn main() -> ExitCode {
                 Arc::clone(&totals),
                 options.clone(),
             );
-            let (verbose, twice) = (args.verbose, args.twice);
+            let (verbose, twice, budget) = (args.verbose, args.twice, args.shrink);
             std::thread::spawn(move || loop {
                 let seed = next.fetch_add(1, Ordering::SeqCst);
                 if seed >= end {
@@ -106,8 +126,11 @@ fn main() -> ExitCode {
                     t.3 += run.end.sim_secs;
                 }
                 if !run.violations.is_empty() {
-                    eprint!("{}", run.report());
-                    failed.lock().unwrap_or_else(|e| e.into_inner()).push(run);
+                    let rules: Vec<&str> = run.violations.iter().map(|v| v.rule).collect();
+                    eprintln!("seed {seed} failed: {}", rules.join("; "));
+                    let (_, small) = drover_sim::shrink(&options, run, budget);
+                    eprint!("{}", small.report());
+                    failed.lock().unwrap_or_else(|e| e.into_inner()).push(small);
                 }
             })
         })

@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use drover_core::store::LIST_LIMIT_MAX;
+use drover_core::workflow::NewWorkflow;
 use drover_core::{
-    Backoff, Job, JobId, JobKind, JobStore, ListJobs, NewJob, QueueName, Quotas, RunAt,
-    StoreConfig, WorkerId,
+    Backoff, FencingToken, Job, JobId, JobKind, JobStore, LimitKey, LimitPolicy, ListJobs, NewJob,
+    NewSchedule, QueueName, Quotas, Rate, RunAt, ScheduleName, StoreConfig, WorkerId,
 };
 use drover_runner::{
     CancellationToken, Client, Handler, JobContext, KindConfig, Outcome, PoolConfig, Registry,
@@ -101,6 +102,10 @@ pub struct WorldEnd {
 pub const KIND: &str = "sim.work";
 /// The queues.
 pub const QUEUES: [&str; 2] = ["q1", "q2"];
+/// The limit keys jobs carry: the first bounded in running jobs, the second in rate.
+pub const LIMIT_KEYS: [&str; 2] = ["lim", "rate"];
+/// The cron schedule's name.
+pub const SCHEDULE: &str = "tick";
 /// The workers' lease.
 pub const LEASE: Duration = Duration::from_secs(2);
 
@@ -122,6 +127,8 @@ struct Slot {
 
 struct World {
     ctx: Arc<Ctx>,
+    /// How long workers keep finished jobs (their retention pass runs every 2 s).
+    retention: Duration,
     store: Arc<dyn JobStore>,
     workers: Mutex<Vec<Slot>>,
     known: Mutex<Vec<JobId>>,
@@ -129,6 +136,10 @@ struct World {
 
 fn kind() -> JobKind {
     JobKind::parse(KIND).unwrap_or_else(|_| unreachable!("a valid kind"))
+}
+
+fn limit_key(name: &str) -> LimitKey {
+    LimitKey::parse(name).unwrap_or_else(|_| unreachable!("a valid limit key"))
 }
 
 fn queue(name: &str) -> QueueName {
@@ -159,8 +170,7 @@ impl Handler for SimHandler {
         let (id, token, attempt) = (job.id, jc.fencing_token(), job.attempt);
         let tag = job.args.get("tag").cloned().unwrap_or_default();
         let h = job.args.get("h").and_then(|h| h.as_u64()).unwrap_or(0);
-        let alive = || self.gate.door() != Door::Dead;
-        if alive() {
+        if self.gate.door() != Door::Dead {
             self.ctx.record(
                 &self.who,
                 Ev::HandlerStart {
@@ -171,6 +181,43 @@ impl Handler for SimHandler {
             );
         }
         let x = mix(h ^ (token.0 as u64).wrapping_mul(0x2545_f491_4f6c_dd1d));
+        let fanout = job.args.get("fanout").and_then(|n| n.as_u64()).unwrap_or(0);
+        if fanout > 0 {
+            // A parent: its first run enqueues its children and waits for them; a run that
+            // finds children (they ended, or a crash came between) goes on as any job.
+            let fresh = match jc.children().await {
+                Ok(children) => children.is_empty(),
+                Err(_) => {
+                    return self.ended(
+                        id,
+                        token,
+                        "retry",
+                        Outcome::retry_after("children unreadable", LEASE),
+                    )
+                }
+            };
+            if fresh {
+                let children: Vec<NewJob> = (0..fanout)
+                    .map(|k| {
+                        NewJob::new(
+                            kind(),
+                            json!({"tag": format!("{}/{k}", tag.as_str().unwrap_or_default()), "h": mix(h ^ (k + 1))}),
+                        )
+                        .with_queue(queue(QUEUES[(mix(h ^ k) % 2) as usize]))
+                        .with_max_attempts(1 + (mix(h + k) % 3) as i32)
+                    })
+                    .collect();
+                return match jc.enqueue_children(children).await {
+                    Ok(_) => self.ended(id, token, "wait", Outcome::wait_for_children()),
+                    Err(_) => self.ended(
+                        id,
+                        token,
+                        "retry",
+                        Outcome::retry_after("children not stored", Duration::from_millis(300)),
+                    ),
+                };
+            }
+        }
         let choice = x % 100;
         let work = if (85..95).contains(&choice) {
             LEASE.as_millis() as u64 * (1 + (x >> 40) % 3)
@@ -197,11 +244,18 @@ impl Handler for SimHandler {
                 _ => ("discard", Outcome::discard("simulated bad input")),
             }
         };
-        if alive() {
+        self.ended(id, token, name, outcome)
+    }
+}
+
+impl SimHandler {
+    /// Records the handler's end (unless its process crashed) and returns `outcome`.
+    fn ended(&self, job: JobId, token: FencingToken, name: &str, outcome: Outcome) -> Outcome {
+        if self.gate.door() != Door::Dead {
             self.ctx.record(
                 &self.who,
                 Ev::HandlerEnd {
-                    job: id,
+                    job,
                     token,
                     outcome: name.to_owned(),
                 },
@@ -255,7 +309,8 @@ impl World {
         config.poll_interval = Duration::from_millis(500);
         config.rescue_interval = Duration::from_secs(1);
         config.maintenance_start_delay = Duration::ZERO;
-        config.prune_interval = Duration::from_secs(3_600);
+        config.prune_interval = Duration::from_secs(2);
+        config.retention = self.retention;
         config.store_retry_min = Duration::from_millis(200);
         config.store_retry_max = Duration::from_millis(200);
         config.cancel_grace = Duration::from_secs(1);
@@ -417,12 +472,13 @@ impl World {
                 }
                 made += 1;
                 let tag = format!("c{c}.{made}");
-                let mut job = NewJob::new(kind(), json!({"tag": tag, "h": ctx.range(0, u64::MAX)}));
-                job.queue = queue(QUEUES[ctx.range(0, QUEUES.len() as u64) as usize]);
-                job.priority = ctx.range(0, 7) as i16 - 3;
-                job.max_attempts = ctx.range(1, 5) as i32;
+                let mut job = self.new_job(&tag);
                 if ctx.chance(0.3) {
                     job.run_at = Some(RunAt::After(Duration::from_millis(ctx.range(1, 5_000))));
+                }
+                if ctx.chance(0.15) {
+                    job.depends_on = self.some_known(ctx.range(1, 3) as usize);
+                    job.run_regardless = ctx.chance(0.3);
                 }
                 if ctx.chance(0.3) {
                     job.idempotency_key = Some(format!("k-{tag}"));
@@ -434,6 +490,11 @@ impl World {
                 jobs.push(job);
             }
             if jobs.is_empty() {
+                continue;
+            }
+            if ctx.chance(0.1) {
+                made += 1;
+                self.graph(&client, format!("c{c}.{made}")).await;
                 continue;
             }
             let keyed_batch = jobs.iter().all(|j| j.idempotency_key.is_some());
@@ -459,6 +520,136 @@ impl World {
                 }
             }
         }
+    }
+
+    /// A job with the seed's queue, priority, attempts, limit keys and fan-out.
+    fn new_job(&self, tag: &str) -> NewJob {
+        let ctx = &self.ctx;
+        let mut args = json!({"tag": tag, "h": ctx.range(0, u64::MAX)});
+        if ctx.chance(0.1) {
+            args["fanout"] = json!(ctx.range(1, 4));
+        }
+        let mut job = NewJob::new(kind(), args);
+        job.queue = queue(QUEUES[ctx.range(0, QUEUES.len() as u64) as usize]);
+        job.priority = ctx.range(0, 7) as i16 - 3;
+        job.max_attempts = ctx.range(1, 5) as i32;
+        for key in LIMIT_KEYS {
+            if ctx.chance(0.25) {
+                job.limit_keys.push(limit_key(key));
+            }
+        }
+        job
+    }
+
+    /// Up to `n` distinct jobs the clients created.
+    fn some_known(&self, n: usize) -> Vec<JobId> {
+        let known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        let mut picked = Vec::new();
+        for _ in 0..n {
+            if known.is_empty() {
+                break;
+            }
+            let id = known[self.ctx.range(0, known.len() as u64) as usize];
+            if !picked.contains(&id) {
+                picked.push(id);
+            }
+        }
+        picked
+    }
+
+    /// Enqueues a workflow graph of 2–5 jobs, each depending on some of the earlier ones.
+    async fn graph(&self, client: &Client, tag: String) {
+        let ctx = &self.ctx;
+        let n = ctx.range(2, 6) as usize;
+        // A keyed graph is sent again after a transient error (its keys make that safe).
+        let keyed = ctx.chance(0.3);
+        let mut graph = NewWorkflow::new();
+        for i in 0..n {
+            let mut job = self.new_job(&format!("{tag}.{i}"));
+            job.run_regardless = ctx.chance(0.3);
+            if keyed {
+                job.idempotency_key = Some(format!("k-{tag}.{i}"));
+            }
+            if ctx.chance(0.1) {
+                job.unique_key = Some(format!("u{}", ctx.range(0, 3)));
+            }
+            let names: Vec<String> = (0..i)
+                .filter(|_| ctx.chance(0.5))
+                .map(|d| format!("j{d}"))
+                .collect();
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            graph = graph.job(format!("j{i}"), job, &names);
+        }
+        for _ in 0..3 {
+            match client.enqueue_workflow(graph.clone()).await {
+                Ok(answer) => {
+                    self.known
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .extend(answer.jobs.iter().map(|a| a.job.id));
+                    return;
+                }
+                Err(error) if error.is_transient() && keyed => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Sets the seed's limit policies, stores its cron schedule and records its quota, through
+    /// `store` (faults on: each call is repeated until the store answers).
+    async fn set_up(&self, store: &FaultyStore) {
+        let ctx = &self.ctx;
+        self.ctx.record(
+            "sim",
+            Ev::Quota {
+                max_pending: self.store.config().quotas.max_pending,
+            },
+        );
+        for policy in [self.limit_policy(0), self.limit_policy(1)] {
+            while store.limit_set(policy.clone()).await.is_err() {}
+        }
+        let schedule = self.schedule(ctx.chance(0.5));
+        while store.schedule_upsert(schedule.clone()).await.is_err() {}
+    }
+
+    /// A policy for `LIMIT_KEYS[i]`: the first bounds how many run at once, the second how
+    /// many are claimed per period (with a bound on running now and then).
+    fn limit_policy(&self, i: usize) -> LimitPolicy {
+        let ctx = &self.ctx;
+        let (max_running, rate) = if i == 0 {
+            let rate = ctx
+                .chance(0.3)
+                .then(|| Rate::new(ctx.range(2, 6) as u32, Duration::from_secs(ctx.range(1, 4))));
+            (Some(ctx.range(1, 4) as u32), rate)
+        } else {
+            let rate = Rate::new(
+                ctx.range(1, 4) as u32,
+                Duration::from_millis(ctx.range(500, 4_000)),
+            );
+            (ctx.chance(0.3).then(|| ctx.range(1, 3) as u32), Some(rate))
+        };
+        let rate = rate.map(|r| r.unwrap_or_else(|e| panic!("a valid rate: {e}")));
+        LimitPolicy::new(limit_key(LIMIT_KEYS[i]), max_running, rate)
+            .unwrap_or_else(|e| panic!("a valid policy: {e}"))
+    }
+
+    /// The world's cron schedule, firing every 2 or every 3 seconds.
+    fn schedule(&self, fast: bool) -> NewSchedule {
+        let mut schedule = NewSchedule::new(
+            ScheduleName::parse(SCHEDULE).unwrap_or_else(|_| unreachable!("a valid name")),
+            if fast {
+                "*/2 * * * * *"
+            } else {
+                "*/3 * * * * *"
+            },
+            kind(),
+            json!({"tag": "cron", "h": self.ctx.range(0, u64::MAX)}),
+        );
+        schedule.queue = queue(QUEUES[self.ctx.range(0, QUEUES.len() as u64) as usize]);
+        schedule.max_attempts = 2;
+        schedule
     }
 
     async fn operator(self: Arc<Self>) {
@@ -493,8 +684,17 @@ impl World {
                         let _ = client.requeue(id).await;
                     }
                 }
-                60..=79 => {
+                60..=74 => {
                     let _ = client.queue_pause(q).await;
+                }
+                75..=79 => {
+                    if ctx.chance(0.5) {
+                        let policy = self.limit_policy(ctx.range(0, 2) as usize);
+                        let _ = client.store().limit_set(policy).await;
+                    } else {
+                        let schedule = self.schedule(ctx.chance(0.5));
+                        let _ = client.schedule_upsert(schedule).await;
+                    }
                 }
                 _ => {
                     let _ = client.queue_resume(q).await;
@@ -558,7 +758,10 @@ async fn world(seed: u64, options: &Options) -> WorldEnd {
     );
     let memory: Arc<dyn JobStore> = Arc::new(MemoryStore::with_clock_and_first_id(
         StoreConfig {
-            quotas: Quotas::unbounded(),
+            quotas: Quotas {
+                max_pending: ctx.chance(0.5).then(|| ctx.range(25, 80)),
+                max_tenant_pending: None,
+            },
             ..StoreConfig::default()
         },
         Arc::new(ctx.clock.clone()),
@@ -588,10 +791,18 @@ async fn world(seed: u64, options: &Options) -> WorldEnd {
         .collect();
     let world = Arc::new(World {
         ctx: Arc::clone(&ctx),
+        retention: Duration::from_secs(ctx.range(1, 30)),
         store,
         workers: Mutex::new(slots),
         known: Mutex::new(Vec::new()),
     });
+    let setup = FaultyStore::new(
+        Arc::clone(&world.store),
+        Arc::clone(&ctx),
+        "operator",
+        Gate::new(),
+    );
+    world.set_up(&setup).await;
     for i in 0..n {
         world.start_worker(i);
     }
@@ -629,6 +840,12 @@ async fn world(seed: u64, options: &Options) -> WorldEnd {
     for q in QUEUES {
         let _ = operator.queue_resume(queue(q)).await;
     }
+    // No more ticks: the quiet period ends when every job is terminal.
+    let _ = operator
+        .schedule_remove(
+            ScheduleName::parse(SCHEDULE).unwrap_or_else(|_| unreachable!("a valid name")),
+        )
+        .await;
     let mut settled = false;
     for _ in 0..options.quiet_max_secs {
         tokio::time::sleep(Duration::from_secs(1)).await;

@@ -1,8 +1,9 @@
 //! The checker against deliberately broken stores: each wrapper below breaks one rule of the
 //! store contract, and the simulator must catch it within a bounded number of seeds.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -36,6 +37,22 @@ enum Breaks {
     SpendsReleasedAttempts,
     /// A claim takes jobs from paused queues too.
     IgnoresPauses,
+    /// An enqueue drops its jobs' dependencies: dependents are ready at once.
+    PromotesDependentsEarly,
+    /// Every job runs regardless of its dependencies' failures.
+    RunsDependentsOfFailures,
+    /// A parent's wait for its children is stored as a snooze: it runs again at once.
+    ResumesParentsEarly,
+    /// A limit policy is stored without its `max_running`.
+    IgnoresMaxRunning,
+    /// A limit policy is stored without its rate.
+    IgnoresRates,
+    /// A tick already fired enqueues its job again.
+    FiresTicksTwice,
+    /// Its configuration reports a quota 10 below the one it enforces.
+    ExceedsQuotas,
+    /// Retention also deletes jobs a live job depends on (they vanish from every read).
+    PrunesDependencies,
 }
 
 struct Broken {
@@ -43,6 +60,18 @@ struct Broken {
     clock: SimClock,
     breaks: Breaks,
     successes: AtomicU64,
+    /// Jobs a broken prune deleted (hidden from every read).
+    hidden: Mutex<BTreeSet<JobId>>,
+}
+
+impl Broken {
+    fn visible(&self, id: JobId) -> bool {
+        !self
+            .hidden
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&id)
+    }
 }
 
 impl std::fmt::Debug for Broken {
@@ -103,9 +132,17 @@ impl JobStore for Broken {
                 }
                 self.inner.jobs_finish(items).await
             }
-            Breaks::RescuesLiveLeases | Breaks::IgnoresPauses => {
+            Breaks::ResumesParentsEarly => {
+                for item in &mut items {
+                    if item.finish == Finish::WaitForChildren {
+                        item.finish = Finish::Snoozed {
+                            delay: Duration::ZERO,
+                        };
+                    }
+                }
                 self.inner.jobs_finish(items).await
             }
+            _ => self.inner.jobs_finish(items).await,
         }
     }
 
@@ -119,11 +156,28 @@ impl JobStore for Broken {
         rescued
     }
 
-    async fn jobs_enqueue(&self, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
+    async fn jobs_enqueue(&self, mut jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
+        for job in &mut jobs {
+            match self.breaks {
+                Breaks::PromotesDependentsEarly => job.depends_on.clear(),
+                Breaks::RunsDependentsOfFailures => job.run_regardless = true,
+                _ => {}
+            }
+        }
         self.inner.jobs_enqueue(jobs).await
     }
 
-    async fn workflow_enqueue(&self, workflow: NewWorkflow) -> Result<EnqueuedWorkflow> {
+    async fn workflow_enqueue(&self, mut workflow: NewWorkflow) -> Result<EnqueuedWorkflow> {
+        for entry in &mut workflow.jobs {
+            match self.breaks {
+                Breaks::PromotesDependentsEarly => {
+                    entry.depends_on.clear();
+                    entry.job.depends_on.clear();
+                }
+                Breaks::RunsDependentsOfFailures => entry.job.run_regardless = true,
+                _ => {}
+            }
+        }
         self.inner.workflow_enqueue(workflow).await
     }
 
@@ -132,6 +186,7 @@ impl JobStore for Broken {
     }
 
     async fn jobs_get(&self, ids: Vec<JobId>) -> Result<Vec<Job>> {
+        let ids = ids.into_iter().filter(|id| self.visible(*id)).collect();
         self.inner.jobs_get(ids).await
     }
 
@@ -156,7 +211,9 @@ impl JobStore for Broken {
     }
 
     async fn jobs_list(&self, query: ListJobs) -> Result<JobPage> {
-        self.inner.jobs_list(query).await
+        let mut page = self.inner.jobs_list(query).await?;
+        page.jobs.retain(|j| self.visible(j.id));
+        Ok(page)
     }
 
     async fn jobs_claim(&self, claim: ClaimJobs) -> Result<Claimed> {
@@ -211,7 +268,25 @@ impl JobStore for Broken {
     }
 
     async fn jobs_prune(&self, prune: PruneJobs) -> Result<u64> {
-        self.inner.jobs_prune(prune).await
+        let n = self.inner.jobs_prune(prune).await?;
+        if self.breaks != Breaks::PrunesDependencies {
+            return Ok(n);
+        }
+        // Terminal jobs a live job depends on go too.
+        let jobs = drover_sim::world::all_jobs(self.inner.as_ref()).await;
+        let live_deps: BTreeSet<JobId> = jobs
+            .iter()
+            .filter(|j| !j.state.is_terminal())
+            .flat_map(|j| j.depends_on.iter().copied())
+            .collect();
+        let mut hidden = self.hidden.lock().unwrap_or_else(|e| e.into_inner());
+        let before = hidden.len();
+        hidden.extend(
+            jobs.iter()
+                .filter(|j| j.state.is_terminal() && live_deps.contains(&j.id))
+                .map(|j| j.id),
+        );
+        Ok(n + (hidden.len() - before) as u64)
     }
 
     async fn queue_pause(&self, queue: QueueName) -> Result<QueueChange> {
@@ -258,7 +333,15 @@ impl JobStore for Broken {
         self.inner.limits_list().await
     }
 
-    async fn limit_set(&self, policy: LimitPolicy) -> Result<LimitPolicy> {
+    async fn limit_set(&self, mut policy: LimitPolicy) -> Result<LimitPolicy> {
+        match self.breaks {
+            Breaks::IgnoresMaxRunning => policy.max_running = None,
+            Breaks::IgnoresRates => policy.rate = None,
+            _ => {}
+        }
+        if policy.max_running.is_none() && policy.rate.is_none() {
+            policy.max_running = Some(1_000_000);
+        }
         self.inner.limit_set(policy).await
     }
 
@@ -295,7 +378,14 @@ impl JobStore for Broken {
     }
 
     async fn schedule_fire(&self, fire: FireSchedule) -> Result<Option<Enqueued>> {
-        self.inner.schedule_fire(fire).await
+        let mut job = fire.job.clone();
+        let fired = self.inner.schedule_fire(fire).await?;
+        if fired.is_some() || self.breaks != Breaks::FiresTicksTwice {
+            return Ok(fired);
+        }
+        // Enqueued again; the unique key the scheduler sets per tick is dropped with it.
+        job.unique_key = None;
+        Ok(self.inner.jobs_enqueue(vec![job]).await?.pop())
     }
 
     async fn now(&self) -> Result<DateTime<Utc>> {
@@ -311,7 +401,11 @@ impl JobStore for Broken {
     }
 
     fn config(&self) -> StoreConfig {
-        self.inner.config()
+        let mut config = self.inner.config();
+        if self.breaks == Breaks::ExceedsQuotas {
+            config.quotas.max_pending = config.quotas.max_pending.map(|m| m.saturating_sub(10));
+        }
+        config
     }
 }
 
@@ -322,6 +416,7 @@ fn broken(breaks: Breaks) -> Options {
             clock: clock.clone(),
             breaks,
             successes: AtomicU64::new(0),
+            hidden: Mutex::new(BTreeSet::new()),
         }) as Arc<dyn JobStore>
     });
     Options {
@@ -384,5 +479,98 @@ fn the_checker_catches_a_store_that_claims_from_paused_queues() {
     );
 }
 
+#[test]
+fn the_checker_catches_a_store_that_promotes_a_dependent_early() {
+    caught_within(
+        Breaks::PromotesDependentsEarly,
+        "a dependent started before its dependencies were terminal",
+        50,
+    );
+}
+
+#[test]
+fn the_checker_catches_a_store_that_runs_a_dependent_of_a_failed_job() {
+    caught_within(
+        Breaks::RunsDependentsOfFailures,
+        "a dependent ran although a dependency failed",
+        50,
+    );
+}
+
+#[test]
+fn the_checker_catches_a_store_that_resumes_a_parent_before_its_children_ended() {
+    caught_within(
+        Breaks::ResumesParentsEarly,
+        "a parent resumed before its children were terminal",
+        50,
+    );
+}
+
+#[test]
+fn the_checker_catches_a_store_that_ignores_max_running() {
+    caught_within(Breaks::IgnoresMaxRunning, "max_running was exceeded", 50);
+}
+
+#[test]
+fn the_checker_catches_a_store_that_ignores_rates() {
+    caught_within(Breaks::IgnoresRates, "a rate limit was exceeded", 50);
+}
+
+#[test]
+fn the_checker_catches_a_store_that_fires_a_cron_tick_twice() {
+    caught_within(
+        Breaks::FiresTicksTwice,
+        "a cron tick was enqueued twice",
+        20,
+    );
+}
+
+#[test]
+fn the_checker_catches_a_store_that_exceeds_its_quota() {
+    caught_within(
+        Breaks::ExceedsQuotas,
+        "the pending-job quota was exceeded",
+        50,
+    );
+}
+
+#[test]
+fn the_checker_catches_a_store_whose_retention_deletes_a_dependency() {
+    caught_within(
+        Breaks::PrunesDependencies,
+        "retention deleted a job a live job depends on",
+        50,
+    );
+}
+
 #[allow(dead_code)]
 fn unused(_: FencingToken, _: HeartbeatReply, _: Job, _: DateTime<Utc>) {}
+
+#[test]
+fn a_failure_shrinks_to_a_smaller_world_that_still_breaks_the_rule() {
+    let rule = "max_running was exceeded";
+    let options = broken(Breaks::IgnoresMaxRunning);
+    let seed = caught_within(Breaks::IgnoresMaxRunning, rule, 50);
+    let run = run_seed(seed, &options);
+    let events = run.end.history.len();
+    let (small, shrunk) = drover_sim::shrink(&options, run, 40);
+    assert!(
+        shrunk.violations.iter().any(|v| v.rule == rule),
+        "{}",
+        shrunk.report()
+    );
+    assert!(
+        shrunk.end.history.len() < events,
+        "{} events, {events} before shrinking ({small:?})",
+        shrunk.end.history.len()
+    );
+    let command = drover_sim::replay_command(seed, &small);
+    assert!(
+        command.starts_with(&format!("drover-sim --seeds 1 --from {seed} ")),
+        "{command}"
+    );
+    eprintln!(
+        "{events} events shrunk to {}: {command}",
+        shrunk.end.history.len()
+    );
+}

@@ -67,3 +67,165 @@ fn seed_0_one_slow_heartbeat_call_loses_the_leases_of_a_healthy_worker() {
     let lost = leases_lost_by_healthy_workers(0);
     assert!(lost.is_empty(), "{lost:?}");
 }
+
+/// Seed 120256 (`--jobs 15`): parent `…09`, its cancel requested while it ran, enqueues three
+/// children and returns `WaitForChildren`; its worker's next finish batch holds that outcome
+/// and, later, the failure (retry) of child `…18`, which ran under the same worker. The store
+/// applied both items, then propagated: the parent ended cancelled, so its child, queued by
+/// its own item, was cancelled too, yet the batch answered `queued` for it. The checker then
+/// saw retention delete a job the history held live. Fixed in both stores: a finish reply
+/// names the state the batch leaves its job in (contract case
+/// `workflows_batched_finish_answers_the_state_its_propagation_left`).
+#[test]
+fn seed_120256_a_child_failing_in_its_cancelled_parents_batch_answers_cancelled() {
+    use std::time::Duration;
+
+    use drover_core::{
+        ClaimJobs, EnqueueChildren, Finish, FinishItem, FinishReply, JobKind, JobState, JobStore,
+        NewJob, QueueName, Retry, StoreConfig, WorkerId,
+    };
+    use drover_store_memory::MemoryStore;
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let store = MemoryStore::new(StoreConfig::default());
+        let kind = JobKind::parse("sim.work").expect("a kind");
+        let claim = || ClaimJobs {
+            worker: WorkerId::parse("w0-1").expect("a worker id"),
+            queues: vec![QueueName::default_queue()],
+            kinds: vec![kind.clone()],
+            limit: 1,
+            start: 1,
+            lease: Duration::from_secs(2),
+        };
+        let new = |n: u32| NewJob::new(kind.clone(), serde_json::json!(n));
+        store.jobs_enqueue(vec![new(1)]).await.expect("enqueued");
+        let parent = store
+            .jobs_claim(claim())
+            .await
+            .expect("claimed")
+            .jobs
+            .remove(0);
+        store.job_cancel(parent.id).await.expect("cancel requested");
+        store
+            .children_enqueue(EnqueueChildren {
+                parent: parent.id,
+                token: parent.fencing_token,
+                jobs: vec![new(2)],
+            })
+            .await
+            .expect("children stored");
+        let child = store
+            .jobs_claim(claim())
+            .await
+            .expect("claimed")
+            .jobs
+            .remove(0);
+        let replies = store
+            .jobs_finish(vec![
+                FinishItem {
+                    id: parent.id,
+                    token: parent.fencing_token,
+                    finish: Finish::WaitForChildren,
+                    started: None,
+                },
+                FinishItem {
+                    id: child.id,
+                    token: child.fencing_token,
+                    finish: Finish::Failed {
+                        message: "simulated failure".into(),
+                        retry: Retry::After(Duration::from_millis(100)),
+                    },
+                    started: None,
+                },
+            ])
+            .await
+            .expect("finished");
+        let stored = store.job_get(child.id).await.expect("the child").state;
+        assert_eq!(stored, JobState::Cancelled);
+        assert_eq!(
+            replies[1],
+            FinishReply::Recorded {
+                id: child.id,
+                to: stored
+            }
+        );
+    });
+}
+
+/// Seed 6001550 (`--jobs 60 --fault-scale 3`): parent `…37`, its cancel requested while it
+/// ran, enqueues children and waits for them, but its finish is lost to a slow call; its lease
+/// and that of its running child `…4b` expire, and one rescue takes both. The store applied
+/// both expiries, then propagated: the parent ended cancelled, which cancelled the child its
+/// own expiry had queued, yet the rescue answered `queued` for it. Fixed in both stores with
+/// the finish case above (contract case
+/// `workflows_rescue_answers_the_state_its_propagation_left`).
+#[test]
+fn seed_6001550_a_child_rescued_with_its_cancelled_parent_answers_cancelled() {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use drover_core::{
+        ClaimJobs, EnqueueChildren, JobKind, JobState, JobStore, NewJob, QueueName, RescueExpired,
+        StoreConfig, WorkerId,
+    };
+    use drover_sim::clock::SimClock;
+    use drover_store_memory::MemoryStore;
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let clock = SimClock::new();
+        let store = MemoryStore::with_clock(StoreConfig::default(), Arc::new(clock.clone()));
+        let kind = JobKind::parse("sim.work").expect("a kind");
+        let claim = || ClaimJobs {
+            worker: WorkerId::parse("w1-1").expect("a worker id"),
+            queues: vec![QueueName::default_queue()],
+            kinds: vec![kind.clone()],
+            limit: 1,
+            start: 1,
+            lease: Duration::from_secs(2),
+        };
+        let new = |n: u32| NewJob::new(kind.clone(), serde_json::json!(n));
+        store.jobs_enqueue(vec![new(1)]).await.expect("enqueued");
+        let parent = store
+            .jobs_claim(claim())
+            .await
+            .expect("claimed")
+            .jobs
+            .remove(0);
+        store.job_cancel(parent.id).await.expect("cancel requested");
+        store
+            .children_enqueue(EnqueueChildren {
+                parent: parent.id,
+                token: parent.fencing_token,
+                jobs: vec![new(2)],
+            })
+            .await
+            .expect("children stored");
+        let child = store
+            .jobs_claim(claim())
+            .await
+            .expect("claimed")
+            .jobs
+            .remove(0);
+        clock.jump(Duration::from_secs(3));
+        let rescued = store
+            .jobs_rescue_expired(RescueExpired {
+                reconciler_kinds: Vec::new(),
+                limit: 10,
+            })
+            .await
+            .expect("rescued");
+        let stored = store.job_get(child.id).await.expect("the child").state;
+        assert_eq!(stored, JobState::Cancelled);
+        let answered = rescued.iter().find(|r| r.id == child.id).map(|r| r.to);
+        assert_eq!(answered, Some(stored));
+    });
+}

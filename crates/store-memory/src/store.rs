@@ -550,7 +550,7 @@ impl JobStore for MemoryStore {
             let delete = self.config.succeeded_jobs == SucceededJobs::Delete;
             let mut ended = Vec::new();
             let mut succeeded = Vec::new();
-            let replies = items
+            let mut replies: Vec<FinishReply> = items
                 .into_iter()
                 .map(|item| {
                     let id = item.id;
@@ -602,6 +602,16 @@ impl JobStore for MemoryStore {
             // Dependents, parents and children follow in the same step (docs/design.md
             // section 10); a success others read is kept under delete-on-success.
             inner.propagate(ended, now, &mut fx);
+            // Each reply names the state the step leaves its job in: propagation may have
+            // moved a job of the batch after its own item (a child whose parent the batch
+            // cancelled ends cancelled, as it would have one item at a time).
+            for reply in &mut replies {
+                if let FinishReply::Recorded { id, to } = reply {
+                    if let Some(job) = inner.jobs.get(id) {
+                        *to = job.state;
+                    }
+                }
+            }
             for id in succeeded {
                 if !inner.keeps_success(id) {
                     inner.remove(id);
@@ -755,8 +765,15 @@ impl JobStore for MemoryStore {
                     });
                 }
             }
-            // A job a rescue ended propagates in the same step (docs/design.md section 10).
+            // A job a rescue ended propagates in the same step (docs/design.md section 10);
+            // each answer names the state the step leaves its job in (a child rescued in the
+            // batch that cancelled its parent ends cancelled).
             inner.propagate(ended, now, &mut fx);
+            for r in &mut rescued {
+                if let Some(job) = inner.jobs.get(&r.id) {
+                    r.to = job.state;
+                }
+            }
             rescued
         };
         self.publish_ready(ready);

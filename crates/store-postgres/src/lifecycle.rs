@@ -307,7 +307,14 @@ async fn rescue_in(conn: &mut PgConnection, rescue: &RescueExpired) -> Result<Ve
         .filter(|job| job.state.is_terminal())
         .collect();
     if let (false, Some(now)) = (ended.is_empty(), now) {
-        propagate(conn, ended, now).await?;
+        // Each answer names the state the transaction leaves its job in (a child rescued in
+        // the batch that cancelled its parent ends cancelled).
+        let propagation = propagate(conn, ended, now).await?;
+        for job in &mut jobs {
+            if let Some(after) = propagation.written.get(&job.id) {
+                job.state = after.state;
+            }
+        }
     }
     Ok(jobs
         .into_iter()

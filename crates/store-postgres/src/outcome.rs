@@ -490,7 +490,17 @@ async fn finish_locked_in(
         })
         .cloned()
         .collect();
-    propagate::propagate(&mut *conn, ended, now).await?;
+    let propagation = propagate::propagate(&mut *conn, ended, now).await?;
+    // Each reply names the state the transaction leaves its job in: propagation may have
+    // moved a job of the batch after its own item (a child whose parent the batch cancelled
+    // ends cancelled, as it would have one item at a time).
+    for reply in &mut replies {
+        if let FinishReply::Recorded { id, to } = reply {
+            if let Some(job) = propagation.written.get(id) {
+                *to = job.state;
+            }
+        }
+    }
     let recorded: Vec<Uuid> = stored.iter().map(|job| job.id.as_uuid()).collect();
     let rows: Vec<(Uuid, Option<String>)> = sqlx::query_as(sql::FINISH_FREED)
         .bind(&recorded)

@@ -1511,3 +1511,97 @@ pub async fn workflows_resent_graph_answers_the_first_workflow(f: &dyn StoreFact
     assert_eq!(page.workflows.len(), 1, "no empty workflow was stored");
     assert_eq!(store.workflow_get(first.id).await.unwrap().jobs.len(), 2);
 }
+
+/// A finish batch answers each item with the state the batch leaves its job in, the same as
+/// the items one at a time: a parent whose cancel was requested waits for its children and so
+/// ends cancelled, which cancels its running child; that child's failure, later in the same
+/// batch, answers `cancelled` (not `queued`, the state its own item alone would give).
+pub async fn workflows_batched_finish_answers_the_state_its_propagation_left(f: &dyn StoreFactory) {
+    for together in [true, false] {
+        let h = f.open(unbounded()).await;
+        let store = h.store();
+        let parent = start(&*store, job("parent", json!(1))).await;
+        let requested = store.job_cancel(parent.id).await.unwrap();
+        assert_eq!(requested.job.state, JobState::Running);
+        children(&*store, &parent, vec![job("child", json!(2))]).await;
+        let child = claim(&*store, &["child"], 1).await.remove(0);
+        let items = vec![
+            FinishItem {
+                id: parent.id,
+                token: parent.fencing_token,
+                finish: Finish::WaitForChildren,
+                started: None,
+            },
+            FinishItem {
+                id: child.id,
+                token: child.fencing_token,
+                finish: Finish::Failed {
+                    message: "boom".into(),
+                    retry: Retry::After(Duration::ZERO),
+                },
+                started: None,
+            },
+        ];
+        let replies = if together {
+            store.jobs_finish(items).await.unwrap()
+        } else {
+            let mut replies = Vec::new();
+            for item in items {
+                replies.extend(store.jobs_finish(vec![item]).await.unwrap());
+            }
+            replies
+        };
+        assert_eq!(
+            replies,
+            vec![
+                FinishReply::Recorded {
+                    id: parent.id,
+                    to: JobState::Cancelled
+                },
+                FinishReply::Recorded {
+                    id: child.id,
+                    to: JobState::Cancelled
+                },
+            ],
+            "together: {together}"
+        );
+        assert_eq!(state_of(&*store, child.id).await, JobState::Cancelled);
+        assert_eq!(state_of(&*store, parent.id).await, JobState::Cancelled);
+    }
+}
+
+/// A rescue answers each job with the state the rescue leaves it in: a parent whose cancel
+/// was requested ends cancelled when its lease expires, which cancels its child whose lease
+/// expired in the same rescue (answered `cancelled`, not the `queued` its own expiry gives).
+pub async fn workflows_rescue_answers_the_state_its_propagation_left(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let parent = start(&*store, job("parent", json!(1))).await;
+    let requested = store.job_cancel(parent.id).await.unwrap();
+    assert_eq!(requested.job.state, JobState::Running);
+    let kid = children(&*store, &parent, vec![job("kid", json!(1))])
+        .await
+        .remove(0);
+    let kid_run = claim(&*store, &["kid"], 1).await.remove(0);
+    assert_eq!(kid_run.id, kid.id);
+
+    h.advance(LEASE + Duration::from_secs(1)).await;
+    let mut rescued = store
+        .jobs_rescue_expired(RescueExpired {
+            reconciler_kinds: Vec::new(),
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    rescued.sort_by_key(|r| r.id);
+    let answered: Vec<(JobId, JobState)> = rescued.iter().map(|r| (r.id, r.to)).collect();
+    assert_eq!(
+        answered,
+        vec![
+            (parent.id, JobState::Cancelled),
+            (kid.id, JobState::Cancelled)
+        ]
+    );
+    assert_eq!(state_of(&*store, kid.id).await, JobState::Cancelled);
+    assert_eq!(state_of(&*store, parent.id).await, JobState::Cancelled);
+}
