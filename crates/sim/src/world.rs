@@ -690,7 +690,7 @@ impl World {
                 75..=79 => {
                     if ctx.chance(0.5) {
                         let policy = self.limit_policy(ctx.range(0, 2) as usize);
-                        let _ = client.store().limit_set(policy).await;
+                        let _ = client.limit_set(policy).await;
                     } else {
                         let schedule = self.schedule(ctx.chance(0.5));
                         let _ = client.schedule_upsert(schedule).await;

@@ -127,12 +127,14 @@ fn seed_120256_a_child_failing_in_its_cancelled_parents_batch_answers_cancelled(
         let replies = store
             .jobs_finish(vec![
                 FinishItem {
+                    parent: None,
                     id: parent.id,
                     token: parent.fencing_token,
                     finish: Finish::WaitForChildren,
                     started: None,
                 },
                 FinishItem {
+                    parent: None,
                     id: child.id,
                     token: child.fencing_token,
                     finish: Finish::Failed {

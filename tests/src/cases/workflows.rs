@@ -1527,12 +1527,14 @@ pub async fn workflows_batched_finish_answers_the_state_its_propagation_left(f: 
         let child = claim(&*store, &["child"], 1).await.remove(0);
         let items = vec![
             FinishItem {
+                parent: None,
                 id: parent.id,
                 token: parent.fencing_token,
                 finish: Finish::WaitForChildren,
                 started: None,
             },
             FinishItem {
+                parent: None,
                 id: child.id,
                 token: child.fencing_token,
                 finish: Finish::Failed {
