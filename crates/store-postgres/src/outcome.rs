@@ -226,9 +226,19 @@ pub(crate) async fn finish(
         })
         .collect();
     if !slow.is_empty() {
-        let finished = finish_locked(&mut *conn, &items, &slow).await?;
+        let (finished, moved) = finish_locked(&mut *conn, &items, &slow).await?;
         for queue in finished.freed_queues {
             add_queue(&mut freed_queues, Some(queue));
+        }
+        // A job the one-statement finish recorded first and the transactional one's
+        // propagation moved on (a leaf child whose parent the batch cancelled) is answered
+        // with the state the batch leaves it in, as one item at a time would be.
+        for reply in replies.iter_mut().flatten() {
+            if let FinishReply::Recorded { id, to } = reply {
+                if let Some(state) = moved.get(id) {
+                    *to = *state;
+                }
+            }
         }
         for (&i, reply) in slow.iter().zip(finished.replies) {
             replies[i] = Some(reply);
@@ -417,11 +427,14 @@ async fn finish_any(conn: &mut PgConnection, items: &[&FinishItem]) -> Result<Fi
 /// then propagated in the same transaction (propagate.rs). Tried again as a whole on a
 /// deadlock. A success here keeps its row also under `SucceededJobs::Delete`: its dependents or
 /// parent read it, and retention prunes it later.
+///
+/// Also answers the state propagation left each job it wrote in, so the caller can answer
+/// the items the one-statement finish recorded before it the same way.
 async fn finish_locked(
     conn: &mut PgConnection,
     items: &[FinishItem],
     positions: &[usize],
-) -> Result<Finished, Error> {
+) -> Result<(Finished, HashMap<JobId, JobState>), Error> {
     retried!(conn, |tx| finish_locked_in(&mut tx, items, positions))
 }
 
@@ -429,7 +442,7 @@ async fn finish_locked_in(
     conn: &mut PgConnection,
     items: &[FinishItem],
     positions: &[usize],
-) -> Result<Finished, Error> {
+) -> Result<(Finished, HashMap<JobId, JobState>), Error> {
     let ids: Vec<JobId> = positions.iter().map(|&i| items[i].id).collect();
     let uuids: Vec<Uuid> = ids.iter().map(|id| id.as_uuid()).collect();
     let _parents: Vec<Uuid> = sqlx::query_scalar(sql::PARENTS_LOCK)
@@ -474,10 +487,11 @@ async fn finish_locked_in(
         }
     }
     let (Some(now), false) = (now, changed.is_empty()) else {
-        return Ok(Finished {
+        let finished = Finished {
             replies,
             freed_queues: Vec::new(),
-        });
+        };
+        return Ok((finished, HashMap::new()));
     };
     let stored = write_jobs(&mut *conn, &changed, false).await?;
     let ended: Vec<Job> = stored
@@ -511,8 +525,14 @@ async fn finish_locked_in(
     for (_, freed) in rows {
         add_queue(&mut freed_queues, freed);
     }
-    Ok(Finished {
+    let moved = propagation
+        .written
+        .iter()
+        .map(|(id, job)| (*id, job.state))
+        .collect();
+    let finished = Finished {
         replies,
         freed_queues,
-    })
+    };
+    Ok((finished, moved))
 }
