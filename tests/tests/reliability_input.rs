@@ -836,6 +836,7 @@ proptest::proptest! {
             file: None,
             batch_size: 1000,
             wait_for_room: false,
+            otlp: None,
         };
         match drover_cli::commands::enqueue::job_from_flags(&enqueue) {
             Ok(job) => {

@@ -441,6 +441,12 @@ pub struct EnqueueArgs {
     /// saying where to resume.
     #[arg(long, requires = "file")]
     pub wait_for_room: bool,
+    /// Export the enqueue's span over OTLP/HTTP (`on` or `off`; also DROVER_OTLP), as the
+    /// worker does: default on when OTEL_EXPORTER_OTLP_ENDPOINT or
+    /// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set. TRACEPARENT and TRACESTATE, when set, are
+    /// the caller's trace the jobs join (docs/opentelemetry.md).
+    #[arg(long, value_name = "on|off", env = "DROVER_OTLP", value_parser = on_off)]
+    pub otlp: Option<bool>,
 }
 
 /// `drover jobs ...`
@@ -1341,5 +1347,10 @@ mod tests {
             None,
             "serve exports without --worker"
         );
+        let parsed = Cli::try_parse_from(["drover", "enqueue", "noop", "--otlp", "on"]).unwrap();
+        let Command::Enqueue(flags) = parsed.command else {
+            panic!("an enqueue command");
+        };
+        assert_eq!(flags.otlp, Some(true), "enqueue exports its spans");
     }
 }

@@ -1,13 +1,14 @@
 //! Environment settings (only this crate reads environment variables; ARCHITECTURE.md):
 //! `DROVER_MAX_PENDING`, `DROVER_MAX_TENANT_PENDING` (quotas, docs/design.md section 4),
-//! `DROVER_API_TOKENS` (HTTP auth), and whether OTLP export is asked for by the standard
-//! `OTEL_EXPORTER_OTLP_ENDPOINT`/`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (the OpenTelemetry SDK reads
-//! the rest of the `OTEL_*` variables itself, in `drover-telemetry`). `DROVER_DATABASE_URL` and `DROVER_MAX_CONCURRENT` are read by
-//! clap (see [`crate::args`]).
+//! `DROVER_API_TOKENS` (HTTP auth), whether OTLP export is asked for by the standard
+//! `OTEL_EXPORTER_OTLP_ENDPOINT`/`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (the OpenTelemetry SDK
+//! reads the rest of the `OTEL_*` variables itself, in `drover-telemetry`), and the caller's
+//! trace of `drover enqueue` in `TRACEPARENT`/`TRACESTATE`. `DROVER_DATABASE_URL` and
+//! `DROVER_MAX_CONCURRENT` are read by clap (see [`crate::args`]).
 
 use anyhow::Result;
 use drover_core::store::{MAX_PENDING_DEFAULT, MAX_TENANT_PENDING_DEFAULT};
-use drover_core::{Quotas, StoreConfig, SucceededJobs};
+use drover_core::{Quotas, StoreConfig, SucceededJobs, TraceContext};
 
 use crate::usage::usage;
 
@@ -75,6 +76,19 @@ pub fn actor_name() -> String {
         .map(|value| value.trim().to_owned())
         .find(|value| !value.is_empty() && !value.chars().any(char::is_control))
         .unwrap_or_else(|| "cli".to_owned())
+}
+
+/// The caller's trace for `drover enqueue`: `TRACEPARENT` and `TRACESTATE`, OpenTelemetry's
+/// environment-variable carriers of the W3C headers, read as the HTTP API reads the headers:
+/// a malformed `TRACEPARENT` is ignored (the jobs start a trace of their own) and a malformed
+/// `TRACESTATE` dropped.
+pub fn trace_context() -> Option<TraceContext> {
+    let traceparent = std::env::var("TRACEPARENT").ok()?;
+    let traceparent = traceparent.trim();
+    let tracestate = std::env::var("TRACESTATE").ok();
+    TraceContext::new(traceparent, tracestate)
+        .or_else(|_| TraceContext::new(traceparent, None))
+        .ok()
 }
 
 /// Whether to export over OTLP: `flag` (`--otlp`, `DROVER_OTLP`) when given, else whether an

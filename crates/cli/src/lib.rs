@@ -112,15 +112,17 @@ pub fn run_with(extensions: Extensions, args: impl IntoIterator<Item = OsString>
     if json_logs {
         output::log_json();
     }
-    // OTLP export (docs/opentelemetry.md) for the commands that run until stopped.
+    // OTLP export (docs/opentelemetry.md) for the commands that run until stopped, and for
+    // `enqueue`'s publish spans (later attempts are a worker's setting: the default there).
     let telemetry_flags = match &cli.command {
-        args::Command::Worker(w) => Some(w),
-        args::Command::Serve(s) => Some(&s.worker_args),
-        args::Command::Dev(d) => Some(&d.worker_args),
+        args::Command::Worker(w) => Some((w.otlp, w.trace_later_attempts)),
+        args::Command::Serve(s) => Some((s.worker_args.otlp, s.worker_args.trace_later_attempts)),
+        args::Command::Dev(d) => Some((d.worker_args.otlp, d.worker_args.trace_later_attempts)),
+        args::Command::Enqueue(e) => Some((e.otlp, Default::default())),
         _ => None,
     };
-    let telemetry = match telemetry_flags.filter(|flags| env::otlp_wanted(flags.otlp)) {
-        Some(flags) => match drover_telemetry::Telemetry::start(flags.trace_later_attempts) {
+    let telemetry = match telemetry_flags.filter(|(otlp, _)| env::otlp_wanted(*otlp)) {
+        Some((_, later)) => match drover_telemetry::Telemetry::start(later) {
             Ok(telemetry) => Some(telemetry),
             Err(e) => {
                 errln!("drover: {e}");
@@ -188,9 +190,11 @@ pub fn one_line(e: &anyhow::Error) -> String {
 /// object a line with the event's fields at the top level
 /// (`{"timestamp":...,"level":"WARN","message":...,"job_id":...,"target":...}`). With
 /// `telemetry`, spans and events at info and above also go to its OpenTelemetry layer,
-/// whatever the log filter.
+/// whatever the log filter, and the log shows every line logged inside an attempt (a
+/// handler's, within spans of its own too) with its `process` span and that span's
+/// `trace_id`: in the text prefix, or in the `spans` list of a JSON line.
 fn init_tracing(filter: Option<&str>, json: bool, telemetry: Option<&drover_telemetry::Telemetry>) {
-    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::filter::{filter_fn, FilterExt, LevelFilter, Targets};
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::{EnvFilter, Layer, Registry};
@@ -198,6 +202,18 @@ fn init_tracing(filter: Option<&str>, json: bool, telemetry: Option<&drover_tele
         .map(EnvFilter::new)
         .or_else(|| EnvFilter::try_from_default_env().ok())
         .unwrap_or_else(|| EnvFilter::new("warn"));
+    // With export on, the attempt spans pass the log filter whatever it says of their target
+    // (only the spans: the log still gets the events the filter asks for).
+    let exporting = telemetry.is_some();
+    let attempts = filter_fn(move |meta| {
+        exporting && meta.is_span() && meta.target() == drover_runner::telemetry::ATTEMPT_TARGET
+    })
+    .with_max_level_hint(if exporting {
+        LevelFilter::INFO
+    } else {
+        LevelFilter::OFF
+    });
+    let filter = filter.or(attempts);
     let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         // A log line that cannot be written (stderr's reader is gone) is dropped: by default
@@ -206,9 +222,10 @@ fn init_tracing(filter: Option<&str>, json: bool, telemetry: Option<&drover_tele
     let logs: Box<dyn Layer<Registry> + Send + Sync> = if json {
         logs.json()
             .flatten_event(true)
-            // With export on, a line carries its span's fields: an attempt's trace_id.
-            .with_current_span(telemetry.is_some())
-            .with_span_list(false)
+            // With export on, a line carries the fields of the spans it is in: an attempt's
+            // trace_id, also under the handler's own spans.
+            .with_current_span(false)
+            .with_span_list(exporting)
             .with_filter(filter)
             .boxed()
     } else {

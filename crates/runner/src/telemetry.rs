@@ -12,7 +12,7 @@
 //! | span | name | kind | parent | links |
 //! |---|---|---|---|---|
 //! | one enqueue | `publish <queue>` | producer | the job's given context, else the caller's span | |
-//! | a batch | `publish <queue>` (`publish` for mixed queues) | producer | the caller's span | each job's `create` span |
+//! | a batch | `publish <queue>` (`publish` for mixed queues) | producer | the context every job was given, else the caller's span | each job's `create` span |
 //! | a job of a batch | `create <queue>` | producer | the job's given context, else the caller's span | |
 //! | an attempt | `process <queue>` | consumer | the stored context (first attempt; later ones per [`LaterAttempts`]) | the stored context (later attempts, by default) |
 
@@ -163,6 +163,12 @@ fn producer_span(
     span
 }
 
+/// A number of messages as a span attribute: signed, as OpenTelemetry's integers are (the
+/// `tracing` layer exports an unsigned one as text).
+fn count(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 /// For one enqueue with spans on: a `publish <queue>` span, and the job's trace context
 /// replaced by that span's (its attempts descend from the enqueue). The span is returned to
 /// be entered around the store call.
@@ -176,14 +182,22 @@ pub(crate) fn publish_one(job: &mut NewJob) -> Span {
 }
 
 /// For a batch with spans on: a `create <queue>` span per job (its context stored with the
-/// job), and a `publish` span that links them (at most [`BATCH_LINKS_MAX`]).
+/// job), and a `publish` span that links them (at most [`BATCH_LINKS_MAX`]), a child of the
+/// context every job was given (a request's `traceparent`), else of the caller's span.
 pub(crate) fn publish_batch(jobs: &mut [NewJob]) -> Span {
     let queue = jobs
         .first()
         .map(|job| &job.queue)
         .filter(|first| jobs.iter().all(|job| &job.queue == *first));
-    let batch = producer_span("publish", queue, None);
-    batch.record("messaging.batch.message_count", jobs.len() as u64);
+    let given = jobs
+        .first()
+        .and_then(|job| job.trace_context.clone())
+        .filter(|first| {
+            jobs.iter()
+                .all(|job| job.trace_context.as_ref() == Some(first))
+        });
+    let batch = producer_span("publish", queue, given.as_ref());
+    batch.record("messaging.batch.message_count", count(jobs.len()));
     for (i, job) in jobs.iter_mut().enumerate() {
         let create = batch
             .in_scope(|| producer_span("create", Some(&job.queue), job.trace_context.as_ref()));
@@ -210,7 +224,7 @@ pub(crate) fn publish_workflow(workflow: &mut NewWorkflow) -> Span {
         .first()
         .and_then(|job| job.job.trace_context.clone());
     let span = producer_span("publish", None, given.as_ref());
-    span.record("messaging.batch.message_count", workflow.jobs.len() as u64);
+    span.record("messaging.batch.message_count", count(workflow.jobs.len()));
     if let Some(context) = capture(&span) {
         for job in &mut workflow.jobs {
             if job.job.trace_context.is_none() || job.job.trace_context == given {
@@ -224,11 +238,14 @@ pub(crate) fn publish_workflow(workflow: &mut NewWorkflow) -> Span {
 /// Most jobs a batch's `publish` span links (OpenTelemetry's default link limit).
 pub const BATCH_LINKS_MAX: usize = 128;
 
+/// The `tracing` target of the attempt spans (a log filter can name it).
+pub const ATTEMPT_TARGET: &str = "drover::job";
+
 /// The span an attempt of `job` runs in, with spans on: `process <queue>`, a child of the
 /// stored context for the first attempt, and for later ones as `later` says.
 pub(crate) fn attempt_span(job: &Job, later: LaterAttempts) -> Span {
     let span = tracing::info_span!(
-        target: "drover::job",
+        target: ATTEMPT_TARGET,
         "process",
         otel.name = format!("process {}", job.queue),
         otel.kind = "consumer",

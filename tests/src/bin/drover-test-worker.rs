@@ -1,9 +1,9 @@
-//! `drover-test-worker`: the whole `drover` command line (built-in kinds included) plus one kind,
-//! `record`, whose side effect is a row in the database. The reliability tests
-//! (`tests/reliability_*.rs`, issue #8) run it as real worker processes and compare the side
-//! effects with the jobs' recorded states: a side effect that started after its job's final
-//! state was recorded, or a job whose side effects count other than once in a healthy run, is a
-//! bug they catch.
+//! `drover-test-worker`: the whole `drover` command line (built-in kinds included) plus two
+//! kinds: `traced` (see [`traced`]) and `record`, whose side effect is a row in the database.
+//! The reliability tests (`tests/reliability_*.rs`, issue #8) run it as real worker processes
+//! and compare the side effects with the jobs' recorded states: a side effect that started
+//! after its job's final state was recorded, or a job whose side effects count other than once
+//! in a healthy run, is a bug they catch.
 //!
 //! `record` with args `{"ms": N, "before_ms": B, "fenced": F}` (all optional: 0, 0, false):
 //! 1. waits B milliseconds WITHOUT looking at its cancellation token, as a handler busy with
@@ -30,13 +30,14 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use drover_cli::{run_with, Extensions};
-use drover_core::JobKind;
+use drover_core::{JobKind, NewJob};
 use drover_runner::{JobContext, Outcome, Registry};
 use drover_store_postgres::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use drover_store_postgres::sqlx::{self, PgPool};
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::OnceCell;
+use tracing::Instrument;
 
 /// Args of `record`.
 #[derive(Debug, Deserialize)]
@@ -133,13 +134,32 @@ async fn record(ctx: JobContext, args: RecordArgs) -> Outcome {
     Outcome::success_with(json!({"token": token, "pid": pid}))
 }
 
+/// `traced`: logs a line, logs another inside a span of its own, and enqueues a `noop` child,
+/// as handler code does (`tests/e2e_opentelemetry.rs` finds all three in its attempt's trace).
+async fn traced(ctx: JobContext) -> Outcome {
+    tracing::info!("traced handler says hello");
+    async { tracing::info!("traced handler inside its own span") }
+        .instrument(tracing::info_span!("traced step"))
+        .await;
+    let child = match JobKind::parse("noop") {
+        Ok(kind) => NewJob::new(kind, json!({})),
+        Err(error) => return Outcome::discard(error.to_string()),
+    };
+    match ctx.enqueue_children(vec![child]).await {
+        Ok(_) => Outcome::success(),
+        Err(error) => Outcome::retry(error.to_string()),
+    }
+}
+
 fn main() -> ExitCode {
     let mut registry = Registry::new();
-    let Ok(kind) = JobKind::parse("record") else {
-        eprintln!("drover-test-worker: `record` is not a valid kind name");
+    let (Ok(record_kind), Ok(traced_kind)) = (JobKind::parse("record"), JobKind::parse("traced"))
+    else {
+        eprintln!("drover-test-worker: a test kind's name is not valid");
         return ExitCode::FAILURE;
     };
-    registry.register_typed(kind, record);
+    registry.register_typed(record_kind, record);
+    registry.register_fn(traced_kind, traced);
     run_with(
         Extensions {
             registry,

@@ -2,7 +2,8 @@
 //! reporting bad lines by number (one line per rule broken) and loading the rest; with
 //! `--wait-for-room`, lines a quota refuses wait for room instead. `--workflow FILE` enqueues
 //! a workflow graph, the body of `POST /v1/workflows`, all or nothing (docs/design.md
-//! section 10).
+//! section 10). Every path stores the caller's trace given in `TRACEPARENT`/`TRACESTATE` with
+//! its jobs, as the HTTP API does the headers' (docs/opentelemetry.md).
 
 use std::io::IsTerminal;
 
@@ -16,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::args::EnqueueArgs;
 use crate::context::{call, Ctx};
+use crate::env;
 use crate::jsonl::{self, RejectedLine};
 use crate::output::{errln, outln, print_json};
 use crate::signals;
@@ -379,7 +381,8 @@ pub async fn run(ctx: &Ctx, args: EnqueueArgs) -> Result<()> {
     if let Some(path) = args.workflow.clone() {
         return workflow_from_file(ctx, &args, &path).await;
     }
-    let job = job_from_flags(&args)?;
+    let mut job = job_from_flags(&args)?;
+    job.trace_context = env::trace_context();
     let client = ctx.client().await?;
     let answer = call(ctx, client.enqueue(job)).await?;
     if ctx.json {
@@ -455,7 +458,12 @@ async fn workflow_from_file(ctx: &Ctx, args: &EnqueueArgs, path: &std::path::Pat
             "the per-job flags do not apply to --workflow: give each job's fields in the file",
         ));
     }
-    let workflow = read_workflow(path)?;
+    let mut workflow = read_workflow(path)?;
+    if let Some(context) = env::trace_context() {
+        for job in &mut workflow.jobs {
+            job.job.trace_context = Some(context.clone());
+        }
+    }
     let client = ctx.client().await?;
     let answer = call(ctx, client.enqueue_workflow(workflow)).await?;
     if ctx.json {
@@ -491,7 +499,11 @@ async fn workflow_from_file(ctx: &Ctx, args: &EnqueueArgs, path: &std::path::Pat
 }
 
 async fn from_file(ctx: &Ctx, args: &EnqueueArgs, path: &std::path::Path) -> Result<()> {
-    let parsed = jsonl::read_path(path)?;
+    let mut parsed = jsonl::read_path(path)?;
+    let trace_context = env::trace_context();
+    for (_, job) in &mut parsed.jobs {
+        job.trace_context.clone_from(&trace_context);
+    }
     let client = ctx.client().await?;
     let mut rejected: Vec<RejectedLine> = parsed.rejected;
     let total = parsed.jobs.len() as u64;
