@@ -855,3 +855,90 @@ async fn heartbeat_skips_a_held_row_and_extends_the_rest() {
     );
     db.close().await;
 }
+
+/// `children_enqueue` inserts the children before it locks the parent (ADR 0004, decision 4),
+/// so the fenced check under that lock is what keeps a parent whose lease ended meanwhile from
+/// storing any: here the lease expires while the call waits for the parent's row, and the call
+/// fails with every child rolled back and the parent's count unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_stored_while_the_parents_lease_ends_are_rolled_back() {
+    use drover_store_postgres::sqlx::Connection;
+    let Some(db) = Db::open("children_stored_while_the_parents_lease_ends_are_rolled_back").await
+    else {
+        return;
+    };
+    let store = Arc::new(db.store.clone());
+    let parent = store
+        .job_enqueue(NewJob::new(JobKind::parse("parent").unwrap(), json!({})))
+        .await
+        .unwrap()
+        .job;
+    let mut claim_parent = claim(1);
+    claim_parent.kinds = vec![JobKind::parse("parent").unwrap()];
+    let token = store.jobs_claim(claim_parent).await.unwrap().jobs[0].fencing_token;
+
+    let mut holder = db.pool().acquire().await.unwrap();
+    let mut tx = holder.begin().await.unwrap();
+    sqlx::query("SELECT id FROM drover.jobs WHERE id = $1 FOR UPDATE")
+        .bind(parent.id.as_uuid())
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let adding = tokio::spawn({
+        let store = Arc::clone(&store);
+        async move {
+            store
+                .children_enqueue(EnqueueChildren {
+                    parent: parent.id,
+                    token,
+                    jobs: (0..3).map(|_| work()).collect(),
+                })
+                .await
+        }
+    });
+    // The call waits for the parent's row lock, its children already inserted: its backend
+    // holds the insert's lock on the table (a lock taken first would hold only ROW SHARE).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity a \
+             JOIN pg_locks l ON l.pid = a.pid AND l.granted AND l.mode = 'RowExclusiveLock' \
+             JOIN pg_class c ON c.oid = l.relation AND c.relname = 'jobs' \
+             WHERE a.datname = current_database() AND a.wait_event_type = 'Lock'",
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "children_enqueue never waited for the parent after inserting"
+        );
+        tokio::task::yield_now().await;
+    }
+    sqlx::query(
+        "UPDATE drover.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1",
+    )
+    .bind(parent.id.as_uuid())
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    drop(holder);
+
+    let refused = adding.await.unwrap().unwrap_err();
+    assert!(
+        matches!(refused, drover_core::Error::LeaseLost { .. }),
+        "{refused:?}"
+    );
+    let children: i64 = sqlx::query_scalar("SELECT count(*) FROM drover.jobs WHERE parent_id = $1")
+        .bind(parent.id.as_uuid())
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(children, 0, "no child of the refused call is stored");
+    assert_eq!(store.job_get(parent.id).await.unwrap().live_children, 0);
+    db.close().await;
+}

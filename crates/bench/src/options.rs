@@ -95,8 +95,10 @@ pub enum Workload {
     /// Enqueue-to-start latency on an idle worker.
     Latency,
     /// One parent fans out `--fan-out` no-op children and waits for them without a slot
-    /// (docs/design.md section 10).
+    /// (docs/design.md section 10); the children are all stored before the first runs.
     FanOut,
+    /// The same fan-out with the children running while their parent still enqueues the rest.
+    FanOutStreamed,
     /// A workflow chain of `--chain` no-op jobs, each depending on the one before.
     Chain,
 }
@@ -247,6 +249,7 @@ impl Plan {
                 Workload::Process,
                 Workload::Latency,
                 Workload::FanOut,
+                Workload::FanOutStreamed,
                 Workload::Chain,
             ]
         } else {
@@ -358,7 +361,7 @@ mod tests {
     fn defaults_are_the_reference_configuration() {
         let plan = Plan::resolve(&parse(&[])).unwrap();
         assert_eq!(plan.stores, vec![StoreKind::Postgres, StoreKind::Memory]);
-        assert_eq!(plan.workloads.len(), 6);
+        assert_eq!(plan.workloads.len(), 7);
         assert_eq!((plan.fan_out, plan.chain), (10_000, 1_000));
         assert_eq!(plan.jobs, 50_000);
         assert_eq!(plan.reps, 3);

@@ -81,6 +81,11 @@ pub struct Measurement {
     /// Latency percentiles (enqueue call start -> handler start), milliseconds.
     #[serde(flatten)]
     pub latency: Option<Percentiles>,
+    /// Fan-outs on PostgreSQL with `track_commit_timestamp = on`: the commit of the last
+    /// child's finish to the parent's next claim, milliseconds (the wake-up alone, without the
+    /// finish statement's own length, which `latency` includes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resume_after_commit_ms: Option<f64>,
     /// Always [`QUOTAS`].
     pub quotas: &'static str,
     /// 1-minute load average when the measurement started.
@@ -116,6 +121,7 @@ impl Measurement {
             middle_per_s: None,
             rate_per_s: None,
             latency: None,
+            resume_after_commit_ms: None,
             quotas: QUOTAS,
             load1: crate::machine::load_average().map(|load| load[0]),
             error: None,

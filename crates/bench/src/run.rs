@@ -251,12 +251,20 @@ fn describe(
             m.rate_per_s = Some(plan.latency_rate);
             m
         }
-        Workload::FanOut | Workload::Chain => {
-            let (scenario, config) = if workload == Workload::FanOut {
+        Workload::FanOut | Workload::FanOutStreamed | Workload::Chain => {
+            let (scenario, config) = if workload != Workload::Chain {
+                let (scenario, children) = if workload == Workload::FanOut {
+                    ("fan_out", "all stored before the first runs")
+                } else {
+                    (
+                        "fan_out_streamed",
+                        "running while the parent enqueues the rest",
+                    )
+                };
                 (
-                    "fan_out",
+                    scenario,
                     format!(
-                        "1 parent, {} children, 1 in-process worker x {} slots; process = children/s, latency = last child's finish -> parent's claim",
+                        "1 parent, {} children ({children}), 1 in-process worker x {} slots; process = children/s, latency = last child's finish -> parent's claim",
                         thousands(plan.fan_out as f64),
                         plan.latency_slots()
                     ),
@@ -280,7 +288,7 @@ fn describe(
     };
     m.n = match workload {
         Workload::Latency => plan.latency_jobs,
-        Workload::FanOut => plan.fan_out,
+        Workload::FanOut | Workload::FanOutStreamed => plan.fan_out,
         Workload::Chain => plan.chain,
         _ => plan.jobs,
     };
@@ -367,16 +375,25 @@ async fn measure(
             close(producer_pool).await;
             m.latency = Percentiles::of(&samples?);
         }
-        Workload::FanOut => {
+        Workload::FanOut | Workload::FanOutStreamed => {
             let slots = plan.latency_slots();
             let (handle, pool) = fresh(slots + EXTRA_CONNECTIONS).await?;
             let deadline = process::deadline_for(n);
-            let measured = workflow::fan_out(handle, n, slots, deadline).await;
+            let streamed = workload == Workload::FanOutStreamed;
+            let measured = workflow::fan_out(handle, n, slots, deadline, streamed).await;
+            let committed = match (&measured, &pool) {
+                (Ok(fan), Some(store)) => {
+                    workflow::committed_at(store.pool(), fan.last_child).await
+                }
+                _ => None,
+            };
             close(pool).await;
             let measured = measured?;
             m.process_s = Some(seconds(measured.took));
             m.process_per_s = Some(measured.children_per_s);
             m.latency = Percentiles::of(&[measured.resume_ms]);
+            m.resume_after_commit_ms =
+                committed.map(|at| workflow::millis_between(at, measured.resumed_at));
         }
         Workload::Chain => {
             let slots = plan.latency_slots();
@@ -469,6 +486,7 @@ mod tests {
             ),
             (Workload::Latency, None),
             (Workload::FanOut, None),
+            (Workload::FanOutStreamed, None),
             (Workload::Chain, None),
         ] {
             let mut m = describe(&p, StoreKind::Memory, workload, workers);
@@ -478,7 +496,7 @@ mod tests {
             let value: serde_json::Value = serde_json::from_str(&m.json_line()).unwrap();
             let field = match workload {
                 Workload::EnqueueSingle | Workload::EnqueueBatch => "enqueue_per_s",
-                Workload::Process | Workload::FanOut => "process_per_s",
+                Workload::Process | Workload::FanOut | Workload::FanOutStreamed => "process_per_s",
                 Workload::Latency | Workload::Chain => "p99_ms",
             };
             let figure = value[field].as_f64().unwrap();

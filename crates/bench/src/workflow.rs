@@ -2,7 +2,8 @@
 //!
 //! | scenario | what runs | figures |
 //! |---|---|---|
-//! | `fan_out` | one parent enqueues N no-op children from its handler (batches of 1,000), returns "wait for my children", and runs again when the last one ended | `process_per_s`: children per second, from the first child's claim to the last child's finish; `resume_ms`: the last child's finish to the parent's second claim |
+//! | `fan_out` | one parent enqueues N no-op children from its handler (batches of 1,000) into its paused queue, returns "wait for my children"; the bench resumes the queue once the parent waits, and the parent runs again when the last child ended | `process_per_s`: children per second, from the first child's claim to the last child's finish (every child stored before the first runs, as `process` enqueues its jobs beforehand); `resume_ms`: the last child's finish to the parent's second claim |
+//! | `fan_out_streamed` | the same with the queue never paused: children run while their parent still enqueues the rest | the same figures; the children's inserts share the window |
 //! | `chain` | a workflow of N no-op jobs, each depending on the one before | latency percentiles of one step: a job's finish to the next job's claim |
 //!
 //! Every instant is the store's (`attempted_at`, `finished_at`), read back after the run, so the
@@ -17,6 +18,7 @@ use drover_core::{
     QueueName,
 };
 use drover_runner::{CancellationToken, JobContext, NoopMetrics, Outcome, Registry};
+use drover_store_postgres::sqlx;
 use serde_json::json;
 
 use crate::options::{KIND, QUEUE};
@@ -36,11 +38,16 @@ pub struct FanOut {
     pub children_per_s: f64,
     /// Last child's finish to the parent's second claim, milliseconds.
     pub resume_ms: f64,
+    /// The child whose finish was recorded last.
+    pub last_child: JobId,
+    /// The parent's second claim.
+    pub resumed_at: DateTime<Utc>,
     /// Parent enqueued to parent succeeded, seconds.
     pub took: Duration,
 }
 
-/// Runs one fan-out of `n` children on one worker of `slots` slots.
+/// Runs one fan-out of `n` children on one worker of `slots` slots; `streamed`: the children
+/// run while their parent still enqueues the rest, else they are all stored first.
 ///
 /// # Errors
 /// A store error; `Fatal` when the parent does not succeed within `deadline` or the children
@@ -50,20 +57,22 @@ pub async fn fan_out(
     n: usize,
     slots: usize,
     deadline: Duration,
+    streamed: bool,
 ) -> Result<FanOut, Error> {
     let mut registry = Registry::new();
     registry.register_fn(JobKind::parse(KIND)?, |_ctx: JobContext| async {
         Outcome::success()
     });
-    registry.register_fn(
-        JobKind::parse(PARENT_KIND)?,
-        move |ctx: JobContext| async move {
-            match parent_run(&ctx, n).await {
+    let pausing = (!streamed).then(|| Arc::clone(&store));
+    registry.register_fn(JobKind::parse(PARENT_KIND)?, move |ctx: JobContext| {
+        let pausing = pausing.clone();
+        async move {
+            match parent_run(&ctx, n, pausing.as_deref()).await {
                 Ok(outcome) => outcome,
                 Err(error) => Outcome::retry(format!("fan-out parent: {error}")),
             }
-        },
-    );
+        }
+    });
     let worker = bench_worker(Arc::clone(&store), registry, slots, Arc::new(NoopMetrics))?;
     let shutdown = CancellationToken::new();
     let run = tokio::spawn(worker.run(shutdown.clone()));
@@ -72,6 +81,10 @@ pub async fn fan_out(
     let parent = NewJob::new(JobKind::parse(PARENT_KIND)?, json!({ "children": n }))
         .with_queue(QueueName::parse(QUEUE)?);
     let parent = store.job_enqueue(parent).await?.job.id;
+    if !streamed {
+        wait_until_waiting(store.as_ref(), parent, deadline).await?;
+        store.queue_resume(QueueName::parse(QUEUE)?).await?;
+    }
     let ended = wait_for(store.as_ref(), &[parent], deadline).await;
     let took = started.elapsed();
     shutdown.cancel();
@@ -94,9 +107,12 @@ pub async fn fan_out(
         )));
     }
     let first_claim = children.iter().filter_map(|c| c.attempted_at).min();
-    let last_finish = children.iter().filter_map(|c| c.finished_at).max();
-    let (Some(first_claim), Some(last_finish), Some(resumed)) =
-        (first_claim, last_finish, parent.attempted_at)
+    let last = children
+        .iter()
+        .filter_map(|c| Some((c.finished_at?, c.id)))
+        .max();
+    let (Some(first_claim), Some((last_finish, last_child)), Some(resumed)) =
+        (first_claim, last, parent.attempted_at)
     else {
         return Err(Error::fatal(
             "children or parent without claim or finish times",
@@ -106,13 +122,20 @@ pub async fn fan_out(
     Ok(FanOut {
         children_per_s: (n as f64 / busy).round(),
         resume_ms: seconds_between(last_finish, resumed) * 1_000.0,
+        last_child,
+        resumed_at: resumed,
         took,
     })
 }
 
-/// The parent's handler: enqueue the children on the first run, succeed once they all ended
-/// (a run that finds some live, after a crash before its wait was recorded, waits again).
-async fn parent_run(ctx: &JobContext, n: usize) -> Result<Outcome, Error> {
+/// The parent's handler: enqueue the children on the first run (into its queue paused by
+/// `pausing`, when given), succeed once they all ended (a run that finds some live, after a
+/// crash before its wait was recorded, waits again).
+async fn parent_run(
+    ctx: &JobContext,
+    n: usize,
+    pausing: Option<&dyn JobStore>,
+) -> Result<Outcome, Error> {
     if ctx.job().live_children > 0 {
         return Ok(Outcome::WaitForChildren);
     }
@@ -121,6 +144,9 @@ async fn parent_run(ctx: &JobContext, n: usize) -> Result<Outcome, Error> {
     }
     let kind = JobKind::parse(KIND)?;
     let queue = QueueName::parse(QUEUE)?;
+    if let Some(store) = pausing {
+        store.queue_pause(queue.clone()).await?;
+    }
     let mut seq = 0usize;
     while seq < n {
         let batch: Vec<NewJob> = (seq..n.min(seq + CHILDREN_PER_CALL))
@@ -187,6 +213,25 @@ pub async fn chain(
         .collect())
 }
 
+/// Waits until `parent` waits for its children.
+async fn wait_until_waiting(
+    store: &dyn JobStore,
+    parent: JobId,
+    deadline: Duration,
+) -> Result<(), Error> {
+    let started = Instant::now();
+    while store.job_get(parent).await?.state != JobState::Waiting {
+        if started.elapsed() > deadline {
+            return Err(Error::fatal(format!(
+                "the parent did not wait for its children within {} s",
+                deadline.as_secs()
+            )));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    Ok(())
+}
+
 /// Waits until every job of `ids` is terminal; returns them.
 async fn wait_for(
     store: &dyn JobStore,
@@ -231,6 +276,24 @@ async fn children_of(store: &dyn JobStore, parent: JobId) -> Result<Vec<Job>, Er
     }
 }
 
+/// PostgreSQL only: the commit instant of the transaction that wrote `job` last, when the
+/// server tracks commit timestamps (`track_commit_timestamp = on`); `None` otherwise.
+pub async fn committed_at(pool: &sqlx::PgPool, job: JobId) -> Option<DateTime<Utc>> {
+    sqlx::query_scalar::<_, Option<DateTime<Utc>>>(
+        "SELECT pg_xact_commit_timestamp(xmin) FROM drover.jobs WHERE id = $1",
+    )
+    .bind(job.as_uuid())
+    .fetch_one(pool)
+    .await
+    .ok()
+    .flatten()
+}
+
+/// Milliseconds from `from` to `to`.
+pub fn millis_between(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
+    seconds_between(from, to) * 1_000.0
+}
+
 fn seconds_between(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
     (to - from).num_microseconds().unwrap_or(0) as f64 / 1e6
 }
@@ -242,7 +305,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_fan_out_and_a_chain_complete_on_the_memory_store() {
-        let fan = fan_out(memory_store(), 200, 8, Duration::from_secs(30))
+        let fan = fan_out(memory_store(), 200, 8, Duration::from_secs(30), false)
             .await
             .unwrap();
         assert!(fan.children_per_s > 0.0 && fan.resume_ms >= 0.0, "{fan:?}");

@@ -47,6 +47,7 @@ fn check_run(stdout: &str, file: &Value, store: &str, workers: &[usize], slots: 
         "enqueue_batch".to_owned(),
         "latency".to_owned(),
         "fan_out".to_owned(),
+        "fan_out_streamed".to_owned(),
         "chain".to_owned(),
     ];
     for s in slots {

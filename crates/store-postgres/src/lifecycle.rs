@@ -22,7 +22,7 @@ use crate::records::{into_jobs, micros, JobRecord};
 use crate::sql;
 use crate::transaction::{retried, settle};
 
-/// A job locked FOR UPDATE with the database clock of its transaction.
+/// A job (locked FOR UPDATE by job_lock.sql) with the database clock of its transaction.
 #[derive(sqlx::FromRow)]
 pub(crate) struct LockedJob {
     #[sqlx(flatten)]
@@ -42,6 +42,20 @@ pub(crate) async fn lock_job(
         .store_err()?
         .ok_or_else(|| Error::job_not_found(id))?;
     Ok((locked.job.into_job()?, locked.db_now))
+}
+
+/// Reads one job without locking it, with the database clock; `NotFound` when it does not exist.
+pub(crate) async fn read_job(
+    conn: &mut PgConnection,
+    id: JobId,
+) -> Result<(Job, DateTime<Utc>), Error> {
+    let read = sqlx::query_as::<_, LockedJob>(sql::JOB_READ)
+        .bind(id.as_uuid())
+        .fetch_optional(conn)
+        .await
+        .store_err()?
+        .ok_or_else(|| Error::job_not_found(id))?;
+    Ok((read.job.into_job()?, read.db_now))
 }
 
 /// Writes back jobs changed by `apply` (jobs_write.sql); returns them as stored.

@@ -18,12 +18,12 @@ use serde_json::Value;
 use sqlx::{Connection, PgConnection};
 use uuid::Uuid;
 
-use crate::error::{is_write_conflict, SqlxResultExt};
+use crate::error::SqlxResultExt;
 use crate::lifecycle::write_jobs;
 use crate::propagate::{self, lock_jobs};
 use crate::records::{micros, parse_state};
 use crate::sql;
-use crate::transaction::{retried, CONFLICT_RETRIES};
+use crate::transaction::{retried, runs_again};
 
 /// Extends leases and saves meta/progress; answers per item in input order.
 pub(crate) async fn heartbeat(
@@ -141,16 +141,20 @@ async fn finish_succeeded(
     }))
 }
 
+/// Items per one-statement finish when some name a parent (`FinishItem::parent`). A parent is
+/// woken by the statement that records its last child, and the finish time of that child is
+/// the statement's start; a statement of 1,000 children would hold the parent back by its whole
+/// length (ADR 0004, decision 4). Plain batches stay one statement.
+const CHILDREN_PER_STATEMENT: usize = 256;
+
 /// The distinct parents the items name (`FinishItem::parent`), for the finish statements to lock
 /// first; empty for a batch of plain jobs.
 fn parents(items: &[&FinishItem]) -> Vec<Uuid> {
-    let mut parents: Vec<Uuid> = items
-        .iter()
-        .filter_map(|item| item.parent.map(|id| id.as_uuid()))
-        .collect();
-    parents.sort_unstable();
-    parents.dedup();
-    parents
+    propagate::lock_order(
+        items
+            .iter()
+            .filter_map(|item| item.parent.map(|id| id.as_uuid())),
+    )
 }
 
 /// What a finish recorded: answers per item in input order, and whom the recorded jobs that ran
@@ -209,10 +213,22 @@ pub(crate) async fn finish(
     let fast_items: Vec<&FinishItem> = fast.iter().map(|&i| &items[i]).collect();
     let mut replies: Vec<Option<FinishReply>> = vec![None; items.len()];
     let mut freed_queues = Vec::new();
-    if !fast_items.is_empty() {
-        let finished = finish_fenced_retried(&mut *conn, config, &fast_items).await?;
-        freed_queues = finished.freed_queues;
-        for (&i, reply) in fast.iter().zip(finished.replies) {
+    // A batch that counts down parents goes in statements of at most CHILDREN_PER_STATEMENT
+    // items: the statement that records a parent's last child starts, and wakes it, sooner.
+    let per_statement = if fast_items.iter().any(|item| item.parent.is_some()) {
+        CHILDREN_PER_STATEMENT
+    } else {
+        fast_items.len().max(1)
+    };
+    for (positions, part) in fast
+        .chunks(per_statement)
+        .zip(fast_items.chunks(per_statement))
+    {
+        let finished = finish_fenced_retried(&mut *conn, config, part).await?;
+        for queue in finished.freed_queues {
+            add_queue(&mut freed_queues, Some(queue));
+        }
+        for (&i, reply) in positions.iter().zip(finished.replies) {
             replies[i] = Some(reply);
         }
     }
@@ -230,18 +246,18 @@ pub(crate) async fn finish(
         for queue in finished.freed_queues {
             add_queue(&mut freed_queues, Some(queue));
         }
-        // A job the one-statement finish recorded first and the transactional one's
-        // propagation moved on (a leaf child whose parent the batch cancelled) is answered
-        // with the state the batch leaves it in, as one item at a time would be.
+        for (&i, reply) in slow.iter().zip(finished.replies) {
+            replies[i] = Some(reply);
+        }
+        // Each reply names the state the batch leaves its job in: the transactional finish's
+        // propagation may have moved a job after its own item recorded it (a leaf child whose
+        // parent the batch cancelled ends cancelled, as it would one item at a time).
         for reply in replies.iter_mut().flatten() {
             if let FinishReply::Recorded { id, to } = reply {
                 if let Some(state) = moved.get(id) {
                     *to = *state;
                 }
             }
-        }
-        for (&i, reply) in slow.iter().zip(finished.replies) {
-            replies[i] = Some(reply);
         }
     }
     let replies = items
@@ -255,10 +271,9 @@ pub(crate) async fn finish(
     })
 }
 
-/// [`finish_fenced`], run again on a deadlock, at most [`CONFLICT_RETRIES`] more times: a child's
-/// finish locks the child, then its parent, where a parent's cancel locks the parent, then its
-/// children, and PostgreSQL breaks such a deadlock by failing one of them. A failed statement
-/// (or transaction) wrote nothing, so running it again is safe.
+/// [`finish_fenced`], run again on a deadlock ([`runs_again`]): a child's finish whose parent
+/// the caller did not name locks the child, then its parent, where a parent's cancel locks the
+/// parent, then its children, and PostgreSQL breaks such a deadlock by failing one of them.
 async fn finish_fenced_retried(
     conn: &mut PgConnection,
     config: &StoreConfig,
@@ -267,7 +282,7 @@ async fn finish_fenced_retried(
     let mut tries = 0;
     loop {
         match finish_fenced(&mut *conn, config, items).await {
-            Err(error) if tries < CONFLICT_RETRIES && is_write_conflict(&error) => tries += 1,
+            Err(error) if runs_again(tries, &error) => tries += 1,
             other => return other,
         }
     }
@@ -428,8 +443,8 @@ async fn finish_any(conn: &mut PgConnection, items: &[&FinishItem]) -> Result<Fi
 /// deadlock. A success here keeps its row also under `SucceededJobs::Delete`: its dependents or
 /// parent read it, and retention prunes it later.
 ///
-/// Also answers the state propagation left each job it wrote in, so the caller can answer
-/// the items the one-statement finish recorded before it the same way.
+/// Also answers the state propagation left each job it wrote in: the caller answers every
+/// recorded item with the state the batch leaves its job in.
 async fn finish_locked(
     conn: &mut PgConnection,
     items: &[FinishItem],
@@ -505,16 +520,6 @@ async fn finish_locked_in(
         .cloned()
         .collect();
     let propagation = propagate::propagate(&mut *conn, ended, now).await?;
-    // Each reply names the state the transaction leaves its job in: propagation may have
-    // moved a job of the batch after its own item (a child whose parent the batch cancelled
-    // ends cancelled, as it would have one item at a time).
-    for reply in &mut replies {
-        if let FinishReply::Recorded { id, to } = reply {
-            if let Some(job) = propagation.written.get(id) {
-                *to = job.state;
-            }
-        }
-    }
     let recorded: Vec<Uuid> = stored.iter().map(|job| job.id.as_uuid()).collect();
     let rows: Vec<(Uuid, Option<String>)> = sqlx::query_as(sql::FINISH_FREED)
         .bind(&recorded)

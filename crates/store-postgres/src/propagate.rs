@@ -36,15 +36,22 @@ pub(crate) struct Propagation {
     pub(crate) written: BTreeMap<JobId, Job>,
 }
 
+/// The distinct ids in the order every statement that locks several jobs takes them (id
+/// order), so two such statements never deadlock on each other.
+pub(crate) fn lock_order(ids: impl IntoIterator<Item = Uuid>) -> Vec<Uuid> {
+    let mut ids: Vec<Uuid> = ids.into_iter().collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
 /// Locks jobs by id (jobs_lock.sql, id order); ids of no job are left out. Returns them with
 /// the transaction's clock (`None` when none was found).
 pub(crate) async fn lock_jobs(
     conn: &mut PgConnection,
     ids: &[JobId],
 ) -> Result<(BTreeMap<JobId, Job>, Option<DateTime<Utc>>), Error> {
-    let mut uuids: Vec<Uuid> = ids.iter().map(|id| id.as_uuid()).collect();
-    uuids.sort_unstable();
-    uuids.dedup();
+    let uuids = lock_order(ids.iter().map(|id| id.as_uuid()));
     let rows = sqlx::query_as::<_, LockedJob>(sql::JOBS_LOCK)
         .bind(&uuids)
         .fetch_all(&mut *conn)

@@ -60,6 +60,8 @@ statements! {
     JOBS_WRITE = "jobs_write.sql";
     /// Lock one job.
     JOB_LOCK = "job_lock.sql";
+    /// Read one job, unlocked, with the database clock.
+    JOB_READ = "job_read.sql";
     /// Lock expired leases.
     RESCUE_LOCK = "rescue_lock.sql";
     /// Reconcile claim.

@@ -34,6 +34,13 @@ pub(crate) async fn settle<T>(
 /// before the error is returned (`Unavailable`, so the caller may retry later).
 pub(crate) const CONFLICT_RETRIES: usize = 4;
 
+/// Whether a call that failed with `error` after `tries` reruns runs again: a deadlock or
+/// serialization failure ([`crate::error::is_write_conflict`]), at most [`CONFLICT_RETRIES`]
+/// times. A failed statement or transaction wrote nothing, so the rerun is safe.
+pub(crate) fn runs_again(tries: usize, error: &Error) -> bool {
+    tries < CONFLICT_RETRIES && crate::error::is_write_conflict(error)
+}
+
 /// Runs `$body` (an expression using the transaction `$tx`, awaited here) in a transaction on
 /// `$conn`, committed on success; a deadlock or serialization failure
 /// ([`crate::error::is_write_conflict`]) rolls back and runs it again, at most
@@ -50,12 +57,7 @@ macro_rules! retried {
             };
             let result = $body.await;
             match crate::transaction::settle($tx, result).await {
-                Err(error)
-                    if tries < crate::transaction::CONFLICT_RETRIES
-                        && crate::error::is_write_conflict(&error) =>
-                {
-                    tries += 1;
-                }
+                Err(error) if crate::transaction::runs_again(tries, &error) => tries += 1,
                 other => break other,
             }
         }

@@ -33,7 +33,7 @@ use crate::admin;
 use crate::connections::Connections;
 use crate::enqueue::{enqueue_answers, lock_quotas_for, Batch, Enqueue, Family, Wake};
 use crate::error::SqlxResultExt;
-use crate::lifecycle::{lock_job, write_job, write_jobs, LockedJob};
+use crate::lifecycle::{lock_job, read_job, write_job, write_jobs, LockedJob};
 use crate::notify::Notifier;
 use crate::propagate::{ended, lock_jobs, propagate};
 use crate::records::{into_jobs, parse_state, JobRecord};
@@ -404,31 +404,30 @@ async fn children_in(
     let jobs = batch.jobs();
     let len = jobs.len();
     lock_quotas_for(conn, config, jobs.iter().map(|j| &j.tenant)).await?;
-    let (mut parent_job, now) = lock_job(conn, parent).await?;
+    // The children are inserted before the parent is locked: its children's finishes count
+    // down on the parent row, and the insert of a large batch would hold them up for its whole
+    // length (ADR 0004, decision 4). The rows stay invisible until the commit, and the fenced
+    // check under the lock below rolls them back with the transaction when the lease was lost
+    // meanwhile. Tenant and workflow never change, so an unlocked read supplies them.
+    let (unlocked, read_at) = read_job(conn, parent).await?;
     // The lease first: a stale parent stores nothing, whatever its children.
-    let mut check = parent_job.clone();
-    apply(
-        &mut check,
-        Event::ChildrenAdded {
-            token: Some(token),
-            count: 0,
-        },
-        now,
-    )?;
+    check_children_added(&unlocked, token, read_at)?;
     for (i, job) in jobs.iter().enumerate() {
-        if job.tenant != parent_job.tenant {
+        if job.tenant != unlocked.tenant {
             return Err(Error::invalid(
                 "tenant",
                 format!(
                     "a child must have its parent's tenant ({})",
-                    parent_job.tenant
+                    unlocked.tenant
                 ),
             )
             .in_batch_item(i, len));
         }
     }
-    let links = Links::plain(len, Some(parent), parent_job.workflow_id);
+    let links = Links::plain(len, Some(parent), unlocked.workflow_id);
     let enqueue = enqueue_linked(conn, config, batch, &links, Wake::AfterCommit).await?;
+    let (mut parent_job, now) = lock_job(conn, parent).await?;
+    check_children_added(&parent_job, token, now)?;
     let live = enqueue
         .answers
         .iter()
@@ -456,6 +455,24 @@ async fn children_in(
         write_job(conn, &parent_job, false).await?;
     }
     Ok(enqueue)
+}
+
+/// Core's fenced check of `ChildrenAdded` on a copy: the parent still runs under `token`.
+fn check_children_added(
+    parent: &Job,
+    token: drover_core::FencingToken,
+    now: DateTime<Utc>,
+) -> Result<(), Error> {
+    let mut check = parent.clone();
+    apply(
+        &mut check,
+        Event::ChildrenAdded {
+            token: Some(token),
+            count: 0,
+        },
+        now,
+    )?;
+    Ok(())
 }
 
 /// `JobStore::workflow_enqueue`: the graph checked ([`NewWorkflow::plan`]) before anything is
