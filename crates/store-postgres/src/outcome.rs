@@ -145,7 +145,7 @@ async fn finish_succeeded(
 /// woken by the statement that records its last child, and the finish time of that child is
 /// the statement's start; a statement of 1,000 children would hold the parent back by its whole
 /// length (ADR 0004, decision 4). Plain batches stay one statement.
-const CHILDREN_PER_STATEMENT: usize = 256;
+const CHILDREN_PER_STATEMENT: usize = 400;
 
 /// The distinct parents the items name (`FinishItem::parent`), for the finish statements to lock
 /// first; empty for a batch of plain jobs.
