@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Set Drover's figures beside its peers' (issue #7, item 2) and print one table.
+"""Set Drover's figures beside its peers' (BENCHMARKS.md) and print one table.
 
     python3 bench/compare.py PEERS_JSONL DROVER_JSON [DROVER_JSON ...] [--clients 8]
 
@@ -11,7 +11,7 @@ repetitions of all of them, taken the way drover-bench takes its own (each laten
 the median of the repetitions' values), and the medians of each file are printed too. Peer
 figures are medians over their repetitions, like the peers' summarize.py. Throughput ratios are
 Drover / best peer (higher is better); latency ratios are Drover / best peer (lower is better).
-Targets are those of issue #7; "met" compares the median only, so read noisy runs with care.
+Targets are those of BENCHMARKS.md ("What is measured"); "met" compares the median only, so read noisy runs with care.
 """
 import argparse
 import json

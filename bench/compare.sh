@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Drover beside its peers, on the same PostgreSQL, in the same run (issue #7, item 2).
+# Drover beside its peers, on the same PostgreSQL, in the same run (BENCHMARKS.md).
 #
-# Builds drover-bench in release, runs it, then runs the peer benchmark scripts of
-# ../shared/bench (pgbench reference scripts, graphile-worker and pg-boss from npm, awa and
+# Builds drover-bench in release, runs it, then runs the peers' benchmark scripts, which live
+# outside this repository in PEER_SRC (pgbench reference scripts, graphile-worker and pg-boss from npm, awa and
 # River for Rust from crates.io) with the same job count, then Drover's PostgreSQL workloads
 # once more, and prints Drover's figures (medians over both of its runs) as ratios to the best
 # peer's. See BENCHMARKS.md.
@@ -14,9 +14,9 @@
 #   PEERS_JSONL=bench/results/<run>/peers.jsonl bash bench/compare.sh   # reuse a peers run
 #
 # Env: PGHOST PGPORT PGUSER PGPASSWORD (default 127.0.0.1 5432 postgres postgres);
-#      N (50000: issue #7's 50,000 no-op jobs), REPS (3), PEERS (run-all.sh's list, default all: "floor gw pgboss awa river");
+#      N (50000: the reference configuration's 50,000 no-op jobs), REPS (3), PEERS (run-all.sh's list, default all: "floor gw pgboss awa river");
 #      PGB_C (8: pgbench clients, as many as Drover's producers), PGB_T (pgbench seconds);
-#      PEER_SRC (../shared/bench beside the repo), PEERS_DIR (bench/.peers: the peers' copy,
+#      PEER_SRC (the peers' scripts; default: see below), PEERS_DIR (bench/.peers: the peers' copy,
 #      kept between runs so npm packages and Rust builds are reused);
 #      PEERS_JSONL (a peers results file to reuse instead of running the peers);
 #      SKIP_PEERS=1 (Drover only); AFTER=0 (no second Drover run after the peers);

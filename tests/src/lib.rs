@@ -1,5 +1,5 @@
 //! Drover's store contract suite (docs/design.md sections 4 and 8), and the runner suite that drives
-//! `drover-runner` workers against every store (issue #4).
+//! `drover-runner` workers against every store.
 //!
 //! Every case is one `pub async fn(&dyn StoreFactory)` in [`cases`] (store contract) or
 //! [`runner_cases`] (runner behaviour); [`contract_suite!`] and [`runner_suite!`] stamp one

@@ -1,4 +1,4 @@
-//! Every `drover` operator command of issue #5 run as a real process against PostgreSQL (one
+//! Every `drover` operator command (docs/cli.md) run as a real process against PostgreSQL (one
 //! fresh database per test), with its `--json` output parsed and checked against the
 //! database, and its table output looked at once.
 //!
@@ -1780,7 +1780,7 @@ async fn exec_runs_only_on_a_worker_started_with_allow_exec() {
             &["--max-attempts", "1"],
         )
         .await;
-    // A failure keeps the output too (README): in the attempt's error.
+    // A failure keeps the output too (docs/cli.md, the `exec` kind): in the attempt's error.
     let failing = db
         .enqueue(
             "exec",

@@ -1,9 +1,9 @@
-//! End-to-end tests of issue #5 item 6 with real `drover` processes on PostgreSQL: two workers
+//! End-to-end tests with real `drover` processes on PostgreSQL: two workers
 //! draining a bulk enqueue; SIGTERM of a worker mid-job (its jobs are released without
 //! spending an attempt and finished by the other worker); SIGKILL of a worker mid-job (its jobs
 //! are rescued once their lease expires, the attempt spent, and finished by the other worker);
 //! a paused queue (nothing claimed from it, a running job finishes, resume drains it); and the
-//! Ctrl-C case of issue #2 (SIGINT releases a running job, attempt back to 0).
+//! Ctrl-C case of graceful shutdown (SIGINT releases a running job, attempt back to 0).
 //!
 //! Workers run with a short lease (`--lease 2s --heartbeat 500ms`) so lease expiry takes
 //! seconds. "Mid-job" is observed, not slept for: the tests wait until the database shows the
@@ -361,7 +361,7 @@ async fn sigint_releases_a_running_sleep_job_with_attempt_back_to_zero() {
     else {
         return;
     };
-    // The Ctrl-C case of issue #2: a job longer than the shutdown grace is released, not
+    // The Ctrl-C case of graceful shutdown: a job longer than the shutdown grace is released, not
     // left running and not charged an attempt.
     let mut worker = db.spawn(&worker_args(&["--slots", "1", "--shutdown-grace", "300ms"]));
     let id = worker.worker_started().await;

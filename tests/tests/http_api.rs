@@ -1,4 +1,4 @@
-//! The HTTP API (issue #6) over real HTTP: a reqwest client (and raw HTTP/1.1 where a client
+//! The HTTP API (docs/http-api.md) over real HTTP: a reqwest client (and raw HTTP/1.1 where a client
 //! library hides the detail) against `drover_http::serve` on a bound port, on the memory store
 //! and on PostgreSQL.
 //!

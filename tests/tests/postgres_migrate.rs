@@ -20,7 +20,7 @@ use drover_tests::postgres::{Schema, Server, TestDatabase};
 
 /// Rows in the table of the traffic test.
 const MILLIONS: i64 = 2_000_000;
-/// The bound on a job write's wait while `migrate` runs.
+/// The bound on a job write's wait while `migrate` runs (RELIABILITY.md, guarantee 16).
 const WRITE_WAIT_BOUND: Duration = Duration::from_secs(1);
 /// How long the long readers hold their transaction: well over the lock timeout.
 const READER_HOLDS: Duration = Duration::from_secs(3);
@@ -297,7 +297,7 @@ async fn applied(pool: &PgPool) -> Vec<i64> {
         .collect()
 }
 
-/// The measurement: a jobs table of two million rows, job writes (enqueue, claim,
+/// The measurement behind RELIABILITY.md's guarantee 16: a jobs table of two million rows, job writes (enqueue, claim,
 /// finish) timed one by one throughout, and `migrate` run beside long readers:
 ///
 /// 1. the lease constraint's locking step cannot get its lock while a reader holds the table:

@@ -1,11 +1,11 @@
-//! Fault tests of issue #8 item 1 on the shared PostgreSQL server, with real worker processes
+//! Fault tests (RELIABILITY.md) on the shared PostgreSQL server, with real worker processes
 //! of the `drover-test-worker` binary (the `drover` CLI plus the `record` kind, whose side
 //! effect is a row in the test's database): SIGKILL of a worker mid-job, the workers'
 //! database connections cut with `pg_terminate_backend`, a worker frozen (SIGSTOP) past its
 //! lease and continued (its late writes are rejected; a stalled handler's side effect is
 //! stopped only when fenced with the run's token), a graceful restart of every worker, and
 //! the schema dropped under a running worker (a non-transient error: it stops, saying to run
-//! `drover migrate`; issue #4).
+//! `drover migrate`).
 //!
 //! After each fault [`audit`] checks the promises: every enqueued job is accounted for, none
 //! ran after its final state was recorded, fencing tokens only grew, no stale writer won; and

@@ -1,4 +1,4 @@
-//! Hostile input (issue #8 item 4) through the store API (memory and PostgreSQL), the `drover`
+//! Hostile input (RELIABILITY.md, guarantee 15) through the store API (memory and PostgreSQL), the `drover`
 //! CLI (real processes on PostgreSQL, and its flag parsing in process) and the HTTP API (a real
 //! server on PostgreSQL): invalid and huge JSON, `\u0000`, invalid UTF-8, unknown states and
 //! kinds in filters, SQL metacharacters in every free string field and in meta filters,

@@ -1,4 +1,4 @@
-//! Healthy-run and load tests of issue #8 (items 2 and 3) on the shared PostgreSQL server, with
+//! Healthy-run and load tests (RELIABILITY.md, guarantees 4, 11 and 12) on the shared PostgreSQL server, with
 //! real worker processes of the `drover-test-worker` binary:
 //!
 //! - exactly once when healthy: 100,000 `record` jobs across three worker processes, no fault;

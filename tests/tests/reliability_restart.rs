@@ -1,5 +1,5 @@
-//! PostgreSQL restarted and unreachable under running workers (issue #8 item 1; issue #4's
-//! must-shows), on a private PostgreSQL instance the test starts itself
+//! PostgreSQL restarted and unreachable under running workers (RELIABILITY.md, guarantees 1,
+//! 1a, 9, 13 and 14), on a private PostgreSQL instance the test starts itself
 //! (`reliability_support::private_pg`): the shared server is never restarted.
 //!
 //! - 1,000 jobs in flight across two worker processes while PostgreSQL restarts twice, once

@@ -1,4 +1,4 @@
-//! The enqueue workloads (issue #7, item 1a): one job per call from concurrent producers, and
+//! The enqueue workloads (BENCHMARKS.md, "What is measured"): one job per call from concurrent producers, and
 //! batches from one producer (as the peers' bulk enqueue is measured). Jobs are no-op jobs of
 //! kind `noop` in queue `bench` with args `{"seq": i}`, like the peers'.
 

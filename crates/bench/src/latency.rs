@@ -1,4 +1,4 @@
-//! Enqueue-to-start latency (issue #7, item 1c): with one worker started and idle (waiting on
+//! Enqueue-to-start latency (BENCHMARKS.md, "What is measured"): with one worker started and idle (waiting on
 //! its store's wake-up events, LISTEN/NOTIFY on PostgreSQL), jobs are enqueued one at a time at
 //! a steady rate; each latency is the time from the enqueue call's start on the producer to the
 //! handler's start, both read from `Instant` in this process (same clock). The peer scripts

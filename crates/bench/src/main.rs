@@ -4,7 +4,7 @@
 //! Against PostgreSQL and against the memory store it measures
 //! - enqueue throughput: one job per call from 8 concurrent producers, and batches of 1,000;
 //! - end-to-end processing throughput of N no-op jobs enqueued beforehand, with 1, 2 and 4
-//!   worker processes of 32 slots each (issue #7's reference configuration) and of 1,000 slots
+//!   worker processes of 32 slots each (the reference configuration, BENCHMARKS.md) and of 1,000 slots
 //!   each (large claims and outcome batches, as the peers' best configurations use up to 2,000
 //!   workers); the memory store runs its workers in-process;
 //! - enqueue-to-start latency (p50, p90, p99, max) of jobs enqueued one at a time at a steady
@@ -13,7 +13,7 @@
 //! Every PostgreSQL measurement runs on a freshly created database. Quotas are off
 //! (`Quotas::unbounded()`), PostgreSQL's durability settings are whatever the server has (the
 //! bench records them and warns when fsync or synchronous_commit is off). Output: one JSON line
-//! per measurement on stdout (the field names of the peer scripts in `../shared/bench`), then a
+//! per measurement on stdout (the field names of the peers' benchmark scripts), then a
 //! table of medians; a JSON file with everything plus the machine and PostgreSQL settings.
 //!
 //! `drover-bench worker` is the child mode the bench spawns for multi-process runs; it is not

@@ -1,4 +1,4 @@
-//! End-to-end processing throughput (issue #7, item 1b): N no-op jobs are enqueued beforehand,
+//! End-to-end processing throughput (BENCHMARKS.md, "What is measured"): N no-op jobs are enqueued beforehand,
 //! then W workers of S slots each are told to start; the figure is N / (time from that moment
 //! until the last job is recorded succeeded).
 //!

@@ -1,5 +1,5 @@
-//! Small statistics: medians over repetitions and latency percentiles, computed the way the peer
-//! scripts in `../shared/bench` compute them so the figures compare.
+//! Small statistics: medians over repetitions and latency percentiles, computed the way the peers'
+//! benchmark scripts (`PEER_SRC` of `bench/compare.sh`) compute them so the figures compare.
 
 use serde::Serialize;
 

@@ -20,9 +20,9 @@ use serde::Serialize;
 
 use crate::options::QUEUE;
 
-/// PostgreSQL settings the bench records (issue #7 plus those the peer scripts record, and
-/// two that change a queue table's figures without touching durability: `autovacuum`, which
-/// clears the dead index entries claims walk over, and `jit`).
+/// PostgreSQL settings the bench records: the durability settings of BENCHMARKS.md's method,
+/// those the peer scripts record, and two that change a queue table's figures without touching
+/// durability: `autovacuum`, which clears the dead index entries claims walk over, and `jit`.
 pub const RECORDED_SETTINGS: [&str; 12] = [
     "fsync",
     "synchronous_commit",

@@ -1,5 +1,5 @@
-//! The built-in kinds of the stock `drover` binary and of `drover dev` (issue #2 item 6,
-//! docs/design.md section 9):
+//! The built-in kinds of the stock `drover` binary and of `drover dev` (docs/design.md
+//! section 9):
 //!
 //! - `noop`: succeeds at once.
 //! - `sleep` `{"ms": N}`: waits N milliseconds (at most 1 hour), stopping early on cancellation.
@@ -395,7 +395,7 @@ async fn run_program(
             })),
         }
     } else {
-        // README: the output is kept on a failure too, in the job's error.
+        // docs/cli.md: the output is kept on a failure too, in the job's error.
         Outcome::retry(format!(
             "{shown} exited with {}; {}",
             status

@@ -57,6 +57,17 @@ pub use drover_http as http;
 #[cfg(feature = "telemetry")]
 pub use drover_telemetry as telemetry;
 
+/// The Rust examples of the front page and of the embedding guide, compiled with the doc tests
+/// so that they cannot drift from the API.
+#[cfg(all(doctest, feature = "cli"))]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeExamples;
+
+/// See [`ReadmeExamples`].
+#[cfg(all(doctest, feature = "cli"))]
+#[doc = include_str!("../../../docs/embedding.md")]
+pub struct EmbeddingGuideExamples;
+
 /// The `drover` command line as a library (feature `cli`): [`cli::run`] runs every command
 /// with your handlers.
 #[cfg(feature = "cli")]

@@ -1,4 +1,4 @@
-//! Property tests of enqueue request parsing (issue #6 item 5): whatever bytes or JSON a client
+//! Property tests of enqueue request parsing (RELIABILITY.md, guarantee 15): whatever bytes or JSON a client
 //! sends to `POST /v1/jobs` or `POST /v1/jobs/batch`, `extract::parse_json` followed by
 //! `EnqueueRequest::into_valid_job` never panics, and every refusal is a 400 (or a 403 for a
 //! tenant or kind the token may not use) whose body has the one error shape and names the

@@ -1,4 +1,4 @@
-//! An application binary that embeds Drover (issue #5 item 4): it defines its own handler with
+//! An application binary that embeds Drover (docs/embedding.md): it defines its own handler with
 //! typed args, and gets every `drover` command (`worker`, `enqueue`, `jobs`, `dev`, `serve`,
 //! `migrate`, ...) in a few lines.
 //!

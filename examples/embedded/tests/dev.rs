@@ -1,4 +1,4 @@
-//! The embedded example binary `shop-jobs` (issue #5 item 4) run for real: its own typed
+//! The embedded example binary `shop-jobs` (docs/embedding.md) run for real: its own typed
 //! handler works its jobs in the development mode, a job whose args do not match the typed
 //! args fails at once without a retry, and the binary carries every `drover` command.
 //!

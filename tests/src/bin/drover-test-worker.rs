@@ -1,6 +1,6 @@
 //! `drover-test-worker`: the whole `drover` command line (built-in kinds included) plus two
 //! kinds: `traced` (see [`traced`]) and `record`, whose side effect is a row in the database.
-//! The reliability tests (`tests/reliability_*.rs`, issue #8) run it as real worker processes
+//! The reliability tests (`tests/reliability_*.rs`, RELIABILITY.md) run it as real worker processes
 //! and compare the side effects with the jobs' recorded states: a side effect that started
 //! after its job's final state was recorded, or a job whose side effects count other than once
 //! in a healthy run, is a bug they catch.

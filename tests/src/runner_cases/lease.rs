@@ -1,5 +1,5 @@
 //! Leases and heartbeats: a handler that outlives its lease loses the job to another worker
-//! and its late completion is rejected by the fencing token (issue #4), and heartbeats save a
+//! and its late completion is rejected by the fencing token (ADR 0001), and heartbeats save a
 //! running job's progress and meta (docs/design.md sections 1, 3, 6 and 9).
 
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use super::{config, within, Rig};
 use crate::cases::kind;
 use crate::StoreFactory;
 
-/// The must-show test of issue #4: worker A's handler outlives its lease (90 s, moved past by
+/// The must-show test of fencing: worker A's handler outlives its lease (90 s, moved past by
 /// the store's clock while A does not heartbeat); worker B (another process) rescues the job
 /// and runs it; A's late completion presents a stale fencing token, is rejected (`LeaseLost`
 /// in A's report) and never overwrites B's result.

@@ -1,4 +1,4 @@
-//! The runner suite (issue #4): the worker runtime of `drover-runner` driven end to end against
+//! The runner suite (docs/design.md section 6): the worker runtime of `drover-runner` driven end to end against
 //! every store, one `pub async fn runner_<behaviour>(&dyn StoreFactory)` per behaviour, stamped
 //! per store by [`crate::runner_suite!`] like the contract suite.
 //!

@@ -1,5 +1,5 @@
 //! Stopping running handlers: graceful shutdown releases unfinished jobs without spending an
-//! attempt (issue #2) while a job that finishes within the grace period keeps its result, and
+//! attempt (RELIABILITY.md, guarantee 8) while a job that finishes within the grace period keeps its result, and
 //! an operator's cancel of a running job reaches its handler (docs/design.md sections 3, 6 and 9).
 
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use super::{config, within, Rig};
 use crate::cases::kind;
 use crate::StoreFactory;
 
-/// The must-show test of issue #2: shutdown while handlers still run releases their jobs:
+/// The must-show test of graceful shutdown: shutdown while handlers still run releases their jobs:
 /// queued, ready at once, attempt given back, no error, no lease. One handler stops on its
 /// token (reason `Shutdown`); one ignores it and is aborted after the cancel grace.
 pub async fn runner_shutdown_releases_a_running_job_without_spending_an_attempt(

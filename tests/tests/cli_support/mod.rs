@@ -1,4 +1,4 @@
-//! Support for the tests that run the real `drover` binary (issue #5): where the binary is, a
+//! Support for the tests that run the real `drover` binary: where the binary is, a
 //! database of its own per test, and running commands and worker processes. The database, the
 //! skip rule and the process helpers are the kit's (`drover_tests::postgres`,
 //! `drover_tests::process`); this module adds what is about the `drover` command line.

@@ -1,6 +1,6 @@
 //! Authentication and authorization over HTTP: 401 for missing or wrong tokens, 403 for
 //! operator-only actions and `exec`, tenant isolation, and `drover serve` refusing to start
-//! without tokens (issue #6 item 4).
+//! without tokens.
 
 use drover_core::JobState;
 use serde_json::json;
@@ -8,7 +8,7 @@ use serde_json::json;
 use crate::harness::*;
 
 // ------------------------------------------------------------------------------------------
-// Authentication and authorization (issue #6 item 4)
+// Authentication and authorization
 
 /// Missing, wrong or malformed tokens answer 401 with a Bearer challenge; the scheme is
 /// case-insensitive.
@@ -375,7 +375,7 @@ pub(crate) async fn tenants_are_isolated(env: &Env) {
 }
 
 // ------------------------------------------------------------------------------------------
-// `drover serve` startup (issue #6 item 4)
+// `drover serve` startup
 
 /// `drover serve` refuses to start without a token unless `--insecure-no-auth`; a token file
 /// given with `--tokens` is read; a malformed one is refused without echoing its tokens.

@@ -1,5 +1,4 @@
-//! Enqueue, idempotency keys, unique keys, batches and quotas over HTTP (issue #6 items 1
-//! and 3).
+//! Enqueue, idempotency keys, unique keys, batches and quotas over HTTP.
 
 use std::collections::HashSet;
 
@@ -9,7 +8,7 @@ use serde_json::{json, Value};
 use crate::harness::*;
 
 // ------------------------------------------------------------------------------------------
-// Enqueue and idempotency (issue #6 item 1)
+// Enqueue and idempotency
 
 /// `POST /v1/jobs` answers 202 with the committed job, which `GET` and the store then show.
 pub(crate) async fn enqueue_returns_202_with_the_committed_job(env: &Env) {
@@ -319,7 +318,7 @@ pub(crate) async fn batch_enqueue(env: &Env) {
 }
 
 // ------------------------------------------------------------------------------------------
-// Quotas (issue #6 item 3)
+// Quotas
 
 /// Over `DROVER_MAX_PENDING`: 429 with `Retry-After` and a body naming the limit; nothing
 /// stored. The cluster-wide counts span every tenant: a token of one tenant learns only that

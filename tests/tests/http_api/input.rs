@@ -1,5 +1,5 @@
 //! Input limits and the one error shape over HTTP (400, 413, 415, 404, 405), and the OpenAPI
-//! document against the routes (issue #6 items 5 and 6).
+//! document against the routes.
 
 use std::collections::BTreeSet;
 
@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use crate::harness::*;
 
 // ------------------------------------------------------------------------------------------
-// Input limits and the error shape (issue #6 item 5)
+// Input limits and the error shape
 
 /// Invalid bodies answer 400 naming the field; a body that is not declared JSON, 415;
 /// nothing is stored.
@@ -320,9 +320,9 @@ pub(crate) async fn unknown_routes_and_methods_answer_in_the_error_shape(env: &E
 }
 
 // ------------------------------------------------------------------------------------------
-// OpenAPI (issue #6 item 6)
+// OpenAPI
 
-/// Every route the issue names is in `/v1/openapi.json` and nothing else is; every documented
+/// Every route of the API (docs/design.md section 7) is in `/v1/openapi.json` and nothing else is; every documented
 /// path and method answers (never 404/405) with a status the document lists; documented
 /// operations with `security` answer 401 without a token and the others do not; methods the
 /// document does not list answer 405.

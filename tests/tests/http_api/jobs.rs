@@ -1,5 +1,5 @@
 //! Reading and changing jobs and queues over HTTP: list with filters and pages, get, cancel,
-//! retry, requeue, queues, workers, readiness and metrics (issue #6 item 2).
+//! retry, requeue, queues, workers, readiness and metrics.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -10,7 +10,7 @@ use serde_json::json;
 use crate::harness::*;
 
 // ------------------------------------------------------------------------------------------
-// Reading and changing jobs (issue #6 item 2)
+// Reading and changing jobs
 
 /// `GET /v1/jobs` filters by queue, state, kind and meta containment, pages newest first with
 /// a cursor, and names the field of a bad filter.

@@ -1,5 +1,5 @@
 //! Graceful shutdown of the server (with a worker) and request tracing that never records a
-//! token or job args (issue #6 item 7).
+//! token or job args.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +12,7 @@ use tokio::io::AsyncWriteExt;
 use crate::harness::*;
 
 // ------------------------------------------------------------------------------------------
-// Shutdown and tracing (issue #6 item 7)
+// Shutdown and tracing
 
 /// On shutdown the server stops accepting connections at once but finishes a request it is
 /// already reading, then returns.

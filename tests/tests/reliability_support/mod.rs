@@ -1,4 +1,4 @@
-//! Support for the reliability tests of issue #8 (`tests/reliability_*.rs`): PostgreSQL servers
+//! Support for the reliability tests (`tests/reliability_*.rs`, RELIABILITY.md): PostgreSQL servers
 //! (the shared test server, or a private instance from [`private_pg`]), one database per test
 //! instrumented to record side effects and every job transition, real worker processes of the
 //! `drover-test-worker` binary, and [`audit`], which checks what the tests promise: no job lost,
@@ -405,7 +405,7 @@ async fn check(pool: &PgPool, audit: &mut Audit, promise: &str, sql: &str, ids: 
     }
 }
 
-/// Checks the promises of issue #8 against the database of a test that enqueued `ids`:
+/// Checks the promises of RELIABILITY.md against the database of a test that enqueued `ids`:
 ///
 /// - none lost: every id is a stored job, and no other job exists;
 /// - no job ran after its final state was recorded: no side effect started after the job's

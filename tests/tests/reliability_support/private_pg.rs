@@ -1,5 +1,5 @@
-//! A private PostgreSQL instance for the tests that restart or stop the database (issue #8
-//! item 1, issue #4): `initdb` into a temporary folder, `pg_ctl start` on a free port of
+//! A private PostgreSQL instance for the tests that restart or stop the database
+//! (RELIABILITY.md): `initdb` into a temporary folder, `pg_ctl start` on a free port of
 //! 127.0.0.1 with its own unix socket folder, `restart` (fast or immediate, the latter a crash
 //! with recovery), `stop` and `start` again, and `pg_ctl stop -m immediate` plus removal of the
 //! folder when the guard is dropped (instances of killed runs are swept after an hour). The shared server of `DROVER_TEST_DATABASE_URL` is never

@@ -1,4 +1,4 @@
-//! `drover dev`: the development mode (issue #2 item 6). Runs a worker on the in-memory store
+//! `drover dev`: the development mode (docs/getting-started.md). Runs a worker on the in-memory store
 //! (and says, once, that nothing persists), enqueues the jobs of a JSON Lines file or a
 //! built-in demo set, shows progress, and ends with the outcomes per kind, wall time and
 //! jobs/s (or one JSON object with `--json`). With `--listen` it also serves the HTTP API and
