@@ -18,13 +18,13 @@ pub const QUEUE: &str = "bench";
 /// The kind of every benchmark job (a handler that succeeds at once).
 pub const KIND: &str = "noop";
 
-/// Jobs per throughput measurement in a full run (issue #7: 50,000 no-op jobs).
+/// Jobs per throughput measurement in a full run (50,000 no-op jobs, BENCHMARKS.md).
 pub const JOBS_DEFAULT: usize = 50_000;
 /// Jobs per throughput measurement with `--quick`.
 pub const JOBS_QUICK: usize = 2_000;
 /// Repetitions of each measurement in a full run (medians are reported).
 pub const REPS_DEFAULT: usize = 3;
-/// Jobs of a latency measurement in a full run (issue #7: 1,000).
+/// Jobs of a latency measurement in a full run (1,000: BENCHMARKS.md, "What is measured").
 pub const LATENCY_JOBS_DEFAULT: usize = 1_000;
 /// Jobs of a latency measurement with `--quick`.
 pub const LATENCY_JOBS_QUICK: usize = 100;
@@ -144,8 +144,8 @@ pub struct RunArgs {
     pub workers: Vec<usize>,
     /// Slots of each worker (one pool serving the `bench` queue), comma-separated: the
     /// processing workload runs once per value and worker count, the latency workload uses the
-    /// first. 32 is issue #7's reference configuration; with 1,000 slots a claim or a batch of
-    /// outcomes carries up to 1,000 jobs (the peers are measured with up to 2,000 workers).
+    /// first. 32 is the reference configuration (BENCHMARKS.md); with 1,000 slots a claim or a
+    /// batch of outcomes carries up to 1,000 jobs (the peers are measured with up to 2,000 workers).
     #[arg(long, value_delimiter = ',', default_values_t = [32usize, 1_000])]
     pub slots: Vec<usize>,
     /// How PostgreSQL processing workers run.
@@ -284,8 +284,9 @@ impl Plan {
     }
 
     /// The scenario name of processing with `workers` workers of `slots` slots:
-    /// `process_<w>w` at 32 slots (issue #7's reference configuration, and the names of earlier
-    /// runs), `process_<w>w_<s>s` otherwise; `_delete` added when stores delete succeeded jobs.
+    /// `process_<w>w` at 32 slots (the reference configuration of BENCHMARKS.md, and the names
+    /// of earlier runs), `process_<w>w_<s>s` otherwise; `_delete` added when stores delete
+    /// succeeded jobs.
     pub fn process_scenario(&self, workers: usize, slots: usize) -> String {
         let name = if slots == 32 {
             format!("process_{workers}w")

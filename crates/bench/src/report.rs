@@ -17,7 +17,8 @@ use crate::target::PgInfo;
 
 /// The value of the `system` field.
 pub const SYSTEM: &str = "drover";
-/// How quotas were set, recorded in every measurement (issue #7: quotas off for benchmarks).
+/// How quotas were set, recorded in every measurement (quotas are off for benchmarks:
+/// BENCHMARKS.md, "Method").
 pub const QUOTAS: &str = "off (Quotas::unbounded)";
 
 /// One repetition of one scenario on one store.

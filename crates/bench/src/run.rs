@@ -150,7 +150,7 @@ fn header(plan: &Plan, machine: &Machine, postgres: Option<&PgInfo>) -> String {
             .collect();
         out.push_str(&format!("  {}\n", settings.join(" ")));
         if !info.durable() {
-            out.push_str("WARNING: fsync or synchronous_commit is OFF: these figures are not comparable (issue #7 requires PostgreSQL's default durability)\n");
+            out.push_str("WARNING: fsync or synchronous_commit is OFF: these figures are not comparable (BENCHMARKS.md's method requires PostgreSQL's default durability)\n");
         }
     }
     out.push_str(&format!(
