@@ -132,6 +132,7 @@ http_cases!(
         invalid_input_answers_400_naming_the_field,
         integer_fields_name_their_rule,
         query_parameters_are_refused_where_none_are_taken,
+        bodies_are_refused_where_none_are_taken,
         bodies_in_another_charset_answer_415,
         job_ids_in_any_uuid_form_answer_with_the_canonical_form,
         body_over_the_limit_answers_413,

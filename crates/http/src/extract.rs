@@ -254,6 +254,8 @@ struct Operation {
     query: QueryUse,
     /// It lists a security requirement (a bearer token).
     secured: bool,
+    /// It documents a request body.
+    body: bool,
 }
 
 /// Every operation of the OpenAPI document by (lowercase method, path template): read from
@@ -278,7 +280,14 @@ fn operations() -> &'static HashMap<(String, String), Operation> {
                 let secured = operation["security"]
                     .as_array()
                     .is_some_and(|s| !s.is_empty());
-                table.insert((method.clone(), path.clone()), Operation { query, secured });
+                table.insert(
+                    (method.clone(), path.clone()),
+                    Operation {
+                        query,
+                        secured,
+                        body,
+                    },
+                );
             }
         }
         table
@@ -353,6 +362,39 @@ pub async fn refuse_query_parameters(
         _ => ApiError::invalid("query", rule),
     };
     error.into_response()
+}
+
+/// Middleware (a route layer, after [`require_token`]): refuses a request body on a route
+/// whose operation documents none, with 400 naming `body` and the rule. Such a body would
+/// otherwise be read by nobody: `POST /v1/jobs/{id}/cancel` with `{"reason": ...}` would
+/// cancel as if the reason were kept. An empty body (none, `Content-Length: 0`, or an empty
+/// chunked one) is no body.
+pub async fn refuse_body(
+    request: Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::body::HttpBody as _;
+    use axum::response::IntoResponse;
+
+    if operation_of(&request).is_none_or(|op| op.body)
+        || request.body().size_hint().exact() == Some(0)
+    {
+        return next.run(request).await;
+    }
+    let rule = format!(
+        "{} {} takes no body",
+        request.method(),
+        route_path(&request)
+    );
+    let (parts, body) = request.into_parts();
+    // Read at most one byte: any byte is a body to refuse, none lets the request through.
+    match axum::body::to_bytes(body, 0).await {
+        Ok(_) => {
+            let request = Request::from_parts(parts, axum::body::Body::empty());
+            next.run(request).await
+        }
+        Err(_) => ApiError::invalid("body", rule).into_response(),
+    }
 }
 
 /// A `T` that must be written as a JSON object.

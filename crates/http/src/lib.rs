@@ -263,7 +263,8 @@ pub(crate) fn openapi_cached() -> &'static utoipa::openapi::OpenApi {
 /// unauthenticated request answers 401 whatever its query, path, body or content type); JSON
 /// answers in the shape of [`error::ErrorBody`] for unknown routes (404) and methods (405); 400
 /// naming the parameter for a query parameter on a route whose operation documents none (every
-/// route but `GET /v1/jobs`, which refuses parameters it does not know); the `Authorization`
+/// route but `GET /v1/jobs`, which refuses parameters it does not know), and 400 naming `body`
+/// for a body on a route that documents none; the `Authorization`
 /// header marked sensitive, so nothing that prints headers can show a token; and request
 /// tracing: a span per request with method and path (never the query, headers or body), a
 /// debug event when it starts and an info event with status and latency when it ends.
@@ -273,11 +274,12 @@ pub fn router(state: ApiState) -> Router {
 }
 
 /// Adds what every router of this crate has: authentication first, the refusal of query
-/// parameters on routes that take none, the error shape for unknown routes and methods, the
+/// parameters and bodies on routes that take none, the error shape for unknown routes and methods, the
 /// sensitive headers and request tracing (see [`router`]).
 fn finish(router: Router<ApiState>, state: ApiState) -> Router {
     router
         .route_layer(axum::middleware::from_fn(extract::refuse_query_parameters))
+        .route_layer(axum::middleware::from_fn(extract::refuse_body))
         // Added last, so it runs first: no check of the request comes before the token's.
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),

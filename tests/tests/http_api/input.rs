@@ -741,6 +741,80 @@ pub(crate) async fn query_parameters_are_refused_where_none_are_taken(env: &Env)
     assert_eq!(got.status, 200, "{}", got.text);
 }
 
+/// A body on a route that documents none is refused with 400 naming `body` and the rule, on
+/// every such route of the OpenAPI document, and the request does nothing: a cancel with a
+/// reason does not cancel as if the reason were kept. No body, `Content-Length: 0` and an
+/// empty chunked body are no body.
+pub(crate) async fn bodies_are_refused_where_none_are_taken(env: &Env) {
+    let api = env.api(unbounded()).await;
+    let doc = serde_json::to_value(drover_http::openapi()).unwrap();
+    let job = api.enqueue_ok(PRODUCER_A, &json!({"kind": "k"})).await;
+    let mut checked = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            if !operation["requestBody"].is_null() {
+                continue;
+            }
+            let concrete = path.replace("{id}", &job).replace("{name}", "default");
+            let http_method =
+                reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            for body in [r#"{"reason": "no longer needed"}"#, "x"] {
+                let answer = api
+                    .send(http_method.clone(), &concrete, Some(OPERATOR_ALL), |r| {
+                        r.header("Content-Type", "application/json").body(body)
+                    })
+                    .await;
+                answer.assert_error(400, "invalid_input", Some("body"));
+                let rule = format!("{} {path} takes no body", method.to_uppercase());
+                assert!(
+                    answer.message().contains(&rule),
+                    "{method} {path}: {}",
+                    answer.text
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 17, "every route but the three enqueues");
+    assert_eq!(api.stored(&job).await.state, drover_core::JobState::Queued);
+    assert_eq!(api.all_jobs().await.len(), 1, "no refused request enqueued");
+    let queues = api.get(Some(OPERATOR_ALL), "/v1/queues").await;
+    assert!(
+        queues.json["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|q| q["paused"] == false),
+        "no refused pause paused: {}",
+        queues.text
+    );
+    // No body in any of its empty forms: an empty chunked one, and none at all.
+    for chunks in ["0\r\n\r\n", "4\r\nbody\r\n0\r\n\r\n"] {
+        let request = format!(
+            "POST /v1/queues/default/pause HTTP/1.1\r\nHost: test\r\n\
+             Authorization: Bearer {OPERATOR_ALL}\r\nTransfer-Encoding: chunked\r\n\r\n{chunks}"
+        );
+        let mut stream = raw_send(api.addr, request.as_bytes()).await;
+        let answer = read_response(&mut stream).await;
+        let expected = if chunks.starts_with('0') { 200 } else { 400 };
+        assert_eq!(
+            answer.status,
+            expected,
+            "{chunks:?}: {}",
+            String::from_utf8_lossy(&answer.body)
+        );
+    }
+    let cancel = api
+        .send(
+            reqwest::Method::POST,
+            &format!("/v1/jobs/{job}/cancel"),
+            Some(OPERATOR_ALL),
+            |r| r.header("Content-Length", "0"),
+        )
+        .await;
+    assert_eq!(cancel.status, 200, "{}", cancel.text);
+}
+
 /// A JSON body declared in a charset other than UTF-8 answers 415 naming the rule; `utf-8` in
 /// any case, quoted or not, is accepted.
 pub(crate) async fn bodies_in_another_charset_answer_415(env: &Env) {
@@ -855,10 +929,10 @@ pub(crate) async fn documented_statuses_are_the_answered_ones(env: &Env) {
     let job = api
         .enqueue_ok(OPERATOR_ALL, &json!({"kind": "doc.probe"}))
         .await;
-    let body_of = |path: &str| match path {
-        "/v1/jobs" => Some(json!({"kind": "doc.probe"})),
-        "/v1/jobs/batch" => Some(json!({"jobs": [{"kind": "doc.probe"}]})),
-        "/v1/workflows" => Some(json!({"jobs": [{"name": "a", "kind": "doc.probe"}]})),
+    let body_of = |method: &str, path: &str| match (method, path) {
+        ("post", "/v1/jobs") => Some(json!({"kind": "doc.probe"})),
+        ("post", "/v1/jobs/batch") => Some(json!({"jobs": [{"kind": "doc.probe"}]})),
+        ("post", "/v1/workflows") => Some(json!({"jobs": [{"name": "a", "kind": "doc.probe"}]})),
         _ => None,
     };
     for (method, path) in &operations {
@@ -875,7 +949,7 @@ pub(crate) async fn documented_statuses_are_the_answered_ones(env: &Env) {
                     http_method.clone(),
                     &format!("{concrete}{query}"),
                     token,
-                    |r| match body_of(path) {
+                    |r| match body_of(method, path) {
                         Some(b) => r.json(&b),
                         None => r,
                     },
@@ -1247,7 +1321,7 @@ pub(crate) async fn documented_statuses_are_the_answered_ones(env: &Env) {
                         http_method,
                         &concrete,
                         Some(OPERATOR_ALL),
-                        |r| match body_of(path) {
+                        |r| match body_of(method, path) {
                             Some(b) => r.json(&b),
                             None => r,
                         },
