@@ -399,6 +399,17 @@ pub enum FinishReply {
     },
 }
 
+impl HeartbeatReply {
+    /// The job this reply is about.
+    pub fn id(&self) -> JobId {
+        match self {
+            HeartbeatReply::Extended { id, .. }
+            | HeartbeatReply::LeaseLost { id }
+            | HeartbeatReply::Deferred { id } => *id,
+        }
+    }
+}
+
 impl FinishReply {
     /// The job this reply is about.
     pub fn id(&self) -> JobId {

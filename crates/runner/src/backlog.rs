@@ -19,7 +19,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 
-use drover_core::{Finish, JobId};
+use drover_core::Finish;
 use parking_lot::Mutex;
 use tokio::sync::mpsc::{UnboundedSender, WeakUnboundedSender};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -87,10 +87,12 @@ impl Backlog {
         }
     }
 
-    /// Takes the waiting job `id` out, if it waits here.
-    fn remove(&self, id: JobId) -> Option<Waiting> {
+    /// Takes the waiting run out, if it waits here.
+    fn remove(&self, run: &JobShared) -> Option<Waiting> {
         let mut waiting = self.waiting.lock();
-        let index = waiting.iter().position(|w| w.shared.job.id == id)?;
+        let index = waiting
+            .iter()
+            .position(|w| std::ptr::eq(Arc::as_ptr(&w.shared), run))?;
         waiting.remove(index)
     }
 
@@ -117,9 +119,9 @@ impl Backlogs {
     }
 
     /// Takes job `id` out of whichever backlog holds it.
-    fn remove(&self, id: JobId) -> Option<(Waiting, Option<UnboundedSender<Completion>>)> {
+    fn remove(&self, run: &JobShared) -> Option<(Waiting, Option<UnboundedSender<Completion>>)> {
         let (backlogs, completer) = self.inner.get()?;
-        let waiting = backlogs.iter().find_map(|backlog| backlog.remove(id))?;
+        let waiting = backlogs.iter().find_map(|backlog| backlog.remove(run))?;
         Some((waiting, completer.upgrade()))
     }
 
@@ -162,7 +164,7 @@ impl Runtime {
     /// its backlog at once with the matching write (see [`unstarted_finish`]).
     pub(crate) fn cancel_job(&self, job: &JobShared, reason: CancelReason) {
         job.cancel_with(reason);
-        if let Some((waiting, completer)) = self.backlogs.remove(job.job.id) {
+        if let Some((waiting, completer)) = self.backlogs.remove(job) {
             leave_unstarted(self, &waiting.shared, completer.as_ref());
         }
     }
@@ -174,7 +176,7 @@ mod tests {
     use std::time::Duration;
 
     use chrono::Utc;
-    use drover_core::{Job, JobKind, NewJob, StoreConfig};
+    use drover_core::{Job, JobId, JobKind, NewJob, StoreConfig};
     use drover_store_memory::MemoryStore;
     use serde_json::json;
     use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};

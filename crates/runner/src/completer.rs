@@ -204,7 +204,7 @@ fn recorded(rt: &Runtime, batch: Vec<Completion>, replies: Vec<FinishReply>) {
     }
     let mut ordered = ordered.into_iter();
     rt.running
-        .remove_all(batch.iter().map(|completion| &completion.shared.job.id));
+        .remove_all(batch.iter().map(|completion| &completion.shared));
     for completion in batch {
         let reply = if in_order {
             ordered.next()
@@ -248,7 +248,7 @@ fn outcome_of(finish: &Finish, to: JobState) -> JobOutcome {
 }
 
 fn lease_lost(rt: &Runtime, completion: &Completion) {
-    rt.running.remove(&completion.shared.job.id);
+    rt.running.remove(&completion.shared);
     rt.finished(
         &completion.shared.job,
         JobOutcome::LeaseLost,
@@ -259,5 +259,5 @@ fn lease_lost(rt: &Runtime, completion: &Completion) {
 fn unwritten(rt: &Runtime, batch: Vec<Completion>) {
     bump(&rt.counters.unwritten, batch.len() as u64);
     rt.running
-        .remove_all(batch.iter().map(|completion| &completion.shared.job.id));
+        .remove_all(batch.iter().map(|completion| &completion.shared));
 }

@@ -477,10 +477,9 @@ pub(crate) fn hand_over(
     duration: Duration,
     completer: Option<&UnboundedSender<Completion>>,
 ) {
-    let id = shared.job.id;
     shared.handed_over();
     let Some(finish) = finish else {
-        rt.running.remove(&id);
+        rt.running.remove(shared);
         rt.finished(&shared.job, JobOutcome::LeaseLost, duration);
         return;
     };
@@ -495,7 +494,7 @@ pub(crate) fn hand_over(
     });
     if !sent {
         tracing::error!("completer stopped before the outcome could be handed over");
-        rt.running.remove(&id);
+        rt.running.remove(shared);
         bump(&rt.counters.unwritten, 1);
     }
 }

@@ -119,23 +119,22 @@ pub(crate) async fn beat_jobs(rt: &Runtime, jobs: &[Arc<JobShared>]) -> bool {
         let carried_starts: Vec<bool> = call.jobs.iter().map(|i| i.started.is_some()).collect();
         match bounded(rt, rt.store.jobs_heartbeat(call)).await {
             Ok(replies) => {
-                // Replies come per item in input order.
+                // Replies come per item in input order; each concerns the run whose token
+                // the item carried, not a later run of the same job.
                 for (((job, carried), (meta, progress)), reply) in
-                    chunk.iter().zip(carried_starts).zip(&carried).zip(&replies)
+                    chunk.iter().zip(carried_starts).zip(&carried).zip(replies)
                 {
+                    if reply.id() != job.job.id {
+                        tracing::error!(job_id = %job.job.id, "store answered a heartbeat for another job; ignoring the answer");
+                        continue;
+                    }
                     match reply {
-                        HeartbeatReply::Extended { id, .. } if carried && *id == job.job.id => {
-                            job.start_written();
-                        }
+                        HeartbeatReply::Extended { .. } if carried => job.start_written(),
                         // Nothing was written: the next beat carries the same updates.
-                        HeartbeatReply::Deferred { id } if *id == job.job.id => {
-                            job.restore_updates(*meta, *progress);
-                        }
+                        HeartbeatReply::Deferred { .. } => job.restore_updates(*meta, *progress),
                         _ => {}
                     }
-                }
-                for reply in replies {
-                    handle_reply(rt, reply);
+                    handle_reply(rt, job, reply);
                 }
             }
             Err(error) => {
@@ -149,34 +148,30 @@ pub(crate) async fn beat_jobs(rt: &Runtime, jobs: &[Arc<JobShared>]) -> bool {
     all_ok
 }
 
-fn handle_reply(rt: &Runtime, reply: HeartbeatReply) {
+fn handle_reply(rt: &Runtime, job: &Arc<JobShared>, reply: HeartbeatReply) {
+    let id = job.job.id;
     match reply {
         HeartbeatReply::Extended {
-            id,
             cancel_requested: true,
             ..
         } => {
-            if let Some(job) = rt.running.get(&id) {
-                if !job.cancel.is_cancelled() {
-                    tracing::info!(job_id = %id, "cancel requested: firing the handler's cancellation token");
-                    rt.cancel_job(&job, CancelReason::CancelRequested);
-                }
+            if !job.cancel.is_cancelled() {
+                tracing::info!(job_id = %id, "cancel requested: firing the handler's cancellation token");
+                rt.cancel_job(job, CancelReason::CancelRequested);
             }
         }
         HeartbeatReply::Extended { .. } => {}
-        HeartbeatReply::Deferred { id } => {
+        HeartbeatReply::Deferred { .. } => {
             tracing::debug!(job_id = %id, "heartbeat deferred: the job is busy with another write");
         }
-        HeartbeatReply::LeaseLost { id } => {
-            if let Some(job) = rt.running.get(&id) {
-                if !job.lease_lost() {
-                    tracing::warn!(
-                        job_id = %id,
-                        kind = %job.job.kind,
-                        "heartbeat answered lease lost: cancelling the handler; its outcome will not be written"
-                    );
-                    rt.cancel_job(&job, CancelReason::LeaseLost);
-                }
+        HeartbeatReply::LeaseLost { .. } => {
+            if !job.lease_lost() {
+                tracing::warn!(
+                    job_id = %id,
+                    kind = %job.job.kind,
+                    "heartbeat answered lease lost: cancelling the handler; its outcome will not be written"
+                );
+                rt.cancel_job(job, CancelReason::LeaseLost);
             }
         }
     }
@@ -217,5 +212,80 @@ fn failed(rt: &Runtime, error: Error, what: &str) -> bool {
             tracing::error!(error = %error, "{what}");
             true
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use chrono::{TimeZone, Utc};
+    use drover_core::{
+        ClaimJobs, JobKind, JobStore, ManualClock, NewJob, QueueName, RescueExpired, StoreConfig,
+        WorkerId,
+    };
+    use drover_store_memory::MemoryStore;
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::{NoopMetrics, Registry, WorkerConfig};
+
+    /// A worker whose lease on a job was lost and which claimed the job again holds the later
+    /// run; the heartbeat sent for the earlier run answers lease lost, which stops that run
+    /// alone: the later run keeps its token, its place among the running jobs and so its
+    /// heartbeats.
+    #[tokio::test]
+    async fn a_lease_lost_answer_for_an_earlier_run_leaves_the_later_run_alone() {
+        let clock = ManualClock::new(Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0).unwrap());
+        let store = Arc::new(MemoryStore::with_clock(
+            StoreConfig::default(),
+            Arc::new(clock.clone()),
+        ));
+        let kind = JobKind::parse("quick").unwrap();
+        store
+            .jobs_enqueue(vec![NewJob::new(kind.clone(), serde_json::json!({}))])
+            .await
+            .unwrap();
+        let claim = || ClaimJobs {
+            worker: WorkerId::parse("w").unwrap(),
+            queues: vec![QueueName::default_queue()],
+            kinds: vec![kind.clone()],
+            limit: 1,
+            start: 1,
+            lease: Duration::from_secs(30),
+        };
+        let first = store.jobs_claim(claim()).await.unwrap().jobs.remove(0);
+        clock.advance(Duration::from_secs(31));
+        let rescued = store
+            .jobs_rescue_expired(RescueExpired {
+                reconciler_kinds: vec![],
+                limit: 10,
+            })
+            .await
+            .unwrap();
+        assert_eq!(rescued.len(), 1);
+        let second = store.jobs_claim(claim()).await.unwrap().jobs.remove(0);
+        assert_eq!(second.id, first.id);
+
+        let rt = Runtime::new(
+            store,
+            Arc::new(Registry::new()),
+            WorkerConfig::default(),
+            Arc::new(NoopMetrics),
+            None,
+        );
+        let run = |job| Arc::new(JobShared::new(job, CancellationToken::new(), None, 1024));
+        let (first, second) = (run(first), run(second));
+        rt.running.insert_all(std::slice::from_ref(&first));
+        rt.running.insert_all(std::slice::from_ref(&second));
+
+        assert!(beat_jobs(&rt, std::slice::from_ref(&first)).await);
+        assert_eq!(first.reason(), Some(CancelReason::LeaseLost));
+        assert!(!second.cancel.is_cancelled(), "the later run keeps running");
+        let held = rt
+            .running
+            .get(&second.job.id)
+            .expect("the later run is held");
+        assert!(Arc::ptr_eq(&held, &second));
     }
 }

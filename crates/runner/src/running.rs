@@ -159,6 +159,8 @@ pub(crate) struct JobShared {
     handed_over: AtomicBool,
     /// The failed children of this run were reported to `Metrics::child_failed` (once a run).
     children_observed: AtomicBool,
+    /// When [`RunningJobs`] took this run in, as its count of runs taken in so far (0 before).
+    taken_in: AtomicU64,
 }
 
 impl JobShared {
@@ -181,6 +183,7 @@ impl JobShared {
             handler_started: AtomicU64::new(0),
             handed_over: AtomicBool::new(false),
             children_observed: AtomicBool::new(false),
+            taken_in: AtomicU64::new(0),
         }
     }
 
@@ -369,10 +372,16 @@ impl Hasher for IdHasher {
     }
 }
 
-/// The jobs claimed by this process whose outcome is not written yet, by id.
+/// The jobs claimed by this process whose outcome is not written yet, by id. One id can be
+/// claimed again by this process while its earlier run's outcome still waits (the lease was
+/// lost meanwhile, the job queued and claimed anew): the later run replaces the earlier one,
+/// and removals name the run, so the earlier run leaving never takes the later one's entry
+/// (whose heartbeats would stop and whose lease would be lost).
 #[derive(Debug, Default)]
 pub(crate) struct RunningJobs {
     jobs: Mutex<HashMap<JobId, Arc<JobShared>, BuildHasherDefault<IdHasher>>>,
+    /// Runs taken in so far; only changes under the `jobs` lock.
+    taken_in: AtomicU64,
 }
 
 impl RunningJobs {
@@ -380,20 +389,49 @@ impl RunningJobs {
     pub(crate) fn insert_all(&self, jobs: &[Arc<JobShared>]) {
         let mut map = self.jobs.lock();
         for job in jobs {
+            let count = self.taken_in.fetch_add(1, Ordering::Relaxed) + 1;
+            job.taken_in.store(count, Ordering::Relaxed);
             map.insert(job.job.id, Arc::clone(job));
         }
     }
 
-    /// Removes a job whose outcome was written (or will never be).
-    pub(crate) fn remove(&self, id: &JobId) {
-        self.jobs.lock().remove(id);
+    /// A mark of the runs taken in so far, for [`RunningJobs::get_taken_in_by`]: read it
+    /// before a store call whose answer names jobs without their tokens (a rescue).
+    pub(crate) fn mark(&self) -> u64 {
+        let _map = self.jobs.lock();
+        self.taken_in.load(Ordering::Relaxed)
     }
 
-    /// Removes several jobs at once.
-    pub(crate) fn remove_all<'a>(&self, ids: impl IntoIterator<Item = &'a JobId>) {
+    /// The run of `id` this process holds if it was taken in by `mark`: a run claimed after
+    /// the store call the mark was read for cannot be the one that call answered about.
+    pub(crate) fn get_taken_in_by(&self, id: &JobId, mark: u64) -> Option<Arc<JobShared>> {
+        self.get(id)
+            .filter(|run| run.taken_in.load(Ordering::Relaxed) <= mark)
+    }
+
+    /// Removes a run whose outcome was written (or will never be), unless a later run of the
+    /// same job replaced it.
+    pub(crate) fn remove(&self, run: &Arc<JobShared>) {
+        Self::remove_from(&mut self.jobs.lock(), run);
+    }
+
+    /// Removes several runs at once, each as [`RunningJobs::remove`] does.
+    pub(crate) fn remove_all<'a>(&self, runs: impl IntoIterator<Item = &'a Arc<JobShared>>) {
         let mut map = self.jobs.lock();
-        for id in ids {
-            map.remove(id);
+        for run in runs {
+            Self::remove_from(&mut map, run);
+        }
+    }
+
+    fn remove_from(
+        map: &mut HashMap<JobId, Arc<JobShared>, BuildHasherDefault<IdHasher>>,
+        run: &Arc<JobShared>,
+    ) {
+        if map
+            .get(&run.job.id)
+            .is_some_and(|held| Arc::ptr_eq(held, run))
+        {
+            map.remove(&run.job.id);
         }
     }
 
@@ -458,6 +496,38 @@ mod tests {
         nudge.nudge();
         assert!(!notified_now(&nudge), "taking it counts as a nudge now");
         assert!(nudge.take_held());
+    }
+
+    #[test]
+    fn an_earlier_run_leaving_never_takes_a_later_run_of_the_same_job() {
+        let job = drover_core::NewJob::new(
+            drover_core::JobKind::parse("k").unwrap(),
+            serde_json::json!({}),
+        )
+        .into_job(JobId::new_v7(), chrono::Utc::now());
+        let run = |token: i64| {
+            let mut job = job.clone();
+            job.fencing_token = drover_core::FencingToken(token);
+            Arc::new(JobShared::new(job, CancellationToken::new(), None, 1024))
+        };
+        let (first, second) = (run(1), run(2));
+        let running = RunningJobs::default();
+        running.insert_all(std::slice::from_ref(&first));
+        let mark = running.mark();
+        running.insert_all(std::slice::from_ref(&second));
+
+        running.remove(&first);
+        running.remove_all([&first]);
+        let held = running.get(&job.id).expect("the later run stays");
+        assert!(Arc::ptr_eq(&held, &second));
+        assert!(
+            running.get_taken_in_by(&job.id, mark).is_none(),
+            "a run taken in after the mark is not the one a call sent before it answered about"
+        );
+        assert!(running.get_taken_in_by(&job.id, running.mark()).is_some());
+
+        running.remove(&second);
+        assert_eq!(running.len(), 0);
     }
 
     #[test]

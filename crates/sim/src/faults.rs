@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -320,10 +321,20 @@ impl FaultyStore {
     {
         self.gate.pass().await;
         let fault = self.ctx.draw_fault();
+        let mut unsent = Unsent {
+            store: self,
+            fault,
+            record: Some(record),
+            answer: PhantomData,
+        };
         if let Some(Fault::SlowBefore { ms }) = fault {
             tokio::time::sleep(Duration::from_millis(ms)).await;
             self.gate.pass().await;
         }
+        let record = unsent
+            .record
+            .take()
+            .unwrap_or_else(|| unreachable!("taken once"));
         if let Some(Fault::Before) = fault {
             if let Some(ev) = record(Answer::Err("injected unavailable".into()), fault) {
                 self.ctx.record(&self.who, ev);
@@ -364,6 +375,40 @@ impl FaultyStore {
             })
         })
         .await
+    }
+}
+
+/// Records a faulted call its caller gave up on (a heartbeat's deadline dropped it) while the
+/// fault held it before the store: without this the history would not show the attempt, and a
+/// lease lost behind several such calls would look like one lost by a healthy worker. A call
+/// dropped because its process crashed is not recorded (the crash is).
+struct Unsent<'a, T, R>
+where
+    R: FnOnce(Answer<&T>, Option<Fault>) -> Option<Ev>,
+{
+    store: &'a FaultyStore,
+    fault: Option<Fault>,
+    record: Option<R>,
+    answer: PhantomData<fn(&T)>,
+}
+
+impl<T, R> Drop for Unsent<'_, T, R>
+where
+    R: FnOnce(Answer<&T>, Option<Fault>) -> Option<Ev>,
+{
+    fn drop(&mut self) {
+        let Some(record) = self.record.take() else {
+            return;
+        };
+        if self.fault.is_none() || self.store.gate.door() == Door::Dead {
+            return;
+        }
+        if let Some(ev) = record(
+            Answer::Err("abandoned by the caller before it reached the store".into()),
+            self.fault,
+        ) {
+            self.store.ctx.record(&self.store.who, ev);
+        }
     }
 }
 

@@ -7,13 +7,18 @@ use drover_core::JobId;
 use drover_sim::history::{Answer, Ev, Fault};
 use drover_sim::{run_seed, Options};
 
-/// Rescues of leases whose worker was up (not crashed, paused or stopping), had received its
-/// claim's answer in time (no fault hid or delayed it), and saw no store clock jump since the
-/// claim: (job, worker, store clock ms).
+/// Rescues of leases whose worker was up since the claim (not crashed, paused or stopping),
+/// had received its claim's answer in time (no fault hid or delayed it), saw no store clock
+/// jump since the claim, and had at most one job heartbeat kept from the store by a fault in
+/// the two lease periods before the rescue (one stalled call must not cost a lease; several
+/// in a row may):
+/// (job, worker, store clock ms).
 fn leases_lost_by_healthy_workers(seed: u64) -> Vec<(JobId, String, i64)> {
     let run = run_seed(seed, &Options::default());
+    let window = 2 * drover_sim::world::LEASE.as_micros() as i64;
     let mut up: BTreeMap<String, bool> = BTreeMap::new();
     let mut owner: BTreeMap<JobId, (String, bool)> = BTreeMap::new();
+    let mut heartbeat_faults: BTreeMap<String, Vec<i64>> = BTreeMap::new();
     let mut lost = Vec::new();
     for rec in &run.end.history {
         match &rec.ev {
@@ -23,6 +28,19 @@ fn leases_lost_by_healthy_workers(seed: u64) -> Vec<(JobId, String, i64)> {
             }
             Ev::WorkerCrash | Ev::WorkerPause | Ev::WorkerStop => {
                 up.insert(rec.who.clone(), false);
+                // A lease may run out while its worker is away.
+                owner.retain(|_, (worker, _)| *worker != rec.who);
+            }
+            // Faults that kept a heartbeat from the store (one lost after the write extended
+            // the lease all the same).
+            Ev::Heartbeat {
+                fault: Some(Fault::Before | Fault::SlowBefore { .. }),
+                ..
+            } => {
+                heartbeat_faults
+                    .entry(rec.who.clone())
+                    .or_default()
+                    .push(rec.t);
             }
             Ev::Claim {
                 fault,
@@ -38,10 +56,14 @@ fn leases_lost_by_healthy_workers(seed: u64) -> Vec<(JobId, String, i64)> {
                 ..
             } => {
                 for (job, _, _) in rescued {
-                    if let Some((worker, true)) = owner.get(job) {
-                        if up.get(worker).copied().unwrap_or(false) {
-                            lost.push((*job, worker.clone(), rec.t / 1_000));
-                        }
+                    let Some((worker, true)) = owner.get(job) else {
+                        continue;
+                    };
+                    let faults = heartbeat_faults
+                        .get(worker)
+                        .map_or(0, |at| at.iter().filter(|&&t| t >= rec.t - window).count());
+                    if up.get(worker).copied().unwrap_or(false) && faults <= 1 {
+                        lost.push((*job, worker.clone(), rec.t / 1_000));
                     }
                 }
             }
@@ -62,10 +84,25 @@ fn leases_lost_by_healthy_workers(seed: u64) -> Vec<(JobId, String, i64)> {
 /// call to a heartbeat interval and beating jobs and worker side by side (runner
 /// `heartbeat.rs`): a stalled call now counts as failed and the loop tries again.
 #[test]
-
 fn seed_0_one_slow_heartbeat_call_loses_the_leases_of_a_healthy_worker() {
     let lost = leases_lost_by_healthy_workers(0);
     assert!(lost.is_empty(), "{lost:?}");
+}
+
+/// Seed 50: worker `w1-1`, paused while it held job `…15` (token 1, its handler done, the
+/// outcome waiting), comes back after the lease ran out, rescues the job itself and claims it
+/// again (token 2). The heartbeat sent for token 1 then answers lease lost, and the runner,
+/// which kept its running jobs by id alone, took the token-2 run out of the map with it: that
+/// run was never heartbeated again, so its lease ran out too and another worker ran the job a
+/// third time. Fixed in the runner (`running.rs`): a run leaves the map only as itself, and a
+/// heartbeat reply or rescue acts on the run it concerns. Seeds 0..40 hold the rule on every
+/// schedule, also where a plain build (without `--cfg tokio_unstable`) takes other paths.
+#[test]
+fn seed_50_a_job_claimed_again_by_its_worker_keeps_its_heartbeats() {
+    for seed in (0..40).chain([50, 157]) {
+        let lost = leases_lost_by_healthy_workers(seed);
+        assert!(lost.is_empty(), "seed {seed}: {lost:?}");
+    }
 }
 
 /// Seed 120256 (`--jobs 15`): parent `…09`, its cancel requested while it ran, enqueues three

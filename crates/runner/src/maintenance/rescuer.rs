@@ -20,6 +20,7 @@ pub(crate) const RESCUE_BATCH: u32 = 1_000;
 pub(crate) async fn rescue_pass(rt: Arc<Runtime>, stop: CancellationToken) -> Result<(), Error> {
     let reconciler_kinds = rt.registry.reconciler_kinds();
     loop {
+        let mark = rt.running.mark();
         let rescued = rt
             .store
             .jobs_rescue_expired(RescueExpired {
@@ -50,8 +51,8 @@ pub(crate) async fn rescue_pass(rt: Arc<Runtime>, stop: CancellationToken) -> Re
             rt.metrics.job_rescued(&job.kind, &job.queue, job.to);
             rt.transition_of(job.id, &job.kind, &job.queue, JobState::Running, job.to);
             // If this process still runs it, its lease is gone: stop the handler and write
-            // nothing for it.
-            if let Some(running) = rt.running.get(&job.id) {
+            // nothing for it (not a run claimed again after this rescue).
+            if let Some(running) = rt.running.get_taken_in_by(&job.id, mark) {
                 rt.cancel_job(&running, CancelReason::LeaseLost);
             }
         }
