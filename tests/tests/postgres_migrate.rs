@@ -599,3 +599,78 @@ async fn a_changed_or_missing_migration_is_refused_with_advice() {
     store.close().await;
     pool.close().await;
 }
+
+/// Migration 9 moves the parent-child link into `drover.job_children`: the links of children
+/// stored by an earlier version are copied, the index it replaces is gone, and the lookups of
+/// a parent's children read the copied links (its children list, its cancel cascade).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_children_of_an_earlier_version_are_linked_by_the_migration() {
+    let Some(db) = Database::create("the_children_are_linked_by_the_migration").await else {
+        return;
+    };
+    let pool = db.pool(2).await;
+    let version = migrations()
+        .iter()
+        .find(|m| m.name == "job_children")
+        .expect("the link migration")
+        .version;
+    Migrator::new().up_to(version - 1).run(&pool).await.unwrap();
+    sqlx::query(
+        "INSERT INTO drover.jobs (id, kind, queue, tenant, args, run_at, state, max_attempts, \
+                                  parent_id, live_children) \
+         VALUES ('aaaaaaaa-0000-0000-0000-000000000001', 'parent', 'q', 'default', '{}', now(), \
+                 'waiting', 3, NULL, 2), \
+                ('aaaaaaaa-0000-0000-0000-000000000002', 'child', 'q', 'default', '{}', now(), \
+                 'queued', 3, 'aaaaaaaa-0000-0000-0000-000000000001', 0), \
+                ('aaaaaaaa-0000-0000-0000-000000000003', 'child', 'q', 'default', '{}', now(), \
+                 'queued', 3, 'aaaaaaaa-0000-0000-0000-000000000001', 0)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    assert_eq!(index_valid(&pool, "jobs_parent_idx").await, Some(true));
+
+    Migrator::new().run(&pool).await.unwrap();
+    let links: Vec<(String, String)> = sqlx::query_as(
+        "SELECT parent_id::text, child_id::text FROM drover.job_children ORDER BY child_id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let parent = "aaaaaaaa-0000-0000-0000-000000000001";
+    assert_eq!(
+        links,
+        vec![
+            (
+                parent.to_owned(),
+                "aaaaaaaa-0000-0000-0000-000000000002".to_owned()
+            ),
+            (
+                parent.to_owned(),
+                "aaaaaaaa-0000-0000-0000-000000000003".to_owned()
+            ),
+        ]
+    );
+    assert_eq!(index_valid(&pool, "jobs_parent_idx").await, None, "dropped");
+
+    let store = db.store().await;
+    store.check_ready().await.unwrap();
+    let parent_id: drover_core::JobId = parent.parse().unwrap();
+    let children = store
+        .jobs_list(drover_core::ListJobs {
+            parent: Some(parent_id),
+            ..drover_core::ListJobs::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(children.jobs.len(), 2, "{children:?}");
+    store.job_cancel(parent_id).await.unwrap();
+    let states: Vec<String> =
+        sqlx::query_scalar("SELECT state FROM drover.jobs WHERE kind = 'child' ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(states, vec!["cancelled", "cancelled"]);
+    store.close().await;
+    pool.close().await;
+}

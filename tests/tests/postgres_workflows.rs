@@ -310,6 +310,7 @@ async fn enqueue_racing_its_dependency_finish_never_waits_forever() {
 /// A parent enqueues 10,000 children under its lease and waits for them without a slot; the
 /// children finish in batches of 1,000 and the last one queues the parent in its own finish.
 /// Each child costs one decrement of the parent's counter: the time per batch stays flat.
+/// Each child has one link to its parent, deleted by retention with the child.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fan_out_of_10000_children_resumes_the_parent_once() {
     let Some(db) = Db::open("fan_out_of_10000_children_resumes_the_parent_once").await else {
@@ -409,6 +410,32 @@ async fn fan_out_of_10000_children_resumes_the_parent_once() {
     );
     let again = store.jobs_claim(claim_parent).await.unwrap().jobs;
     assert_eq!(again[0].id, parent.id, "the parent runs again");
+
+    // One link per child, kept while the parent lives (retention keeps a child whose parent
+    // is not terminal), deleted with each child.
+    let links = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM drover.job_children WHERE parent_id = $1",
+        )
+        .bind(parent.id.as_uuid())
+        .fetch_one(db.pool())
+        .await
+        .unwrap()
+    };
+    assert_eq!(links().await, 10_000);
+    let prune = || PruneJobs {
+        older_than: Duration::ZERO,
+        limit: 20_000,
+    };
+    assert_eq!(store.jobs_prune(prune()).await.unwrap(), 0);
+    assert_eq!(links().await, 10_000);
+    store.jobs_finish(vec![success(&again[0])]).await.unwrap();
+    assert_eq!(store.jobs_prune(prune()).await.unwrap(), 10_001);
+    assert_eq!(
+        links().await,
+        0,
+        "the links of pruned children go with them"
+    );
     db.close().await;
 }
 

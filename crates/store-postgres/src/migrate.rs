@@ -114,6 +114,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "audit",
         sql: include_str!("../migrations/0008_audit.sql"),
     },
+    Migration {
+        version: 9,
+        name: "job_children",
+        sql: include_str!("../migrations/0009_job_children.sql"),
+    },
 ];
 
 const BOOTSTRAP: &str = include_str!("sql/migrations_bootstrap.sql");

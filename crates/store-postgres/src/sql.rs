@@ -144,6 +144,8 @@ statements! {
     DEPENDENTS_MARK = "dependents_mark.sql";
     /// Settle new jobs of a workflow path.
     ENQUEUE_SETTLE = "enqueue_settle.sql";
+    /// Link new children to their parent.
+    CHILDREN_LINK = "children_link.sql";
     /// Whom jobs recorded by the transactional finish wake.
     FINISH_FREED = "finish_freed.sql" + "freed_queue.sql" + "finish_freed_end.sql";
     /// Store a workflow.

@@ -426,6 +426,20 @@ async fn children_in(
     }
     let links = Links::plain(len, Some(parent), unlocked.workflow_id);
     let enqueue = enqueue_linked(conn, config, batch, &links, Wake::AfterCommit).await?;
+    let created: Vec<Uuid> = enqueue
+        .answers
+        .iter()
+        .filter(|a| a.status == EnqueueStatus::Created)
+        .map(|a| a.job.id.as_uuid())
+        .collect();
+    if !created.is_empty() {
+        sqlx::query(sql::CHILDREN_LINK)
+            .bind(parent.as_uuid())
+            .bind(&created)
+            .execute(&mut *conn)
+            .await
+            .store_err()?;
+    }
     let (mut parent_job, now) = lock_job(conn, parent).await?;
     check_children_added(&parent_job, token, now)?;
     let live = enqueue

@@ -2,7 +2,8 @@
 -- first; rows another pruner is deleting are skipped, so concurrent pruners share the work.
 -- Kept for now (docs/design.md section 10): a job that a job not yet terminal depends on (it
 -- may read its result), a parent with live children, and a child whose parent is not
--- terminal. The edges of the deleted jobs go with them.
+-- terminal. The edges of the deleted jobs go with them, and so does a deleted child's link to
+-- its parent (0009_job_children.sql).
 --
 -- $1 older_than_us bigint, $2 limit integer.
 WITH doomed AS (
@@ -30,11 +31,16 @@ deleted AS (
     DELETE FROM drover.jobs j
     USING doomed d
     WHERE j.id = d.id
-    RETURNING j.id
+    RETURNING j.id, j.parent_id
 ),
 edges AS (
     DELETE FROM drover.job_dependencies e
     USING deleted d
     WHERE e.depends_on_id = d.id OR e.job_id = d.id
+),
+links AS (
+    DELETE FROM drover.job_children l
+    USING deleted d
+    WHERE l.parent_id = d.parent_id AND l.child_id = d.id
 )
 SELECT count(*) AS pruned FROM deleted
