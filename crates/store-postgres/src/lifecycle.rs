@@ -35,13 +35,7 @@ pub(crate) async fn lock_job(
     conn: &mut PgConnection,
     id: JobId,
 ) -> Result<(Job, DateTime<Utc>), Error> {
-    let locked = sqlx::query_as::<_, LockedJob>(sql::JOB_LOCK)
-        .bind(id.as_uuid())
-        .fetch_optional(conn)
-        .await
-        .store_err()?
-        .ok_or_else(|| Error::job_not_found(id))?;
-    Ok((locked.job.into_job()?, locked.db_now))
+    fetch_job(conn, id, sql::JOB_LOCK).await
 }
 
 /// Reads one job without locking it, with the database clock; `NotFound` when it does not exist.
@@ -49,13 +43,22 @@ pub(crate) async fn read_job(
     conn: &mut PgConnection,
     id: JobId,
 ) -> Result<(Job, DateTime<Utc>), Error> {
-    let read = sqlx::query_as::<_, LockedJob>(sql::JOB_READ)
+    fetch_job(conn, id, sql::JOB_READ).await
+}
+
+/// One job by `statement` (job_lock.sql or job_read.sql), with the database clock.
+async fn fetch_job(
+    conn: &mut PgConnection,
+    id: JobId,
+    statement: &'static str,
+) -> Result<(Job, DateTime<Utc>), Error> {
+    let row = sqlx::query_as::<_, LockedJob>(statement)
         .bind(id.as_uuid())
         .fetch_optional(conn)
         .await
         .store_err()?
         .ok_or_else(|| Error::job_not_found(id))?;
-    Ok((read.job.into_job()?, read.db_now))
+    Ok((row.job.into_job()?, row.db_now))
 }
 
 /// Writes back jobs changed by `apply` (jobs_write.sql); returns them as stored.
