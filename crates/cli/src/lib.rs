@@ -33,6 +33,7 @@ pub mod env;
 pub mod jsonl;
 pub mod output;
 pub mod process;
+pub mod reference;
 pub mod signals;
 pub mod usage;
 pub mod worker_flags;
