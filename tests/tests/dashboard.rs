@@ -1,7 +1,8 @@
 //! The web dashboard over real HTTP on the memory store (docs/dashboard.md): login with a
 //! token into an `HttpOnly`, `SameSite=Strict` session, security headers and no script,
 //! hostile text rendered as text, tenant scoping by URL, CSRF refusal of a cross-site form,
-//! and actions audited with source `dashboard`.
+//! queue pause and resume for operators of every tenant, and actions audited with source
+//! `dashboard`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -355,6 +356,96 @@ async fn tenants_are_scoped_and_actions_need_the_csrf_token() {
         records[0].tenant,
         Some(TenantId::parse("tenant-a").unwrap())
     );
+}
+
+/// Is `queue` paused in the store?
+async fn paused(server: &Server, queue: &str) -> bool {
+    server
+        .store
+        .queues_list()
+        .await
+        .unwrap()
+        .iter()
+        .any(|q| q.name.as_str() == queue && q.paused)
+}
+
+/// An operator of every tenant pauses and resumes a queue from the overview (each form with
+/// its CSRF token, each action audited with source `dashboard`); a tenant's token sees no such
+/// form and is refused when it posts one; a forged form changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_pauses_and_resumes_a_queue_from_the_overview() {
+    let server = Server::with_tokens().await;
+    server.enqueue(job("mine", json!({}))).await;
+    let cookie = server.login(OPERATOR).await;
+    let overview = server.get("/", Some(&cookie)).await.text().await.unwrap();
+    assert!(
+        overview.contains("action=\"/queues/default/pause\""),
+        "{overview}"
+    );
+    let csrf = csrf_of(&overview);
+
+    let forged = server
+        .post(
+            "/queues/default/pause",
+            Some(&cookie),
+            &[("csrf", "forged")],
+        )
+        .await;
+    assert_eq!(forged.status(), 403);
+    assert!(!paused(&server, "default").await);
+
+    let producer = server.login(PRODUCER_A).await;
+    let theirs = server.get("/", Some(&producer)).await.text().await.unwrap();
+    assert!(!theirs.contains("/queues/"), "{theirs}");
+    let producer_csrf = csrf_of(&theirs);
+    let refused = server
+        .post(
+            "/queues/default/pause",
+            Some(&producer),
+            &[("csrf", &producer_csrf)],
+        )
+        .await;
+    assert_eq!(refused.status(), 403);
+    assert!(!paused(&server, "default").await);
+
+    let done = server
+        .post("/queues/default/pause", Some(&cookie), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(done.status(), 303);
+    assert!(paused(&server, "default").await);
+    let overview = server.get("/", Some(&cookie)).await.text().await.unwrap();
+    assert!(
+        overview.contains("action=\"/queues/default/resume\""),
+        "{overview}"
+    );
+    let done = server
+        .post("/queues/default/resume", Some(&cookie), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(done.status(), 303);
+    assert!(!paused(&server, "default").await);
+
+    let records = server
+        .store
+        .audit_list(ListAudit::default())
+        .await
+        .unwrap()
+        .entries;
+    let actions: Vec<String> = records
+        .iter()
+        .map(|r| {
+            serde_json::to_value(r.action)
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(records.len(), 2, "{records:?}");
+    assert!(actions.contains(&"queue.pause".to_owned()), "{actions:?}");
+    assert!(actions.contains(&"queue.resume".to_owned()), "{actions:?}");
+    assert!(records
+        .iter()
+        .all(|r| r.source == AuditSource::Dashboard && r.actor == token_fingerprint(OPERATOR)));
 }
 
 /// Under `--insecure-no-auth` there is no login and every page says so.

@@ -113,6 +113,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/jobs/{id}", get(job))
         .route("/jobs/{id}/cancel", post(cancel))
         .route("/jobs/{id}/retry", post(retry))
+        .route("/queues/{name}/pause", post(pause_queue))
+        .route("/queues/{name}/resume", post(resume_queue))
         .route("/assets/dashboard.css", get(stylesheet))
         .layer(axum::middleware::from_fn(security_headers))
         .with_state(dashboard)
@@ -363,7 +365,76 @@ async fn overview(State(d): State<Dashboard>, headers: HeaderMap) -> Response {
         })
         .collect();
     let states: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
-    d.render("overview.html", Some(&viewer), context! { queues, states })
+    let can_pause = viewer.principal.role == Role::Operator;
+    d.render(
+        "overview.html",
+        Some(&viewer),
+        context! { queues, states, can_pause },
+    )
+}
+
+/// Pauses or resumes a queue for an operator of every tenant (queues are shared by all
+/// tenants), through the `Client` as the HTTP API does, audited with source `dashboard`.
+async fn queue_action(
+    d: Dashboard,
+    headers: HeaderMap,
+    name: String,
+    form: CsrfForm,
+    pause: bool,
+) -> Response {
+    let Some(viewer) = d.viewer(&headers) else {
+        return to_login();
+    };
+    if !csrf_ok(&viewer, &form) {
+        return d.error_page(
+            Some(&viewer),
+            StatusCode::FORBIDDEN,
+            "This form did not come from this dashboard; nothing was done.",
+        );
+    }
+    if viewer.principal.role != Role::Operator || viewer.principal.scope != TenantScope::All {
+        return d.error_page(
+            Some(&viewer),
+            StatusCode::FORBIDDEN,
+            "Pausing and resuming a queue affect every tenant: they need an operator token of tenant *.",
+        );
+    }
+    let queue = match QueueName::parse(&name) {
+        Ok(queue) => queue,
+        Err(e) => return d.store_error(&viewer, e),
+    };
+    let client = d
+        .api
+        .client()
+        .clone()
+        .with_actor(viewer.principal.actor(AuditSource::Dashboard));
+    let done = if pause {
+        client.queue_pause(queue).await
+    } else {
+        client.queue_resume(queue).await
+    };
+    match done {
+        Ok(_) => Redirect::to("/").into_response(),
+        Err(e) => d.store_error(&viewer, e),
+    }
+}
+
+async fn pause_queue(
+    State(d): State<Dashboard>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Form(form): Form<CsrfForm>,
+) -> Response {
+    queue_action(d, headers, name, form, true).await
+}
+
+async fn resume_queue(
+    State(d): State<Dashboard>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Form(form): Form<CsrfForm>,
+) -> Response {
+    queue_action(d, headers, name, form, false).await
 }
 
 #[derive(Deserialize, Default)]
