@@ -446,6 +446,64 @@ async fn an_operator_pauses_and_resumes_a_queue_from_the_overview() {
     assert!(records
         .iter()
         .all(|r| r.source == AuditSource::Dashboard && r.actor == token_fingerprint(OPERATOR)));
+
+    // The audit page: every record for tenant *, none of these for a tenant's token.
+    let log = server
+        .get("/audit", Some(&cookie))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        log.contains("queue.pause") && log.contains("queue.resume"),
+        "{log}"
+    );
+    let theirs = server
+        .get("/audit", Some(&producer))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(theirs.contains("No records."), "{theirs}");
+    let bad = server.get("/audit?before=x", Some(&cookie)).await;
+    assert_eq!(bad.status(), 400);
+}
+
+/// The workers page lists registered workers, their host name as text, for tenant * only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_workers_page_lists_workers_for_every_tenants_token_only() {
+    let server = Server::with_tokens().await;
+    server
+        .store
+        .worker_register(drover_core::WorkerRegistration {
+            id: WorkerId::parse("w-dash-1").unwrap(),
+            host: "<b>host</b>".to_owned(),
+            pid: 4242,
+            queues: vec![QueueName::default_queue()],
+        })
+        .await
+        .unwrap();
+    let cookie = server.login(OPERATOR).await;
+    let page = server
+        .get("/workers", Some(&cookie))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("w-dash-1") && page.contains("4242"), "{page}");
+    assert!(
+        page.contains("&lt;b&gt;host&lt;") && !page.contains("<b>host"),
+        "{page}"
+    );
+    let producer = server.login(PRODUCER_A).await;
+    let theirs = server
+        .get("/workers", Some(&producer))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(!theirs.contains("w-dash-1"), "{theirs}");
+    assert!(theirs.contains("needs a token of tenant *"), "{theirs}");
 }
 
 /// Under `--insecure-no-auth` there is no login and every page says so.

@@ -22,7 +22,9 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
-use drover_core::{AuditSource, Error, JobDetails, JobId, JobKind, JobState, ListJobs, QueueName};
+use drover_core::{
+    AuditSource, Error, JobDetails, JobId, JobKind, JobState, ListAudit, ListJobs, QueueName,
+};
 use minijinja::{context, Environment, Value};
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
@@ -88,6 +90,8 @@ fn templates() -> Environment<'static> {
         ("overview.html", include_str!("templates/overview.html")),
         ("jobs.html", include_str!("templates/jobs.html")),
         ("job.html", include_str!("templates/job.html")),
+        ("workers.html", include_str!("templates/workers.html")),
+        ("audit.html", include_str!("templates/audit.html")),
     ] {
         env.add_template(name, source)
             .expect("the dashboard's templates parse");
@@ -96,8 +100,9 @@ fn templates() -> Environment<'static> {
 }
 
 /// The dashboard's routes, on the API's state: `/`, `/login`, `/logout`, `/jobs`,
-/// `/jobs/{id}`, `/jobs/{id}/cancel`, `/jobs/{id}/retry` and `/assets/dashboard.css`. Merge it
-/// with [`crate::router`] to serve both.
+/// `/jobs/{id}`, `/jobs/{id}/cancel`, `/jobs/{id}/retry`, `/queues/{name}/pause`,
+/// `/queues/{name}/resume`, `/workers`, `/audit` and `/assets/dashboard.css`. Merge it with
+/// [`crate::router`] to serve both.
 pub fn router(state: ApiState) -> Router {
     let dashboard = Dashboard {
         api: state,
@@ -115,6 +120,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/jobs/{id}/retry", post(retry))
         .route("/queues/{name}/pause", post(pause_queue))
         .route("/queues/{name}/resume", post(resume_queue))
+        .route("/workers", get(workers))
+        .route("/audit", get(audit))
         .route("/assets/dashboard.css", get(stylesheet))
         .layer(axum::middleware::from_fn(security_headers))
         .with_state(dashboard)
@@ -435,6 +442,89 @@ async fn resume_queue(
     Form(form): Form<CsrfForm>,
 ) -> Response {
     queue_action(d, headers, name, form, false).await
+}
+
+/// The registered workers (tenant `*`: workers serve every tenant).
+async fn workers(State(d): State<Dashboard>, headers: HeaderMap) -> Response {
+    let Some(viewer) = d.viewer(&headers) else {
+        return to_login();
+    };
+    if viewer.principal.scope != TenantScope::All {
+        return d.render(
+            "workers.html",
+            Some(&viewer),
+            context! { workers => Value::from(()) },
+        );
+    }
+    match d.api.client().workers().await {
+        Ok(workers) => d.render(
+            "workers.html",
+            Some(&viewer),
+            context! { workers => Value::from_serialize(&workers) },
+        ),
+        Err(e) => d.store_error(&viewer, e),
+    }
+}
+
+#[derive(Deserialize, Default)]
+struct AuditFilter {
+    #[serde(default)]
+    before: String,
+}
+
+/// The audit log, newest first: every tenant's records for tenant `*`, else the viewer's
+/// tenant's, as `GET /v1/audit` scopes them.
+async fn audit(
+    State(d): State<Dashboard>,
+    headers: HeaderMap,
+    Query(filter): Query<AuditFilter>,
+) -> Response {
+    let Some(viewer) = d.viewer(&headers) else {
+        return to_login();
+    };
+    let mut query = ListAudit {
+        limit: PAGE,
+        ..ListAudit::default()
+    };
+    if let TenantScope::One(tenant) = &viewer.principal.scope {
+        query.tenant = Some(tenant.clone());
+    }
+    if !filter.before.is_empty() {
+        match filter.before.parse::<i64>() {
+            Ok(id) if id > 0 => query.before = Some(id),
+            _ => {
+                return d.error_page(
+                    Some(&viewer),
+                    StatusCode::BAD_REQUEST,
+                    "before: must be the id of an audit record, as the Older link gives it.",
+                )
+            }
+        }
+    }
+    let page = match d.api.client().audit(query).await {
+        Ok(page) => page,
+        Err(e) => return d.store_error(&viewer, e),
+    };
+    let entries: Vec<Value> = page
+        .entries
+        .iter()
+        .map(|entry| {
+            context! {
+                at => entry.at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                actor => entry.actor.as_str(),
+                tenant => entry.tenant.as_ref().map_or("*", |t| t.as_str()),
+                action => Value::from_serialize(entry.action),
+                target => entry.target.to_string(),
+                jobs => entry.jobs,
+                source => Value::from_serialize(entry.source),
+            }
+        })
+        .collect();
+    d.render(
+        "audit.html",
+        Some(&viewer),
+        context! { entries, next => page.next },
+    )
 }
 
 #[derive(Deserialize, Default)]
