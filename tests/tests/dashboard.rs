@@ -469,9 +469,10 @@ async fn an_operator_pauses_and_resumes_a_queue_from_the_overview() {
     assert_eq!(bad.status(), 400);
 }
 
-/// The workers page lists registered workers, their host name as text, for tenant * only.
+/// The workers page lists registered workers (their host name as text), the schedules and
+/// limits pages their policies, for a token of tenant * only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_workers_page_lists_workers_for_every_tenants_token_only() {
+async fn cluster_pages_list_workers_schedules_and_limits_for_every_tenants_token_only() {
     let server = Server::with_tokens().await;
     server
         .store
@@ -504,6 +505,45 @@ async fn the_workers_page_lists_workers_for_every_tenants_token_only() {
         .unwrap();
     assert!(!theirs.contains("w-dash-1"), "{theirs}");
     assert!(theirs.contains("needs a token of tenant *"), "{theirs}");
+
+    // Schedules and limits: the same rule.
+    server
+        .store
+        .limit_set(
+            drover_core::LimitPolicy::new(
+                drover_core::LimitKey::parse("kind:report").unwrap(),
+                Some(3),
+                None,
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    server
+        .store
+        .schedule_upsert(drover_core::NewSchedule::new(
+            drover_core::ScheduleName::parse("nightly-report").unwrap(),
+            "0 3 * * *",
+            drover_core::JobKind::parse("report").unwrap(),
+            json!({}),
+        ))
+        .await
+        .unwrap();
+    for (path, shown) in [("/limits", "kind:report"), ("/schedules", "nightly-report")] {
+        let page = server.get(path, Some(&cookie)).await.text().await.unwrap();
+        assert!(page.contains(shown), "{path}: {page}");
+        let theirs = server
+            .get(path, Some(&producer))
+            .await
+            .text()
+            .await
+            .unwrap();
+        assert!(!theirs.contains(shown), "{path}: {theirs}");
+        assert!(
+            theirs.contains("needs a token of tenant *"),
+            "{path}: {theirs}"
+        );
+    }
 }
 
 /// Under `--insecure-no-auth` there is no login and every page says so.

@@ -31,6 +31,7 @@ use subtle::ConstantTimeEq;
 
 use crate::auth::{AuthMode, Principal, Role, TenantScope};
 use crate::ApiState;
+use drover_runner::Client;
 
 /// Name of the session cookie.
 pub const SESSION_COOKIE: &str = "drover_session";
@@ -92,6 +93,8 @@ fn templates() -> Environment<'static> {
         ("job.html", include_str!("templates/job.html")),
         ("workers.html", include_str!("templates/workers.html")),
         ("audit.html", include_str!("templates/audit.html")),
+        ("schedules.html", include_str!("templates/schedules.html")),
+        ("limits.html", include_str!("templates/limits.html")),
     ] {
         env.add_template(name, source)
             .expect("the dashboard's templates parse");
@@ -101,7 +104,8 @@ fn templates() -> Environment<'static> {
 
 /// The dashboard's routes, on the API's state: `/`, `/login`, `/logout`, `/jobs`,
 /// `/jobs/{id}`, `/jobs/{id}/cancel`, `/jobs/{id}/retry`, `/queues/{name}/pause`,
-/// `/queues/{name}/resume`, `/workers`, `/audit` and `/assets/dashboard.css`. Merge it with
+/// `/queues/{name}/resume`, `/workers`, `/schedules`, `/limits`, `/audit` and
+/// `/assets/dashboard.css`. Merge it with
 /// [`crate::router`] to serve both.
 pub fn router(state: ApiState) -> Router {
     let dashboard = Dashboard {
@@ -121,6 +125,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/queues/{name}/pause", post(pause_queue))
         .route("/queues/{name}/resume", post(resume_queue))
         .route("/workers", get(workers))
+        .route("/schedules", get(schedules))
+        .route("/limits", get(limits))
         .route("/audit", get(audit))
         .route("/assets/dashboard.css", get(stylesheet))
         .layer(axum::middleware::from_fn(security_headers))
@@ -444,26 +450,57 @@ async fn resume_queue(
     queue_action(d, headers, name, form, false).await
 }
 
-/// The registered workers (tenant `*`: workers serve every tenant).
-async fn workers(State(d): State<Dashboard>, headers: HeaderMap) -> Response {
+/// A page of cluster-wide state (workers, schedules, limits: shared by every tenant), for a
+/// token of tenant `*`; another token gets the page with a note instead of the list.
+async fn cluster_page<T, F>(
+    d: Dashboard,
+    headers: HeaderMap,
+    template: &str,
+    read: impl FnOnce(Client) -> F,
+) -> Response
+where
+    T: serde::Serialize,
+    F: std::future::Future<Output = Result<T, Error>>,
+{
     let Some(viewer) = d.viewer(&headers) else {
         return to_login();
     };
     if viewer.principal.scope != TenantScope::All {
         return d.render(
-            "workers.html",
+            template,
             Some(&viewer),
-            context! { workers => Value::from(()) },
+            context! { items => Value::from(()) },
         );
     }
-    match d.api.client().workers().await {
-        Ok(workers) => d.render(
-            "workers.html",
+    match read(d.api.client().clone()).await {
+        Ok(items) => d.render(
+            template,
             Some(&viewer),
-            context! { workers => Value::from_serialize(&workers) },
+            context! { items => Value::from_serialize(&items) },
         ),
         Err(e) => d.store_error(&viewer, e),
     }
+}
+
+async fn workers(State(d): State<Dashboard>, headers: HeaderMap) -> Response {
+    cluster_page(d, headers, "workers.html", |client| async move {
+        client.workers().await
+    })
+    .await
+}
+
+async fn schedules(State(d): State<Dashboard>, headers: HeaderMap) -> Response {
+    cluster_page(d, headers, "schedules.html", |client| async move {
+        client.schedules_list().await
+    })
+    .await
+}
+
+async fn limits(State(d): State<Dashboard>, headers: HeaderMap) -> Response {
+    cluster_page(d, headers, "limits.html", |client| async move {
+        client.limits().await
+    })
+    .await
 }
 
 #[derive(Deserialize, Default)]
