@@ -206,6 +206,18 @@ async fn a_browser_logs_in_retries_a_job_and_is_kept_to_its_tenant() {
         log_in(&browser, &base, OPERATOR).await;
         assert!(text_of(&browser, "#queues").await.contains("reports"));
         screenshot(&browser, "overview").await;
+        // Pause the queue from its button, then resume it.
+        browser.find(Locator::Css("#queues button.pause")).await.unwrap().click().await.unwrap();
+        wait_for(&browser, "//table[@id='queues']//button[@class='resume']").await;
+        assert!(store.queues_list().await.unwrap().iter().any(|q| q.paused));
+        browser.find(Locator::Css("#queues button.resume")).await.unwrap().click().await.unwrap();
+        wait_for(&browser, "//table[@id='queues']//button[@class='pause']").await;
+        assert!(!store.queues_list().await.unwrap().iter().any(|q| q.paused));
+        for page in ["workers", "schedules", "limits", "audit"] {
+            browser.goto(&format!("{base}/{page}")).await.unwrap();
+            assert!(!text_of(&browser, &format!("#{page}")).await.is_empty());
+            screenshot(&browser, page).await;
+        }
 
         browser.goto(&format!("{base}/jobs?state=failed")).await.unwrap();
         assert!(text_of(&browser, "#jobs").await.contains(&job.id.to_string()));
@@ -231,10 +243,12 @@ async fn a_browser_logs_in_retries_a_job_and_is_kept_to_its_tenant() {
         browser.find(Locator::Css("#retry")).await.unwrap().click().await.unwrap();
         wait_for(&browser, "//dd[@id='state' and text()='queued']").await;
         let records = store.audit_list(ListAudit::default()).await.unwrap().entries;
-        assert_eq!(records.len(), 1, "{records:?}");
+        let actions: Vec<_> = records.iter().map(|r| (r.action, r.source)).collect();
         assert_eq!(
-            (records[0].action, records[0].source),
-            (AuditAction::JobRetry, AuditSource::Dashboard)
+            actions,
+            [AuditAction::JobRetry, AuditAction::QueueResume, AuditAction::QueuePause]
+                .map(|action| (action, AuditSource::Dashboard)),
+            "newest first"
         );
 
         // A page of another origin (another port) posts a cancel form at the dashboard
