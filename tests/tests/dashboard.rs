@@ -67,6 +67,11 @@ impl Server {
         request.send().await.unwrap()
     }
 
+    /// The body of the page at `path`.
+    async fn page(&self, path: &str, cookie: Option<&str>) -> String {
+        self.get(path, cookie).await.text().await.unwrap()
+    }
+
     async fn post(
         &self,
         path: &str,
@@ -282,27 +287,19 @@ async fn tenants_are_scoped_and_actions_need_the_csrf_token() {
     let other = server.enqueue(other).await;
 
     let cookie = server.login(PRODUCER_A).await;
-    let list = server
-        .get("/jobs", Some(&cookie))
-        .await
-        .text()
-        .await
-        .unwrap();
+    let list = server.page("/jobs", Some(&cookie)).await;
     assert!(list.contains(&own.id.to_string()), "{list}");
     assert!(!list.contains(&other.id.to_string()), "{list}");
     let foreign = server
         .get(&format!("/jobs/{}", other.id), Some(&cookie))
         .await;
     assert_eq!(foreign.status(), 404);
-    let overview = server.get("/", Some(&cookie)).await.text().await.unwrap();
+    let overview = server.page("/", Some(&cookie)).await;
     assert!(overview.contains("need a token of tenant *"), "{overview}");
 
     let page = server
-        .get(&format!("/jobs/{}", own.id), Some(&cookie))
-        .await
-        .text()
-        .await
-        .unwrap();
+        .page(&format!("/jobs/{}", own.id), Some(&cookie))
+        .await;
     let csrf = csrf_of(&page);
     let cancel = format!("/jobs/{}/cancel", own.id);
     for form in [&[][..], &[("csrf", "forged")][..]] {
@@ -377,7 +374,7 @@ async fn an_operator_pauses_and_resumes_a_queue_from_the_overview() {
     let server = Server::with_tokens().await;
     server.enqueue(job("mine", json!({}))).await;
     let cookie = server.login(OPERATOR).await;
-    let overview = server.get("/", Some(&cookie)).await.text().await.unwrap();
+    let overview = server.page("/", Some(&cookie)).await;
     assert!(
         overview.contains("action=\"/queues/default/pause\""),
         "{overview}"
@@ -395,7 +392,7 @@ async fn an_operator_pauses_and_resumes_a_queue_from_the_overview() {
     assert!(!paused(&server, "default").await);
 
     let producer = server.login(PRODUCER_A).await;
-    let theirs = server.get("/", Some(&producer)).await.text().await.unwrap();
+    let theirs = server.page("/", Some(&producer)).await;
     assert!(!theirs.contains("/queues/"), "{theirs}");
     let producer_csrf = csrf_of(&theirs);
     let refused = server
@@ -413,7 +410,7 @@ async fn an_operator_pauses_and_resumes_a_queue_from_the_overview() {
         .await;
     assert_eq!(done.status(), 303);
     assert!(paused(&server, "default").await);
-    let overview = server.get("/", Some(&cookie)).await.text().await.unwrap();
+    let overview = server.page("/", Some(&cookie)).await;
     assert!(
         overview.contains("action=\"/queues/default/resume\""),
         "{overview}"
@@ -448,22 +445,12 @@ async fn an_operator_pauses_and_resumes_a_queue_from_the_overview() {
         .all(|r| r.source == AuditSource::Dashboard && r.actor == token_fingerprint(OPERATOR)));
 
     // The audit page: every record for tenant *, none of these for a tenant's token.
-    let log = server
-        .get("/audit", Some(&cookie))
-        .await
-        .text()
-        .await
-        .unwrap();
+    let log = server.page("/audit", Some(&cookie)).await;
     assert!(
         log.contains("queue.pause") && log.contains("queue.resume"),
         "{log}"
     );
-    let theirs = server
-        .get("/audit", Some(&producer))
-        .await
-        .text()
-        .await
-        .unwrap();
+    let theirs = server.page("/audit", Some(&producer)).await;
     assert!(theirs.contains("No records."), "{theirs}");
     let bad = server.get("/audit?before=x", Some(&cookie)).await;
     assert_eq!(bad.status(), 400);
@@ -485,24 +472,14 @@ async fn cluster_pages_list_workers_schedules_and_limits_for_every_tenants_token
         .await
         .unwrap();
     let cookie = server.login(OPERATOR).await;
-    let page = server
-        .get("/workers", Some(&cookie))
-        .await
-        .text()
-        .await
-        .unwrap();
+    let page = server.page("/workers", Some(&cookie)).await;
     assert!(page.contains("w-dash-1") && page.contains("4242"), "{page}");
     assert!(
         page.contains("&lt;b&gt;host&lt;") && !page.contains("<b>host"),
         "{page}"
     );
     let producer = server.login(PRODUCER_A).await;
-    let theirs = server
-        .get("/workers", Some(&producer))
-        .await
-        .text()
-        .await
-        .unwrap();
+    let theirs = server.page("/workers", Some(&producer)).await;
     assert!(!theirs.contains("w-dash-1"), "{theirs}");
     assert!(theirs.contains("needs a token of tenant *"), "{theirs}");
 
@@ -530,14 +507,9 @@ async fn cluster_pages_list_workers_schedules_and_limits_for_every_tenants_token
         .await
         .unwrap();
     for (path, shown) in [("/limits", "kind:report"), ("/schedules", "nightly-report")] {
-        let page = server.get(path, Some(&cookie)).await.text().await.unwrap();
+        let page = server.page(path, Some(&cookie)).await;
         assert!(page.contains(shown), "{path}: {page}");
-        let theirs = server
-            .get(path, Some(&producer))
-            .await
-            .text()
-            .await
-            .unwrap();
+        let theirs = server.page(path, Some(&producer)).await;
         assert!(!theirs.contains(shown), "{path}: {theirs}");
         assert!(
             theirs.contains("needs a token of tenant *"),

@@ -475,6 +475,15 @@ mod tests {
 
     use super::*;
 
+    /// A queued job of kind `k`.
+    fn job() -> Job {
+        drover_core::NewJob::new(
+            drover_core::JobKind::parse("k").unwrap(),
+            serde_json::json!({}),
+        )
+        .into_job(JobId::new_v7(), chrono::Utc::now())
+    }
+
     /// Whether a nudge is waiting to be taken by the heartbeat loop, without waiting.
     fn notified_now(nudge: &HeartbeatNudge) -> bool {
         nudge.notified().now_or_never().is_some()
@@ -500,11 +509,7 @@ mod tests {
 
     #[test]
     fn an_earlier_run_leaving_never_takes_a_later_run_of_the_same_job() {
-        let job = drover_core::NewJob::new(
-            drover_core::JobKind::parse("k").unwrap(),
-            serde_json::json!({}),
-        )
-        .into_job(JobId::new_v7(), chrono::Utc::now());
+        let job = job();
         let run = |token: i64| {
             let mut job = job.clone();
             job.fencing_token = drover_core::FencingToken(token);
@@ -532,11 +537,7 @@ mod tests {
 
     #[test]
     fn a_job_claimed_ahead_has_a_start_to_record_once_its_handler_started() {
-        let job = drover_core::NewJob::new(
-            drover_core::JobKind::parse("k").unwrap(),
-            serde_json::json!({}),
-        )
-        .into_job(JobId::new_v7(), chrono::Utc::now());
+        let job = job();
         let shared = JobShared::new(job.clone(), CancellationToken::new(), None, 1024);
         assert_eq!(shared.start_to_record(), None, "not started yet");
         assert!(!shared.start_pending());

@@ -318,6 +318,22 @@ fn csrf_ok(viewer: &Viewer, form: &CsrfForm) -> bool {
     !form.csrf.is_empty() && bool::from(form.csrf.as_bytes().ct_eq(viewer.csrf.as_bytes()))
 }
 
+/// The `Client` an action of `viewer` goes through (the viewer as actor, source `dashboard`),
+/// once the form carries the viewer's CSRF token; else the refusal page, and nothing is done.
+fn acting_client(d: &Dashboard, viewer: &Viewer, form: &CsrfForm) -> Result<Client, Box<Response>> {
+    if !csrf_ok(viewer, form) {
+        return Err(Box::new(d.error_page(
+            Some(viewer),
+            StatusCode::FORBIDDEN,
+            "This form did not come from this dashboard; nothing was done.",
+        )));
+    }
+    Ok(d.api
+        .client()
+        .clone()
+        .with_actor(viewer.principal.actor(AuditSource::Dashboard)))
+}
+
 async fn logout(
     State(d): State<Dashboard>,
     headers: HeaderMap,
@@ -398,13 +414,10 @@ async fn queue_action(
     let Some(viewer) = d.viewer(&headers) else {
         return to_login();
     };
-    if !csrf_ok(&viewer, &form) {
-        return d.error_page(
-            Some(&viewer),
-            StatusCode::FORBIDDEN,
-            "This form did not come from this dashboard; nothing was done.",
-        );
-    }
+    let client = match acting_client(&d, &viewer, &form) {
+        Ok(client) => client,
+        Err(refused) => return *refused,
+    };
     if viewer.principal.role != Role::Operator || viewer.principal.scope != TenantScope::All {
         return d.error_page(
             Some(&viewer),
@@ -416,11 +429,6 @@ async fn queue_action(
         Ok(queue) => queue,
         Err(e) => return d.store_error(&viewer, e),
     };
-    let client = d
-        .api
-        .client()
-        .clone()
-        .with_actor(viewer.principal.actor(AuditSource::Dashboard));
     let done = if pause {
         client.queue_pause(queue).await
     } else {
@@ -714,13 +722,10 @@ async fn act(
     let Some(viewer) = d.viewer(&headers) else {
         return to_login();
     };
-    if !csrf_ok(&viewer, &form) {
-        return d.error_page(
-            Some(&viewer),
-            StatusCode::FORBIDDEN,
-            "This form did not come from this dashboard; nothing was done.",
-        );
-    }
+    let client = match acting_client(&d, &viewer, &form) {
+        Ok(client) => client,
+        Err(refused) => return *refused,
+    };
     if matches!(action, Action::Retry) && viewer.principal.role != Role::Operator {
         return d.error_page(
             Some(&viewer),
@@ -732,11 +737,6 @@ async fn act(
         Ok(job) => job,
         Err(page) => return page,
     };
-    let client = d
-        .api
-        .client()
-        .clone()
-        .with_actor(viewer.principal.actor(AuditSource::Dashboard));
     let done = match action {
         Action::Cancel => client.cancel(job.id).await.map(drop),
         Action::Retry => client.retry(job.id).await.map(drop),
