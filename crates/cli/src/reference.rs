@@ -143,9 +143,14 @@ fn value_names(arg: &Arg) -> Option<String> {
     })
 }
 
-/// Help text as one line: paragraphs and wrapped lines joined by spaces.
+/// Help text as one line of Markdown: paragraphs and wrapped lines joined by spaces, and
+/// placeholders such as `<queue>` kept as text rather than read as HTML tags.
 fn one_paragraph(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+    text.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// A table cell: the column separator escaped.

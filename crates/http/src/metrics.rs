@@ -826,6 +826,43 @@ mod tests {
         );
     }
 
+    /// docs/monitoring.md is the metrics reference: every family the text can hold (the queue
+    /// gauges, the vacuum gauges, the process counters and histograms) has its row there.
+    #[test]
+    fn every_metric_family_is_in_the_monitoring_guide() {
+        let snapshot = Snapshot {
+            taken_at: chrono::Utc::now(),
+            queues: vec![queue_snapshot("default", 1)],
+            vacuum: Some(VacuumStatus {
+                jobs_last_vacuum_at: Some(chrono::Utc::now()),
+                ..VacuumStatus::default()
+            }),
+        };
+        let process = ProcessMetrics::new([kind("email.send")]);
+        let text = render(&snapshot, &queues(&["default"]), Some(&process));
+        let guide = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/monitoring.md"),
+        )
+        .expect("docs/monitoring.md");
+        let families: Vec<(&str, &str)> = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("# TYPE "))
+            .filter_map(|rest| rest.split_once(' '))
+            .collect();
+        assert!(families.len() >= 19, "{text}");
+        for (family, kind) in families {
+            let exposed = if kind == "counter" {
+                format!("{family}_total")
+            } else {
+                family.to_owned()
+            };
+            assert!(
+                guide.contains(&format!("`{exposed}`")) || guide.contains(&format!("`{exposed}{{")),
+                "docs/monitoring.md has no row for the {kind} `{exposed}`"
+            );
+        }
+    }
+
     /// A producer that enqueues to thousands of queues and kinds of its own making adds no
     /// series: those queues are summed under `queue="(other)"` and those kinds counted under
     /// `kind="(other)"`; queues a worker serves, paused queues and `default` keep their own.

@@ -28,8 +28,9 @@
 //! | enqueue with quotas (the default) | 4: BEGIN, advisory locks, insert + counts, COMMIT |
 //! | enqueue, batch with keys, no quotas | 3: BEGIN, insert, COMMIT |
 //! | ... when a key is already held | + 1 lookup |
-//! | claim (no limit policy) | 1 (+1 `EXISTS` check when nothing was claimed) |
-//! | claim while limit policies exist | 6+: BEGIN, policies, running counts, candidate pages, update, COMMIT |
+//! | claim (no limit policy) | 1 |
+//! | claim while limit policies exist, none reached | 1 (+1 for a one-queue claim: claim_queue.sql reports the policies, then claim_fast.sql) |
+//! | claim that reaches a job under a limit policy | 6+: BEGIN, policies, running counts, candidate pages, update, COMMIT |
 //! | heartbeat, finish (any batch size) | 1 |
 //! | ... items of jobs with dependents, a parent or live children, stale ones, wait for children | + BEGIN, lock parents, lock, write, propagation rounds (3 each), freed queues, COMMIT |
 //! | enqueue with dependencies, children, a workflow graph | BEGIN, [quota locks], lock dependencies, the insert lane's, clock, settle, edges, marks, COMMIT |
