@@ -34,7 +34,7 @@ pub const MAX_ATTEMPTS_MIN: i64 = drover_core::job::MAX_ATTEMPTS_MIN as i64;
 pub const MAX_ATTEMPTS_MAX: i64 = drover_core::job::MAX_ATTEMPTS_MAX as i64;
 
 /// A job to enqueue. Only `kind` is required. Integer fields take any JSON number whose value
-/// is a whole number in the field's range (`-0`, `1e3`; see [`crate::integer`]).
+/// is a whole number in the field's range (`-0`, `1e3`).
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EnqueueRequest {
@@ -671,7 +671,7 @@ impl JobListItem {
 pub struct JobListResponse {
     /// Jobs, newest first.
     pub jobs: Vec<JobListItem>,
-    /// Pass as `cursor` to get the next page; absent on the last page.
+    /// Pass as `cursor` to get the next page; null on the last page.
     pub next_cursor: Option<String>,
 }
 
@@ -922,7 +922,7 @@ impl From<drover_core::WorkflowSummary> for WorkflowSummaryView {
 pub struct WorkflowListResponse {
     /// Workflows, newest first.
     pub workflows: Vec<WorkflowSummaryView>,
-    /// Pass as `cursor` to get the next page; absent on the last page.
+    /// Pass as `cursor` to get the next page; null on the last page.
     pub next_cursor: Option<String>,
 }
 
@@ -1168,7 +1168,7 @@ pub struct AuditEntryView {
     /// Who: `token:` and the first 8 hex digits of the token's SHA-256, a command-line user,
     /// `anonymous` without authentication, or an embedding application's name.
     pub actor: String,
-    /// The actor's tenant, else the tenant of the job acted on; absent for an action of an
+    /// The actor's tenant, else the tenant of the job acted on; null for an action of an
     /// all-tenant actor on no one job.
     pub tenant: Option<String>,
     /// `job.cancel`, `job.retry`, `job.requeue`, `queue.pause`, `queue.resume`,
@@ -1204,6 +1204,6 @@ impl From<drover_core::AuditEntry> for AuditEntryView {
 pub struct AuditListResponse {
     /// Records, newest first.
     pub entries: Vec<AuditEntryView>,
-    /// Pass as `cursor` to get the next page; absent on the last page.
+    /// Pass as `cursor` to get the next page; null on the last page.
     pub next_cursor: Option<String>,
 }

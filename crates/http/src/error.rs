@@ -42,13 +42,14 @@ pub struct ErrorDetail {
     /// Human-readable, safe to show (never args, tokens or passwords).
     pub message: String,
     /// The offending request field, for `invalid_input`, `forbidden` and `conflict`
-    /// (`idempotency_key`, `unique_key`; `jobs[i].idempotency_key` in a batch).
+    /// (`idempotency_key`, `unique_key`; `jobs[i].idempotency_key` in a batch); absent
+    /// otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
     /// Extra facts: a quota's `limit` (`max_pending` or `max_tenant_pending`), `setting`
     /// (`DROVER_MAX_PENDING` or `DROVER_MAX_TENANT_PENDING`), `current`, `max` and `tenant`
     /// (`current` and `max` of the cluster-wide quota only for tokens of tenant `*`);
-    /// a conflict's `existing_job_id`.
+    /// a conflict's `existing_job_id`. Absent when there are none.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub details: Option<Value>,

@@ -35,6 +35,7 @@ pub mod error;
 pub mod extract;
 pub mod integer;
 pub mod metrics;
+pub mod reference;
 pub mod routes;
 
 use std::sync::Arc;
@@ -212,8 +213,8 @@ impl Modify for BearerScheme {
     tags(
         (name = "jobs", description = "Enqueue and manage jobs"),
         (name = "workflows", description = "Graphs of jobs with dependencies, enqueued, cancelled and retried as one unit"),
-        (name = "queues", description = "Queues"),
-        (name = "workers", description = "Worker processes"),
+        (name = "queues", description = "Queues: their counts and lag, pause and resume"),
+        (name = "workers", description = "The worker processes that run jobs"),
         (name = "audit", description = "The audit log of operator actions"),
         (name = "system", description = "Readiness, metrics, this document")
     )

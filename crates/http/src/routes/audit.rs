@@ -12,9 +12,13 @@ use crate::ApiState;
 
 const LIST_PARAMS: [&str; 6] = ["action", "source", "actor", "tenant", "limit", "cursor"];
 
-/// List audit records newest first: who did what to which jobs, queues, workflows, limits and
-/// schedules, from where. A token of one tenant sees only its tenant's records (actions of
-/// its own tokens, and actions of all-tenant operators on one of its jobs).
+/// List audit records, newest first.
+///
+/// Who did what to which jobs, queues, workflows, limits and schedules, from where. Filters
+/// combine with AND; `cursor` is the previous page's `next_cursor`.
+///
+/// Any token. A token of one tenant sees only its tenant's records (actions of its own tokens,
+/// and actions of all-tenant operators on one of its jobs); naming another `tenant` answers 403.
 #[utoipa::path(
     get,
     path = "/v1/audit",

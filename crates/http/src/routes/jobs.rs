@@ -72,9 +72,14 @@ async fn visible_job(state: &ApiState, principal: &Principal, id: &str) -> Resul
     Ok(job)
 }
 
-/// Enqueue one job. 202 once committed; 200 for an idempotent replay (the stored job in its
-/// current state) or a unique-key duplicate; 409 when the `Idempotency-Key` was used with a
-/// different request (or stored without a request hash); 429 over a quota.
+/// Enqueue one job.
+///
+/// 202 once committed; 200 for an idempotent replay (the stored job in its current state) or a
+/// unique-key duplicate; 409 when the `Idempotency-Key` was used with a different request (or
+/// stored without a request hash); 429 over a quota.
+///
+/// Any token. A token of one tenant enqueues for its own tenant only (another `tenant` answers
+/// 403), and only operators may enqueue the `exec` kind.
 #[utoipa::path(
     post,
     path = "/v1/jobs",
@@ -121,8 +126,13 @@ pub async fn enqueue_job(
     Ok((status, Json(EnqueueResponse::from(answer))).into_response())
 }
 
-/// Enqueue many jobs atomically (all or nothing). Each item may carry its own
-/// `idempotency_key`. 202 when at least one job was created, else 200.
+/// Enqueue many jobs atomically (all or nothing).
+///
+/// 1 to 10,000 jobs, each an object like `POST /v1/jobs` takes. Each may carry its own
+/// `idempotency_key`; the `Idempotency-Key` header is refused here. 202 when at least one job
+/// was created, else 200.
+///
+/// Any token, as for `POST /v1/jobs`.
 #[utoipa::path(
     post,
     path = "/v1/jobs/batch",
@@ -199,18 +209,22 @@ const LIST_PARAMS: [&str; 10] = [
     "queue", "state", "kind", "tenant", "meta", "workflow", "parent", "limit", "cursor", "include",
 ];
 
-/// List jobs newest first, as summaries: without `args`, `result`, `errors` and `progress`
-/// unless `include` names them (`GET /v1/jobs/{id}` shows the whole job). Filters combine with
-/// AND; `meta` is a JSON object matched by containment; `workflow` and `parent` select a
-/// workflow's jobs or a job's children; `cursor` is the previous page's
-/// `next_cursor`. A tenant-scoped token sees only its tenant's jobs.
+/// List jobs, newest first.
+///
+/// Summaries: without `args`, `result`, `errors` and `progress` unless `include` names them
+/// (`GET /v1/jobs/{id}` shows the whole job). Filters combine with AND; `meta` is a JSON object
+/// matched by containment; `workflow` and `parent` select a workflow's jobs or a job's
+/// children; `cursor` is the previous page's `next_cursor`.
+///
+/// Any token. A token of one tenant sees only its tenant's jobs; naming another `tenant`
+/// answers 403.
 #[utoipa::path(
     get,
     path = "/v1/jobs",
     tag = "jobs",
     params(
         ("queue" = Option<String>, Query, description = "Only this queue"),
-        ("state" = Option<String>, Query, description = "waiting (for dependencies or children), queued, running (leased: its handler started, or claimed ahead and waiting for a slot, see `waiting_for_slot`), reconciling, succeeded, failed or cancelled"),
+        ("state" = Option<String>, Query, description = "Only jobs in this state: waiting (for dependencies or children), queued, running (leased: its handler started, or claimed ahead and waiting for a slot, see `waiting_for_slot`), reconciling, succeeded, failed or cancelled"),
         ("kind" = Option<String>, Query, description = "Only this kind"),
         ("tenant" = Option<String>, Query, description = "Only this tenant (all-tenant operators)"),
         ("meta" = Option<String>, Query, description = "JSON object the job's meta must contain"),
@@ -323,7 +337,9 @@ pub async fn list_jobs(
     }))
 }
 
-/// Get one job. Another tenant's job answers 404.
+/// Get one job, whole.
+///
+/// Any token. Another tenant's job answers 404, like a missing one.
 #[utoipa::path(
     get,
     path = "/v1/jobs/{id}",
@@ -347,10 +363,13 @@ pub async fn get_job(
     Ok(Json(JobResponse { job: job.into() }))
 }
 
-/// Cancel a job: waiting, queued or reconciling jobs end cancelled at once; a running job's
-/// handler is asked to stop (it ends cancelled, or succeeded if it completes anyway). The
-/// cancel reaches the job's children, and its dependents when it ends cancelled. 409 for a
-/// finished job.
+/// Cancel a job.
+///
+/// Waiting, queued or reconciling jobs end cancelled at once; a running job's handler is asked
+/// to stop (it ends cancelled, or succeeded if it completes anyway). The cancel reaches the
+/// job's children, and its dependents when it ends cancelled. 409 for a finished job.
+///
+/// Any token. Another tenant's job answers 404, like a missing one.
 #[utoipa::path(
     post,
     path = "/v1/jobs/{id}/cancel",
@@ -380,8 +399,12 @@ pub async fn cancel_job(
     Ok(Json(CancelResponse::new(outcome.effect, outcome.job)))
 }
 
-/// Operator retry of a finished job: same id and args, attempt budget reset, quotas re-checked.
-/// 409 for a job that is still waiting, queued, running or reconciling.
+/// Retry a finished job.
+///
+/// The job runs again with the same id and args, its attempt budget reset; quotas are checked
+/// again. 409 for a job that is still waiting, queued, running or reconciling.
+///
+/// Operators only (403 for another role). Another tenant's job answers 404.
 #[utoipa::path(
     post,
     path = "/v1/jobs/{id}/retry",
@@ -416,10 +439,13 @@ pub async fn retry_job(
     Ok(Json(JobResponse { job: job.into() }))
 }
 
-/// Operator requeue of a queued job: one waiting for its `run_at` (scheduled, a retry's
-/// backoff, a snooze) becomes ready now, attempts kept, and its queue's workers are woken; a
-/// ready one is left as it is (`changed` false). 409 for a running, reconciling or finished job
-/// (retry a finished one).
+/// Make a queued job ready now.
+///
+/// A queued job waiting for its `run_at` (scheduled, a retry's backoff, a snooze) becomes ready
+/// now, attempts kept, and its queue's workers are woken; a ready one is left as it is
+/// (`changed` false). 409 for a running, reconciling or finished job (retry a finished one).
+///
+/// Operators only (403 for another role). Another tenant's job answers 404.
 #[utoipa::path(
     post,
     path = "/v1/jobs/{id}/requeue",

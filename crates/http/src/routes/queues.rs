@@ -10,10 +10,13 @@ use crate::error::{ApiError, ErrorBody};
 use crate::extract::PathParam;
 use crate::ApiState;
 
+/// List the queues with their counts and lag.
+///
 /// Every queue with its pause state, counts per state, ready jobs, running jobs (handler
 /// started) and jobs claimed ahead (waiting in a worker's backlog for a slot), and lag, and
-/// what keeps the database from cleaning the jobs table (`vacuum`). The counts span every
-/// tenant, so only tokens of tenant `*` may read them.
+/// what keeps the database from cleaning the jobs table (`vacuum`).
+///
+/// Tokens of tenant `*` only: the counts span every tenant.
 #[utoipa::path(
     get,
     path = "/v1/queues",
@@ -63,14 +66,17 @@ fn require_cluster_operator(principal: &Principal, action: &str) -> Result<(), A
     Ok(())
 }
 
-/// Pause a queue cluster-wide: no worker claims from it; running jobs finish. A queue may be
-/// paused before its first job. Pausing a paused queue changes nothing (`changed` false; it keeps
-/// its first `paused_at`). Operators of every tenant (`*`) only.
+/// Pause a queue cluster-wide.
+///
+/// No worker claims from it; running jobs finish. A queue may be paused before its first job.
+/// Pausing a paused queue changes nothing (`changed` false; it keeps its first `paused_at`).
+///
+/// Operators of tenant `*` only: the queue is shared by every tenant.
 #[utoipa::path(
     post,
     path = "/v1/queues/{name}/pause",
     tag = "queues",
-    params(("name" = String, Path, description = "Queue name")),
+    params(("name" = String, Path, description = "Queue name, 1-64 of `A-Z a-z 0-9 _ . : -`")),
     responses(
         (status = 200, description = "Paused (changed true), or already paused (changed false)", body = QueueStateResponse),
         (status = 400, description = "Bad queue name, or a query parameter (this route takes none)", body = ErrorBody),
@@ -95,14 +101,18 @@ pub async fn pause_queue(
     Ok(Json(change.into()))
 }
 
-/// Resume a paused queue. A queue that is not paused changes nothing (`changed` false); a queue
-/// with no jobs that is not paused is unknown (404), as `drover queues resume` refuses it: a typo
-/// must not look like a resume. Operators of every tenant (`*`) only.
+/// Resume a paused queue.
+///
+/// A queue that is not paused changes nothing (`changed` false); a queue with no jobs that is
+/// not paused is unknown (404), as `drover queues resume` refuses it: a typo must not look like
+/// a resume.
+///
+/// Operators of tenant `*` only: the queue is shared by every tenant.
 #[utoipa::path(
     post,
     path = "/v1/queues/{name}/resume",
     tag = "queues",
-    params(("name" = String, Path, description = "Queue name")),
+    params(("name" = String, Path, description = "Queue name, 1-64 of `A-Z a-z 0-9 _ . : -`")),
     responses(
         (status = 200, description = "Resumed (changed true), or not paused (changed false)", body = QueueStateResponse),
         (status = 400, description = "Bad queue name, or a query parameter (this route takes none)", body = ErrorBody),
@@ -131,8 +141,9 @@ pub async fn resume_queue(
     Ok(Json(change.into()))
 }
 
-/// Registered worker processes. Workers serve every tenant, so only tokens of tenant `*` may
-/// list them.
+/// List the registered worker processes.
+///
+/// Tokens of tenant `*` only: workers serve every tenant.
 #[utoipa::path(
     get,
     path = "/v1/workers",

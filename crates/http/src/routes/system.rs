@@ -12,9 +12,11 @@ use crate::dto::ReadyResponse;
 use crate::error::{ApiError, ErrorBody};
 use crate::ApiState;
 
+/// Readiness: whether the store answers and its schema is migrated.
+///
 /// 200 only when the store answers and its schema is migrated; otherwise 503 with the reason
-/// (`drover migrate` not run, store unreachable, or no answer within the configured
-/// `ready_timeout`, so a probe gets an answer before its own timeout).
+/// (`drover migrate` not run, store unreachable, or no answer within the ready timeout, 2 s by
+/// default, so a probe gets an answer before its own timeout).
 #[utoipa::path(
     get,
     path = "/v1/ready",
@@ -49,12 +51,15 @@ pub async fn ready(State(state): State<ApiState>) -> Result<Json<ReadyResponse>,
     }
 }
 
-/// Prometheus metrics (OpenMetrics text): queue gauges from the store, plus this process's job
-/// counters when it runs jobs. Their labels name every tenant's queues and kinds and their
-/// values count every tenant's jobs, so they need a token of tenant `*` (Prometheus sends it
-/// with `authorization` or `bearer_token_file`); a server started with `--insecure-no-auth`
-/// serves them to anyone. Queues and kinds callers made up have no series of their own: they
-/// are counted under `queue="(other)"` and `kind="(other)"` (`metrics::scrape`).
+/// Prometheus metrics (OpenMetrics text).
+///
+/// Queue gauges from the store, plus this process's job counters when it runs jobs. Queues and
+/// kinds callers made up have no series of their own: they are counted under `queue="(other)"`
+/// and `kind="(other)"`.
+///
+/// Tokens of tenant `*` only: the labels name every tenant's queues and kinds and the values
+/// count every tenant's jobs (Prometheus sends the token with `authorization` or
+/// `bearer_token_file`). A server started with `--insecure-no-auth` serves them to anyone.
 #[utoipa::path(
     get,
     path = "/metrics",
@@ -79,7 +84,9 @@ pub async fn metrics(
     Ok(([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response())
 }
 
-/// This OpenAPI document, generated from the route handlers.
+/// This OpenAPI document.
+///
+/// Generated from the route handlers.
 #[utoipa::path(
     get,
     path = "/v1/openapi.json",

@@ -35,13 +35,17 @@ async fn visible_workflow(
     Ok(workflow)
 }
 
-/// Enqueue a workflow: its jobs, with dependencies by name, stored all or nothing under one
-/// new workflow id. Each job is an object like `POST /v1/jobs` takes, plus a `name` unique in
-/// the workflow; its `depends_on` names jobs of the workflow (or gives ids of stored jobs of the
-/// tenant). A job waits (`waiting`, without a slot) until its dependencies are terminal, and is
-/// cancelled when one fails or is cancelled unless it has `run_regardless`. The graph is checked
-/// first: a cycle, a dangling or repeated name, or jobs of two tenants answer 400 naming the
-/// field. 202 when a job was created, else 200.
+/// Enqueue a workflow: jobs with dependencies, as one unit.
+///
+/// The jobs are stored all or nothing under one new workflow id. Each job is an object like
+/// `POST /v1/jobs` takes, plus a `name` unique in the workflow; its `depends_on` names jobs of
+/// the workflow (or gives ids of stored jobs of the tenant). A job waits (`waiting`, without a
+/// slot) until its dependencies are terminal, and is cancelled when one fails or is cancelled
+/// unless it has `run_regardless`. The graph is checked first: a cycle, a dangling or repeated
+/// name, or jobs of two tenants answer 400 naming the field. 202 when a job was created, else
+/// 200.
+///
+/// Any token, as for `POST /v1/jobs`.
 #[utoipa::path(
     post,
     path = "/v1/workflows",
@@ -97,8 +101,13 @@ pub async fn enqueue_workflow(
 
 const LIST_PARAMS: [&str; 3] = ["tenant", "limit", "cursor"];
 
-/// List workflows newest first, each with its overall state and its jobs' counts per state.
-/// A tenant-scoped token sees only its tenant's workflows.
+/// List workflows, newest first.
+///
+/// Each with its overall state and its jobs' counts per state; `cursor` is the previous page's
+/// `next_cursor`.
+///
+/// Any token. A token of one tenant sees only its tenant's workflows; naming another `tenant`
+/// answers 403.
 #[utoipa::path(
     get,
     path = "/v1/workflows",
@@ -170,8 +179,11 @@ pub async fn list_workflows(
     }))
 }
 
-/// Get a workflow: its jobs (children included, without their large fields) and its
-/// dependency edges by name. Another tenant's workflow answers 404.
+/// Get a workflow with its jobs and dependency edges.
+///
+/// Its jobs (children included, without their large fields) and its dependency edges by name.
+///
+/// Any token. Another tenant's workflow answers 404, like a missing one.
 #[utoipa::path(
     get,
     path = "/v1/workflows/{id}",
@@ -197,8 +209,12 @@ pub async fn get_workflow(
     }))
 }
 
-/// Cancel a workflow: every job not terminal, as a cancel of each (waiting and queued jobs end
-/// cancelled, running ones are asked to stop), in one step. `jobs` counts those it reached.
+/// Cancel a workflow.
+///
+/// Every job not terminal, as a cancel of each (waiting and queued jobs end cancelled, running
+/// ones are asked to stop), in one step. `jobs` counts those it reached.
+///
+/// Any token. Another tenant's workflow answers 404, like a missing one.
 #[utoipa::path(
     post,
     path = "/v1/workflows/{id}/cancel",
@@ -227,8 +243,12 @@ pub async fn cancel_workflow(
     Ok(Json(change.into()))
 }
 
-/// Operator retry of a workflow: every failed or cancelled job runs again, waiting again for
-/// those of its dependencies that run again; quotas re-checked. `jobs` counts those retried.
+/// Retry a workflow's failed and cancelled jobs.
+///
+/// Every failed or cancelled job runs again, waiting again for those of its dependencies that
+/// run again; quotas are checked again. `jobs` counts those retried.
+///
+/// Operators only (403 for another role). Another tenant's workflow answers 404.
 #[utoipa::path(
     post,
     path = "/v1/workflows/{id}/retry",
