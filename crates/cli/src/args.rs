@@ -94,8 +94,9 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub json: bool,
 
-    /// Log filter for diagnostics on stderr (e.g. info, drover_runner=debug; or RUST_LOG).
-    /// A filter that does not parse is refused (exit 2), not ignored.
+    /// Log filter for diagnostics on stderr (e.g. info, drover_runner=debug; or RUST_LOG;
+    /// default warn). A --log filter that does not parse is refused (exit 2), not ignored; a
+    /// RUST_LOG that does not parse is passed over with a warning.
     #[arg(long, global = true, value_name = "FILTER", value_parser = log_filter)]
     pub log: Option<String>,
 
@@ -256,7 +257,8 @@ pub struct WorkerArgs {
     pub lease: Option<Duration>,
 
     /// Heartbeat interval, longer than zero and at most a third of the lease, so one late
-    /// heartbeat never lets a running job's lease expire (default 15s).
+    /// heartbeat never lets a running job's lease expire, and shorter than 2m, after which a
+    /// worker leaves the worker list (default 15s).
     #[arg(long, value_parser = positive_duration, value_name = "DURATION")]
     pub heartbeat: Option<Duration>,
 

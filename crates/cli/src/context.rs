@@ -133,9 +133,9 @@ impl Ctx {
     /// change jobs and queues.
     ///
     /// # Errors
-    /// As [`Ctx::store`].
+    /// As [`Ctx::store`], plus a usage error for a `DROVER_ACTOR` that is no actor name.
     pub async fn client(&self) -> Result<Client> {
-        let actor = Actor::new(env::actor_name(), AuditSource::Cli);
+        let actor = Actor::new(env::actor_name()?, AuditSource::Cli);
         Ok(Client::new(self.store().await?).with_actor(actor))
     }
 

@@ -1,14 +1,16 @@
 //! Environment settings (only this crate reads environment variables; ARCHITECTURE.md):
 //! `DROVER_MAX_PENDING`, `DROVER_MAX_TENANT_PENDING` (quotas, docs/design.md section 4),
-//! `DROVER_API_TOKENS` (HTTP auth), whether OTLP export is asked for by the standard
+//! `DROVER_API_TOKENS` (HTTP auth), `DROVER_ACTOR` (the audit log's actor), whether OTLP
+//! export is asked for by the standard
 //! `OTEL_EXPORTER_OTLP_ENDPOINT`/`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (the OpenTelemetry SDK
 //! reads the rest of the `OTEL_*` variables itself, in `drover-telemetry`), and the caller's
 //! trace of `drover enqueue` in `TRACEPARENT`/`TRACESTATE`. `DROVER_DATABASE_URL` and
 //! `DROVER_MAX_CONCURRENT` are read by clap (see [`crate::args`]).
 
 use anyhow::Result;
+use drover_core::audit::ACTOR_NAME_MAX;
 use drover_core::store::{MAX_PENDING_DEFAULT, MAX_TENANT_PENDING_DEFAULT};
-use drover_core::{Quotas, StoreConfig, SucceededJobs, TraceContext};
+use drover_core::{Actor, AuditSource, Quotas, StoreConfig, SucceededJobs, TraceContext};
 
 use crate::usage::usage;
 
@@ -69,13 +71,37 @@ pub fn api_tokens() -> Option<String> {
 
 /// Who runs the command line, for the audit records of its operator writes: `DROVER_ACTOR`,
 /// else the login name (`USER`, `LOGNAME`), else `cli`.
-pub fn actor_name() -> String {
-    ["DROVER_ACTOR", "USER", "LOGNAME"]
+///
+/// # Errors
+/// A usage error: a `DROVER_ACTOR` that is no actor name (1 to 200 bytes, no control
+/// characters), which the first operator write would refuse after connecting.
+pub fn actor_name() -> Result<String> {
+    actor_from(|name| std::env::var(name).ok())
+}
+
+/// [`actor_name`] with the variables `var` gives. A login name that is no actor name is passed
+/// over: it is not a Drover setting.
+fn actor_from(var: impl Fn(&str) -> Option<String>) -> Result<String> {
+    let valid = |name: &str| Actor::new(name, AuditSource::Cli).validate().is_ok();
+    let set = |name: &str| {
+        var(name)
+            .map(|value| value.trim().to_owned())
+            .filter(|value| !value.is_empty())
+    };
+    if let Some(actor) = set("DROVER_ACTOR") {
+        if !valid(&actor) {
+            return Err(usage(format!(
+                "invalid DROVER_ACTOR: must be 1 to {ACTOR_NAME_MAX} bytes without control characters, got {} bytes",
+                actor.len()
+            )));
+        }
+        return Ok(actor);
+    }
+    Ok(["USER", "LOGNAME"]
         .into_iter()
-        .filter_map(|name| std::env::var(name).ok())
-        .map(|value| value.trim().to_owned())
-        .find(|value| !value.is_empty() && !value.chars().any(char::is_control))
-        .unwrap_or_else(|| "cli".to_owned())
+        .filter_map(set)
+        .find(|name| valid(name))
+        .unwrap_or_else(|| "cli".to_owned()))
 }
 
 /// The caller's trace for `drover enqueue`: `TRACEPARENT` and `TRACESTATE`, OpenTelemetry's
@@ -102,4 +128,54 @@ pub fn otlp_wanted(flag: Option<bool>) -> bool {
         .iter()
         .any(|name| std::env::var(name).is_ok_and(|v| !v.trim().is_empty()))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn actor(vars: &[(&str, &str)]) -> Result<String> {
+        actor_from(|name| {
+            vars.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, value)| (*value).to_owned())
+        })
+    }
+
+    #[test]
+    fn the_actor_is_drover_actor_else_the_login_name_else_cli() {
+        assert_eq!(
+            actor(&[("DROVER_ACTOR", " alice "), ("USER", "bob")]).unwrap(),
+            "alice"
+        );
+        assert_eq!(
+            actor(&[("DROVER_ACTOR", " "), ("USER", "bob")]).unwrap(),
+            "bob"
+        );
+        assert_eq!(actor(&[("LOGNAME", "carol")]).unwrap(), "carol");
+        let long = "x".repeat(ACTOR_NAME_MAX + 1);
+        assert_eq!(
+            actor(&[("USER", &long), ("LOGNAME", "carol")]).unwrap(),
+            "carol"
+        );
+        assert_eq!(actor(&[]).unwrap(), "cli");
+        assert_eq!(
+            actor(&[("DROVER_ACTOR", &long[1..])]).unwrap().len(),
+            ACTOR_NAME_MAX
+        );
+    }
+
+    #[test]
+    fn a_drover_actor_that_is_no_actor_name_is_a_usage_error() {
+        let long = "x".repeat(ACTOR_NAME_MAX + 1);
+        for bad in [long.as_str(), "al\u{7}ice"] {
+            let e = actor(&[("DROVER_ACTOR", bad), ("USER", "bob")]).expect_err(bad);
+            assert!(crate::usage::is_usage(&e), "{e}");
+            assert!(
+                e.to_string()
+                    .starts_with("invalid DROVER_ACTOR: must be 1 to 200 bytes"),
+                "{e}"
+            );
+        }
+    }
 }

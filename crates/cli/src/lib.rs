@@ -187,8 +187,8 @@ pub fn one_line(e: &anyhow::Error) -> String {
     text.replace('\n', " ")
 }
 
-/// Logs to stderr at `filter` (`--log`, else `RUST_LOG`, else `warn`); with `json`, one JSON
-/// object a line with the event's fields at the top level
+/// Logs to stderr at `filter` (`--log`, else `RUST_LOG` when it parses, else `warn`); with
+/// `json`, one JSON object a line with the event's fields at the top level
 /// (`{"timestamp":...,"level":"WARN","message":...,"job_id":...,"target":...}`). With
 /// `telemetry`, spans and events at info and above also go to its OpenTelemetry layer,
 /// whatever the log filter, and the log shows every line logged inside an attempt (a
@@ -199,10 +199,16 @@ fn init_tracing(filter: Option<&str>, json: bool, telemetry: Option<&drover_tele
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::{EnvFilter, Layer, Registry};
-    let filter = filter
-        .map(EnvFilter::new)
-        .or_else(|| EnvFilter::try_from_default_env().ok())
-        .unwrap_or_else(|| EnvFilter::new("warn"));
+    let filter = filter.map(EnvFilter::new).unwrap_or_else(|| {
+        EnvFilter::try_from_default_env().unwrap_or_else(|e| {
+            // Set but not a filter: `--log` is refused (exit 2), but `RUST_LOG` may be meant
+            // for other programs too, so it is only passed over, and said so.
+            if std::env::var_os("RUST_LOG").is_some_and(|v| !v.is_empty()) {
+                errln!("drover: warning: RUST_LOG is not a log filter ({e}); logging at warn");
+            }
+            EnvFilter::new("warn")
+        })
+    });
     // With export on, the attempt spans pass the log filter whatever it says of their target
     // (only the spans: the log still gets the events the filter asks for).
     let exporting = telemetry.is_some();

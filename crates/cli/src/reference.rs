@@ -17,7 +17,8 @@ pub fn markdown() -> String {
          `DROVER_WRITE_REFERENCE=1 cargo test -p drover-cli --test reference` writes it \
          again). The options of the top-level `drover` apply to every command. \
          [The command line](cli.md) shows them at work; [Configuration](configuration.md) \
-         gives the bounds of the worker's settings.\n",
+         gives every setting's default, unit and bounds in one table, with the environment \
+         variables.\n",
     );
     let root = Cli::command();
     section(&mut page, &root, "drover");

@@ -1169,6 +1169,46 @@ fn a_log_filter_that_does_not_parse_is_refused() {
     let out = drover(&["--log", "info,drover_runner=debug", "completions", "bash"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(!out.stdout.is_empty());
+
+    // RUST_LOG may be meant for other programs too: passed over, and said so.
+    let out = Command::new(env!("CARGO_BIN_EXE_drover"))
+        .args(["completions", "bash"])
+        .env("RUST_LOG", "foo=bar=baz[")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run drover");
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!out.stdout.is_empty());
+    assert!(
+        stderr.starts_with("drover: warning: RUST_LOG is not a log filter")
+            && stderr.contains("logging at warn"),
+        "{stderr}"
+    );
+}
+
+/// A `DROVER_ACTOR` the audit log would refuse is a usage error before anything connects, not
+/// a failure of the first operator write.
+#[test]
+fn a_drover_actor_that_is_no_actor_name_is_refused_before_connecting() {
+    let out = Command::new(env!("CARGO_BIN_EXE_drover"))
+        .args([
+            "--database-url",
+            "postgres://app@127.0.0.1:1/app",
+            "jobs",
+            "cancel",
+            "0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79",
+        ])
+        .env("DROVER_ACTOR", "x".repeat(201))
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run drover");
+    let line = one_line_usage_error(&out);
+    assert!(
+        line.contains("invalid DROVER_ACTOR: must be 1 to 200 bytes"),
+        "{line}"
+    );
 }
 
 /// `drover serve` on the memory store stops cleanly on SIGTERM and says what it finishes
