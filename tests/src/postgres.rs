@@ -14,7 +14,6 @@
 //! an empty database and migrating it. Databases of killed runs are swept when older than
 //! [`crate::leftovers::LEFTOVER_AGE`], templates of other migrations at once.
 
-use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -96,7 +95,7 @@ impl Server {
     /// # Panics
     /// When `url` does not parse.
     pub fn from_url(url: &str) -> Server {
-        let admin = PgConnectOptions::from_str(url)
+        let admin = drover_store_postgres::connect_options(url)
             .unwrap_or_else(|e| panic!("the test database URL does not parse: {e}"));
         let (base, query) = match url.split_once('?') {
             Some((base, query)) => (base, format!("?{query}")),

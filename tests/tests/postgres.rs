@@ -1447,6 +1447,52 @@ async fn closed_port_is_unavailable() {
     }
 }
 
+/// TLS follows the URL's `sslmode`: without one the connection is plain (a job's round trips
+/// pay no encryption); with `sslmode=require` it is encrypted when the server offers TLS, and
+/// refused when it does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tls_follows_the_urls_sslmode() {
+    let Some(server) = Server::for_test("tls_follows_the_urls_sslmode") else {
+        return;
+    };
+    let url = server.url("postgres");
+    let encrypted = |store: PgStore| async move {
+        let ssl: bool =
+            sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+                .fetch_one(store.pool())
+                .await
+                .unwrap();
+        let offered: String = sqlx::query_scalar("SHOW ssl")
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+        store.close().await;
+        (ssl, offered == "on")
+    };
+    let plain = PgStore::connect(&url, PgOptions::default()).await.unwrap();
+    let (ssl, offered) = encrypted(plain).await;
+    if std::env::var_os("PGSSLMODE").is_none() {
+        assert!(!ssl, "a URL without sslmode connects without TLS");
+    }
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let required = PgStore::connect(
+        &format!("{url}{separator}sslmode=require"),
+        PgOptions {
+            acquire_timeout: Duration::from_secs(5),
+            ..PgOptions::default()
+        },
+    )
+    .await;
+    match (offered, required) {
+        (true, Ok(store)) => assert!(encrypted(store).await.0, "sslmode=require encrypts"),
+        (false, Err(e)) => assert!(!e.to_string().contains(&url), "{e}"),
+        (offered, other) => panic!(
+            "server offers TLS: {offered}; sslmode=require gave {:?}",
+            other.map(|_| "a store")
+        ),
+    }
+}
+
 /// A claim is dated after every change it saw: a slow-path claim (a `max_running` policy)
 /// whose transaction began before the job holding the policy finished, and which admitted
 /// the next job because it saw that finish, stamps the claimed job's attempted_at after the

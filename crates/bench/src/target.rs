@@ -7,7 +7,6 @@
 //! counts go through the `JobStore` trait (`queue_snapshot`).
 
 use std::collections::BTreeMap;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -103,7 +102,7 @@ impl PgTarget {
     /// # Errors
     /// `InvalidInput` naming `database-url`.
     pub fn parse(url: &str) -> Result<PgTarget, Error> {
-        let database = PgConnectOptions::from_str(url)
+        let database = drover_store_postgres::connect_options(url)
             .map_err(|_| Error::invalid("database-url", "not a postgres:// URL"))?
             .application_name("drover-bench");
         let name = database

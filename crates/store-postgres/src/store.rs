@@ -21,7 +21,7 @@ use drover_core::{
     Resolution, Schedule, ScheduleName, ScheduleUpsert, Snapshot, StoreConfig, Transition,
     VacuumStatus, WorkerId, WorkerInfo, WorkerRegistration, WorkflowId,
 };
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgSslMode};
 use sqlx::{Connection, PgConnection, PgPool};
 
 use crate::connections::Connections;
@@ -99,6 +99,11 @@ pub struct PgStore {
 /// The scheme is checked first: the driver's parser would read `mysql://host/db` as a
 /// PostgreSQL address. The URL is never echoed in errors (it may hold a password).
 ///
+/// TLS follows the URL's `sslmode` (`disable`, `prefer`, `require`, `verify-ca`,
+/// `verify-full`; `sslrootcert` names a CA file), else `PGSSLMODE`; with neither, connections
+/// are not encrypted (libpq would `prefer` TLS): a job's round trips are the hot path, and TLS
+/// is asked for where the network needs it (docs/operating.md, "What to deploy").
+///
 /// # Errors
 /// `InvalidInput` on `database_url` for another scheme or a URL the driver cannot parse.
 pub fn connect_options(url: &str) -> Result<PgConnectOptions, Error> {
@@ -111,7 +116,7 @@ pub fn connect_options(url: &str) -> Result<PgConnectOptions, Error> {
             "must start with postgres:// or postgresql:// (postgres://user@host:port/database)",
         ));
     }
-    PgConnectOptions::from_str(url).map_err(|e| {
+    let options = PgConnectOptions::from_str(url).map_err(|e| {
         Error::invalid(
             "database_url",
             format!(
@@ -119,6 +124,18 @@ pub fn connect_options(url: &str) -> Result<PgConnectOptions, Error> {
                 e.to_string().replace(url, "<url>")
             ),
         )
+    })?;
+    let asks_for_tls_mode = url.split_once('?').is_some_and(|(_, query)| {
+        query.split('&').any(|pair| {
+            pair.split('=')
+                .next()
+                .is_some_and(|key| key.eq_ignore_ascii_case("sslmode"))
+        })
+    }) || std::env::var_os("PGSSLMODE").is_some();
+    Ok(if asks_for_tls_mode {
+        options
+    } else {
+        options.ssl_mode(PgSslMode::Disable)
     })
 }
 

@@ -26,13 +26,12 @@
 //! otherwise dominate); `DROVER_TEST_SIDE_EFFECT_CONNECTIONS` sizes that pool (default 4).
 
 use std::process::ExitCode;
-use std::str::FromStr;
 use std::time::Duration;
 
 use drover_cli::{run_with, Extensions};
 use drover_core::{JobKind, NewJob};
 use drover_runner::{JobContext, Outcome, Registry};
-use drover_store_postgres::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use drover_store_postgres::sqlx::postgres::PgPoolOptions;
 use drover_store_postgres::sqlx::{self, PgPool};
 use serde::Deserialize;
 use serde_json::json;
@@ -74,7 +73,7 @@ async fn side_effect_pool() -> Result<&'static PgPool, String> {
         .get_or_init(|| async {
             let url = std::env::var("DROVER_DATABASE_URL")
                 .map_err(|_| "DROVER_DATABASE_URL is not set".to_owned())?;
-            let mut options = PgConnectOptions::from_str(&url)
+            let mut options = drover_store_postgres::connect_options(&url)
                 .map_err(|e| format!("bad DROVER_DATABASE_URL: {e}"))?
                 .application_name("drover-test-side-effects");
             if std::env::var_os("DROVER_TEST_SIDE_EFFECTS_ASYNC").is_some() {
