@@ -203,7 +203,8 @@ pub enum MigrationsCommand {
 /// Worker settings shared by `worker`, `serve --worker` and `dev`.
 #[derive(Debug, Clone, Args)]
 pub struct WorkerArgs {
-    /// A queue to serve (repeatable; default: `default` unless --pool is given).
+    /// A queue to serve (repeatable; default: `default` unless --pool is given; `dev` serves
+    /// the queues of its jobs and `default`).
     #[arg(long = "queue", value_name = "QUEUE", value_parser = queue_name)]
     pub queues: Vec<QueueName>,
 
@@ -296,8 +297,8 @@ pub struct WorkerArgs {
     )]
     pub prune_limit: Option<u32>,
 
-    /// Poll interval when no wake-up arrives, longer than zero (default 1s; PgBouncer
-    /// transaction mode relies on it).
+    /// Poll interval when no wake-up arrives, longer than zero (default 1s, 50ms under `dev`;
+    /// PgBouncer transaction mode relies on it).
     #[arg(long, value_parser = positive_duration, value_name = "DURATION")]
     pub poll_interval: Option<Duration>,
 
@@ -305,8 +306,10 @@ pub struct WorkerArgs {
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
 
-    /// Connections in the database pool, 1..=10000 (default: slots + 4, at most 10000). Below
-    /// slots + 2 jobs may wait for a connection, and the worker warns at start.
+    /// Connections in the database pool, 1..=10000 (default: the slots of all queues and pools,
+    /// capped by --max-concurrent, + 4; `serve` adds 8 for its API; at most 10000). Below
+    /// slots + 2 jobs may wait for a connection, and the worker warns at start. `dev` refuses
+    /// it: it has no database.
     #[arg(
         long,
         value_name = "N",
@@ -314,18 +317,20 @@ pub struct WorkerArgs {
     )]
     pub db_connections: Option<u32>,
 
-    /// Turn off prepared-statement caching and LISTEN, for PgBouncer in transaction mode.
+    /// Turn off prepared-statement caching and LISTEN, for PgBouncer in transaction mode
+    /// (`dev` refuses it).
     #[arg(long)]
     pub pgbouncer: bool,
 
     /// Warn when the database's oldest open transaction is older than this: vacuum cannot
     /// clean the jobs table behind it and claims slow down (default 5m; 0s: never). Checked
-    /// every minute; a warning that still holds is repeated every 10 minutes.
+    /// every minute; a warning that still holds is repeated every 10 minutes. `dev` refuses it.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub warn_transaction_age: Option<Duration>,
 
     /// Warn when dead row versions are more than this fraction of the jobs table's rows (and
-    /// at least 10000): vacuum is not keeping up (0..=1, default 0.5; 0: never).
+    /// at least 10000): vacuum is not keeping up (0..=1, default 0.5; 0: never). `dev` refuses
+    /// it.
     #[arg(long, value_name = "FRACTION", value_parser = dead_rows_fraction)]
     pub warn_dead_rows: Option<f64>,
 

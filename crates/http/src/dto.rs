@@ -678,8 +678,8 @@ pub struct JobListResponse {
 /// The answer to a cancel.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct CancelResponse {
-    /// `cancelled` (it was queued or reconciling) or `requested` (it is running; its handler
-    /// was asked to stop).
+    /// `cancelled` (it was waiting, queued or reconciling) or `requested` (it is running; its
+    /// handler was asked to stop).
     pub effect: String,
     /// What that means for the job.
     pub message: String,
