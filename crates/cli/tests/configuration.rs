@@ -267,6 +267,19 @@ fn leading_value(cell: &str) -> Option<String> {
 }
 
 /// The rows for `flag` of the command at `path`.
+/// The problem when `row`'s default column does not start with `default`, which `source`
+/// (clap, the code) applies to `setting`.
+fn default_mismatch(row: &Row, setting: &str, default: &str, source: &str) -> Option<String> {
+    match leading_value(&row.default) {
+        Some(documented) if same_value(&documented, default) => None,
+        documented => Some(format!(
+            "line {}: {setting} defaults to {default} in {source}, the table says {}: start the default column with `{default}` ({FIX})",
+            row.line,
+            documented.map_or_else(|| format!("{:?}", row.default), |d| format!("`{d}`")),
+        )),
+    }
+}
+
 fn rows_for<'a>(rows: &'a [Row], path: &str, flag: &str) -> Vec<&'a Row> {
     rows.iter()
         .filter(|row| row.flags.iter().any(|f| f == flag) && row.commands.iter().any(|c| c == path))
@@ -396,14 +409,12 @@ fn every_flag_and_variable_has_one_row_that_matches_the_binary() {
                 .collect();
             if !defaults.is_empty() {
                 let default = defaults.join(",");
-                match leading_value(&row.default) {
-                    Some(documented) if same_value(&documented, &default) => {}
-                    documented => problems.push(format!(
-                        "line {}: {flag} of `{at}` defaults to {default} in clap, the table says {}: start the default column with `{default}` ({FIX})",
-                        row.line,
-                        documented.map_or_else(|| format!("{:?}", row.default), |d| format!("`{d}`")),
-                    )),
-                }
+                problems.extend(default_mismatch(
+                    row,
+                    &format!("{flag} of `{at}`"),
+                    &default,
+                    "clap",
+                ));
             }
         }
     }
@@ -554,14 +565,7 @@ fn the_defaults_the_code_applies_are_the_tables() {
     let mut problems = Vec::new();
     for (path, setting, code) in expected {
         let row = row_of(&rows, path, setting);
-        match leading_value(&row.default) {
-            Some(documented) if same_value(&documented, &code) => {}
-            documented => problems.push(format!(
-                "line {}: {setting} defaults to {code} in the code, the table says {}: start the default column with `{code}` (fix the table in docs/configuration.md)",
-                row.line,
-                documented.map_or_else(|| format!("{:?}", row.default), |d| format!("`{d}`")),
-            )),
-        }
+        problems.extend(default_mismatch(row, setting, &code, "the code"));
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
