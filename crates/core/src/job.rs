@@ -128,6 +128,9 @@ pub const DEPENDENCIES_MAX: usize = 1_000;
 pub const CHILDREN_MAX: usize = 10_000;
 /// Most jobs in one workflow graph (docs/design.md section 10).
 pub const WORKFLOW_JOBS_MAX: usize = 10_000;
+/// Most dependencies in one workflow graph, its jobs' local and stored ones together
+/// (docs/design.md section 10): the graph's check and its stored edges cost this much.
+pub const WORKFLOW_DEPENDENCIES_MAX: usize = 100_000;
 
 /// When a new job becomes ready.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -591,7 +594,7 @@ impl NewJob {
 /// Checks a job's dependency list: at most [`DEPENDENCIES_MAX`] ids, none repeated.
 ///
 /// # Errors
-/// [`Error::InvalidInput`] naming `depends_on`.
+/// [`Error::InvalidInput`] naming `depends_on`, or `depends_on[k]` for a repeat.
 pub fn check_dependencies(ids: &[JobId]) -> Result<(), Error> {
     if ids.len() > DEPENDENCIES_MAX {
         return Err(Error::invalid(
@@ -603,10 +606,10 @@ pub fn check_dependencies(ids: &[JobId]) -> Result<(), Error> {
         ));
     }
     let mut seen = std::collections::HashSet::with_capacity(ids.len());
-    for id in ids {
+    for (k, id) in ids.iter().enumerate() {
         if !seen.insert(*id) {
             return Err(Error::invalid(
-                "depends_on",
+                format!("depends_on[{k}]"),
                 format!("must not repeat a job; {id} appears twice"),
             ));
         }

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::Error;
 use crate::job::{
     check_dependencies, Job, JobId, NewJob, SizeLimits, WorkflowId, DEPENDENCIES_MAX,
-    WORKFLOW_JOBS_MAX,
+    WORKFLOW_DEPENDENCIES_MAX, WORKFLOW_JOBS_MAX,
 };
 use crate::names::check_job_name;
 use crate::state::{apply, Event, JobState};
@@ -273,19 +273,36 @@ impl NewWorkflow {
     }
 
     /// Checks the graph before anything is stored and orders it: at least one and at most
-    /// [`WORKFLOW_JOBS_MAX`] jobs; each valid ([`NewJob::validate`]) with a valid, unique name;
-    /// every job of the tenant of the first; every local dependency naming a job of the graph,
-    /// none repeated, at most [`DEPENDENCIES_MAX`] dependencies per job with its stored ones;
-    /// and no cycle. Returns the jobs in dependency order (among independent jobs, input order).
+    /// [`WORKFLOW_JOBS_MAX`] jobs and [`WORKFLOW_DEPENDENCIES_MAX`] dependencies in all; each
+    /// job valid ([`NewJob::validate`]) with a valid, unique name; every job of the tenant of
+    /// the first; every local dependency naming a job of the graph, none repeated, at most
+    /// [`DEPENDENCIES_MAX`] dependencies per job with its stored ones; and no cycle. Returns
+    /// the jobs in dependency order (among independent jobs, input order). Time and memory
+    /// grow with jobs plus dependencies.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] naming `jobs`, or `jobs[i].<field>` for the first bad job.
+    /// [`Error::InvalidInput`] naming `jobs`, or `jobs[i].<field>` for the first bad job
+    /// (`jobs[i].depends_on[k]` for its k-th local dependency).
     pub fn plan(&self, sizes: &SizeLimits) -> Result<Vec<PlannedJob>, Error> {
         let len = self.jobs.len();
         if len == 0 || len > WORKFLOW_JOBS_MAX {
             return Err(Error::invalid(
                 "jobs",
                 format!("a workflow holds 1 to {WORKFLOW_JOBS_MAX} jobs, got {len}"),
+            ));
+        }
+        let dependencies: usize = self
+            .jobs
+            .iter()
+            .map(|entry| entry.depends_on.len() + entry.job.depends_on.len())
+            .sum();
+        if dependencies > WORKFLOW_DEPENDENCIES_MAX {
+            return Err(Error::invalid(
+                "jobs",
+                format!(
+                    "a workflow holds at most {WORKFLOW_DEPENDENCIES_MAX} dependencies in all \
+                     (local and stored), got {dependencies}"
+                ),
             ));
         }
         let at = |i: usize, e: Error| e.in_batch_item(i, usize::MAX);
@@ -314,27 +331,28 @@ impl NewWorkflow {
             }
         }
         let mut edges: Vec<Vec<usize>> = Vec::with_capacity(len);
+        // last_named_by[j] == i: job i already named job j (a repeat), without a set per job.
+        let mut last_named_by = vec![usize::MAX; len];
         for (i, entry) in self.jobs.iter().enumerate() {
             let mut local = Vec::with_capacity(entry.depends_on.len());
-            for name in &entry.depends_on {
+            for (k, name) in entry.depends_on.iter().enumerate() {
+                let field = || format!("depends_on[{k}]");
                 let Some(&j) = by_name.get(name.as_str()) else {
                     return Err(at(
                         i,
-                        Error::invalid(
-                            "depends_on",
-                            format!("names no job of the workflow: {name:?}"),
-                        ),
+                        Error::invalid(field(), format!("names no job of the workflow: {name:?}")),
                     ));
                 };
-                if local.contains(&j) {
+                if last_named_by[j] == i {
                     return Err(at(
                         i,
                         Error::invalid(
-                            "depends_on",
+                            field(),
                             format!("must not repeat a job; {name:?} appears twice"),
                         ),
                     ));
                 }
+                last_named_by[j] = i;
                 local.push(j);
             }
             let total = local.len() + entry.job.depends_on.len();
@@ -712,7 +730,7 @@ mod tests {
     fn plan_refuses_a_dangling_or_repeated_name() {
         let dangling = graph(&[("a", &[]), ("b", &["a", "nope"])]);
         let (field, reason) = invalid_field(dangling.plan(&SizeLimits::default()));
-        assert_eq!(field, "jobs[1].depends_on");
+        assert_eq!(field, "jobs[1].depends_on[1]");
         assert!(reason.contains("\"nope\""), "{reason}");
         let repeated = graph(&[("a", &[]), ("b", &[]), ("a", &[])]);
         let (field, reason) = invalid_field(repeated.plan(&SizeLimits::default()));
@@ -721,8 +739,11 @@ mod tests {
         let twice = graph(&[("a", &[]), ("b", &["a", "a"])]);
         assert_eq!(
             invalid_field(twice.plan(&SizeLimits::default())).0,
-            "jobs[1].depends_on"
+            "jobs[1].depends_on[1]"
         );
+        // A repeat is per job: two jobs may name the same dependency.
+        let shared = graph(&[("a", &[]), ("b", &["a"]), ("c", &["a"])]);
+        assert!(shared.plan(&SizeLimits::default()).is_ok());
         let bad_name = graph(&[("", &[])]);
         assert_eq!(
             invalid_field(bad_name.plan(&SizeLimits::default())).0,

@@ -104,8 +104,8 @@ impl crate::extract::RequestBody for EnqueueRequest {}
 #[serde(deny_unknown_fields)]
 pub struct WorkflowRequest {
     /// The jobs, 1..=10,000, each a JSON object like `POST /v1/jobs` takes plus its `name`;
-    /// its `depends_on` names other jobs of the workflow (or ids of stored jobs). Every job is
-    /// of one tenant; no cycle.
+    /// its `depends_on` names other jobs of the workflow (or ids of stored jobs), at most 1,000
+    /// per job and 100,000 in the whole workflow. Every job is of one tenant; no cycle.
     #[serde(deserialize_with = "crate::extract::objects")]
     pub jobs: Vec<EnqueueRequest>,
 }
@@ -151,6 +151,9 @@ impl WorkflowRequest {
             };
             let mut local = Vec::new();
             let mut stored = Vec::new();
+            // Repeats are found here, where `k` is still the caller's index: the graph check
+            // sees names and ids in two lists.
+            let mut seen = std::collections::HashSet::new();
             for (k, entry) in item
                 .depends_on
                 .take()
@@ -158,7 +161,16 @@ impl WorkflowRequest {
                 .into_iter()
                 .enumerate()
             {
+                let repeated = |entry: &str| {
+                    at(ApiError::invalid(
+                        format!("depends_on[{k}]"),
+                        format!("must not repeat a job; {entry:?} appears twice"),
+                    ))
+                };
                 if names.contains(&entry) {
+                    if !seen.insert(Dependency::Named(entry.clone())) {
+                        return Err(repeated(&entry));
+                    }
                     local.push(entry);
                 } else {
                     let id = entry.parse::<drover_core::JobId>().map_err(|_| {
@@ -167,6 +179,9 @@ impl WorkflowRequest {
                             format!("names no job of the workflow and is not the id of a stored job: {entry:?}"),
                         ))
                     })?;
+                    if !seen.insert(Dependency::Stored(id)) {
+                        return Err(repeated(&entry));
+                    }
                     stored.push(id);
                 }
             }
@@ -181,6 +196,16 @@ impl WorkflowRequest {
         workflow.plan(sizes).map_err(store_err)?;
         Ok(workflow)
     }
+}
+
+/// One entry of a workflow job's `depends_on`, as [`WorkflowRequest::into_new_workflow`]
+/// reads it.
+#[derive(PartialEq, Eq, Hash)]
+enum Dependency {
+    /// A job of the workflow, by name.
+    Named(String),
+    /// A stored job, by id.
+    Stored(drover_core::JobId),
 }
 
 /// Many jobs enqueued atomically.
@@ -296,16 +321,28 @@ impl EnqueueRequest {
                 "only a job of a workflow has a name; enqueue the workflow with POST /v1/workflows",
             ));
         }
-        for (i, entry) in self.depends_on.unwrap_or_default().iter().enumerate() {
+        let depends_on = self.depends_on.unwrap_or_default();
+        if depends_on.len() > drover_core::job::DEPENDENCIES_MAX {
+            return Err(ApiError::invalid(
+                "depends_on",
+                format!(
+                    "at most {} dependencies per job, got {}",
+                    drover_core::job::DEPENDENCIES_MAX,
+                    depends_on.len()
+                ),
+            ));
+        }
+        let mut seen = std::collections::HashSet::with_capacity(depends_on.len());
+        for (i, entry) in depends_on.iter().enumerate() {
             let id = entry.parse::<drover_core::JobId>().map_err(|_| {
                 ApiError::invalid(
                     format!("depends_on[{i}]"),
                     "must be the id of a stored job (a UUID), or in a workflow the name of one of its jobs",
                 )
             })?;
-            if job.depends_on.contains(&id) {
+            if !seen.insert(id) {
                 return Err(ApiError::invalid(
-                    "depends_on",
+                    format!("depends_on[{i}]"),
                     format!("must not repeat a job; {id} appears twice"),
                 ));
             }
@@ -1152,7 +1189,7 @@ mod tests {
             r#"{{"kind": "k", "depends_on": ["{id}", "{id}"]}}"#
         ))
         .unwrap_err();
-        assert_eq!(field_of(&twice), "depends_on");
+        assert_eq!(field_of(&twice), "depends_on[1]");
         let named = parse(r#"{"kind": "k", "name": "a"}"#).unwrap_err();
         assert_eq!(field_of(&named), "name");
     }

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use drover_core::job::{DEPENDENCIES_MAX, WORKFLOW_DEPENDENCIES_MAX};
 use drover_core::{
     CancelEffect, EnqueueChildren, EnqueueStatus, Entity, Error, EventStream, Finish, FinishItem,
     FinishReply, Job, JobDetails, JobId, JobState, JobStore, ListJobs, ListWorkflows, NewJob,
@@ -466,7 +467,51 @@ pub async fn workflows_bad_graph_is_invalid_and_stores_nothing(f: &dyn StoreFact
         job("k", json!(2)),
         &["nope"],
     );
-    expect_invalid(store.workflow_enqueue(dangling).await, "jobs[1].depends_on");
+    expect_invalid(
+        store.workflow_enqueue(dangling).await,
+        "jobs[1].depends_on[0]",
+    );
+    let named_twice = NewWorkflow::new()
+        .job("a", job("k", json!(1)), &[])
+        .job("b", job("k", json!(2)), &[])
+        .job("c", job("k", json!(3)), &["b", "a", "b"]);
+    expect_invalid(
+        store.workflow_enqueue(named_twice).await,
+        "jobs[2].depends_on[2]",
+    );
+    let stored_twice = {
+        // Set directly: `with_dependency` skips an id it already holds.
+        let id = JobId::new_v7();
+        let mut twice = job("k", json!(1));
+        twice.depends_on = vec![JobId::new_v7(), id, id];
+        NewWorkflow::new().job("a", twice, &[])
+    };
+    expect_invalid(
+        store.workflow_enqueue(stored_twice).await,
+        "jobs[0].depends_on[2]",
+    );
+    // The graph's bound on dependencies in all: 101 joins each waiting for the same 1,000
+    // jobs are 101,000 dependencies, each join within its own bound of 1,000.
+    let heads: Vec<String> = (0..DEPENDENCIES_MAX).map(|i| format!("head-{i}")).collect();
+    let head_names: Vec<&str> = heads.iter().map(String::as_str).collect();
+    let mut wide = NewWorkflow::new();
+    for name in &heads {
+        wide = wide.job(name.clone(), job("k", json!(0)), &[]);
+    }
+    let joins = WORKFLOW_DEPENDENCIES_MAX / DEPENDENCIES_MAX + 1;
+    for i in 0..joins {
+        wide = wide.job(format!("join-{i}"), job("k", json!(i)), &head_names);
+    }
+    match store.workflow_enqueue(wide).await {
+        Err(Error::InvalidInput { field, reason }) => {
+            assert_eq!(field, "jobs");
+            assert!(
+                reason.contains(&format!("got {}", joins * DEPENDENCIES_MAX)),
+                "{reason}"
+            );
+        }
+        other => panic!("expected InvalidInput for too many dependencies, got {other:?}"),
+    }
     let repeated =
         NewWorkflow::new()
             .job("a", job("k", json!(1)), &[])

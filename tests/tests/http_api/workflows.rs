@@ -211,6 +211,20 @@ pub(crate) async fn workflow_errors_name_the_field(env: &Env) {
             json!({"jobs": [{"name": "a", "kind": "k", "depends_on": [unknown]}]}),
             "jobs[0].depends_on",
         ),
+        (
+            json!({"jobs": [
+                {"name": "a", "kind": "k"},
+                {"name": "b", "kind": "k", "depends_on": ["a", unknown, "a"]},
+            ]}),
+            "jobs[1].depends_on[2]",
+        ),
+        (
+            json!({"jobs": [
+                {"name": "a", "kind": "k"},
+                {"name": "b", "kind": "k", "depends_on": [unknown, "a", unknown.to_uppercase()]},
+            ]}),
+            "jobs[1].depends_on[2]",
+        ),
         (json!({"graph": []}), "graph"),
     ] {
         api.post(Some(PRODUCER_A), "/v1/workflows", &body)
@@ -221,6 +235,14 @@ pub(crate) async fn workflow_errors_name_the_field(env: &Env) {
         (json!({"kind": "k", "name": "a"}), "name"),
         (json!({"kind": "k", "depends_on": ["a"]}), "depends_on[0]"),
         (json!({"kind": "k", "depends_on": [unknown]}), "depends_on"),
+        (
+            json!({"kind": "k", "depends_on": [unknown, unknown.to_uppercase()]}),
+            "depends_on[1]",
+        ),
+        (
+            json!({"kind": "k", "depends_on": vec![unknown; 1_001]}),
+            "depends_on",
+        ),
         (
             json!({"kind": "k", "run_regardless": "yes"}),
             "run_regardless",
