@@ -124,8 +124,9 @@ async fn log_in(browser: &fantoccini::Client, base: &str, token: &str) {
     assert_eq!(browser.current_url().await.unwrap().path(), "/");
 }
 
-/// Log in; the overview lists the queue; a failed job with hostile args and error shows them
-/// as text; Retry queues it again and is audited from the dashboard; a form posted from
+/// Log in; the overview lists the queue; a job enqueued, started and finished while its page
+/// is open shows each change without a reload; a failed job with hostile args and error shows
+/// them as text; Retry queues it again and is audited from the dashboard; a form posted from
 /// another site does nothing; a producer of another tenant cannot open the job by its URL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_browser_logs_in_retries_a_job_and_is_kept_to_its_tenant() {
@@ -213,6 +214,44 @@ async fn a_browser_logs_in_retries_a_job_and_is_kept_to_its_tenant() {
         browser.find(Locator::Css("#queues button.resume")).await.unwrap().click().await.unwrap();
         wait_for(&browser, "//table[@id='queues']//button[@class='pause']").await;
         assert!(!store.queues_list().await.unwrap().iter().any(|q| q.paused));
+        // Live updates: a job enqueued while the jobs list is open shows up without a
+        // reload, and its page shows it start and succeed.
+        browser.goto(&format!("{base}/jobs")).await.unwrap();
+        let live = store
+            .job_enqueue(
+                NewJob::new(drover_core::JobKind::parse("mail.send").unwrap(), json!({}))
+                    .with_queue(QueueName::parse("live").unwrap()),
+            )
+            .await
+            .unwrap()
+            .job;
+        wait_for(&browser, &format!("//table[@id='jobs']//a[text()='{}']", live.id)).await;
+        screenshot(&browser, "jobs-live").await;
+        browser.goto(&format!("{base}/jobs/{}", live.id)).await.unwrap();
+        wait_for(&browser, "//dd[@id='state' and text()='queued']").await;
+        let running = store
+            .jobs_claim(ClaimJobs {
+                worker: WorkerId::parse("w").unwrap(),
+                queues: vec![live.queue.clone()],
+                kinds: vec![live.kind.clone()],
+                limit: 1,
+                start: 1,
+                lease: Duration::from_secs(60),
+            })
+            .await
+            .unwrap()
+            .jobs;
+        wait_for(&browser, "//dd[@id='state' and text()='running']").await;
+        store
+            .job_finish(
+                live.id,
+                running[0].fencing_token,
+                Finish::Succeeded { result: Some(json!({"sent": true})) },
+            )
+            .await
+            .unwrap();
+        wait_for(&browser, "//dd[@id='state' and text()='succeeded']").await;
+        assert!(text_of(&browser, "#result").await.contains("sent"));
         for page in ["workers", "schedules", "limits", "audit"] {
             browser.goto(&format!("{base}/{page}")).await.unwrap();
             assert!(!text_of(&browser, &format!("#{page}")).await.is_empty());

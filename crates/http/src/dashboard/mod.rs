@@ -10,8 +10,12 @@
 //!   may cancel, operators retry; actions are audited with source `dashboard`.
 //! - Actions are posted forms carrying the session's CSRF token, compared in constant time; a
 //!   post without it (a cross-site form) is refused with 403.
-//! - Everything rendered is escaped by the template engine (auto-escape of `.html`); pages run
-//!   no script, and the Content-Security-Policy allows none.
+//! - Everything rendered is escaped by the template engine (auto-escape of `.html`); the only
+//!   script is `assets/live.js`, served from this origin (the Content-Security-Policy allows no
+//!   other and no inline script): it refreshes the page's `data-live` elements while the tab is
+//!   visible.
+//! - Reads are bounded: the queue overview, the one aggregate, is read at most once per
+//!   [`OVERVIEW_FRESH_FOR`] for every open dashboard together.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -31,7 +35,7 @@ use subtle::ConstantTimeEq;
 
 use crate::auth::{AuthMode, Principal, Role, TenantScope};
 use crate::ApiState;
-use drover_runner::Client;
+use drover_runner::{Client, QueueOverview};
 
 /// Name of the session cookie.
 pub const SESSION_COOKIE: &str = "drover_session";
@@ -42,12 +46,16 @@ pub const SESSION_LIFETIME: Duration = Duration::from_secs(12 * 3600);
 /// Jobs per page of the jobs list.
 const PAGE: u32 = 50;
 
-/// The security headers of every dashboard answer: no script at all, styles and forms from
-/// this origin only, never framed, never cached.
+/// How long one read of the queue overview serves every dashboard: pages that refresh every
+/// two seconds in any number of tabs cost the database one overview a second at most.
+pub const OVERVIEW_FRESH_FOR: Duration = Duration::from_secs(1);
+
+/// The security headers of every dashboard answer: scripts, styles, images, fetches and forms
+/// from this origin only (no inline script), never framed, never cached.
 const SECURITY_HEADERS: [(&str, &str); 5] = [
     (
         "content-security-policy",
-        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
     ),
     ("x-frame-options", "DENY"),
     ("x-content-type-options", "nosniff"),
@@ -72,6 +80,9 @@ struct Dashboard {
     templates: Arc<Environment<'static>>,
     /// The CSRF token of every visitor under `--insecure-no-auth` (no sessions there).
     insecure_csrf: String,
+    /// The last read of the queue overview and when it was read ([`OVERVIEW_FRESH_FOR`]);
+    /// held across the read, so requests arriving meanwhile wait for it instead of reading too.
+    overview: Arc<tokio::sync::Mutex<Option<(Instant, QueueOverview)>>>,
 }
 
 /// 244 random bits as hex: session ids and CSRF tokens.
@@ -104,8 +115,8 @@ fn templates() -> Environment<'static> {
 
 /// The dashboard's routes, on the API's state: `/`, `/login`, `/logout`, `/jobs`,
 /// `/jobs/{id}`, `/jobs/{id}/cancel`, `/jobs/{id}/retry`, `/queues/{name}/pause`,
-/// `/queues/{name}/resume`, `/workers`, `/schedules`, `/limits`, `/audit` and
-/// `/assets/dashboard.css`. Merge it with
+/// `/queues/{name}/resume`, `/workers`, `/schedules`, `/limits`, `/audit`,
+/// `/assets/dashboard.css` and `/assets/live.js`. Merge it with
 /// [`crate::router`] to serve both.
 pub fn router(state: ApiState) -> Router {
     let dashboard = Dashboard {
@@ -113,6 +124,7 @@ pub fn router(state: ApiState) -> Router {
         sessions: Arc::new(Mutex::new(HashMap::new())),
         templates: Arc::new(templates()),
         insecure_csrf: random_token(),
+        overview: Arc::new(tokio::sync::Mutex::new(None)),
     };
     Router::new()
         .route("/", get(overview))
@@ -129,6 +141,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/limits", get(limits))
         .route("/audit", get(audit))
         .route("/assets/dashboard.css", get(stylesheet))
+        .route("/assets/live.js", get(script))
         .layer(axum::middleware::from_fn(security_headers))
         .with_state(dashboard)
 }
@@ -149,6 +162,13 @@ async fn stylesheet() -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
         include_str!("assets/dashboard.css"),
+    )
+}
+
+async fn script() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        include_str!("assets/live.js"),
     )
 }
 
@@ -210,6 +230,20 @@ impl Dashboard {
                     .into_response()
             }
         }
+    }
+
+    /// The queue overview, read again when the last read is older than
+    /// [`OVERVIEW_FRESH_FOR`] (or was forgotten after a queue action).
+    async fn queue_overview(&self) -> Result<QueueOverview, Error> {
+        let mut last = self.overview.lock().await;
+        if let Some((at, overview)) = last.as_ref() {
+            if at.elapsed() < OVERVIEW_FRESH_FOR {
+                return Ok(overview.clone());
+            }
+        }
+        let overview = self.api.client().queue_overview().await?;
+        *last = Some((Instant::now(), overview.clone()));
+        Ok(overview)
     }
 
     fn error_page(&self, viewer: Option<&Viewer>, status: StatusCode, message: &str) -> Response {
@@ -374,7 +408,7 @@ async fn overview(State(d): State<Dashboard>, headers: HeaderMap) -> Response {
             context! { queues => Value::from(()) },
         );
     }
-    let overview = match d.api.client().queue_overview().await {
+    let overview = match d.queue_overview().await {
         Ok(overview) => overview,
         Err(e) => return d.store_error(&viewer, e),
     };
@@ -434,6 +468,8 @@ async fn queue_action(
     } else {
         client.queue_resume(queue).await
     };
+    // The next overview shows the change.
+    *d.overview.lock().await = None;
     match done {
         Ok(_) => Redirect::to("/").into_response(),
         Err(e) => d.store_error(&viewer, e),
@@ -625,12 +661,19 @@ async fn jobs(
     let next = page.next.map(|id| {
         let mut pairs = url_pairs(&filter);
         pairs.push(("before", id.to_string()));
-        pairs
-            .iter()
-            .map(|(k, v)| format!("{k}={}", percent(v)))
-            .collect::<Vec<_>>()
-            .join("&")
+        query_string(&pairs)
     });
+    // This page again, for its live updates.
+    let live_url = {
+        let mut pairs = url_pairs(&filter);
+        if !filter.before.is_empty() {
+            pairs.push(("before", filter.before.clone()));
+        }
+        match query_string(&pairs) {
+            query if query.is_empty() => "/jobs".to_owned(),
+            query => format!("/jobs?{query}"),
+        }
+    };
     let states: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
     d.render(
         "jobs.html",
@@ -638,6 +681,7 @@ async fn jobs(
         context! {
             jobs => Value::from_serialize(&page.jobs),
             next,
+            live_url,
             states,
             filter => context! { state => filter.state, queue => filter.queue, kind => filter.kind },
         },
@@ -647,6 +691,15 @@ async fn jobs(
 /// `text` percent-encoded for a query string.
 fn percent(text: &str) -> String {
     percent_encoding::utf8_percent_encode(text, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+/// `pairs` as a query string, each value percent-encoded.
+fn query_string(pairs: &[(&str, String)]) -> String {
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={}", percent(v)))
+        .collect::<Vec<_>>()
+        .join("&")
 }
 
 fn url_pairs(filter: &JobFilter) -> Vec<(&'static str, String)> {
