@@ -647,3 +647,162 @@ async fn pages_update_live_from_their_own_url() {
     let after = server.page("/", Some(&cookie)).await;
     assert!(after.contains("action=\"/queues/fresh/resume\""), "{after}");
 }
+
+/// The jobs list filters by tenant (a token of one tenant sees no other), workflow, parent
+/// and meta containment, and names a bad filter; a job's page shows its workflow's jobs with
+/// what each waits for, its parent and its children, each a link.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_filter_by_workflow_parent_tenant_and_meta_and_a_job_shows_its_workflow() {
+    let server = Server::with_tokens().await;
+    let kind = |name: &str| drover_core::JobKind::parse(name).unwrap();
+    let graph = drover_core::NewWorkflow::new()
+        .job("extract", NewJob::new(kind("etl.extract"), json!({})), &[])
+        .job(
+            "transform",
+            NewJob::new(kind("etl.transform"), json!({})),
+            &["extract"],
+        )
+        .job(
+            "load <b>",
+            NewJob::new(kind("etl.load"), json!({})),
+            &["extract", "transform"],
+        );
+    let workflow = server.store.workflow_enqueue(graph).await.unwrap();
+    let id_of = |name: &str| {
+        workflow
+            .jobs
+            .iter()
+            .find(|e| e.job.name.as_deref() == Some(name))
+            .unwrap()
+            .job
+            .id
+    };
+    let (extract, transform, load) = (id_of("extract"), id_of("transform"), id_of("load <b>"));
+    let mut other = job("report.build", json!({}));
+    other.meta = json!({"customer": "acme", "region": "eu"});
+    other.tenant = TenantId::parse("tenant-b").unwrap();
+    let other = server.enqueue(other).await;
+    // A parent with one child: claimed, it stores the child under its token.
+    let parent = server.enqueue(job("fan.parent", json!({}))).await;
+    let claimed = server
+        .store
+        .jobs_claim(ClaimJobs {
+            worker: WorkerId::parse("w").unwrap(),
+            queues: vec![QueueName::default_queue()],
+            kinds: vec![parent.kind.clone()],
+            limit: 1,
+            start: 1,
+            lease: Duration::from_secs(60),
+        })
+        .await
+        .unwrap()
+        .jobs;
+    let child = server
+        .store
+        .children_enqueue(drover_core::EnqueueChildren {
+            parent: parent.id,
+            token: claimed[0].fencing_token,
+            jobs: vec![job("fan.child", json!({}))],
+        })
+        .await
+        .unwrap()[0]
+        .job
+        .id;
+
+    let cookie = server.login(OPERATOR).await;
+    let listed =
+        |page: &str, id: drover_core::JobId| page.contains(&format!("href=\"/jobs/{id}\""));
+    let wf = server
+        .page(&format!("/jobs?workflow={}", workflow.id), Some(&cookie))
+        .await;
+    assert!(
+        listed(&wf, extract) && listed(&wf, transform) && listed(&wf, load),
+        "{wf}"
+    );
+    assert!(!listed(&wf, other.id) && !listed(&wf, parent.id), "{wf}");
+    let children = server
+        .page(&format!("/jobs?parent={}", parent.id), Some(&cookie))
+        .await;
+    assert!(
+        listed(&children, child) && !listed(&children, parent.id),
+        "{children}"
+    );
+    for query in ["tenant=tenant-b", "meta=%7B%22customer%22%3A%22acme%22%7D"] {
+        let page = server.page(&format!("/jobs?{query}"), Some(&cookie)).await;
+        assert!(
+            listed(&page, other.id) && !listed(&page, extract),
+            "{query}: {page}"
+        );
+    }
+    let none = server
+        .page(
+            "/jobs?meta=%7B%22customer%22%3A%22globex%22%7D",
+            Some(&cookie),
+        )
+        .await;
+    assert!(none.contains("No jobs match."), "{none}");
+    for (query, field) in [
+        ("meta=%5B1%5D", "meta"),
+        ("meta=nope", "meta"),
+        ("workflow=nope", "workflow"),
+        ("parent=nope", "parent"),
+        ("before=nope", "before"),
+        ("tenant=%20", "tenant"),
+    ] {
+        let answer = server.get(&format!("/jobs?{query}"), Some(&cookie)).await;
+        assert_eq!(answer.status(), 400, "{query}");
+        let page = answer.text().await.unwrap();
+        let notice = page
+            .split("<p class=\"notice\" id=\"notice\">")
+            .nth(1)
+            .and_then(|rest| rest.split("</p>").next())
+            .unwrap_or_else(|| panic!("{query}: no notice: {page}"));
+        assert!(notice.contains(field), "{query}: {notice}");
+    }
+    // A token of tenant-a asking for tenant-b's jobs sees none of them.
+    let producer = server.login(PRODUCER_A).await;
+    let answer = server.get("/jobs?tenant=tenant-b", Some(&producer)).await;
+    assert_eq!(answer.status(), 404);
+    let page = answer.text().await.unwrap();
+    assert!(
+        !listed(&page, other.id) && page.contains("tenant-a only"),
+        "{page}"
+    );
+    assert!(!server
+        .page("/jobs", Some(&producer))
+        .await
+        .contains("name=\"tenant\""));
+
+    // The middle job's page: the workflow table, this job marked, each dependency by name.
+    let page = server
+        .page(&format!("/jobs/{transform}"), Some(&cookie))
+        .await;
+    assert!(page.contains("<table id=\"workflow\">"), "{page}");
+    assert!(
+        page.contains("<tr class=\"this\"><td class=\"text\">transform</td>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("load &lt;b&gt;") && !page.contains("load <b>"),
+        "{page}"
+    );
+    assert!(
+        page.contains(&format!("<a href=\"/jobs/{extract}\" class=\"text\">extract</a>, <a href=\"/jobs/{transform}\" class=\"text\">transform</a>")),
+        "load waits for extract and transform, by name: {page}"
+    );
+    assert!(page.contains("1 of 1 dependencies pending"), "{page}");
+    // The parent's page lists its child; the child's page links its parent.
+    let page = server
+        .page(&format!("/jobs/{}", parent.id), Some(&cookie))
+        .await;
+    assert!(
+        page.contains("<table id=\"children\">") && listed(&page, child),
+        "{page}"
+    );
+    let page = server.page(&format!("/jobs/{child}"), Some(&cookie)).await;
+    assert!(
+        page.contains(&format!("id=\"parent\" href=\"/jobs/{}\"", parent.id)),
+        "{page}"
+    );
+    assert!(!page.contains("<table id=\"children\">"), "{page}");
+}

@@ -28,6 +28,7 @@ use axum::routing::{get, post};
 use axum::{Form, Router};
 use drover_core::{
     AuditSource, Error, JobDetails, JobId, JobKind, JobState, ListAudit, ListJobs, QueueName,
+    TenantId,
 };
 use minijinja::{context, Environment, Value};
 use serde::Deserialize;
@@ -45,6 +46,10 @@ pub const SESSION_LIFETIME: Duration = Duration::from_secs(12 * 3600);
 
 /// Jobs per page of the jobs list.
 const PAGE: u32 = 50;
+
+/// Most jobs of its workflow, and most children, a job's page lists (the rest are a link to
+/// the jobs list filtered by workflow or parent).
+const RELATED_SHOWN: u32 = 100;
 
 /// How long one read of the queue overview serves every dashboard: pages that refresh every
 /// two seconds in any number of tabs cost the database one overview a second at most.
@@ -617,6 +622,15 @@ struct JobFilter {
     #[serde(default)]
     kind: String,
     #[serde(default)]
+    tenant: String,
+    #[serde(default)]
+    workflow: String,
+    #[serde(default)]
+    parent: String,
+    /// A JSON object the jobs' meta must contain.
+    #[serde(default)]
+    meta: String,
+    #[serde(default)]
     before: String,
 }
 
@@ -643,8 +657,29 @@ async fn jobs(
         if !filter.kind.is_empty() {
             query.kind = Some(JobKind::parse(filter.kind.as_str())?);
         }
+        if !filter.tenant.is_empty() {
+            query.tenant = Some(TenantId::parse(filter.tenant.as_str())?);
+        }
+        if !filter.workflow.is_empty() {
+            query.workflow = Some(filter.workflow.parse()?);
+        }
+        let job_id = |text: &str, field: &str| {
+            text.parse::<JobId>()
+                .map_err(|_| Error::invalid(field, "must be a job id (a UUID)"))
+        };
+        if !filter.parent.is_empty() {
+            query.parent = Some(job_id(&filter.parent, "parent")?);
+        }
+        if !filter.meta.is_empty() {
+            query.meta = Some(serde_json::from_str(&filter.meta).map_err(|_| {
+                Error::invalid(
+                    "meta",
+                    r#"must be a JSON object such as {"customer": "acme"}"#,
+                )
+            })?);
+        }
         if !filter.before.is_empty() {
-            query.before = Some(filter.before.parse()?);
+            query.before = Some(job_id(&filter.before, "before")?);
         }
         Ok(())
     })();
@@ -652,6 +687,13 @@ async fn jobs(
         return d.store_error(&viewer, e);
     }
     if let TenantScope::One(tenant) = &viewer.principal.scope {
+        if query.tenant.as_ref().is_some_and(|asked| asked != tenant) {
+            return d.error_page(
+                Some(&viewer),
+                StatusCode::NOT_FOUND,
+                &format!("This token sees the jobs of tenant {tenant} only."),
+            );
+        }
         query.tenant = Some(tenant.clone());
     }
     let page = match d.api.client().list(query).await {
@@ -683,7 +725,16 @@ async fn jobs(
             next,
             live_url,
             states,
-            filter => context! { state => filter.state, queue => filter.queue, kind => filter.kind },
+            filter => context! {
+                state => filter.state,
+                queue => filter.queue,
+                kind => filter.kind,
+                tenant => filter.tenant,
+                workflow => filter.workflow,
+                parent => filter.parent,
+                meta => filter.meta,
+            },
+            every_tenant => viewer.principal.scope == TenantScope::All,
         },
     )
 }
@@ -707,6 +758,10 @@ fn url_pairs(filter: &JobFilter) -> Vec<(&'static str, String)> {
         ("state", &filter.state),
         ("queue", &filter.queue),
         ("kind", &filter.kind),
+        ("tenant", &filter.tenant),
+        ("workflow", &filter.workflow),
+        ("parent", &filter.parent),
+        ("meta", &filter.meta),
     ]
     .into_iter()
     .filter(|(_, v)| !v.is_empty())
@@ -743,6 +798,67 @@ async fn job(State(d): State<Dashboard>, headers: HeaderMap, Path(id): Path<Stri
         Ok(job) => job,
         Err(page) => return page,
     };
+    let related = |workflow, parent| ListJobs {
+        workflow,
+        parent,
+        // A workflow's jobs and a parent's children are of its tenant; kept so regardless.
+        tenant: Some(job.tenant.clone()),
+        limit: RELATED_SHOWN,
+        details: JobDetails::NONE,
+        ..ListJobs::default()
+    };
+    let members = match job.workflow_id {
+        Some(workflow) => match d.api.client().list(related(Some(workflow), None)).await {
+            Ok(page) => Some(page),
+            Err(e) => return d.store_error(&viewer, e),
+        },
+        None => None,
+    };
+    let children = match d.api.client().list(related(None, Some(job.id))).await {
+        Ok(page) => page,
+        Err(e) => return d.store_error(&viewer, e),
+    };
+    // The names of the listed workflow jobs, to show each one's dependencies by name.
+    let names: HashMap<JobId, String> = members
+        .iter()
+        .flat_map(|page| &page.jobs)
+        .map(|j| (j.id, j.name.clone().unwrap_or_else(|| j.id.to_string())))
+        .collect();
+    let related_rows = |jobs: &[drover_core::Job]| -> Vec<Value> {
+        jobs.iter()
+            .map(|j| {
+                let waits_for: Vec<Value> = j
+                    .depends_on
+                    .iter()
+                    .map(|dependency| context! {
+                        id => dependency.to_string(),
+                        label => names.get(dependency).cloned().unwrap_or_else(|| dependency.to_string()),
+                    })
+                    .collect();
+                context! {
+                    id => j.id.to_string(),
+                    name => j.name.clone().unwrap_or_default(),
+                    kind => j.kind.as_str(),
+                    state => j.state.as_str(),
+                    waits_for,
+                    this => j.id == job.id,
+                }
+            })
+            .collect()
+    };
+    let workflow = members.as_ref().map(|page| {
+        context! {
+            id => job.workflow_id.map(|w| w.to_string()),
+            jobs => related_rows(&page.jobs),
+            more => page.next.is_some(),
+        }
+    });
+    let children = (!children.jobs.is_empty()).then(|| {
+        context! {
+            jobs => related_rows(&children.jobs),
+            more => children.next.is_some(),
+        }
+    });
     d.render(
         "job.html",
         Some(&viewer),
@@ -752,6 +868,8 @@ async fn job(State(d): State<Dashboard>, headers: HeaderMap, Path(id): Path<Stri
             meta => pretty(&job.meta),
             result => job.result.as_ref().map(pretty),
             progress => job.progress.as_ref().map(pretty),
+            workflow,
+            children,
             can_cancel => !job.state.is_terminal(),
             can_retry => viewer.principal.role == Role::Operator && job.state.is_terminal(),
         },
