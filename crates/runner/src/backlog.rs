@@ -156,7 +156,7 @@ pub(crate) fn leave_unstarted(
     completer: Option<&UnboundedSender<Completion>>,
 ) {
     let finish = unstarted_finish(job);
-    hand_over(rt, job, finish, std::time::Duration::ZERO, completer);
+    hand_over(rt, job, finish, std::time::Duration::ZERO, completer, None);
 }
 
 impl Runtime {

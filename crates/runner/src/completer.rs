@@ -26,6 +26,10 @@ pub(crate) struct Completion {
     pub(crate) finish: Finish,
     /// The handler's run time.
     pub(crate) duration: Duration,
+    /// Its place of [`Runtime::unwritten_room`](crate::runtime::Runtime), given back when the
+    /// completion is dropped (recorded or given up); `None` for a write that did not wait for
+    /// room (the release of an unstarted job).
+    pub(crate) _room: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// Writes outcomes until every sender is gone and the channel is empty.

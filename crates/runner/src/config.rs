@@ -74,6 +74,10 @@ pub const CANCEL_GRACE_DEFAULT: Duration = Duration::from_secs(5);
 pub const FLUSH_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
 /// Default most outcomes written by one `jobs_finish` call.
 pub const COMPLETER_BATCH_DEFAULT: usize = 1_000;
+
+/// Completer batches of outcomes a worker keeps waiting to be written at most, besides one
+/// per slot ([`WorkerConfig::unwritten_max`]).
+pub const UNWRITTEN_BATCHES: usize = 4;
 /// Largest completer batch.
 pub const COMPLETER_BATCH_MAX: usize = 10_000;
 /// Default age of the oldest open transaction above which a worker warns that vacuum cannot
@@ -304,6 +308,17 @@ impl WorkerConfig {
             .iter()
             .map(|pool| pool.slots_per_queue.saturating_mul(pool.queues.len()))
             .fold(0usize, usize::saturating_add)
+    }
+
+    /// Most outcomes waiting to be recorded at once: four of the completer's batches (one
+    /// being written, the next ones filling meanwhile: a burst of short jobs outruns one
+    /// write) plus every slot. A finished run waits for room before it hands its outcome
+    /// over, holding its slot, so a slow store slows the claims (docs/design.md section 6).
+    pub fn unwritten_max(&self) -> usize {
+        self.completer_batch
+            .saturating_mul(UNWRITTEN_BATCHES)
+            .saturating_add(self.total_slots())
+            .max(1)
     }
 
     /// Jobs the process can run at once: the total slots, bounded by `max_concurrent`.

@@ -440,7 +440,13 @@ async fn run_one(
     if telemetry::spans().is_some() {
         record_on_span(job, finish.as_ref());
     }
-    hand_over(rt, shared, finish, duration, Some(completer));
+    // Room for the outcome before it is handed over, this slot held meanwhile: the claims
+    // slow down with the writes (Runtime::unwritten_room).
+    let room = match finish {
+        Some(_) => Arc::clone(&rt.unwritten_room).acquire_owned().await.ok(),
+        None => None,
+    };
+    hand_over(rt, shared, finish, duration, Some(completer), room);
 }
 
 /// Records the outcome the run asks for on its attempt span (whether a failure is retried
@@ -469,13 +475,15 @@ fn record_on_span(job: &Job, finish: Option<&Finish>) {
 
 /// Hands a job's write to the completer; `None` when its lease was lost: nothing is written,
 /// the job leaves the running map and counts as lease lost. `duration` is the handler's run
-/// time (zero for a job claimed ahead that never started).
+/// time (zero for a job claimed ahead that never started); `room`, its place of
+/// `Runtime::unwritten_room`, goes with the write.
 pub(crate) fn hand_over(
     rt: &Runtime,
     shared: &Arc<JobShared>,
     finish: Option<Finish>,
     duration: Duration,
     completer: Option<&UnboundedSender<Completion>>,
+    room: Option<tokio::sync::OwnedSemaphorePermit>,
 ) {
     shared.handed_over();
     let Some(finish) = finish else {
@@ -489,6 +497,7 @@ pub(crate) fn hand_over(
                 shared: Arc::clone(shared),
                 finish,
                 duration,
+                _room: room,
             })
             .is_ok()
     });

@@ -164,6 +164,12 @@ fn handle_reply(rt: &Runtime, job: &Arc<JobShared>, reply: HeartbeatReply) {
         HeartbeatReply::Deferred { .. } => {
             tracing::debug!(job_id = %id, "heartbeat deferred: the job is busy with another write");
         }
+        HeartbeatReply::LeaseLost { .. } if job.is_handed_over() => {
+            // The handler is done and its outcome is with the completer: most often that
+            // write committed while this heartbeat was under way. A lease really lost is
+            // answered, and said, by the write itself.
+            tracing::debug!(job_id = %id, "heartbeat answered lease lost after the outcome was handed over");
+        }
         HeartbeatReply::LeaseLost { .. } => {
             if !job.lease_lost() {
                 tracing::warn!(
@@ -287,5 +293,53 @@ mod tests {
             .get(&second.job.id)
             .expect("the later run is held");
         assert!(Arc::ptr_eq(&held, &second));
+    }
+
+    /// A heartbeat that answers lease lost for a run whose outcome is already with the
+    /// completer (its write committed while the heartbeat was under way) neither warns nor
+    /// marks the run lost: the write answers for the lease.
+    #[tokio::test]
+    async fn a_lease_lost_answer_after_the_outcome_was_handed_over_changes_nothing() {
+        let store = Arc::new(MemoryStore::new(StoreConfig::default()));
+        let kind = JobKind::parse("quick").unwrap();
+        store
+            .jobs_enqueue(vec![NewJob::new(kind.clone(), serde_json::json!({}))])
+            .await
+            .unwrap();
+        let job = store
+            .jobs_claim(ClaimJobs {
+                worker: WorkerId::parse("w").unwrap(),
+                queues: vec![QueueName::default_queue()],
+                kinds: vec![kind],
+                limit: 1,
+                start: 1,
+                lease: Duration::from_secs(30),
+            })
+            .await
+            .unwrap()
+            .jobs
+            .remove(0);
+        let rt = Runtime::new(
+            store,
+            Arc::new(Registry::new()),
+            WorkerConfig::default(),
+            Arc::new(NoopMetrics),
+            None,
+        );
+        let (done, running) = (
+            Arc::new(JobShared::new(
+                job.clone(),
+                CancellationToken::new(),
+                None,
+                1024,
+            )),
+            Arc::new(JobShared::new(job, CancellationToken::new(), None, 1024)),
+        );
+        done.handed_over();
+        let lost = |job: &Arc<JobShared>| HeartbeatReply::LeaseLost { id: job.job.id };
+        handle_reply(&rt, &done, lost(&done));
+        assert!(!done.lease_lost() && !done.cancel.is_cancelled());
+        handle_reply(&rt, &running, lost(&running));
+        assert!(running.lease_lost() && running.cancel.is_cancelled());
     }
 }

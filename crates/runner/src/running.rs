@@ -242,6 +242,11 @@ impl JobShared {
         self.handed_over.store(true, Ordering::Release);
     }
 
+    /// Whether the job's outcome went to the completer (its handler is done).
+    pub(crate) fn is_handed_over(&self) -> bool {
+        self.handed_over.load(Ordering::Acquire)
+    }
+
     /// Records `reason` (unless one is recorded already) and fires the token.
     pub(crate) fn cancel_with(&self, reason: CancelReason) {
         let _ = self.reason.set(reason);

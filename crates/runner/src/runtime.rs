@@ -129,6 +129,11 @@ pub(crate) struct Runtime {
     pub(crate) max_result_bytes: usize,
     /// What every job context reaches: the store and the metrics.
     pub(crate) links: Arc<Links>,
+    /// Room for outcomes handed to the completer and not yet recorded
+    /// ([`WorkerConfig::unwritten_max`]): a run whose outcome finds none waits, holding its
+    /// slot, so a store that writes slower than handlers finish slows the claims instead of
+    /// piling up runs whose leases must all be kept.
+    pub(crate) unwritten_room: Arc<tokio::sync::Semaphore>,
     /// Set when shutdown begins: the completer gives up transient retries after it.
     flush_deadline: OnceLock<Instant>,
 }
@@ -146,8 +151,10 @@ impl Runtime {
             store: Arc::clone(&store),
             metrics: Arc::clone(&metrics),
         });
+        let unwritten_room = Arc::new(tokio::sync::Semaphore::new(config.unwritten_max()));
         Runtime {
             links,
+            unwritten_room,
             store,
             registry,
             config,

@@ -1074,3 +1074,66 @@ async fn a_parent_whose_children_succeeded_runs_its_handler_and_reads_them() {
     assert_eq!(metrics.rollbacks.load(Ordering::SeqCst), 0);
     assert_eq!(metrics.child_failed.load(Ordering::SeqCst), 0);
 }
+
+/// A store that writes outcomes slower than handlers finish slows the claims: the jobs a
+/// worker holds (claimed and not yet recorded) stay within its slots plus
+/// `WorkerConfig::unwritten_max`, instead of growing with every claim while the writes lag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_store_that_writes_slowly_slows_the_claims() {
+    const SLOTS: usize = 2;
+    #[derive(Default)]
+    struct Held {
+        claimed: usize,
+        recorded: usize,
+        most: usize,
+    }
+    let held: Arc<Mutex<Held>> = Arc::default();
+    let mut store = base_store();
+    let claims = Arc::clone(&held);
+    store.expect_jobs_claim().returning(move |claim| {
+        let mut held = claims.lock().unwrap();
+        let give = claim.limit as usize;
+        held.claimed += give;
+        held.most = held.most.max(held.claimed - held.recorded);
+        Ok(Claimed::jobs(
+            (0..give).map(|_| claimed("work", "default")).collect(),
+        ))
+    });
+    store
+        .expect_jobs_heartbeat()
+        .returning(|heartbeat| Ok(extended(&heartbeat)));
+    store.expect_worker_heartbeat().returning(|_| Ok(()));
+    let writes = Arc::clone(&held);
+    let enough = Arc::new(tokio::sync::Notify::new());
+    let written = Arc::clone(&enough);
+    store.expect_jobs_finish().returning(move |items| {
+        // A slow write: this call holds its runtime thread, as a slow statement holds the
+        // completer.
+        std::thread::sleep(Duration::from_millis(20));
+        let mut held = writes.lock().unwrap();
+        held.recorded += items.len();
+        if held.recorded >= 30 {
+            written.notify_one();
+        }
+        Ok(recorded(&items))
+    });
+    let mut registry = Registry::new();
+    registry.register_fn(kind("work"), |_ctx| async { Outcome::success() });
+    let mut config = fast_config();
+    config.pools = vec![PoolConfig::new("main", vec![queue("default")], SLOTS).with_prefetch(0)];
+    config.completer_batch = 1;
+    let bound = SLOTS + config.unwritten_max();
+    let worker = Worker::new(Arc::new(store), Arc::new(registry), config).unwrap();
+    let shutdown = CancellationToken::new();
+    let handle = tokio::spawn(worker.run(shutdown.clone()));
+    tokio::time::timeout(WAIT, enough.notified())
+        .await
+        .expect("30 outcomes written");
+    let _ = stop(shutdown, handle).await;
+    let held = held.lock().unwrap();
+    assert!(
+        held.most <= bound,
+        "the worker held {} jobs at once; at most {bound} (slots and unwritten outcomes)",
+        held.most
+    );
+}
