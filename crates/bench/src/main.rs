@@ -20,6 +20,7 @@
 //! meant to be run by hand.
 
 mod child;
+mod dashboard;
 mod enqueue;
 mod latency;
 mod machine;
@@ -88,6 +89,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Worker(args)) => runtime.block_on(child::run_worker(args)),
         Some(Command::Run(args)) => runtime.block_on(run::run(*args)),
+        Some(Command::Dashboard(args)) => runtime.block_on(dashboard::run(args)),
         None => runtime.block_on(run::run(cli.run)),
     };
     if let Some(telemetry) = telemetry {

@@ -60,6 +60,29 @@ pub enum Command {
     /// from DROVER_BENCH_DATABASE_URL, prints `ready`, waits for `start` on stdin, prints
     /// `succeeded <count>` as jobs are recorded, stops on `stop` or end of input.
     Worker(WorkerArgs),
+    /// The dashboard's page times on a large PostgreSQL table, and what ten open dashboards
+    /// cost a worker (BENCHMARKS.md, "Dashboard")
+    Dashboard(DashboardArgs),
+}
+
+/// Options of `drover-bench dashboard`.
+#[derive(Debug, Clone, Args)]
+pub struct DashboardArgs {
+    /// PostgreSQL URL, as for `run`; its database is DROPPED and recreated.
+    #[arg(long, env = DATABASE_URL_ENV, default_value = DATABASE_URL_DEFAULT, hide_env_values = true, hide_default_value = true)]
+    pub database_url: String,
+    /// Jobs in the table.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub jobs: usize,
+    /// Fetches of each page.
+    #[arg(long, default_value_t = 20)]
+    pub samples: usize,
+    /// Rounds of processing alone and with ten dashboards open.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Where to write the JSON report.
+    #[arg(long, default_value = "bench/results/drover-dashboard.json")]
+    pub out: PathBuf,
 }
 
 /// Which store a measurement runs against.

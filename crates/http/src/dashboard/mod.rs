@@ -14,8 +14,9 @@
 //!   script is `assets/live.js`, served from this origin (the Content-Security-Policy allows no
 //!   other and no inline script): it refreshes the page's `data-live` elements while the tab is
 //!   visible.
-//! - Reads are bounded: the queue overview, the one aggregate, is read at most once per
-//!   [`OVERVIEW_FRESH_FOR`] for every open dashboard together.
+//! - The queue overview, the one aggregate, is read once for every open dashboard together,
+//!   and again only after [`OVERVIEW_FRESH_FOR`] or [`OVERVIEW_REST_FACTOR`] times as long as
+//!   the last read took, whichever is longer.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -51,9 +52,15 @@ const PAGE: u32 = 50;
 /// the jobs list filtered by workflow or parent).
 const RELATED_SHOWN: u32 = 100;
 
-/// How long one read of the queue overview serves every dashboard: pages that refresh every
-/// two seconds in any number of tabs cost the database one overview a second at most.
+/// How long one read of the queue overview serves every dashboard at least: pages that
+/// refresh every two seconds in any number of tabs cost the database one overview a second at
+/// most.
 pub const OVERVIEW_FRESH_FOR: Duration = Duration::from_secs(1);
+
+/// A read of the queue overview that took `d` serves for `d` times this factor when that is
+/// longer than [`OVERVIEW_FRESH_FOR`]: the dashboards keep the database busy with the overview
+/// a fifth of the time at most, however large the table (BENCHMARKS.md, "Dashboard").
+pub const OVERVIEW_REST_FACTOR: u32 = 4;
 
 /// The security headers of every dashboard answer: scripts, styles, images, fetches and forms
 /// from this origin only (no inline script), never framed, never cached.
@@ -85,8 +92,9 @@ struct Dashboard {
     templates: Arc<Environment<'static>>,
     /// The CSRF token of every visitor under `--insecure-no-auth` (no sessions there).
     insecure_csrf: String,
-    /// The last read of the queue overview and when it was read ([`OVERVIEW_FRESH_FOR`]);
-    /// held across the read, so requests arriving meanwhile wait for it instead of reading too.
+    /// The last read of the queue overview and until when it serves ([`OVERVIEW_FRESH_FOR`],
+    /// [`OVERVIEW_REST_FACTOR`]); held across the read, so requests arriving meanwhile wait for
+    /// it instead of reading too.
     overview: Arc<tokio::sync::Mutex<Option<(Instant, QueueOverview)>>>,
 }
 
@@ -237,17 +245,20 @@ impl Dashboard {
         }
     }
 
-    /// The queue overview, read again when the last read is older than
-    /// [`OVERVIEW_FRESH_FOR`] (or was forgotten after a queue action).
+    /// The queue overview, read again once the last read has served its time
+    /// ([`OVERVIEW_FRESH_FOR`], [`OVERVIEW_REST_FACTOR`]) or was forgotten after a queue
+    /// action.
     async fn queue_overview(&self) -> Result<QueueOverview, Error> {
         let mut last = self.overview.lock().await;
-        if let Some((at, overview)) = last.as_ref() {
-            if at.elapsed() < OVERVIEW_FRESH_FOR {
+        if let Some((until, overview)) = last.as_ref() {
+            if Instant::now() < *until {
                 return Ok(overview.clone());
             }
         }
+        let started = Instant::now();
         let overview = self.api.client().queue_overview().await?;
-        *last = Some((Instant::now(), overview.clone()));
+        let serves_for = OVERVIEW_FRESH_FOR.max(started.elapsed() * OVERVIEW_REST_FACTOR);
+        *last = Some((Instant::now() + serves_for, overview.clone()));
         Ok(overview)
     }
 
