@@ -2,7 +2,8 @@
 //! extends the leases of all running jobs of the process and saves their changed meta and
 //! progress, and `worker_heartbeat` keeps the worker registered (re-registering after
 //! `NotFound`). A `LeaseLost` reply cancels that handler at once and marks it so its outcome
-//! is never written; `cancel_requested` fires the handler's token; a `Deferred` reply (the job
+//! is never written (for a run whose outcome is already with the completer, it only marks it:
+//! the write, if still to come, is dropped and says so); `cancel_requested` fires the handler's token; a `Deferred` reply (the job
 //! busy with another write) changes nothing and the next beat carries the same updates.
 //!
 //! It is also the store's health probe: when a claim, heartbeat or write failed transiently,
@@ -166,9 +167,11 @@ fn handle_reply(rt: &Runtime, job: &Arc<JobShared>, reply: HeartbeatReply) {
         }
         HeartbeatReply::LeaseLost { .. } if job.is_handed_over() => {
             // The handler is done and its outcome is with the completer: most often that
-            // write committed while this heartbeat was under way. A lease really lost is
-            // answered, and said, by the write itself.
+            // write committed while this heartbeat was under way, and a lease really lost is
+            // answered, and said, by the write itself. Marked quietly, so a write still waiting
+            // is dropped (saying so) instead of holding its room.
             tracing::debug!(job_id = %id, "heartbeat answered lease lost after the outcome was handed over");
+            job.mark_lease_lost();
         }
         HeartbeatReply::LeaseLost { .. } => {
             if !job.lease_lost() {
@@ -296,10 +299,11 @@ mod tests {
     }
 
     /// A heartbeat that answers lease lost for a run whose outcome is already with the
-    /// completer (its write committed while the heartbeat was under way) neither warns nor
-    /// marks the run lost: the write answers for the lease.
+    /// completer (its write committed while the heartbeat was under way) does not warn or
+    /// fire the token: the run is marked lost quietly, and a write still waiting answers
+    /// for the lease.
     #[tokio::test]
-    async fn a_lease_lost_answer_after_the_outcome_was_handed_over_changes_nothing() {
+    async fn a_lease_lost_answer_after_the_outcome_was_handed_over_only_marks_the_run() {
         let store = Arc::new(MemoryStore::new(StoreConfig::default()));
         let kind = JobKind::parse("quick").unwrap();
         store
@@ -338,7 +342,7 @@ mod tests {
         done.handed_over();
         let lost = |job: &Arc<JobShared>| HeartbeatReply::LeaseLost { id: job.job.id };
         handle_reply(&rt, &done, lost(&done));
-        assert!(!done.lease_lost() && !done.cancel.is_cancelled());
+        assert!(done.lease_lost() && !done.cancel.is_cancelled());
         handle_reply(&rt, &running, lost(&running));
         assert!(running.lease_lost() && running.cancel.is_cancelled());
     }

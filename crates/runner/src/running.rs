@@ -256,6 +256,13 @@ impl JobShared {
         self.cancel.cancel();
     }
 
+    /// Marks the lease lost without firing the token (the handler is done): a write not yet
+    /// made is dropped, and the run leaves the running jobs with it.
+    pub(crate) fn mark_lease_lost(&self) {
+        let _ = self.reason.set(CancelReason::LeaseLost);
+        self.lease_lost.store(true, Ordering::Release);
+    }
+
     /// Why the token fired, if it did through the runner.
     pub(crate) fn reason(&self) -> Option<CancelReason> {
         self.reason.get().copied()

@@ -198,6 +198,10 @@ impl Worker {
             "worker stopping: no new claims"
         );
         stop_claims.cancel();
+        // No claims follow, so the bound on unwritten outcomes has done its work: runs that
+        // wait for room hand their outcome over at once (with the store down, waiting would
+        // hold the shutdown until it returned, and the flush timeout would never start).
+        rt.unwritten_room.close();
         // No job starts any more: those waiting for a slot are released at once, without
         // spending an attempt (a claim still in flight releases its own, and tasks whose job
         // finishes from now on release any they find).

@@ -1137,3 +1137,51 @@ async fn a_store_that_writes_slowly_slows_the_claims() {
         held.most
     );
 }
+
+/// Shutdown with the store refusing every write while runs wait for room to hand their
+/// outcomes over: the waiting runs hand them over at once, the flush timeout starts, and the
+/// worker stops (it would wait for the store to return otherwise).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_with_the_store_down_and_no_room_for_outcomes_still_ends() {
+    const SLOTS: usize = 2;
+    let mut store = base_store();
+    let claimed_count = Arc::new(AtomicUsize::new(0));
+    let full = Arc::new(tokio::sync::Notify::new());
+    let mut config = fast_config();
+    config.pools = vec![PoolConfig::new("main", vec![queue("default")], SLOTS).with_prefetch(0)];
+    config.completer_batch = 1;
+    config.flush_timeout = Duration::from_millis(200);
+    config.shutdown_grace = Duration::from_millis(200);
+    // Every slot busy with a run waiting for room, and the room full.
+    let held_at_most = SLOTS + config.unwritten_max();
+    let (claims, filled) = (Arc::clone(&claimed_count), Arc::clone(&full));
+    store.expect_jobs_claim().returning(move |claim| {
+        let before = claims.fetch_add(claim.limit as usize, Ordering::SeqCst);
+        if before + claim.limit as usize >= held_at_most {
+            filled.notify_one();
+        }
+        Ok(Claimed::jobs(
+            (0..claim.limit)
+                .map(|_| claimed("work", "default"))
+                .collect(),
+        ))
+    });
+    store
+        .expect_jobs_heartbeat()
+        .returning(|heartbeat| Ok(extended(&heartbeat)));
+    store.expect_worker_heartbeat().returning(|_| Ok(()));
+    store
+        .expect_jobs_finish()
+        .returning(|_| Err(Error::unavailable("the database is down")));
+    let mut registry = Registry::new();
+    registry.register_fn(kind("work"), |_ctx| async { Outcome::success() });
+    let worker = Worker::new(Arc::new(store), Arc::new(registry), config).unwrap();
+    let shutdown = CancellationToken::new();
+    let handle = tokio::spawn(worker.run(shutdown.clone()));
+    tokio::time::timeout(WAIT, full.notified())
+        .await
+        .expect("the slots and the room fill up");
+    let report = stop(shutdown, handle).await.unwrap();
+    assert_eq!(report.succeeded, 0, "nothing could be written");
+    assert_eq!(claimed_count.load(Ordering::SeqCst), held_at_most);
+}

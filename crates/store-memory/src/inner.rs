@@ -271,16 +271,17 @@ impl Inner {
                     job.parent_id = origin.parent;
                     if !local_deps.is_empty() {
                         let mut local = Vec::with_capacity(local_deps.len() + job.depends_on.len());
+                        let mut seen = HashSet::with_capacity(local.capacity());
                         for k in local_deps {
                             let dependency = answered[k].ok_or_else(|| {
                                 Error::fatal("memory store: a dependency comes after its dependent")
                             })?;
-                            if !local.contains(&dependency) {
+                            if seen.insert(dependency) {
                                 local.push(dependency);
                             }
                         }
                         for dependency in std::mem::take(&mut job.depends_on) {
-                            if !local.contains(&dependency) {
+                            if seen.insert(dependency) {
                                 local.push(dependency);
                             }
                         }

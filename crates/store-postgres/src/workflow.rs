@@ -186,9 +186,10 @@ async fn enqueue_linked(
             continue;
         }
         let mut ids = enqueue.answers[i].job.depends_on.clone();
+        let mut named: std::collections::HashSet<JobId> = ids.iter().copied().collect();
         for &p in &links.local[i] {
             let id = enqueue.answers[p].job.id;
-            if !ids.contains(&id) {
+            if named.insert(id) {
                 ids.push(id);
             }
         }
@@ -246,10 +247,11 @@ async fn write_settled(
     let mut marks = Vec::new();
     for one in settled {
         let job = &answers[one.position].job;
+        let pending: std::collections::HashSet<&JobId> = one.pending.iter().collect();
         for dependency in &job.depends_on {
             edge_dependencies.push(dependency.as_uuid());
             edge_jobs.push(job.id.as_uuid());
-            edge_resolved.push(!one.pending.contains(dependency));
+            edge_resolved.push(!pending.contains(dependency));
         }
         for dependency in &one.pending {
             match position.get(dependency) {
