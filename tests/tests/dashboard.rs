@@ -684,19 +684,7 @@ async fn jobs_filter_by_workflow_parent_tenant_and_meta_and_a_job_shows_its_work
     let other = server.enqueue(other).await;
     // A parent with one child: claimed, it stores the child under its token.
     let parent = server.enqueue(job("fan.parent", json!({}))).await;
-    let claimed = server
-        .store
-        .jobs_claim(ClaimJobs {
-            worker: WorkerId::parse("w").unwrap(),
-            queues: vec![QueueName::default_queue()],
-            kinds: vec![parent.kind.clone()],
-            limit: 1,
-            start: 1,
-            lease: Duration::from_secs(60),
-        })
-        .await
-        .unwrap()
-        .jobs;
+    let claimed = drover_tests::cases::claim(server.store.as_ref(), &["fan.parent"], 1).await;
     let child = server
         .store
         .children_enqueue(drover_core::EnqueueChildren {

@@ -229,18 +229,8 @@ async fn a_browser_logs_in_retries_a_job_and_is_kept_to_its_tenant() {
         screenshot(&browser, "jobs-live").await;
         browser.goto(&format!("{base}/jobs/{}", live.id)).await.unwrap();
         wait_for(&browser, "//dd[@id='state' and text()='queued']").await;
-        let running = store
-            .jobs_claim(ClaimJobs {
-                worker: WorkerId::parse("w").unwrap(),
-                queues: vec![live.queue.clone()],
-                kinds: vec![live.kind.clone()],
-                limit: 1,
-                start: 1,
-                lease: Duration::from_secs(60),
-            })
-            .await
-            .unwrap()
-            .jobs;
+        let running =
+            drover_tests::cases::claim_from(store.as_ref(), &["live"], &["mail.send"], 1).await;
         wait_for(&browser, "//dd[@id='state' and text()='running']").await;
         store
             .job_finish(
