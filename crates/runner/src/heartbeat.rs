@@ -239,6 +239,17 @@ mod tests {
     use super::*;
     use crate::{NoopMetrics, Registry, WorkerConfig};
 
+    /// A runtime on `store` with no handlers and the default configuration.
+    fn runtime(store: Arc<MemoryStore>) -> Runtime {
+        Runtime::new(
+            store,
+            Arc::new(Registry::new()),
+            WorkerConfig::default(),
+            Arc::new(NoopMetrics),
+            None,
+        )
+    }
+
     /// A worker whose lease on a job was lost and which claimed the job again holds the later
     /// run; the heartbeat sent for the earlier run answers lease lost, which stops that run
     /// alone: the later run keeps its token, its place among the running jobs and so its
@@ -276,13 +287,7 @@ mod tests {
         let second = store.jobs_claim(claim()).await.unwrap().jobs.remove(0);
         assert_eq!(second.id, first.id);
 
-        let rt = Runtime::new(
-            store,
-            Arc::new(Registry::new()),
-            WorkerConfig::default(),
-            Arc::new(NoopMetrics),
-            None,
-        );
+        let rt = runtime(store);
         let run = |job| Arc::new(JobShared::new(job, CancellationToken::new(), None, 1024));
         let (first, second) = (run(first), run(second));
         rt.running.insert_all(std::slice::from_ref(&first));
@@ -323,13 +328,7 @@ mod tests {
             .unwrap()
             .jobs
             .remove(0);
-        let rt = Runtime::new(
-            store,
-            Arc::new(Registry::new()),
-            WorkerConfig::default(),
-            Arc::new(NoopMetrics),
-            None,
-        );
+        let rt = runtime(store);
         let (done, running) = (
             Arc::new(JobShared::new(
                 job.clone(),
