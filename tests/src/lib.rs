@@ -164,6 +164,7 @@ macro_rules! contract_suite {
             limits_max_running_explicit_key,
             limits_max_running_implicit_kind_key,
             limits_max_running_implicit_queue_key,
+            limits_backlog_behind_a_full_policy_hides_no_other_job,
             limits_rate_spaces_claims_period_over_count_apart,
             limits_claim_answer_says_when_a_rate_admits_the_next_job,
             limits_skipped_jobs_keep_order_and_spend_nothing,

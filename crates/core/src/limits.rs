@@ -298,6 +298,31 @@ impl Admission {
         keys.iter().any(|k| self.states.contains_key(k))
     }
 
+    /// True when the policy on `key` admits no claim now: its `max_running` is full, or its
+    /// rate has no room (then [`Admission::retry_at`] keeps when it will, as for a refused
+    /// candidate). Every job of a queue carries `queue:<queue>` and every job of a kind
+    /// `kind:<kind>`, so a claim skips a queue or kind whose implicit key is closed instead of
+    /// refusing its jobs one by one (a long backlog behind a full policy costs nothing).
+    pub fn closed(&mut self, key: &LimitKey) -> bool {
+        let Some(state) = self.states.get(key) else {
+            return false;
+        };
+        if let Some(max) = state.policy.max_running {
+            if state.running >= u64::from(max) {
+                return true;
+            }
+        }
+        if let Some(rate) = state.policy.rate {
+            if rate.admit(state.rate_tat, self.now).is_none() {
+                if let Some(at) = state.rate_tat {
+                    self.retry_at = Some(self.retry_at.map_or(at, |earliest| earliest.min(at)));
+                }
+                return true;
+            }
+        }
+        false
+    }
+
     /// Admits a candidate whose effective keys are `keys` if every applicable policy allows one
     /// more claim now, and counts it; otherwise leaves every state unchanged and returns false.
     /// A candidate refused only by rates (no full `max_running` on its keys) becomes admissible
@@ -504,6 +529,39 @@ mod tests {
         assert!(touched
             .iter()
             .all(|s| s.running == u64::from(s.policy.max_running.unwrap())));
+    }
+
+    #[test]
+    fn a_key_is_closed_when_its_policy_admits_nothing_now() {
+        let full = LimitState {
+            policy: LimitPolicy::new(key("queue:full"), Some(2), None).unwrap(),
+            running: 1,
+            rate_tat: None,
+        };
+        let rated = LimitState {
+            policy: LimitPolicy::new(
+                key("kind:rated"),
+                None,
+                Some(Rate::new(1, Duration::from_secs(10)).unwrap()),
+            )
+            .unwrap(),
+            running: 0,
+            rate_tat: None,
+        };
+        let mut adm = Admission::new(t(0), [full, rated]);
+        assert!(!adm.closed(&key("queue:none")), "no policy: open");
+        assert!(!adm.closed(&key("queue:full")), "one place left");
+        assert!(adm.try_admit(&[key("queue:full")]));
+        assert!(adm.closed(&key("queue:full")), "its last place taken");
+        assert!(!adm.closed(&key("kind:rated")));
+        assert_eq!(adm.retry_at(), None);
+        assert!(adm.try_admit(&[key("kind:rated")]));
+        assert!(adm.closed(&key("kind:rated")), "the rate's room spent");
+        assert_eq!(
+            adm.retry_at(),
+            Some(t(10_000)),
+            "when the rate has room again"
+        );
     }
 
     #[test]

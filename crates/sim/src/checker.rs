@@ -100,6 +100,8 @@ struct Checker {
     /// Claim times per rate-limited key since its policy was last set.
     claim_times: BTreeMap<String, Vec<i64>>,
     max_pending: Option<u64>,
+    /// The jobs whose `running` is set (the limits' counts look only at these).
+    running: BTreeSet<JobId>,
     /// Cron ticks that enqueued a job.
     fired: BTreeSet<(String, i64)>,
     out: Vec<Violation>,
@@ -131,6 +133,7 @@ impl Checker {
         };
         tr.lease_until = None;
         tr.running = false;
+        self.running.remove(&id);
         if !state.is_terminal() {
             return;
         }
@@ -185,8 +188,9 @@ impl Checker {
     }
 
     fn check_quota(&mut self, t: Option<i64>, what: &str) {
-        let live = self.live_count();
+        // Counting is linear in the jobs seen: only when a quota is known.
         if let Some(max) = self.max_pending {
+            let live = self.live_count();
             if live > max {
                 let detail = format!("{live} pending jobs after {what}, quota {max}");
                 self.violate("the pending-job quota was exceeded", Vec::new(), t, detail);
@@ -352,11 +356,17 @@ impl Checker {
                 continue;
             };
             if let Some(max) = max_running {
-                let running = self
-                    .jobs
+                let others = self
+                    .running
                     .iter()
-                    .filter(|(id, o)| (o.running || **id == job) && o.limit_keys.contains(&key))
+                    .filter(|id| **id != job)
+                    .filter(|id| {
+                        self.jobs
+                            .get(id)
+                            .is_some_and(|o| o.limit_keys.contains(&key))
+                    })
                     .count();
+                let running = others + 1;
                 if running > max as usize {
                     found.push((
                         "max_running was exceeded",
@@ -386,6 +396,7 @@ impl Checker {
         if let Some(tr) = self.jobs.get_mut(&job) {
             tr.waits_children = false;
             tr.running = true;
+            self.running.insert(job);
         }
         found
     }
@@ -711,6 +722,7 @@ impl Checker {
                     tr.failed_dep = None;
                     tr.waits_children = false;
                 }
+                self.running.remove(job);
                 if after.is_terminal() {
                     self.end(*job, *after, None);
                 }
@@ -852,6 +864,7 @@ pub fn check(history: &[Record], jobs: &[Job], settled: bool) -> Vec<Violation> 
         limits: BTreeMap::new(),
         claim_times: BTreeMap::new(),
         max_pending: None,
+        running: BTreeSet::new(),
         fired: BTreeSet::new(),
         out: Vec::new(),
     };

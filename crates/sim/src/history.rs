@@ -371,6 +371,15 @@ pub enum Ev {
         #[serde(skip_serializing_if = "Option::is_none", default)]
         error: Option<String>,
     },
+    /// A worker host's network link was cut (the PostgreSQL run, `tests/tests/reliability_partitions.rs`).
+    Partition,
+    /// A worker host's network link was restored.
+    Heal,
+    /// PostgreSQL was restarted: `fast` (clients disconnected) or `immediate` (a crash).
+    DatabaseRestart {
+        /// The `pg_ctl` stop mode.
+        mode: String,
+    },
     /// The store's clock jumped forward.
     ClockJump {
         /// By how much, ms.
@@ -431,6 +440,9 @@ impl Ev {
                 | Ev::WorkerStart
                 | Ev::WorkerPause
                 | Ev::WorkerUnpause
+                | Ev::Partition
+                | Ev::Heal
+                | Ev::DatabaseRestart { .. }
                 | Ev::Quiet
                 | Ev::QueuePause { .. }
                 | Ev::QueueResume { .. }
@@ -439,6 +451,17 @@ impl Ev {
                 | Ev::Quota { .. }
         )
     }
+}
+
+/// The records of `history` that concern one of `jobs`, and the world's events (crashes,
+/// pauses, queue pauses), as JSON lines: a history cut to what shows a violation.
+pub fn cut(history: &[Record], jobs: &std::collections::BTreeSet<JobId>) -> String {
+    let kept: Vec<Record> = history
+        .iter()
+        .filter(|r| r.ev.is_world() || r.ev.jobs().iter().any(|j| jobs.contains(j)))
+        .cloned()
+        .collect();
+    to_json_lines(&kept)
 }
 
 /// The history as JSON lines.

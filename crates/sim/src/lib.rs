@@ -56,14 +56,7 @@ impl SeedRun {
             .iter()
             .flat_map(|v| v.jobs.iter().copied())
             .collect();
-        let kept: Vec<Record> = self
-            .end
-            .history
-            .iter()
-            .filter(|r| r.ev.is_world() || r.ev.jobs().iter().any(|j| jobs.contains(j)))
-            .cloned()
-            .collect();
-        history::to_json_lines(&kept)
+        history::cut(&self.end.history, &jobs)
     }
 
     /// What a failure prints: the seed, the violations, the history cut to the offending jobs

@@ -544,26 +544,36 @@ impl Inner {
             let Some(Reverse((key, i))) = heads.pop() else {
                 break;
             };
-            if let Some(next) = sources[i].next() {
-                heads.push(Reverse((*next, i)));
-            }
             let (_, run_at, id) = key;
             let id = id_of(id);
             // The ready index holds only queued jobs, keyed by their run_at; a clock set back
             // can leave a job there that is not ready yet.
-            if run_at > now_key {
-                continue;
-            }
-            if let Some(admission) = admission.as_mut() {
-                let Some(job) = self.jobs.get(&id) else {
-                    continue;
-                };
-                let keys = job.effective_limit_keys();
-                if admission.applies_to(&keys) && !admission.try_admit(&keys) {
-                    continue;
+            let mut take = run_at <= now_key;
+            let mut source_open = true;
+            if let (true, Some(admission)) = (take, admission.as_mut()) {
+                match self.jobs.get(&id) {
+                    None => take = false,
+                    Some(job) => {
+                        let keys = job.effective_limit_keys();
+                        if admission.applies_to(&keys) && !admission.try_admit(&keys) {
+                            take = false;
+                            // Every later job of this source shares the refused job's queue
+                            // and kind: when either key is closed, none of them can be
+                            // admitted (Admission::closed), so the source is done.
+                            source_open = !admission.closed(&LimitKey::for_queue(&job.queue))
+                                && !admission.closed(&LimitKey::for_kind(&job.kind));
+                        }
+                    }
                 }
             }
-            chosen.push(id);
+            if source_open {
+                if let Some(next) = sources[i].next() {
+                    heads.push(Reverse((*next, i)));
+                }
+            }
+            if take {
+                chosen.push(id);
+            }
         }
         drop(sources);
 

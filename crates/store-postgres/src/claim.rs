@@ -221,9 +221,17 @@ async fn claim_with_limits_in(
     let mut cursor: Option<(i16, DateTime<Utc>, Uuid)> = None;
     let mut scanned = 0usize;
     loop {
+        // A queue or kind whose implicit key is closed has nothing admissible: it is left out
+        // of the scan, so a long backlog behind a full policy is neither read nor locked
+        // (Admission::closed). Checked again before each page, as admissions fill policies.
+        let open_queues = open_names(&mut admission, queues, "queue");
+        let open_kinds = open_names(&mut admission, kinds, "kind");
+        if open_queues.is_empty() || open_kinds.is_empty() {
+            break;
+        }
         let candidates = sqlx::query_as::<_, Candidate>(sql::CLAIM_CANDIDATES)
-            .bind(queues)
-            .bind(kinds)
+            .bind(&open_queues)
+            .bind(&open_kinds)
             .bind(page)
             .bind(cursor.map(|c| c.0))
             .bind(cursor.map(|c| c.1))
@@ -280,6 +288,18 @@ async fn claim_with_limits_in(
         jobs: sorted(records)?,
         retry_after,
     })
+}
+
+/// The `names` (queues or kinds, per `prefix`) whose implicit limit key `prefix:<name>` is not
+/// closed.
+fn open_names<'a>(admission: &mut Admission, names: &[&'a str], prefix: &str) -> Vec<&'a str> {
+    names
+        .iter()
+        .copied()
+        .filter(|name| {
+            LimitKey::parse(format!("{prefix}:{name}")).map_or(true, |key| !admission.closed(&key))
+        })
+        .collect()
 }
 
 /// Running jobs per limit key, and the database clock read after counting them.

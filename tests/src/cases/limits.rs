@@ -81,6 +81,48 @@ pub async fn limits_max_running_implicit_queue_key(f: &dyn StoreFactory) {
     );
 }
 
+/// A long backlog behind a full `queue:<queue>` or `kind:<kind>` policy hides no admissible job
+/// behind it: the claim skips the closed queue or kind (more jobs than a claim scans at most,
+/// 10,000 on PostgreSQL, wait behind each policy here).
+pub async fn limits_backlog_behind_a_full_policy_hides_no_other_job(f: &dyn StoreFactory) {
+    const BACKLOG: usize = 10_001;
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    store.limit_set(max_running("queue:mail", 1)).await.unwrap();
+    store.limit_set(max_running("kind:slow", 1)).await.unwrap();
+    enqueue(&*store, job("k", json!("first")).with_queue(queue("mail"))).await;
+    enqueue(&*store, job("slow", json!("first"))).await;
+    let running = claim_from(&*store, &["mail", "default"], &["k", "slow"], 10).await;
+    assert_eq!(
+        running.len(),
+        2,
+        "one job of each policy runs: both are full"
+    );
+    for (kind, queue_name) in [("k", "mail"), ("slow", "default")] {
+        let mut left = BACKLOG;
+        while left > 0 {
+            let n = left.min(5_000);
+            let batch = (0..n)
+                .map(|i| job(kind, json!(i)).with_queue(queue(queue_name)))
+                .collect();
+            store
+                .jobs_enqueue(batch)
+                .await
+                .expect("enqueue the backlog");
+            left -= n;
+        }
+    }
+    // Last in claim order: after both backlogs.
+    let free = enqueue(&*store, job("k", json!("free"))).await;
+    let got = claim_from(&*store, &["mail", "default"], &["k", "slow"], 10).await;
+    let ids: Vec<_> = got.iter().map(|j| j.id).collect();
+    assert_eq!(ids, vec![free.id], "only the job no full policy holds");
+    complete(&*store, &running[0]).await;
+    let next = claim_from(&*store, &["mail", "default"], &["k", "slow"], 10).await;
+    assert_eq!(next.len(), 1, "a freed place admits one more: {next:?}");
+    assert_eq!(next[0].queue.as_str(), running[0].queue.as_str());
+}
+
 /// A rate of N per period allows one claim every period / N, never a burst: no window of one
 /// period holds more than N claims (docs/design.md section 4).
 pub async fn limits_rate_spaces_claims_period_over_count_apart(f: &dyn StoreFactory) {

@@ -19,6 +19,8 @@
 
 #![allow(dead_code)]
 
+pub mod history;
+pub mod netns;
 pub mod private_pg;
 
 use std::collections::BTreeMap;
@@ -122,6 +124,9 @@ CREATE TRIGGER record_job_transition AFTER INSERT OR UPDATE ON drover.jobs
 pub enum Instrument {
     /// `side_effects` and the `job_transitions` trigger.
     Full,
+    /// [`Instrument::Full`] plus the `job_history` trigger of [`history`]: the store's side
+    /// of a history for the simulator's checker.
+    History,
     /// `side_effects` only (the exactly-once run: 100,000 jobs without the trigger's writes).
     SideEffectsOnly,
     /// Nothing: a migrated database.
@@ -155,6 +160,7 @@ impl Db {
         };
         let ddl = match instrument {
             Instrument::Full => INSTRUMENTATION_DDL.to_owned(),
+            Instrument::History => format!("{INSTRUMENTATION_DDL}{}", history::HISTORY_DDL),
             Instrument::SideEffectsOnly => INSTRUMENTATION_DDL
                 .split("CREATE TABLE public.job_transitions")
                 .next()

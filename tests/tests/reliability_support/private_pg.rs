@@ -28,6 +28,8 @@ pub struct PrivatePg {
     /// The TCP port on 127.0.0.1.
     pub port: u16,
     as_postgres: bool,
+    /// `listen_addresses`: 127.0.0.1 and any the test asked for.
+    listen: String,
 }
 
 /// The folder of the PostgreSQL server binaries, if any is installed.
@@ -107,6 +109,13 @@ impl PrivatePg {
     /// When it cannot run one and `DROVER_REQUIRE_POSTGRES` is set, or when `initdb` or
     /// `pg_ctl start` fail.
     pub async fn start(test: &str) -> Option<PrivatePg> {
+        PrivatePg::start_listening(test, &[]).await
+    }
+
+    /// [`PrivatePg::start`], listening on `addresses` too (link-local addresses of the test's
+    /// own network namespaces, `reliability_support::netns`), with trust authentication for
+    /// 169.254.0.0/16.
+    pub async fn start_listening(test: &str, addresses: &[String]) -> Option<PrivatePg> {
         let Some(bindir) = find_bindir() else {
             return skip_or_fail(
                 test,
@@ -150,6 +159,10 @@ impl PrivatePg {
             bindir,
             port: free_port(),
             as_postgres,
+            listen: std::iter::once("127.0.0.1".to_owned())
+                .chain(addresses.iter().cloned())
+                .collect::<Vec<_>>()
+                .join(","),
         };
         let data = pg.data();
         pg.run(
@@ -167,6 +180,12 @@ impl PrivatePg {
             ],
         )
         .await;
+        if !addresses.is_empty() {
+            let hba = data.join("pg_hba.conf");
+            let mut text = std::fs::read_to_string(&hba).expect("read pg_hba.conf");
+            text.push_str("host all all 169.254.0.0/16 trust\n");
+            std::fs::write(&hba, text).expect("write pg_hba.conf");
+        }
         pg.pg_ctl(&["start", "-o", &pg.server_options()]).await;
         Some(pg)
     }
@@ -175,13 +194,14 @@ impl PrivatePg {
         self.root.join("data")
     }
 
-    /// Options of the server process: its port, socket folder, TCP on 127.0.0.1 only, and
-    /// enough connections for a few workers.
+    /// Options of the server process: its port, socket folder, TCP on 127.0.0.1 (and the
+    /// addresses the test asked for) only, and enough connections for a few workers.
     fn server_options(&self) -> String {
         format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=on",
+            "-p {} -k {} -c listen_addresses={} -c max_connections=200 -c fsync=on",
             self.port,
-            self.root.join("socket").display()
+            self.root.join("socket").display(),
+            self.listen
         )
     }
 
