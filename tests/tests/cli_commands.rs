@@ -349,6 +349,26 @@ async fn jobs_list_filters_paginate_and_cancel_retry() {
     let refused = db.fails(&["jobs", "retry", &a]).await;
     assert!(refused.contains("requeue it"), "{refused}");
 
+    // Delete a cancelled job (--json shows it as it was), then it is gone; a job another job
+    // waits for is refused, naming that job.
+    let deleted = db.json(&["jobs", "delete", &later]).await;
+    assert_eq!(deleted["id"], later.as_str(), "{deleted}");
+    assert_eq!(deleted["state"], "cancelled");
+    let gone = db.fails(&["jobs", "get", &later]).await;
+    assert!(gone.contains("not found"), "{gone}");
+    let waits = db.enqueue("noop", "{}", &["--depends-on", &a]).await;
+    let kept = db.fails(&["jobs", "delete", &a]).await;
+    assert!(
+        kept.contains(&format!("job {waits} depends on")) && kept.contains("retention keeps it"),
+        "{kept}"
+    );
+    db.json(&["jobs", "cancel", &waits]).await;
+    let line = db.ok(&["jobs", "delete", &waits]).await;
+    assert!(
+        line.contains(&format!("job {waits} deleted (it was cancelled)")),
+        "{line}"
+    );
+
     let unknown = db
         .fails(&["jobs", "get", "0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79"])
         .await;
@@ -2249,7 +2269,7 @@ async fn audit_list_shows_operator_commands_with_their_user() {
         "{table}"
     );
     let bad = db
-        .usage_error(&["audit", "list", "--action", "job.delete"])
+        .usage_error(&["audit", "list", "--action", "job.remove"])
         .await;
     assert!(bad.contains("--action"), "{bad}");
 }

@@ -493,6 +493,15 @@ pub enum JobsCommand {
         #[arg(value_parser = job_id)]
         id: JobId,
     },
+    /// Delete a job that is not running or reconciling (cancel a running one first); a job
+    /// live jobs still need (a dependency of one, a parent with live children, a child of a
+    /// parent not finished) is refused.
+    #[command(after_help = "Example:\n  drover jobs delete 0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79")]
+    Delete {
+        /// Job id.
+        #[arg(value_parser = job_id)]
+        id: JobId,
+    },
 }
 
 /// Filters of `drover jobs list`.
@@ -626,8 +635,8 @@ pub enum AuditCommand {
 /// Filters of `drover audit list`.
 #[derive(Debug, Args)]
 pub struct AuditListArgs {
-    /// Only this action (job.cancel, job.retry, job.requeue, queue.pause, queue.resume,
-    /// workflow.cancel, workflow.retry, limit.set, limit.clear, schedule.upsert,
+    /// Only this action (job.cancel, job.retry, job.requeue, job.delete, queue.pause,
+    /// queue.resume, workflow.cancel, workflow.retry, limit.set, limit.clear, schedule.upsert,
     /// schedule.remove, jobs.prune).
     #[arg(long, value_parser = audit_action)]
     pub action: Option<AuditAction>,

@@ -1,6 +1,6 @@
 //! The audit log of operator actions (docs/audit.md).
 //!
-//! Every operator write (pause, resume, cancel, retry, requeue, workflow cancel and retry,
+//! Every operator write (pause, resume, cancel, retry, requeue, delete, workflow cancel and retry,
 //! limit and schedule changes, prune) is an [`Operation`] run by
 //! [`JobStore::operate`](crate::JobStore::operate), which stores the action and its
 //! [`AuditEntry`] together: in one transaction (PostgreSQL) or one step under the store's lock
@@ -96,6 +96,9 @@ pub enum AuditAction {
     /// A queued job made ready now.
     #[serde(rename = "job.requeue")]
     JobRequeue,
+    /// A job deleted.
+    #[serde(rename = "job.delete")]
+    JobDelete,
     /// A queue paused.
     #[serde(rename = "queue.pause")]
     QueuePause,
@@ -127,10 +130,11 @@ pub enum AuditAction {
 
 impl AuditAction {
     /// Every action, in order.
-    pub const ALL: [AuditAction; 12] = [
+    pub const ALL: [AuditAction; 13] = [
         AuditAction::JobCancel,
         AuditAction::JobRetry,
         AuditAction::JobRequeue,
+        AuditAction::JobDelete,
         AuditAction::QueuePause,
         AuditAction::QueueResume,
         AuditAction::WorkflowCancel,
@@ -148,6 +152,7 @@ impl AuditAction {
             AuditAction::JobCancel => "job.cancel",
             AuditAction::JobRetry => "job.retry",
             AuditAction::JobRequeue => "job.requeue",
+            AuditAction::JobDelete => "job.delete",
             AuditAction::QueuePause => "queue.pause",
             AuditAction::QueueResume => "queue.resume",
             AuditAction::WorkflowCancel => "workflow.cancel",
@@ -241,6 +246,8 @@ pub enum Operation {
     JobRetry(JobId),
     /// [`JobStore::job_requeue`](crate::JobStore::job_requeue).
     JobRequeue(JobId),
+    /// [`JobStore::job_delete`](crate::JobStore::job_delete).
+    JobDelete(JobId),
     /// [`JobStore::queue_pause`](crate::JobStore::queue_pause).
     QueuePause(QueueName),
     /// [`JobStore::queue_resume`](crate::JobStore::queue_resume).
@@ -273,6 +280,7 @@ impl Operation {
             Operation::JobCancel(id) => Operated::JobCancel(store.job_cancel(id).await?),
             Operation::JobRetry(id) => Operated::JobRetry(store.job_retry(id).await?),
             Operation::JobRequeue(id) => Operated::JobRequeue(store.job_requeue(id).await?),
+            Operation::JobDelete(id) => Operated::JobDelete(store.job_delete(id).await?),
             Operation::QueuePause(queue) => Operated::QueuePause(store.queue_pause(queue).await?),
             Operation::QueueResume(queue) => {
                 Operated::QueueResume(store.queue_resume(queue).await?)
@@ -305,6 +313,7 @@ impl Operation {
             Operation::JobCancel(_) => AuditAction::JobCancel,
             Operation::JobRetry(_) => AuditAction::JobRetry,
             Operation::JobRequeue(_) => AuditAction::JobRequeue,
+            Operation::JobDelete(_) => AuditAction::JobDelete,
             Operation::QueuePause(_) => AuditAction::QueuePause,
             Operation::QueueResume(_) => AuditAction::QueueResume,
             Operation::WorkflowCancel(_) => AuditAction::WorkflowCancel,
@@ -321,7 +330,10 @@ impl Operation {
     /// args), a prune's retention and batch size.
     pub fn target(&self) -> Value {
         match self {
-            Operation::JobCancel(id) | Operation::JobRetry(id) | Operation::JobRequeue(id) => {
+            Operation::JobCancel(id)
+            | Operation::JobRetry(id)
+            | Operation::JobRequeue(id)
+            | Operation::JobDelete(id) => {
                 json!({ "job": id.to_string() })
             }
             Operation::QueuePause(queue) | Operation::QueueResume(queue) => {
@@ -364,6 +376,8 @@ pub enum Operated {
     JobRetry(Job),
     /// Answer of [`Operation::JobRequeue`].
     JobRequeue(RequeueOutcome),
+    /// Answer of [`Operation::JobDelete`]: the job as it was when deleted.
+    JobDelete(Job),
     /// Answer of [`Operation::QueuePause`].
     QueuePause(QueueChange),
     /// Answer of [`Operation::QueueResume`].
@@ -391,7 +405,7 @@ impl Operated {
     pub fn jobs(&self) -> u64 {
         match self {
             Operated::JobCancel(outcome) => 1 + outcome.cascaded,
-            Operated::JobRetry(_) => 1,
+            Operated::JobRetry(_) | Operated::JobDelete(_) => 1,
             Operated::JobRequeue(outcome) => u64::from(outcome.changed),
             Operated::WorkflowCancel(change) | Operated::WorkflowRetry(change) => change.jobs,
             Operated::JobsPrune(deleted) => *deleted,
@@ -408,7 +422,7 @@ impl Operated {
     fn job_tenant(&self) -> Option<&TenantId> {
         match self {
             Operated::JobCancel(outcome) => Some(&outcome.job.tenant),
-            Operated::JobRetry(job) => Some(&job.tenant),
+            Operated::JobRetry(job) | Operated::JobDelete(job) => Some(&job.tenant),
             Operated::JobRequeue(outcome) => Some(&outcome.job.tenant),
             _ => None,
         }
@@ -584,7 +598,7 @@ mod tests {
         for source in AuditSource::ALL {
             assert_eq!(source.as_str().parse::<AuditSource>().unwrap(), source);
         }
-        let err = "job.delete".parse::<AuditAction>().unwrap_err();
+        let err = "job.remove".parse::<AuditAction>().unwrap_err();
         assert!(
             matches!(&err, Error::InvalidInput { field, .. } if field == "action"),
             "{err}"

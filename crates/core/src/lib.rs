@@ -9,6 +9,7 @@
 pub mod audit;
 pub mod bounds;
 pub mod clock;
+pub mod delete;
 pub mod error;
 pub mod job;
 pub mod json;
@@ -28,6 +29,7 @@ pub use audit::{
     Operation, PruneAudit, AUDIT_RETENTION_DEFAULT,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use delete::{check_delete, DeleteLinks};
 pub use error::{BoxError, Entity, Error, EventName, Quota, Result};
 pub use job::{
     AttemptError, EnqueueStatus, Enqueued, Job, JobId, NewJob, RunAt, SizeLimits, WorkflowId,

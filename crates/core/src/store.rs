@@ -882,6 +882,18 @@ pub trait JobStore: Send + Sync + 'static {
     /// job runs again with [`JobStore::job_retry`]).
     async fn job_requeue(&self, id: JobId) -> Result<RequeueOutcome>;
 
+    /// Operator delete of a job that is not running or reconciling, decided by
+    /// [`crate::delete::check_delete`] on the job and its relations read under the same lock:
+    /// a job that retention would keep for live jobs (a job not terminal depends on it, it has
+    /// live children, its parent is not terminal or still counts it) is refused. The job goes
+    /// with its idempotency key, its dependency edges and its link to its parent, in one
+    /// atomic step; answers the job as it was.
+    ///
+    /// # Errors
+    /// `NotFound`; `InvalidTransition` for a running or reconciling job; `Conflict` for a job
+    /// the workflow rules keep, naming the job in the way.
+    async fn job_delete(&self, id: JobId) -> Result<Job>;
+
     /// Rescues up to `limit` running jobs whose lease expired: to queued, or failed when
     /// attempts are spent, or reconciling for reconciler kinds, or cancelled when a cancel was
     /// requested; a job whose handler never started goes back to queued with its attempt given

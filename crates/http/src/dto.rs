@@ -1208,7 +1208,7 @@ pub struct AuditEntryView {
     /// The actor's tenant, else the tenant of the job acted on; null for an action of an
     /// all-tenant actor on no one job.
     pub tenant: Option<String>,
-    /// `job.cancel`, `job.retry`, `job.requeue`, `queue.pause`, `queue.resume`,
+    /// `job.cancel`, `job.retry`, `job.requeue`, `job.delete`, `queue.pause`, `queue.resume`,
     /// `workflow.cancel`, `workflow.retry`, `limit.set`, `limit.clear`, `schedule.upsert`,
     /// `schedule.remove` or `jobs.prune`.
     pub action: String,

@@ -1,5 +1,5 @@
 //! [`Client`]: the one operator façade. The HTTP API, the CLI and embedding applications
-//! enqueue (one job or a batch), list, get, cancel, retry and requeue jobs, pause and resume
+//! enqueue (one job or a batch), list, get, cancel, retry, requeue and delete jobs, pause and resume
 //! queues (with an answer that says what changed, [`QueueChange`]) and read the queue view
 //! ([`QueueOverview`]) through it, and declare cron schedules at start-up
 //! ([`Client::schedule_upsert`]). It reports [`Metrics::job_enqueued`] for every new job, once,
@@ -11,7 +11,7 @@
 //! serves one tenant (the HTTP API's tenant-scoped tokens) checks the answer's tenant, or
 //! names its tenant in [`ListWorkflows::tenant`], as it does for jobs.
 //!
-//! Every operator write (cancel, retry, requeue, pause, resume, workflow cancel and retry,
+//! Every operator write (cancel, retry, requeue, delete, pause, resume, workflow cancel and retry,
 //! limit and schedule changes, prune) goes to the store as an [`Operation`] by the client's
 //! [`Actor`] ([`Client::with_actor`]; an embedding application's default is
 //! [`Client::LIBRARY_ACTOR`] from source `library`), and the store records it in the audit log
@@ -285,6 +285,20 @@ impl Client {
     pub async fn requeue(&self, id: JobId) -> Result<RequeueOutcome, Error> {
         match self.operate(Operation::JobRequeue(id)).await? {
             Operated::JobRequeue(outcome) => Ok(outcome),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Deletes a job that is not running or reconciling (cancel a running one first); a job
+    /// that retention keeps for live jobs (a live dependent, live children, a parent not
+    /// finished) is refused ([`drover_core::check_delete`]). Answers the job as it was.
+    ///
+    /// # Errors
+    /// `NotFound`; `InvalidTransition` for a running or reconciling job; `Conflict` naming
+    /// the job in the way.
+    pub async fn delete(&self, id: JobId) -> Result<Job, Error> {
+        match self.operate(Operation::JobDelete(id)).await? {
+            Operated::JobDelete(job) => Ok(job),
             other => Err(unexpected(&other)),
         }
     }

@@ -723,6 +723,18 @@ impl JobStore for MemoryStore {
         Ok(outcome)
     }
 
+    async fn job_delete(&self, id: JobId) -> Result<Job> {
+        let mut inner = self.inner.lock();
+        let job = inner
+            .jobs
+            .get(&id)
+            .map(|job| Job::clone(job))
+            .ok_or_else(|| Error::job_not_found(id))?;
+        drover_core::check_delete(&job, inner.delete_links(&job))?;
+        inner.remove(id);
+        Ok(job)
+    }
+
     async fn jobs_rescue_expired(&self, rescue: RescueExpired) -> Result<Vec<Rescued>> {
         let limit = usize::try_from(rescue.limit).unwrap_or(usize::MAX);
         let mut ready = Vec::new();

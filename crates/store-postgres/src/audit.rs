@@ -38,6 +38,7 @@ async fn operate_in(
         Operation::JobCancel(id) => Operated::JobCancel(lifecycle::cancel_in(conn, id).await?),
         Operation::JobRetry(id) => Operated::JobRetry(lifecycle::retry_in(conn, config, id).await?),
         Operation::JobRequeue(id) => Operated::JobRequeue(lifecycle::requeue_in(conn, id).await?),
+        Operation::JobDelete(id) => Operated::JobDelete(lifecycle::delete_in(conn, id).await?),
         Operation::QueuePause(queue) => {
             Operated::QueuePause(admin::queue_pause(conn, queue).await?)
         }

@@ -70,6 +70,10 @@ statements! {
     RETRY_CHECK = "retry_check.sql";
     /// Prune terminal jobs.
     JOBS_PRUNE = "jobs_prune.sql";
+    /// The relations an operator delete checks.
+    JOB_DELETE_LINKS = "job_delete_links.sql";
+    /// Delete one job with its edges and parent link.
+    JOB_DELETE = "job_delete.sql";
     /// Record one operator write in its transaction.
     AUDIT_INSERT = "audit_insert.sql";
     /// A page of audit records.

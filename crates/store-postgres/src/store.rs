@@ -383,6 +383,12 @@ impl JobStore for PgStore {
         conn.done(result)
     }
 
+    async fn job_delete(&self, id: JobId) -> Result<Job, Error> {
+        let mut conn = self.connections.acquire().await?;
+        let result = lifecycle::delete(&mut conn, id).await;
+        conn.done(result)
+    }
+
     async fn jobs_rescue_expired(&self, rescue: RescueExpired) -> Result<Vec<Rescued>, Error> {
         let mut conn = self.connections.acquire().await?;
         let result = lifecycle::rescue(&mut conn, rescue).await;

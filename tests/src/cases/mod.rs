@@ -9,6 +9,7 @@
 mod audit;
 mod cancel;
 mod claim;
+mod delete;
 mod enqueue;
 mod events;
 mod lease;
@@ -33,6 +34,7 @@ mod workflows;
 pub use audit::*;
 pub use cancel::*;
 pub use claim::*;
+pub use delete::*;
 pub use enqueue::*;
 pub use events::*;
 pub use lease::*;

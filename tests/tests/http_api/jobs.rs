@@ -904,3 +904,73 @@ pub(crate) async fn job_ids_in_any_uuid_form_answer_with_the_canonical_form(env:
     answer.assert_error(404, "not_found", None);
     assert_eq!(answer.message(), format!("job {id} not found"));
 }
+
+/// `DELETE /v1/jobs/{id}` (operators, of the job's tenant or of every tenant): a producer gets
+/// 403 and another tenant 404, changing nothing; a job another job waits for answers 409
+/// naming it, a running one 409 saying to cancel it first; a queued job is deleted, answered
+/// as it was, and recorded in the audit log; then it answers 404.
+pub(crate) async fn delete_is_for_operators_and_refuses_jobs_still_needed(env: &Env) {
+    let api = env.api(unbounded()).await;
+    let id = api.enqueue_ok(PRODUCER_A, &json!({"kind": "import"})).await;
+    let path = format!("/v1/jobs/{id}");
+    let delete = |token: &'static str, path: String| {
+        let api = &api;
+        async move {
+            api.send(reqwest::Method::DELETE, &path, Some(token), |r| r)
+                .await
+        }
+    };
+    delete(PRODUCER_A, path.clone())
+        .await
+        .assert_error(403, "forbidden", None);
+    delete(OPERATOR_B, path.clone())
+        .await
+        .assert_error(404, "not_found", None);
+    let waits = api
+        .enqueue_ok(PRODUCER_A, &json!({"kind": "report", "depends_on": [id]}))
+        .await;
+    let kept = delete(OPERATOR_A, path.clone()).await;
+    kept.assert_error(409, "conflict", None);
+    assert_eq!(
+        kept.json["error"]["details"]["existing_job_id"],
+        waits.as_str()
+    );
+    assert!(
+        kept.message().contains("retention keeps it"),
+        "{}",
+        kept.text
+    );
+    assert_eq!(api.stored(&id).await.state, JobState::Queued);
+
+    let running = api.enqueue_ok(PRODUCER_A, &json!({"kind": "long"})).await;
+    api.claim(&running).await;
+    let refused = delete(OPERATOR_ALL, format!("/v1/jobs/{running}")).await;
+    refused.assert_error(409, "invalid_transition", None);
+    assert!(
+        refused.message().contains("cancel it first"),
+        "{}",
+        refused.text
+    );
+
+    let cancel = api
+        .post_empty(Some(PRODUCER_A), &format!("/v1/jobs/{waits}/cancel"))
+        .await;
+    assert_eq!(cancel.status, 200, "{}", cancel.text);
+    let deleted = delete(OPERATOR_A, path.clone()).await;
+    assert_eq!(deleted.status, 200, "{}", deleted.text);
+    assert_eq!(deleted.job_id(), id);
+    assert_eq!(deleted.job()["state"], "queued");
+    assert!(api.all_jobs().await.iter().all(|j| j.id.to_string() != id));
+    delete(OPERATOR_A, path.clone())
+        .await
+        .assert_error(404, "not_found", None);
+    let audit = api
+        .get(Some(OPERATOR_A), "/v1/audit?action=job.delete")
+        .await;
+    assert_eq!(audit.status, 200, "{}", audit.text);
+    let entries = audit.json["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "{}", audit.text);
+    assert_eq!(entries[0]["target"], json!({"job": id}));
+    assert_eq!(entries[0]["jobs"], 1);
+    assert_eq!(entries[0]["tenant"], TENANT_A);
+}

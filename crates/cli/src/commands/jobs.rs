@@ -1,4 +1,4 @@
-//! `drover jobs list|get|cancel|retry|requeue`.
+//! `drover jobs list|get|cancel|retry|requeue|delete`.
 
 use crate::args::{JobsCommand, ListArgs};
 use crate::context::{call, Ctx};
@@ -112,6 +112,13 @@ pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
                 job.id,
                 job.max_attempts
             )?;
+        }
+        JobsCommand::Delete { id } => {
+            let job = call(ctx, client.delete(id)).await?;
+            if ctx.json {
+                return print_json(&JobJson::from(&job));
+            }
+            outln!("job {} deleted (it was {})", job.id, job.state)?;
         }
         JobsCommand::Requeue { id } => {
             let outcome = call(ctx, client.requeue(id)).await?;

@@ -1,4 +1,4 @@
-//! `/v1/jobs` routes: enqueue (single and batch), list, get, cancel, retry, requeue.
+//! `/v1/jobs` routes: enqueue (single and batch), list, get, delete, cancel, retry, requeue.
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -360,6 +360,49 @@ pub async fn get_job(
     PathParam(id): PathParam,
 ) -> Result<Json<JobResponse>, ApiError> {
     let job = visible_job(&state, &principal, &id).await?;
+    Ok(Json(JobResponse { job: job.into() }))
+}
+
+/// Delete a job.
+///
+/// A waiting, queued or finished job is deleted with its idempotency key and its dependency
+/// edges; the answer shows it as it was. 409 (`invalid_transition`) for a running or
+/// reconciling job: cancel it first. 409 (`conflict`, naming the job in the way as
+/// `details.existing_job_id`) for a job that retention keeps for live jobs: a job not finished
+/// depends on it, it has live children, or it is a child of a parent not finished (or a live
+/// child its parent still counts).
+///
+/// Operators only (403 for another role). Another tenant's job answers 404.
+#[utoipa::path(
+    delete,
+    path = "/v1/jobs/{id}",
+    tag = "jobs",
+    params(("id" = String, Path, description = "Job id: a UUID, hyphenated or not, any case, or as urn:uuid:... or {...}; answers show it hyphenated lowercase")),
+    responses(
+        (status = 200, description = "Deleted; the job as it was", body = JobResponse),
+        (status = 400, description = "Malformed id, a query parameter or a body (this route takes neither)", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Operator role required", body = ErrorBody),
+        (status = 404, description = "No such job for this tenant", body = ErrorBody),
+        (status = 409, description = "The job is running or reconciling (cancel it first), or live jobs still need it", body = ErrorBody),
+        (status = 503, description = "Store unavailable (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn delete_job(
+    State(state): State<ApiState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+) -> Result<Json<JobResponse>, ApiError> {
+    if principal.role != Role::Operator {
+        return Err(ApiError::forbidden("delete needs the operator role"));
+    }
+    let job = visible_job(&state, &principal, &id).await?;
+    let job = state
+        .client_for(&principal)
+        .delete(job.id)
+        .await
+        .map_err(|e| state.error(e))?;
     Ok(Json(JobResponse { job: job.into() }))
 }
 
