@@ -1,6 +1,6 @@
 //! The audit log of operator actions (docs/audit.md).
 //!
-//! Every operator write (pause, resume, cancel, retry, requeue, delete, workflow cancel and retry,
+//! Every operator write (pause, resume, cancel, retry, requeue, delete, bulk actions, workflow cancel and retry,
 //! limit and schedule changes, prune) is an [`Operation`] run by
 //! [`JobStore::operate`](crate::JobStore::operate), which stores the action and its
 //! [`AuditEntry`] together: in one transaction (PostgreSQL) or one step under the store's lock
@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::bounds::{check_range, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, PRUNE_LIMIT_MAX};
+use crate::bulk::{BulkAction, BulkJobs, BulkOutcome};
 use crate::error::{Error, Result};
 use crate::job::{Job, JobId, WorkflowId};
 use crate::limits::LimitPolicy;
@@ -126,11 +127,20 @@ pub enum AuditAction {
     /// Finished jobs past a retention deleted (one batch).
     #[serde(rename = "jobs.prune")]
     JobsPrune,
+    /// A bulk cancel: the jobs of a list of ids or of a filter.
+    #[serde(rename = "jobs.cancel")]
+    JobsCancel,
+    /// A bulk retry.
+    #[serde(rename = "jobs.retry")]
+    JobsRetry,
+    /// A bulk delete.
+    #[serde(rename = "jobs.delete")]
+    JobsDelete,
 }
 
 impl AuditAction {
     /// Every action, in order.
-    pub const ALL: [AuditAction; 13] = [
+    pub const ALL: [AuditAction; 16] = [
         AuditAction::JobCancel,
         AuditAction::JobRetry,
         AuditAction::JobRequeue,
@@ -144,6 +154,9 @@ impl AuditAction {
         AuditAction::ScheduleUpsert,
         AuditAction::ScheduleRemove,
         AuditAction::JobsPrune,
+        AuditAction::JobsCancel,
+        AuditAction::JobsRetry,
+        AuditAction::JobsDelete,
     ];
 
     /// The stored name: `noun.verb`, such as `job.cancel`.
@@ -162,6 +175,9 @@ impl AuditAction {
             AuditAction::ScheduleUpsert => "schedule.upsert",
             AuditAction::ScheduleRemove => "schedule.remove",
             AuditAction::JobsPrune => "jobs.prune",
+            AuditAction::JobsCancel => "jobs.cancel",
+            AuditAction::JobsRetry => "jobs.retry",
+            AuditAction::JobsDelete => "jobs.delete",
         }
     }
 }
@@ -266,6 +282,9 @@ pub enum Operation {
     ScheduleRemove(ScheduleName),
     /// [`JobStore::jobs_prune`](crate::JobStore::jobs_prune): one batch.
     JobsPrune(PruneJobs),
+    /// A bulk action ([`crate::bulk`]): the job operation of its action on every job of its
+    /// selection, in steps; one record.
+    JobsBulk(BulkJobs),
 }
 
 impl Operation {
@@ -304,7 +323,21 @@ impl Operation {
                 Operated::ScheduleRemove
             }
             Operation::JobsPrune(prune) => Operated::JobsPrune(store.jobs_prune(prune).await?),
+            Operation::JobsBulk(bulk) => Operated::JobsBulk(crate::bulk::run(store, &bulk).await?),
         })
+    }
+
+    /// The operation as `actor` may run it, checked: a bulk action limited to the actor's
+    /// tenant ([`BulkJobs::scoped`]); every other operation as it is (its own method checks
+    /// it). Both stores call it before anything else.
+    ///
+    /// # Errors
+    /// Those of [`BulkJobs::scoped`].
+    pub fn scoped(self, actor: &Actor) -> Result<Operation> {
+        match self {
+            Operation::JobsBulk(bulk) => Ok(Operation::JobsBulk(bulk.scoped(actor)?)),
+            other => Ok(other),
+        }
     }
 
     /// The action recorded for it.
@@ -323,6 +356,11 @@ impl Operation {
             Operation::ScheduleUpsert(_) => AuditAction::ScheduleUpsert,
             Operation::ScheduleRemove(_) => AuditAction::ScheduleRemove,
             Operation::JobsPrune(_) => AuditAction::JobsPrune,
+            Operation::JobsBulk(bulk) => match bulk.action {
+                BulkAction::Cancel => AuditAction::JobsCancel,
+                BulkAction::Retry => AuditAction::JobsRetry,
+                BulkAction::Delete => AuditAction::JobsDelete,
+            },
         }
     }
 
@@ -363,6 +401,7 @@ impl Operation {
                 "older_than_ms": u64::try_from(prune.older_than.as_millis()).unwrap_or(u64::MAX),
                 "limit": prune.limit,
             }),
+            Operation::JobsBulk(bulk) => bulk.target(),
         }
     }
 }
@@ -396,6 +435,8 @@ pub enum Operated {
     ScheduleRemove,
     /// Answer of [`Operation::JobsPrune`]: jobs deleted.
     JobsPrune(u64),
+    /// Answer of [`Operation::JobsBulk`].
+    JobsBulk(BulkOutcome),
 }
 
 impl Operated {
@@ -409,6 +450,7 @@ impl Operated {
             Operated::JobRequeue(outcome) => u64::from(outcome.changed),
             Operated::WorkflowCancel(change) | Operated::WorkflowRetry(change) => change.jobs,
             Operated::JobsPrune(deleted) => *deleted,
+            Operated::JobsBulk(outcome) => outcome.changed,
             Operated::QueuePause(_)
             | Operated::QueueResume(_)
             | Operated::LimitSet(_)

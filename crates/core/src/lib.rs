@@ -8,6 +8,7 @@
 
 pub mod audit;
 pub mod bounds;
+pub mod bulk;
 pub mod clock;
 pub mod delete;
 pub mod error;
@@ -28,6 +29,7 @@ pub use audit::{
     Actor, AuditAction, AuditEntry, AuditPage, AuditSource, ListAudit, NewAuditEntry, Operated,
     Operation, PruneAudit, AUDIT_RETENTION_DEFAULT,
 };
+pub use bulk::{BulkAction, BulkJobs, BulkOutcome, Selection};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use delete::{check_delete, DeleteLinks};
 pub use error::{BoxError, Entity, Error, EventName, Quota, Result};

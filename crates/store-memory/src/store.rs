@@ -1116,6 +1116,7 @@ impl JobStore for MemoryStore {
 
     async fn operate(&self, operation: Operation, actor: Actor) -> Result<Operated> {
         actor.validate()?;
+        let operation = operation.scoped(&actor)?;
         let operated = operation.clone().run_unrecorded(self).await?;
         let entry = NewAuditEntry::new(&actor, &operation, &operated);
         let now = self.clock_now();

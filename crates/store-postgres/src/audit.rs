@@ -1,11 +1,19 @@
 //! The audit log (docs/audit.md): `JobStore::operate` runs an operator write and inserts its
 //! record (audit_insert.sql) in one transaction, tried again on a deadlock like the write
 //! alone; the list (one keyset statement) and retention's prune.
+//!
+//! A bulk action (`drover_core::bulk`) runs in steps of `BULK_CHUNK` jobs, one transaction
+//! each: the step's jobs read (a keyset page of the filter, or a slice of the ids), each
+//! changed by its own operation's function (`cancel_in`, `retry_in`, `delete_in`), then its
+//! record: inserted by the first step, its count raised by each later one
+//! (audit_add_jobs.sql), so the record always counts exactly the jobs committed.
 
 use chrono::{DateTime, Utc};
+use drover_core::bounds::BULK_CHUNK;
 use drover_core::{
-    Actor, AuditAction, AuditEntry, AuditPage, AuditSource, Error, ListAudit, NewAuditEntry,
-    Operated, Operation, PruneAudit, StoreConfig, TenantId,
+    Actor, AuditAction, AuditEntry, AuditPage, AuditSource, BulkAction, BulkJobs, BulkOutcome,
+    Error, JobId, ListAudit, NewAuditEntry, Operated, Operation, PruneAudit, Selection,
+    StoreConfig, TenantId,
 };
 use serde_json::Value;
 use sqlx::PgConnection;
@@ -25,7 +33,111 @@ pub(crate) async fn operate(
     actor: Actor,
 ) -> Result<Operated, Error> {
     actor.validate()?;
+    let operation = operation.scoped(&actor)?;
+    if let Operation::JobsBulk(bulk) = &operation {
+        return operate_bulk(conn, config, bulk, &operation, &actor).await;
+    }
     retried!(conn, |tx| operate_in(&mut tx, config, &operation, &actor))
+}
+
+/// Where the next step of a bulk action starts: the index of its slice of ids, or the keyset
+/// cursor of its filter.
+#[derive(Debug, Clone, Copy, Default)]
+struct BulkPosition {
+    step: usize,
+    before: Option<JobId>,
+}
+
+/// Runs a bulk action step by step, each step in its own transaction with its part of the
+/// record. Round trips per step: BEGIN, read, the jobs' own (those of each job's operation),
+/// record, COMMIT.
+async fn operate_bulk(
+    conn: &mut PgConnection,
+    config: &StoreConfig,
+    bulk: &BulkJobs,
+    operation: &Operation,
+    actor: &Actor,
+) -> Result<Operated, Error> {
+    let mut total = BulkOutcome::default();
+    let mut record = None;
+    let mut at = BulkPosition::default();
+    loop {
+        let (step, next, id) = retried!(conn, |tx| bulk_step(
+            &mut tx, config, bulk, at, record, operation, actor
+        ))?;
+        total.add(step);
+        record = Some(id);
+        match next {
+            Some(next) => at = next,
+            None => return Ok(Operated::JobsBulk(total)),
+        }
+    }
+}
+
+/// One step of a bulk action: its jobs, each changed by its own operation, and the record
+/// (inserted, or its count raised). Answers the step's counts, where the next step starts
+/// (none after the last) and the record's id.
+async fn bulk_step(
+    conn: &mut PgConnection,
+    config: &StoreConfig,
+    bulk: &BulkJobs,
+    at: BulkPosition,
+    record: Option<i64>,
+    operation: &Operation,
+    actor: &Actor,
+) -> Result<(BulkOutcome, Option<BulkPosition>, i64), Error> {
+    let mut outcome = BulkOutcome::default();
+    let (ids, next) = match (&bulk.selection, bulk.page(at.before)) {
+        (_, Some(query)) => {
+            let page = admin::jobs_list(conn, query).await?;
+            let next = page.next.map(|before| BulkPosition {
+                step: at.step + 1,
+                before: Some(before),
+            });
+            (page.jobs.iter().map(|job| job.id).collect::<Vec<_>>(), next)
+        }
+        (Selection::Ids(all), None) => {
+            let chunk = all
+                .chunks(BULK_CHUNK as usize)
+                .nth(at.step)
+                .unwrap_or_default();
+            let found = workflow::jobs_get(conn, chunk.to_vec()).await?;
+            let visible: Vec<JobId> = found
+                .iter()
+                .filter(|job| bulk.in_scope(job))
+                .map(|job| job.id)
+                .collect();
+            outcome.not_found += (chunk.len() - visible.len()) as u64;
+            let more = (at.step + 1) * (BULK_CHUNK as usize) < all.len();
+            let next = more.then_some(BulkPosition {
+                step: at.step + 1,
+                before: None,
+            });
+            (visible, next)
+        }
+        (Selection::Filter(_), None) => (Vec::new(), None),
+    };
+    for id in ids {
+        let answer = match bulk.action {
+            BulkAction::Cancel => lifecycle::cancel_in(conn, id).await.map(drop),
+            BulkAction::Retry => lifecycle::retry_in(conn, config, id).await.map(drop),
+            BulkAction::Delete => lifecycle::delete_in(conn, id).await.map(drop),
+        };
+        outcome.count(answer)?;
+    }
+    let record = match record {
+        None => insert(conn, actor, operation, &Operated::JobsBulk(outcome)).await?,
+        Some(id) => {
+            sqlx::query(sql::AUDIT_ADD_JOBS)
+                .bind(id)
+                .bind(i64::try_from(outcome.changed).unwrap_or(i64::MAX))
+                .execute(&mut *conn)
+                .await
+                .store_err()?;
+            id
+        }
+    };
+    Ok((outcome, next, record))
 }
 
 async fn operate_in(
@@ -64,19 +176,36 @@ async fn operate_in(
             Operated::ScheduleRemove
         }
         Operation::JobsPrune(prune) => Operated::JobsPrune(lifecycle::prune(conn, prune).await?),
+        // Run in steps by `operate_bulk`, never in one transaction.
+        Operation::JobsBulk(_) => {
+            return Err(Error::fatal(
+                "a bulk action runs in steps, not in one transaction",
+            ))
+        }
     };
-    let entry = NewAuditEntry::new(actor, operation, &operated);
-    sqlx::query(sql::AUDIT_INSERT)
+    insert(conn, actor, operation, &operated).await?;
+    Ok(operated)
+}
+
+/// Inserts the record of `operation` answered by `operated` (audit_insert.sql); answers its
+/// id.
+async fn insert(
+    conn: &mut PgConnection,
+    actor: &Actor,
+    operation: &Operation,
+    operated: &Operated,
+) -> Result<i64, Error> {
+    let entry = NewAuditEntry::new(actor, operation, operated);
+    sqlx::query_scalar(sql::AUDIT_INSERT)
         .bind(&entry.actor)
         .bind(entry.tenant.as_ref().map(TenantId::as_str))
         .bind(entry.action.as_str())
         .bind(&entry.target)
         .bind(i64::try_from(entry.jobs).unwrap_or(i64::MAX))
         .bind(entry.source.as_str())
-        .execute(&mut *conn)
+        .fetch_one(&mut *conn)
         .await
-        .store_err()?;
-    Ok(operated)
+        .store_err()
 }
 
 /// A row of `drover.audit_log`.

@@ -76,6 +76,8 @@ statements! {
     JOB_DELETE = "job_delete.sql";
     /// Record one operator write in its transaction.
     AUDIT_INSERT = "audit_insert.sql";
+    /// Count a later step of a bulk action in its record.
+    AUDIT_ADD_JOBS = "audit_add_jobs.sql";
     /// A page of audit records.
     AUDIT_LIST = "audit_list.sql";
     /// Prune audit records past their retention.

@@ -7,6 +7,7 @@
 //! a case runs.
 
 mod audit;
+mod bulk;
 mod cancel;
 mod claim;
 mod delete;
@@ -32,6 +33,7 @@ mod workers;
 mod workflows;
 
 pub use audit::*;
+pub use bulk::*;
 pub use cancel::*;
 pub use claim::*;
 pub use delete::*;

@@ -389,6 +389,7 @@ pub(crate) async fn openapi_document_matches_the_routes(env: &Env) {
         ("POST", "/v1/jobs"),
         ("GET", "/v1/jobs"),
         ("POST", "/v1/jobs/batch"),
+        ("POST", "/v1/jobs/bulk"),
         ("GET", "/v1/jobs/{id}"),
         ("DELETE", "/v1/jobs/{id}"),
         ("POST", "/v1/jobs/{id}/cancel"),
@@ -447,6 +448,7 @@ pub(crate) async fn openapi_document_matches_the_routes(env: &Env) {
         let body = match path.as_str() {
             "/v1/jobs" => Some(json!({"kind": "doc.probe"})),
             "/v1/jobs/batch" => Some(json!({"jobs": [{"kind": "doc.probe"}]})),
+            "/v1/jobs/bulk" => Some(json!({"action": "cancel", "filter": {}, "preview": true})),
             "/v1/workflows" => Some(json!({"jobs": [{"name": "a", "kind": "doc.probe"}]})),
             _ => None,
         };
@@ -674,6 +676,7 @@ pub(crate) async fn query_parameters_are_refused_where_none_are_taken(env: &Env)
             let body = match path.as_str() {
                 "/v1/jobs" => Some(json!({"kind": "k"})),
                 "/v1/jobs/batch" => Some(json!({"jobs": [{"kind": "k"}]})),
+                "/v1/jobs/bulk" => Some(json!({"action": "cancel", "ids": [job]})),
                 "/v1/workflows" => Some(json!({"jobs": [{"name": "a", "kind": "k"}]})),
                 _ => None,
             };
@@ -709,7 +712,7 @@ pub(crate) async fn query_parameters_are_refused_where_none_are_taken(env: &Env)
         }
     }
     assert_eq!(
-        checked, 18,
+        checked, 19,
         "every route but GET /v1/jobs, GET /v1/workflows and GET /v1/audit"
     );
     let refused = api
@@ -942,6 +945,9 @@ pub(crate) async fn documented_statuses_are_the_answered_ones(env: &Env) {
     let body_of = |method: &str, path: &str| match (method, path) {
         ("post", "/v1/jobs") => Some(json!({"kind": "doc.probe"})),
         ("post", "/v1/jobs/batch") => Some(json!({"jobs": [{"kind": "doc.probe"}]})),
+        ("post", "/v1/jobs/bulk") => {
+            Some(json!({"action": "cancel", "filter": {"kind": "doc.none"}, "preview": true}))
+        }
         ("post", "/v1/workflows") => Some(json!({"jobs": [{"name": "a", "kind": "doc.probe"}]})),
         _ => None,
     };
@@ -1026,6 +1032,47 @@ pub(crate) async fn documented_statuses_are_the_answered_ones(env: &Env) {
             .await;
         seen.note(post, path, &text); // 415
     }
+    // Bulk: a bad action (400), a producer's retry (403), too large (413), not JSON (415).
+    let bulk = "/v1/jobs/bulk";
+    seen.note(
+        post,
+        bulk,
+        &api.post(
+            Some(OPERATOR_ALL),
+            bulk,
+            &json!({"action": "explode", "filter": {}}),
+        )
+        .await,
+    );
+    seen.note(
+        post,
+        bulk,
+        &api.post(
+            Some(PRODUCER_A),
+            bulk,
+            &json!({"action": "retry", "filter": {}}),
+        )
+        .await,
+    );
+    seen.note(
+        post,
+        bulk,
+        &small
+            .post(
+                Some(OPERATOR_ALL),
+                bulk,
+                &json!({"action": "cancel", "ids": ["x".repeat(100)]}),
+            )
+            .await,
+    );
+    seen.note(
+        post,
+        bulk,
+        &api.send(reqwest::Method::POST, bulk, Some(OPERATOR_ALL), |r| {
+            r.header("Content-Type", "text/plain").body("{}")
+        })
+        .await,
+    );
     let get = "get";
     seen.note(
         get,
