@@ -1457,6 +1457,10 @@ async fn jobs_bulk_previews_then_acts_on_a_filter_or_ids() {
         .usage_error(&["jobs", "bulk", "retry", "--id", &other, "--id", &other])
         .await;
     assert!(bad.contains("--id") && bad.contains("twice"), "{bad}");
+    let bad = db
+        .usage_error(&["jobs", "bulk", "cancel", "--preview", "--yes"])
+        .await;
+    assert!(bad.contains("--yes") && bad.contains("--preview"), "{bad}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

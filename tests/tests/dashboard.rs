@@ -885,6 +885,19 @@ async fn an_operator_deletes_a_job_and_acts_on_selected_or_matching_jobs() {
     let forged = server.post("/jobs/bulk", Some(&cookie), &selected).await;
     assert_eq!(forged.status(), 403, "no CSRF token, nothing done");
     let csrf = csrf_of(&list);
+    let none_ticked = server
+        .post(
+            "/jobs/bulk",
+            Some(&cookie),
+            &[("csrf", csrf.as_str()), ("action", "cancel")],
+        )
+        .await;
+    assert_eq!(none_ticked.status(), 400);
+    assert!(none_ticked
+        .text()
+        .await
+        .unwrap()
+        .contains("tick at least one job"));
     let mut form = vec![("csrf", csrf.as_str())];
     form.extend(selected);
     let done = server.post("/jobs/bulk", Some(&cookie), &form).await;
