@@ -8,6 +8,8 @@
 //! record: inserted by the first step, its count raised by each later one
 //! (audit_add_jobs.sql), so the record always counts exactly the jobs committed.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use drover_core::bounds::BULK_CHUNK;
 use drover_core::{
@@ -23,6 +25,7 @@ use crate::records::micros;
 use crate::sql;
 use crate::transaction::retried;
 use crate::{admin, lifecycle, workflow};
+use uuid::Uuid;
 
 /// Runs `operation` and records it, in one transaction. Round trips: those of the write
 /// inside its transaction, + 1 insert.
@@ -101,11 +104,22 @@ async fn bulk_step(
                 .chunks(BULK_CHUNK as usize)
                 .nth(at.step)
                 .unwrap_or_default();
-            let found = workflow::jobs_get(conn, chunk.to_vec()).await?;
-            let visible: Vec<JobId> = found
+            let uuids: Vec<Uuid> = chunk.iter().map(|id| id.as_uuid()).collect();
+            let found: HashMap<Uuid, String> = sqlx::query_as(sql::JOBS_TENANTS)
+                .bind(&uuids)
+                .fetch_all(&mut *conn)
+                .await
+                .store_err()?
+                .into_iter()
+                .collect();
+            let visible: Vec<JobId> = chunk
                 .iter()
-                .filter(|job| bulk.in_scope(job))
-                .map(|job| job.id)
+                .copied()
+                .filter(|id| {
+                    found.get(&id.as_uuid()).is_some_and(|tenant| {
+                        bulk.tenant.as_ref().is_none_or(|t| t.as_str() == tenant)
+                    })
+                })
                 .collect();
             outcome.not_found += (chunk.len() - visible.len()) as u64;
             let more = (at.step + 1) * (BULK_CHUNK as usize) < all.len();

@@ -78,6 +78,8 @@ statements! {
     AUDIT_INSERT = "audit_insert.sql";
     /// Count a later step of a bulk action in its record.
     AUDIT_ADD_JOBS = "audit_add_jobs.sql";
+    /// The tenants of a bulk action's slice of ids.
+    JOBS_TENANTS = "jobs_tenants.sql";
     /// A page of audit records.
     AUDIT_LIST = "audit_list.sql";
     /// Prune audit records past their retention.
