@@ -4,7 +4,8 @@
 //!
 //! A bulk action (`drover_core::bulk`) runs in steps of `BULK_CHUNK` jobs, one transaction
 //! each: the step's jobs read (a keyset page of the filter, or a slice of the ids), each
-//! changed by its own operation's function (`cancel_in`, `retry_in`, `delete_in`), then its
+//! changed by its own operation's function (`cancel_in`, `retry_in`, `delete_in`) inside its
+//! own savepoint (a job whose write PostgreSQL refuses is rolled back alone and skipped), then its
 //! record: inserted by the first step, its count raised by each later one
 //! (audit_add_jobs.sql), so the record always counts exactly the jobs committed.
 
@@ -18,12 +19,12 @@ use drover_core::{
     StoreConfig, TenantId,
 };
 use serde_json::Value;
-use sqlx::PgConnection;
+use sqlx::{Connection, PgConnection};
 
 use crate::error::SqlxResultExt;
 use crate::records::micros;
 use crate::sql;
-use crate::transaction::retried;
+use crate::transaction::{retried, settle};
 use crate::{admin, lifecycle, workflow};
 use uuid::Uuid;
 
@@ -52,8 +53,8 @@ struct BulkPosition {
 }
 
 /// Runs a bulk action step by step, each step in its own transaction with its part of the
-/// record. Round trips per step: BEGIN, read, the jobs' own (those of each job's operation),
-/// record, COMMIT.
+/// record. Round trips per step: BEGIN, read, the jobs' own (those of each job's operation,
+/// + SAVEPOINT and RELEASE or ROLLBACK TO), record, COMMIT.
 async fn operate_bulk(
     conn: &mut PgConnection,
     config: &StoreConfig,
@@ -132,12 +133,15 @@ async fn bulk_step(
         (Selection::Filter(_), None) => (Vec::new(), None),
     };
     for id in ids {
+        // Each job in its own savepoint: a write PostgreSQL refuses (a unique key taken
+        // meanwhile) aborts only the savepoint, so the job is skipped and the step goes on.
+        let mut job_tx = conn.begin().await.store_err()?;
         let answer = match bulk.action {
-            BulkAction::Cancel => lifecycle::cancel_in(conn, id).await.map(drop),
-            BulkAction::Retry => lifecycle::retry_in(conn, config, id).await.map(drop),
-            BulkAction::Delete => lifecycle::delete_in(conn, id).await.map(drop),
+            BulkAction::Cancel => lifecycle::cancel_in(&mut job_tx, id).await.map(drop),
+            BulkAction::Retry => lifecycle::retry_in(&mut job_tx, config, id).await.map(drop),
+            BulkAction::Delete => lifecycle::delete_in(&mut job_tx, id).await.map(drop),
         };
-        outcome.count(answer)?;
+        outcome.count(settle(job_tx, answer).await)?;
     }
     let record = match record {
         None => insert(conn, actor, operation, &Operated::JobsBulk(outcome)).await?,
