@@ -30,6 +30,10 @@ pub const BULK_IDS_MAX: usize = 1_000;
 /// Jobs a bulk action reads and changes per step (one transaction in PostgreSQL): a page of
 /// its filter, or a slice of its ids.
 pub const BULK_CHUNK: u32 = 500;
+/// Jobs a bulk retry reads and changes per step: fewer than [`BULK_CHUNK`], because with a
+/// global quota (`max_pending`) a retry step holds the global quota lock, which every enqueue
+/// of the cluster waits for, until it commits (docs/design.md section 7).
+pub const BULK_RETRY_CHUNK: u32 = 50;
 /// A bulk preview stops counting here and answers "at least" this many.
 pub const BULK_PREVIEW_MAX: u64 = 10_000;
 /// Store events buffered per subscriber before it lags (and then receives

@@ -2,7 +2,7 @@
 //! either a list of ids (at most [`BULK_IDS_MAX`]) or every job a jobs-list filter
 //! ([`ListJobs`]) matches. A bulk action is one [`crate::Operation::JobsBulk`] with one audit
 //! record; it applies the action job by job through the job's own operation (cancel, retry,
-//! delete: the same rules, the same answers), [`BULK_CHUNK`] jobs a step, read by keyset over
+//! delete: the same rules, the same answers), [`BulkAction::step`] jobs a step, read by keyset over
 //! the filter, so no step is unbounded. A job the action does not apply to (a retry of a
 //! running job, a delete a live job refuses, a retry over a quota) is skipped, not an error.
 //!
@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::audit::Actor;
-use crate::bounds::{BULK_CHUNK, BULK_IDS_MAX};
+use crate::bounds::{BULK_CHUNK, BULK_IDS_MAX, BULK_RETRY_CHUNK};
 use crate::error::{Error, Result};
 use crate::job::{Job, JobId};
 use crate::names::TenantId;
@@ -44,6 +44,15 @@ impl BulkAction {
             BulkAction::Cancel => "cancel",
             BulkAction::Retry => "retry",
             BulkAction::Delete => "delete",
+        }
+    }
+
+    /// Jobs a step of this action reads and changes: [`BULK_RETRY_CHUNK`] for a retry (its
+    /// step may hold the global quota lock), [`BULK_CHUNK`] otherwise.
+    pub fn step(self) -> u32 {
+        match self {
+            BulkAction::Retry => BULK_RETRY_CHUNK,
+            BulkAction::Cancel | BulkAction::Delete => BULK_CHUNK,
         }
     }
 }
@@ -177,7 +186,7 @@ impl BulkJobs {
         self.tenant.as_ref().is_none_or(|t| *t == job.tenant)
     }
 
-    /// The page of the filter after `before` (keyset, newest first), [`BULK_CHUNK`] summaries,
+    /// The page of the filter after `before` (keyset, newest first), [`BulkAction::step`] summaries,
     /// in the action's tenant scope; `None` for a selection by ids.
     pub fn page(&self, before: Option<JobId>) -> Option<ListJobs> {
         let Selection::Filter(filter) = &self.selection else {
@@ -185,7 +194,7 @@ impl BulkJobs {
         };
         Some(ListJobs {
             before,
-            limit: BULK_CHUNK,
+            limit: self.action.step(),
             details: JobDetails::NONE,
             tenant: self.tenant.clone().or_else(|| filter.tenant.clone()),
             ..filter.clone()
@@ -278,7 +287,7 @@ pub async fn run(store: &dyn JobStore, bulk: &BulkJobs) -> Result<BulkOutcome> {
     let mut outcome = BulkOutcome::default();
     match &bulk.selection {
         Selection::Ids(ids) => {
-            for chunk in ids.chunks(BULK_CHUNK as usize) {
+            for chunk in ids.chunks(bulk.action.step() as usize) {
                 let found = store.jobs_get(chunk.to_vec()).await?;
                 let visible: Vec<JobId> = found
                     .iter()
@@ -336,6 +345,19 @@ mod tests {
     }
 
     #[test]
+    fn a_retry_steps_in_fewer_jobs_than_cancel_and_delete() {
+        assert_eq!(BulkAction::Retry.step(), BULK_RETRY_CHUNK);
+        assert!(BULK_RETRY_CHUNK < BULK_CHUNK);
+        for action in [BulkAction::Cancel, BulkAction::Delete] {
+            assert_eq!(action.step(), BULK_CHUNK);
+            let page = BulkJobs::filter(action, ListJobs::default())
+                .page(None)
+                .unwrap();
+            assert_eq!(page.limit, BULK_CHUNK);
+        }
+    }
+
+    #[test]
     fn a_selection_by_ids_is_bounded_and_names_each_job_once() {
         BulkJobs::ids(BulkAction::Cancel, ids(BULK_IDS_MAX))
             .validate()
@@ -388,7 +410,10 @@ mod tests {
             .unwrap();
         let page = scoped.page(None).unwrap();
         assert_eq!(page.tenant.as_ref(), Some(&acme));
-        assert_eq!((page.limit, page.details), (BULK_CHUNK, JobDetails::NONE));
+        assert_eq!(
+            (page.limit, page.details),
+            (BULK_RETRY_CHUNK, JobDetails::NONE)
+        );
         assert_eq!(
             scoped.target(),
             json!({"filter": {"state": "failed", "tenant": "acme"}})

@@ -2,8 +2,8 @@
 //! record (audit_insert.sql) in one transaction, tried again on a deadlock like the write
 //! alone; the list (one keyset statement) and retention's prune.
 //!
-//! A bulk action (`drover_core::bulk`) runs in steps of `BULK_CHUNK` jobs, one transaction
-//! each: the step's jobs read (a keyset page of the filter, or a slice of the ids), each
+//! A bulk action (`drover_core::bulk`) runs in steps of `BulkAction::step` jobs (`BULK_CHUNK`,
+//! `BULK_RETRY_CHUNK` for a retry), one transaction each: the step's jobs read (a keyset page of the filter, or a slice of the ids), each
 //! changed by its own operation's function (`cancel_in`, `retry_in`, `delete_in`) inside its
 //! own savepoint (a job whose write PostgreSQL refuses is rolled back alone and skipped), then its
 //! record: inserted by the first step, its count raised by each later one
@@ -12,7 +12,6 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use drover_core::bounds::BULK_CHUNK;
 use drover_core::{
     Actor, AuditAction, AuditEntry, AuditPage, AuditSource, BulkAction, BulkJobs, BulkOutcome,
     Error, JobId, ListAudit, NewAuditEntry, Operated, Operation, PruneAudit, Selection,
@@ -21,6 +20,7 @@ use drover_core::{
 use serde_json::Value;
 use sqlx::{Connection, PgConnection};
 
+use crate::enqueue::lock_quotas_for;
 use crate::error::SqlxResultExt;
 use crate::records::micros;
 use crate::sql;
@@ -91,47 +91,60 @@ async fn bulk_step(
     actor: &Actor,
 ) -> Result<(BulkOutcome, Option<BulkPosition>, i64), Error> {
     let mut outcome = BulkOutcome::default();
-    let (ids, next) = match (&bulk.selection, bulk.page(at.before)) {
-        (_, Some(query)) => {
-            let page = admin::jobs_list(conn, query).await?;
-            let next = page.next.map(|before| BulkPosition {
-                step: at.step + 1,
-                before: Some(before),
-            });
-            (page.jobs.iter().map(|job| job.id).collect::<Vec<_>>(), next)
-        }
-        (Selection::Ids(all), None) => {
-            let chunk = all
-                .chunks(BULK_CHUNK as usize)
-                .nth(at.step)
-                .unwrap_or_default();
-            let uuids: Vec<Uuid> = chunk.iter().map(|id| id.as_uuid()).collect();
-            let found: HashMap<Uuid, String> = sqlx::query_as(sql::JOBS_TENANTS)
-                .bind(&uuids)
-                .fetch_all(&mut *conn)
-                .await
-                .store_err()?
-                .into_iter()
-                .collect();
-            let visible: Vec<JobId> = chunk
-                .iter()
-                .copied()
-                .filter(|id| {
-                    found.get(&id.as_uuid()).is_some_and(|tenant| {
-                        bulk.tenant.as_ref().is_none_or(|t| t.as_str() == tenant)
-                    })
-                })
-                .collect();
-            outcome.not_found += (chunk.len() - visible.len()) as u64;
-            let more = (at.step + 1) * (BULK_CHUNK as usize) < all.len();
-            let next = more.then_some(BulkPosition {
-                step: at.step + 1,
-                before: None,
-            });
-            (visible, next)
-        }
-        (Selection::Filter(_), None) => (Vec::new(), None),
-    };
+    let step = bulk.action.step() as usize;
+    let (mut jobs, next): (Vec<(JobId, TenantId)>, _) =
+        match (&bulk.selection, bulk.page(at.before)) {
+            (_, Some(query)) => {
+                let page = admin::jobs_list(conn, query).await?;
+                let next = page.next.map(|before| BulkPosition {
+                    step: at.step + 1,
+                    before: Some(before),
+                });
+                let jobs = page
+                    .jobs
+                    .into_iter()
+                    .map(|job| (job.id, job.tenant))
+                    .collect();
+                (jobs, next)
+            }
+            (Selection::Ids(all), None) => {
+                let chunk = all.chunks(step).nth(at.step).unwrap_or_default();
+                let uuids: Vec<Uuid> = chunk.iter().map(|id| id.as_uuid()).collect();
+                let found: HashMap<Uuid, String> = sqlx::query_as(sql::JOBS_TENANTS)
+                    .bind(&uuids)
+                    .fetch_all(&mut *conn)
+                    .await
+                    .store_err()?
+                    .into_iter()
+                    .collect();
+                let mut visible = Vec::with_capacity(chunk.len());
+                for id in chunk {
+                    let Some(tenant) = found.get(&id.as_uuid()) else {
+                        continue;
+                    };
+                    if bulk.tenant.as_ref().is_none_or(|t| t.as_str() == tenant) {
+                        let tenant = TenantId::parse(tenant)
+                            .map_err(|_| Error::fatal("stored tenant is invalid"))?;
+                        visible.push((*id, tenant));
+                    }
+                }
+                outcome.not_found += (chunk.len() - visible.len()) as u64;
+                let more = (at.step + 1) * step < all.len();
+                let next = more.then_some(BulkPosition {
+                    step: at.step + 1,
+                    before: None,
+                });
+                (visible, next)
+            }
+            (Selection::Filter(_), None) => (Vec::new(), None),
+        };
+    // Quota locks before row locks, tenants in sorted order (as every enqueue takes them),
+    // then the rows in id order (`propagate::lock_order`), as every multi-row locker does.
+    if bulk.action == BulkAction::Retry {
+        lock_quotas_for(conn, config, jobs.iter().map(|(_, tenant)| tenant)).await?;
+    }
+    jobs.sort_unstable_by_key(|(id, _)| *id);
+    let ids = jobs.into_iter().map(|(id, _)| id);
     for id in ids {
         // Each job in its own savepoint: a write PostgreSQL refuses (a unique key taken
         // meanwhile) aborts only the savepoint, so the job is skipped and the step goes on.
