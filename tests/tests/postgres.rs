@@ -3001,7 +3001,8 @@ async fn bulk_retry_skips_a_job_whose_unique_key_is_taken_meanwhile() {
         drover_core::Operated::JobsBulk(drover_core::BulkOutcome {
             changed: 1,
             skipped: 1,
-            not_found: 0
+            not_found: 0,
+            ..drover_core::BulkOutcome::default()
         })
     );
     assert_eq!(

@@ -450,7 +450,7 @@ impl Operated {
             Operated::JobRequeue(outcome) => u64::from(outcome.changed),
             Operated::WorkflowCancel(change) | Operated::WorkflowRetry(change) => change.jobs,
             Operated::JobsPrune(deleted) => *deleted,
-            Operated::JobsBulk(outcome) => outcome.changed,
+            Operated::JobsBulk(outcome) => outcome.jobs(),
             Operated::QueuePause(_)
             | Operated::QueueResume(_)
             | Operated::LimitSet(_)

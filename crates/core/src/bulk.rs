@@ -246,17 +246,25 @@ pub struct BulkOutcome {
     pub skipped: u64,
     /// Jobs not found (ids of none, another tenant's, or deleted meanwhile).
     pub not_found: u64,
+    /// Other jobs the changed jobs' cancels reached (children, dependents:
+    /// [`crate::CancelOutcome::cascaded`]); 0 for a retry or a delete.
+    #[serde(default)]
+    pub cascaded: u64,
 }
 
 impl BulkOutcome {
-    /// Counts one job's answer: a success is a change, a refusal of the job's own rules a
-    /// skip, `NotFound` a job not found.
+    /// Counts one job's answer: a success is a change (its value the other jobs it reached,
+    /// a cancel's `cascaded`), a refusal of the job's own rules a skip, `NotFound` a job not
+    /// found.
     ///
     /// # Errors
     /// Any other error (`Unavailable`, `Fatal`, `InvalidInput`): the action stops there.
-    pub fn count<T>(&mut self, answer: Result<T>) -> Result<()> {
+    pub fn count(&mut self, answer: Result<u64>) -> Result<()> {
         match answer {
-            Ok(_) => self.changed += 1,
+            Ok(cascaded) => {
+                self.changed += 1;
+                self.cascaded += cascaded;
+            }
             Err(
                 Error::InvalidTransition { .. }
                 | Error::Conflict { .. }
@@ -273,6 +281,13 @@ impl BulkOutcome {
         self.changed += step.changed;
         self.skipped += step.skipped;
         self.not_found += step.not_found;
+        self.cascaded += step.cascaded;
+    }
+
+    /// The jobs the action touched, as the audit record counts them: those changed and those
+    /// their cancels reached (as a single `job.cancel` counts 1 + cascaded).
+    pub fn jobs(&self) -> u64 {
+        self.changed + self.cascaded
     }
 }
 
@@ -323,9 +338,9 @@ async fn apply_each(
 ) -> Result<()> {
     for id in ids {
         let answer = match action {
-            BulkAction::Cancel => store.job_cancel(id).await.map(drop),
-            BulkAction::Retry => store.job_retry(id).await.map(drop),
-            BulkAction::Delete => store.job_delete(id).await.map(drop),
+            BulkAction::Cancel => store.job_cancel(id).await.map(|o| o.cascaded),
+            BulkAction::Retry => store.job_retry(id).await.map(|_| 0),
+            BulkAction::Delete => store.job_delete(id).await.map(|_| 0),
         };
         outcome.count(answer)?;
     }
@@ -434,26 +449,23 @@ mod tests {
     #[test]
     fn refusals_are_skips_and_failures_stop() {
         let mut outcome = BulkOutcome::default();
-        outcome.count(Ok(())).unwrap();
+        outcome.count(Ok(2)).unwrap();
         outcome
-            .count::<()>(Err(Error::InvalidTransition {
+            .count(Err(Error::InvalidTransition {
                 from: JobState::Running,
                 event: crate::EventName::Retry,
             }))
             .unwrap();
-        outcome
-            .count::<()>(Err(Error::job_not_found(ids(1)[0])))
-            .unwrap();
+        outcome.count(Err(Error::job_not_found(ids(1)[0]))).unwrap();
         assert_eq!(
             outcome,
             BulkOutcome {
                 changed: 1,
                 skipped: 1,
-                not_found: 1
+                not_found: 1,
+                cascaded: 2
             }
         );
-        assert!(outcome
-            .count::<()>(Err(Error::unavailable("down")))
-            .is_err());
+        assert!(outcome.count(Err(Error::unavailable("down"))).is_err());
     }
 }

@@ -150,9 +150,13 @@ async fn bulk_step(
         // meanwhile) aborts only the savepoint, so the job is skipped and the step goes on.
         let mut job_tx = conn.begin().await.store_err()?;
         let answer = match bulk.action {
-            BulkAction::Cancel => lifecycle::cancel_in(&mut job_tx, id).await.map(drop),
-            BulkAction::Retry => lifecycle::retry_in(&mut job_tx, config, id).await.map(drop),
-            BulkAction::Delete => lifecycle::delete_in(&mut job_tx, id).await.map(drop),
+            BulkAction::Cancel => lifecycle::cancel_in(&mut job_tx, id)
+                .await
+                .map(|o| o.cascaded),
+            BulkAction::Retry => lifecycle::retry_in(&mut job_tx, config, id)
+                .await
+                .map(|_| 0),
+            BulkAction::Delete => lifecycle::delete_in(&mut job_tx, id).await.map(|_| 0),
         };
         outcome.count(settle(job_tx, answer).await)?;
     }
@@ -161,7 +165,7 @@ async fn bulk_step(
         Some(id) => {
             sqlx::query(sql::AUDIT_ADD_JOBS)
                 .bind(id)
-                .bind(i64::try_from(outcome.changed).unwrap_or(i64::MAX))
+                .bind(i64::try_from(outcome.jobs()).unwrap_or(i64::MAX))
                 .execute(&mut *conn)
                 .await
                 .store_err()?;

@@ -51,7 +51,8 @@ pub async fn bulk_by_ids_changes_what_applies_and_skips_the_rest(f: &dyn StoreFa
         BulkOutcome {
             changed: 1,
             skipped: 2,
-            not_found: 1
+            not_found: 1,
+            ..BulkOutcome::default()
         }
     );
     assert_eq!(
@@ -79,7 +80,8 @@ pub async fn bulk_by_ids_changes_what_applies_and_skips_the_rest(f: &dyn StoreFa
         BulkOutcome {
             changed: 2,
             skipped: 1,
-            not_found: 1
+            not_found: 1,
+            ..BulkOutcome::default()
         },
         "the running job stays"
     );
@@ -262,4 +264,48 @@ pub async fn bulk_rejects_a_bad_selection(f: &dyn StoreFactory) {
         .unwrap()
         .entries
         .is_empty());
+}
+
+/// A bulk cancel's record counts the jobs its cancels reached (dependents cancelled with
+/// them), as a single `job.cancel` counts 1 + cascaded; a dependent also selected is counted
+/// once.
+pub async fn bulk_cancel_counts_the_jobs_it_cascades_to(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let a = enqueue(&*store, job("a", json!(1))).await;
+    let b = enqueue(&*store, job("b", json!(1)).with_dependency(a.id)).await;
+    let c = enqueue(&*store, job("c", json!(1)).with_dependency(b.id)).await;
+    let d = enqueue(&*store, job("d", json!(1))).await;
+    let outcome = bulk(
+        &*store,
+        BulkJobs::ids(BulkAction::Cancel, vec![a.id, c.id, d.id]),
+        ops(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        outcome,
+        BulkOutcome {
+            changed: 2,
+            skipped: 1,
+            not_found: 0,
+            cascaded: 2
+        },
+        "a reaches b and c; c is then cancelled already"
+    );
+    for id in [a.id, b.id, c.id, d.id] {
+        assert_eq!(store.job_get(id).await.unwrap().state, JobState::Cancelled);
+    }
+    let records = store
+        .audit_list(ListAudit::default())
+        .await
+        .unwrap()
+        .entries;
+    assert_eq!(
+        records
+            .iter()
+            .map(|e| (e.action, e.jobs))
+            .collect::<Vec<_>>(),
+        [(AuditAction::JobsCancel, 4)]
+    );
 }
