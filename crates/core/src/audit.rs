@@ -476,8 +476,10 @@ impl Operated {
 pub struct NewAuditEntry {
     /// Who ([`Actor::name`]).
     pub actor: String,
-    /// The actor's tenant, else the tenant of the job acted on; `None` for an actor of every
-    /// tenant acting on no one job (a queue, a workflow, a limit, a schedule, a prune).
+    /// The actor's tenant, else the tenant of the job acted on, else for a bulk action the
+    /// tenant its filter names or all its ids' jobs share ([`BulkJobs::record_tenant`]);
+    /// `None` for an actor of every tenant acting on no one tenant (a queue, a workflow, a
+    /// limit, a schedule, a prune, a bulk action across tenants).
     pub tenant: Option<TenantId>,
     /// What.
     pub action: AuditAction,
@@ -498,7 +500,11 @@ impl NewAuditEntry {
             tenant: actor
                 .tenant
                 .clone()
-                .or_else(|| operated.job_tenant().cloned()),
+                .or_else(|| operated.job_tenant().cloned())
+                .or_else(|| match operation {
+                    Operation::JobsBulk(bulk) => bulk.record_tenant(),
+                    _ => None,
+                }),
             action: operation.action(),
             target: operation.target(),
             jobs: operated.jobs(),

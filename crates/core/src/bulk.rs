@@ -94,6 +94,10 @@ pub struct BulkJobs {
     /// Only this tenant's jobs (set by [`BulkJobs::scoped`] from the actor; `None`: every
     /// tenant, or the filter's own `tenant`).
     pub tenant: Option<TenantId>,
+    /// For a selection by ids: the one tenant of the stored jobs it names, when they all share
+    /// one (set by the store from the jobs before it acts, [`BulkJobs::with_ids_tenant`]); the
+    /// tenant the audit record names ([`BulkJobs::record_tenant`]).
+    pub ids_tenant: Option<TenantId>,
 }
 
 impl BulkJobs {
@@ -103,6 +107,7 @@ impl BulkJobs {
             action,
             selection: Selection::Ids(ids),
             tenant: None,
+            ids_tenant: None,
         }
     }
 
@@ -112,6 +117,7 @@ impl BulkJobs {
             action,
             selection: Selection::Filter(filter),
             tenant: None,
+            ids_tenant: None,
         }
     }
 
@@ -179,6 +185,28 @@ impl BulkJobs {
             self.tenant = Some(own.clone());
         }
         Ok(self)
+    }
+
+    /// Sets [`BulkJobs::ids_tenant`] from the tenants of the stored jobs the ids name: the
+    /// tenant they all share, else (several, or none stored) `None`.
+    pub fn with_ids_tenant<'a>(mut self, tenants: impl IntoIterator<Item = &'a TenantId>) -> Self {
+        let mut tenants = tenants.into_iter();
+        let first = tenants.next();
+        self.ids_tenant = match first {
+            Some(first) if tenants.all(|t| t == first) => Some(first.clone()),
+            _ => None,
+        };
+        self
+    }
+
+    /// The tenant the audit record names, for an actor of every tenant: the filter's
+    /// `tenant` when it names one; for ids, the tenant all their jobs share
+    /// ([`BulkJobs::ids_tenant`]); else `None`.
+    pub fn record_tenant(&self) -> Option<TenantId> {
+        self.tenant.clone().or_else(|| match &self.selection {
+            Selection::Filter(filter) => filter.tenant.clone(),
+            Selection::Ids(_) => self.ids_tenant.clone(),
+        })
     }
 
     /// True when `job` is in the action's tenant scope.

@@ -1116,7 +1116,20 @@ impl JobStore for MemoryStore {
 
     async fn operate(&self, operation: Operation, actor: Actor) -> Result<Operated> {
         actor.validate()?;
-        let operation = operation.scoped(&actor)?;
+        let operation = match operation.scoped(&actor)? {
+            // Recorded with the tenant its ids' jobs share, read before it acts.
+            Operation::JobsBulk(bulk) => {
+                let mut tenants = Vec::new();
+                if let drover_core::Selection::Ids(ids) = &bulk.selection {
+                    for chunk in ids.chunks(drover_core::bounds::BULK_CHUNK as usize) {
+                        let jobs = self.jobs_get(chunk.to_vec()).await?;
+                        tenants.extend(jobs.into_iter().map(|job| job.tenant));
+                    }
+                }
+                Operation::JobsBulk(bulk.with_ids_tenant(&tenants))
+            }
+            other => other,
+        };
         let operated = operation.clone().run_unrecorded(self).await?;
         let entry = NewAuditEntry::new(&actor, &operation, &operated);
         let now = self.clock_now();

@@ -38,10 +38,33 @@ pub(crate) async fn operate(
 ) -> Result<Operated, Error> {
     actor.validate()?;
     let operation = operation.scoped(&actor)?;
-    if let Operation::JobsBulk(bulk) = &operation {
-        return operate_bulk(conn, config, bulk, &operation, &actor).await;
+    if let Operation::JobsBulk(bulk) = operation {
+        let bulk = with_ids_tenant(conn, bulk).await?;
+        let operation = Operation::JobsBulk(bulk.clone());
+        return operate_bulk(conn, config, &bulk, &operation, &actor).await;
     }
     retried!(conn, |tx| operate_in(&mut tx, config, &operation, &actor))
+}
+
+/// Sets the tenant a bulk action by ids is recorded with: the one its stored jobs share
+/// (jobs_tenants.sql over all its ids, at most `BULK_IDS_MAX`, before it acts).
+async fn with_ids_tenant(conn: &mut PgConnection, bulk: BulkJobs) -> Result<BulkJobs, Error> {
+    let Selection::Ids(ids) = &bulk.selection else {
+        return Ok(bulk);
+    };
+    let uuids: Vec<Uuid> = ids.iter().map(|id| id.as_uuid()).collect();
+    let found: Vec<(Uuid, String)> = sqlx::query_as(sql::JOBS_TENANTS)
+        .bind(&uuids)
+        .fetch_all(&mut *conn)
+        .await
+        .store_err()?;
+    let tenants = found
+        .into_iter()
+        .map(|(_, tenant)| {
+            TenantId::parse(tenant).map_err(|_| Error::fatal("stored tenant is invalid"))
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    Ok(bulk.with_ids_tenant(&tenants))
 }
 
 /// Where the next step of a bulk action starts: the index of its slice of ids, or the keyset

@@ -105,8 +105,9 @@ pub async fn bulk_by_ids_changes_what_applies_and_skips_the_rest(f: &dyn StoreFa
     let named: Vec<String> = ids.iter().map(ToString::to_string).collect();
     assert_eq!(records[0].target, json!({ "ids": named }));
     assert_eq!(
-        records[0].tenant, None,
-        "an actor of every tenant, many jobs"
+        records[0].tenant,
+        Some(tenant("default")),
+        "an actor of every tenant, many jobs of one tenant"
     );
 }
 
@@ -308,4 +309,63 @@ pub async fn bulk_cancel_counts_the_jobs_it_cascades_to(f: &dyn StoreFactory) {
             .collect::<Vec<_>>(),
         [(AuditAction::JobsCancel, 4)]
     );
+}
+
+/// An actor of every tenant acting on one tenant's jobs is recorded with that tenant (visible
+/// in the tenant's audit log): the filter's tenant, or the tenant all the ids' jobs share; ids
+/// of jobs of several tenants are recorded with none.
+pub async fn bulk_of_one_tenants_jobs_is_recorded_with_that_tenant(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let acme = [
+        enqueue(&*store, job("a", json!(1)).with_tenant(tenant("acme"))).await,
+        enqueue(&*store, job("a", json!(2)).with_tenant(tenant("acme"))).await,
+    ];
+    let other = enqueue(&*store, job("o", json!(1)).with_tenant(tenant("other"))).await;
+
+    let by_filter = ListJobs {
+        tenant: Some(tenant("acme")),
+        ..ListJobs::default()
+    };
+    bulk(
+        &*store,
+        BulkJobs::filter(BulkAction::Cancel, by_filter),
+        ops(),
+    )
+    .await
+    .unwrap();
+    bulk(
+        &*store,
+        BulkJobs::ids(
+            BulkAction::Retry,
+            vec![acme[0].id, acme[1].id, JobId::new_v7()],
+        ),
+        ops(),
+    )
+    .await
+    .unwrap();
+    bulk(
+        &*store,
+        BulkJobs::ids(BulkAction::Cancel, vec![acme[0].id, other.id]),
+        ops(),
+    )
+    .await
+    .unwrap();
+
+    let records = store
+        .audit_list(ListAudit::default())
+        .await
+        .unwrap()
+        .entries;
+    let tenants: Vec<_> = records.iter().rev().map(|e| e.tenant.clone()).collect();
+    assert_eq!(tenants, [Some(tenant("acme")), Some(tenant("acme")), None]);
+    let acme_log = store
+        .audit_list(ListAudit {
+            tenant: Some(tenant("acme")),
+            ..ListAudit::default()
+        })
+        .await
+        .unwrap()
+        .entries;
+    assert_eq!(acme_log.len(), 2);
 }
