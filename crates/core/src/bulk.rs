@@ -390,7 +390,7 @@ mod tests {
     #[test]
     fn a_retry_steps_in_fewer_jobs_than_cancel_and_delete() {
         assert_eq!(BulkAction::Retry.step(), BULK_RETRY_CHUNK);
-        assert!(BULK_RETRY_CHUNK < BULK_CHUNK);
+        const { assert!(BULK_RETRY_CHUNK < BULK_CHUNK) };
         for action in [BulkAction::Cancel, BulkAction::Delete] {
             assert_eq!(action.step(), BULK_CHUNK);
             let page = BulkJobs::filter(action, ListJobs::default())
