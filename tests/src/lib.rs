@@ -110,6 +110,7 @@ macro_rules! contract_suite {
             delete_removes_a_job_that_is_not_running,
             delete_of_a_running_or_reconciling_job_is_refused,
             delete_keeps_the_jobs_live_jobs_need,
+            delete_of_a_parent_or_dependency_agrees_across_stores,
             bulk_by_ids_changes_what_applies_and_skips_the_rest,
             bulk_by_filter_reaches_every_match_in_steps,
             bulk_is_scoped_to_the_actors_tenant,

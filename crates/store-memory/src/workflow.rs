@@ -263,7 +263,7 @@ impl Inner {
 
     /// What an operator delete of `job` must know of its relations
     /// ([`drover_core::check_delete`]): its parent's state, when the parent is stored, and a
-    /// dependent not terminal, if any.
+    /// dependent not terminal of smallest id, if any (as job_delete_links.sql names it).
     pub(crate) fn delete_links(&self, job: &Job) -> DeleteLinks {
         let live = |id: &&JobId| self.jobs.get(*id).is_some_and(|j| !j.state.is_terminal());
         DeleteLinks {
@@ -275,7 +275,7 @@ impl Inner {
                 .wf
                 .dependents
                 .get(&job.id)
-                .and_then(|dependents| dependents.iter().find(live).copied()),
+                .and_then(|dependents| dependents.iter().filter(live).min().copied()),
         }
     }
 

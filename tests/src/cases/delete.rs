@@ -4,7 +4,7 @@
 
 use drover_core::{
     Actor, AuditAction, AuditSource, EnqueueChildren, EnqueueStatus, Error, EventName, Finish,
-    JobState, ListAudit, Operated, Operation, RescueExpired,
+    JobState, ListAudit, ListJobs, Operated, Operation, RescueExpired,
 };
 use serde_json::json;
 
@@ -209,4 +209,74 @@ pub async fn delete_keeps_the_jobs_live_jobs_need(f: &dyn StoreFactory) {
             .expect("deleted once its dependent ended");
     }
     assert!(all_jobs(&*store).await.is_empty());
+}
+
+/// Both stores agree on what a delete leaves: a deleted finished parent takes its links to its
+/// children with it (its children stay, listed under no parent), as retention does; a
+/// dependency two live jobs need is refused naming the one of smallest id.
+pub async fn delete_of_a_parent_or_dependency_agrees_across_stores(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let parent = start(&*store, job("p", json!(1))).await;
+    let children = store
+        .children_enqueue(EnqueueChildren {
+            parent: parent.id,
+            token: parent.fencing_token,
+            jobs: vec![job("c", json!(1)), job("c", json!(2))],
+        })
+        .await
+        .unwrap();
+    store
+        .job_finish(parent.id, parent.fencing_token, Finish::WaitForChildren)
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        let c = claim(&*store, &["c"], 1).await.remove(0);
+        complete(&*store, &c).await;
+    }
+    let p = claim(&*store, &["p"], 1).await.remove(0);
+    complete(&*store, &p).await;
+    let under = |parent| ListJobs {
+        parent: Some(parent),
+        ..ListJobs::default()
+    };
+    assert_eq!(
+        store.jobs_list(under(parent.id)).await.unwrap().jobs.len(),
+        2
+    );
+    store.job_delete(parent.id).await.unwrap();
+    assert!(
+        store
+            .jobs_list(under(parent.id))
+            .await
+            .unwrap()
+            .jobs
+            .is_empty(),
+        "no children listed under a deleted parent"
+    );
+    for child in &children {
+        assert_eq!(
+            store.job_get(child.job.id).await.unwrap().state,
+            JobState::Succeeded
+        );
+    }
+
+    let done = start(&*store, job("a", json!(1))).await;
+    complete(&*store, &done).await;
+    let mut dependents: Vec<_> = store
+        .jobs_enqueue(
+            (0..5)
+                .map(|i| job("d", json!(i)).with_dependency(done.id))
+                .collect(),
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.job.id)
+        .collect();
+    dependents.sort_unstable();
+    match store.job_delete(done.id).await {
+        Err(Error::Conflict { existing, .. }) => assert_eq!(existing, Some(dependents[0])),
+        other => panic!("{other:?}"),
+    }
 }
