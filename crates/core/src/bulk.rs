@@ -79,8 +79,8 @@ impl FromStr for BulkAction {
 pub enum Selection {
     /// These jobs, 1..=[`BULK_IDS_MAX`], none repeated.
     Ids(Vec<JobId>),
-    /// Every job the filter matches (its `before`, `limit` and `details` unset: the action
-    /// pages through it itself).
+    /// Every job the filter matches (its `before`, `limit` and `details` unset, `details`
+    /// left at its default: the action pages through it itself).
     Filter(ListJobs),
 }
 
@@ -125,7 +125,8 @@ impl BulkJobs {
     ///
     /// # Errors
     /// `InvalidInput` naming `ids` (none, more than [`BULK_IDS_MAX`], one repeated), or
-    /// `filter.<field>` (`meta` not an object; `before`, `limit` or `details` set).
+    /// `filter.<field>` (`meta` not an object; `filter.before`, `filter.limit` or
+    /// `filter.details` set).
     pub fn validate(&self) -> Result<()> {
         match &self.selection {
             Selection::Ids(ids) => {
@@ -152,10 +153,22 @@ impl BulkJobs {
             }
             Selection::Filter(filter) => {
                 filter.validate().map_err(|e| e.in_field("filter"))?;
-                if filter.before.is_some() || filter.limit != 0 {
+                if filter.before.is_some() {
                     return Err(Error::invalid(
-                        "filter",
-                        "takes no cursor or page size: a bulk action reads every matching job",
+                        "filter.before",
+                        "takes no cursor: a bulk action reads every matching job",
+                    ));
+                }
+                if filter.limit != 0 {
+                    return Err(Error::invalid(
+                        "filter.limit",
+                        "takes no page size: a bulk action reads every matching job",
+                    ));
+                }
+                if filter.details != JobDetails::default() {
+                    return Err(Error::invalid(
+                        "filter.details",
+                        "takes no details: a bulk action reads only its jobs' ids",
                     ));
                 }
                 Ok(())
@@ -440,7 +453,31 @@ mod tests {
         let err = BulkJobs::filter(BulkAction::Delete, paged)
             .validate()
             .unwrap_err();
-        assert!(matches!(&err, Error::InvalidInput { field, .. } if field == "filter"));
+        assert!(matches!(&err, Error::InvalidInput { field, .. } if field == "filter.limit"));
+        for (bad, named) in [
+            (
+                ListJobs {
+                    before: Some(ids(1)[0]),
+                    ..ListJobs::default()
+                },
+                "filter.before",
+            ),
+            (
+                ListJobs {
+                    details: JobDetails::NONE,
+                    ..ListJobs::default()
+                },
+                "filter.details",
+            ),
+        ] {
+            let err = BulkJobs::filter(BulkAction::Cancel, bad)
+                .validate()
+                .unwrap_err();
+            assert!(
+                matches!(&err, Error::InvalidInput { field, .. } if field == named),
+                "{err}"
+            );
+        }
 
         let acme = TenantId::parse("acme").unwrap();
         let actor = Actor::new("t", AuditSource::Api).for_tenant(acme.clone());

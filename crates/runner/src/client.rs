@@ -307,13 +307,15 @@ impl Client {
 
     /// Runs a bulk action ([`drover_core::bulk`]): cancel, retry or delete every job of a
     /// list of ids or of a jobs-list filter, each by its own operation, in steps of
-    /// [`BULK_CHUNK`](drover_core::bounds::BULK_CHUNK) jobs; a job the action does not apply
-    /// to is skipped. An actor of one tenant acts on its tenant's jobs only. One audit record
-    /// (`jobs.cancel`, `jobs.retry`, `jobs.delete`) counts the jobs changed.
+    /// [`BulkAction::step`](drover_core::BulkAction::step) jobs; a job the action does not
+    /// apply to is skipped. An actor of one tenant acts on its tenant's jobs only. One audit
+    /// record (`jobs.cancel`, `jobs.retry`, `jobs.delete`) counts the jobs changed.
     ///
     /// # Errors
-    /// `InvalidInput` naming `ids`, `filter` or `filter.<field>` ([`BulkJobs::scoped`]);
-    /// `Unavailable`, `Fatal` (the steps done before stay done, and recorded).
+    /// `InvalidInput` naming `ids` or `filter.<field>` ([`BulkJobs::scoped`]);
+    /// `Unavailable`, `Fatal`: the jobs changed before stay changed. On PostgreSQL the record
+    /// is written with each step, so it counts the steps committed; the memory store writes
+    /// the record only when the action ends, so a failed action leaves none there.
     pub async fn bulk(&self, bulk: BulkJobs) -> Result<BulkOutcome, Error> {
         match self.operate(Operation::JobsBulk(bulk)).await? {
             Operated::JobsBulk(outcome) => Ok(outcome),
