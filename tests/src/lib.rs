@@ -117,6 +117,7 @@ macro_rules! contract_suite {
             bulk_rejects_a_bad_selection,
             bulk_cancel_counts_the_jobs_it_cascades_to,
             bulk_of_one_tenants_jobs_is_recorded_with_that_tenant,
+            bulk_scope_reads_only_ids_and_tenants,
             requeue_makes_a_scheduled_job_ready_now,
             requeue_of_a_job_waiting_for_a_retry_or_snooze_keeps_its_attempts,
             requeue_of_a_ready_job_changes_nothing,

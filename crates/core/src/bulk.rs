@@ -224,7 +224,12 @@ impl BulkJobs {
 
     /// True when `job` is in the action's tenant scope.
     pub fn in_scope(&self, job: &Job) -> bool {
-        self.tenant.as_ref().is_none_or(|t| *t == job.tenant)
+        self.in_scope_tenant(&job.tenant)
+    }
+
+    /// True when a job of `tenant` is in the action's tenant scope.
+    pub fn in_scope_tenant(&self, tenant: &TenantId) -> bool {
+        self.tenant.as_ref().is_none_or(|t| t == tenant)
     }
 
     /// The page of the filter after `before` (keyset, newest first), [`BulkAction::step`] summaries,
@@ -344,11 +349,15 @@ pub async fn run(store: &dyn JobStore, bulk: &BulkJobs) -> Result<BulkOutcome> {
     match &bulk.selection {
         Selection::Ids(ids) => {
             for chunk in ids.chunks(bulk.action.step() as usize) {
-                let found = store.jobs_get(chunk.to_vec()).await?;
-                let visible: Vec<JobId> = found
+                let found: std::collections::HashMap<JobId, TenantId> = store
+                    .jobs_tenants(chunk.to_vec())
+                    .await?
+                    .into_iter()
+                    .collect();
+                let visible: Vec<JobId> = chunk
                     .iter()
-                    .filter(|j| bulk.in_scope(j))
-                    .map(|j| j.id)
+                    .copied()
+                    .filter(|id| found.get(id).is_some_and(|t| bulk.in_scope_tenant(t)))
                     .collect();
                 outcome.not_found += (chunk.len() - visible.len()) as u64;
                 apply_each(store, bulk.action, visible, &mut outcome).await?;

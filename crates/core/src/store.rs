@@ -775,6 +775,21 @@ pub trait JobStore: Send + Sync + 'static {
     /// `InvalidInput` naming `ids` for more than 1,000.
     async fn jobs_get(&self, ids: Vec<JobId>) -> Result<Vec<Job>>;
 
+    /// The tenants of the stored jobs among `ids` (at most 1,000), in no particular order;
+    /// ids of no stored job are left out. A store reads no large field for it (a bulk action's
+    /// scope and preview); by default it is read through [`JobStore::jobs_get`].
+    ///
+    /// # Errors
+    /// As [`JobStore::jobs_get`].
+    async fn jobs_tenants(&self, ids: Vec<JobId>) -> Result<Vec<(JobId, TenantId)>> {
+        Ok(self
+            .jobs_get(ids)
+            .await?
+            .into_iter()
+            .map(|job| (job.id, job.tenant))
+            .collect())
+    }
+
     /// Fetches a workflow with all its jobs (children included).
     ///
     /// # Errors

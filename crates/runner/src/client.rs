@@ -336,8 +336,11 @@ impl Client {
         match &bulk.selection {
             Selection::Ids(ids) => {
                 for chunk in ids.chunks(LIST_LIMIT_MAX as usize) {
-                    let found = self.store.jobs_get(chunk.to_vec()).await?;
-                    matched += found.iter().filter(|job| bulk.in_scope(job)).count() as u64;
+                    let found = self.store.jobs_tenants(chunk.to_vec()).await?;
+                    matched += found
+                        .iter()
+                        .filter(|(_, tenant)| bulk.in_scope_tenant(tenant))
+                        .count() as u64;
                 }
                 Ok(BulkPreview {
                     matched,

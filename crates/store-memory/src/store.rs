@@ -354,6 +354,21 @@ impl JobStore for MemoryStore {
         Ok(answers)
     }
 
+    async fn jobs_tenants(&self, ids: Vec<JobId>) -> Result<Vec<(JobId, drover_core::TenantId)>> {
+        let max = drover_core::bounds::LIST_LIMIT_MAX as usize;
+        if ids.len() > max {
+            return Err(Error::invalid(
+                "ids",
+                format!("at most {max} ids, got {}", ids.len()),
+            ));
+        }
+        let inner = self.inner.lock();
+        Ok(ids
+            .iter()
+            .filter_map(|id| inner.jobs.get(id).map(|job| (*id, job.tenant.clone())))
+            .collect())
+    }
+
     async fn jobs_get(&self, ids: Vec<JobId>) -> Result<Vec<Job>> {
         let max = drover_core::bounds::LIST_LIMIT_MAX as usize;
         if ids.len() > max {
@@ -1121,10 +1136,8 @@ impl JobStore for MemoryStore {
             Operation::JobsBulk(bulk) => {
                 let mut tenants = Vec::new();
                 if let drover_core::Selection::Ids(ids) = &bulk.selection {
-                    for chunk in ids.chunks(drover_core::bounds::BULK_CHUNK as usize) {
-                        let jobs = self.jobs_get(chunk.to_vec()).await?;
-                        tenants.extend(jobs.into_iter().map(|job| job.tenant));
-                    }
+                    let found = self.jobs_tenants(ids.clone()).await?;
+                    tenants.extend(found.into_iter().map(|(_, tenant)| tenant));
                 }
                 Operation::JobsBulk(bulk.with_ids_tenant(&tenants))
             }

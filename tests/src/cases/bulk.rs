@@ -369,3 +369,26 @@ pub async fn bulk_of_one_tenants_jobs_is_recorded_with_that_tenant(f: &dyn Store
         .entries;
     assert_eq!(acme_log.len(), 2);
 }
+
+/// A bulk action's scope is read by `jobs_tenants`: the tenant of each stored job among the
+/// ids, ids of no job left out, no large field read; over 1,000 ids is refused.
+pub async fn bulk_scope_reads_only_ids_and_tenants(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let acme = enqueue(&*store, job("a", json!(1)).with_tenant(tenant("acme"))).await;
+    let plain = enqueue(&*store, job("p", json!(1))).await;
+    let mut found = store
+        .jobs_tenants(vec![plain.id, JobId::new_v7(), acme.id])
+        .await
+        .unwrap();
+    found.sort_by_key(|(id, _)| *id);
+    let mut expected = vec![(acme.id, tenant("acme")), (plain.id, tenant("default"))];
+    expected.sort_by_key(|(id, _)| *id);
+    assert_eq!(found, expected);
+    expect_invalid(
+        store
+            .jobs_tenants(vec![JobId::new_v7(); BULK_IDS_MAX + 1])
+            .await,
+        "ids",
+    );
+}
