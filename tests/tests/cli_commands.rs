@@ -349,6 +349,26 @@ async fn jobs_list_filters_paginate_and_cancel_retry() {
     let refused = db.fails(&["jobs", "retry", &a]).await;
     assert!(refused.contains("requeue it"), "{refused}");
 
+    // Delete a cancelled job (--json shows it as it was), then it is gone; a job another job
+    // waits for is refused, naming that job.
+    let deleted = db.json(&["jobs", "delete", &later]).await;
+    assert_eq!(deleted["id"], later.as_str(), "{deleted}");
+    assert_eq!(deleted["state"], "cancelled");
+    let gone = db.fails(&["jobs", "get", &later]).await;
+    assert!(gone.contains("not found"), "{gone}");
+    let waits = db.enqueue("noop", "{}", &["--depends-on", &a]).await;
+    let kept = db.fails(&["jobs", "delete", &a]).await;
+    assert!(
+        kept.contains(&format!("job {waits} depends on")) && kept.contains("retention keeps it"),
+        "{kept}"
+    );
+    db.json(&["jobs", "cancel", &waits]).await;
+    let line = db.ok(&["jobs", "delete", &waits]).await;
+    assert!(
+        line.contains(&format!("job {waits} deleted (it was cancelled)")),
+        "{line}"
+    );
+
     let unknown = db
         .fails(&["jobs", "get", "0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79"])
         .await;
@@ -1370,6 +1390,79 @@ async fn bulk_enqueue_stopped_by_the_database_says_what_is_loaded_and_where_to_r
     );
 }
 
+/// `drover jobs bulk`: a filter action without `--yes` prints how many jobs match and fails,
+/// changing nothing; `--preview` only counts; `--yes` acts and reports what it did; `--id`
+/// acts on those jobs at once; bad flags are usage errors naming them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_bulk_previews_then_acts_on_a_filter_or_ids() {
+    let Some(db) = TestDb::migrated("jobs_bulk_previews_then_acts_on_a_filter_or_ids").await else {
+        return;
+    };
+    let mut mail = Vec::new();
+    for _ in 0..3 {
+        mail.push(db.enqueue("noop", "{}", &["--queue", "mail"]).await);
+    }
+    let other = db.enqueue("noop", "{}", &["--queue", "other"]).await;
+
+    let out = db.run(&["jobs", "bulk", "cancel", "--queue", "mail"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stdout.contains("3 job(s) match"), "{stdout}");
+    assert!(
+        stderr.contains("nothing changed") && stderr.contains("--yes"),
+        "{stderr}"
+    );
+    assert_eq!(db.count("queued").await, 4);
+    let preview = db
+        .json(&["jobs", "bulk", "cancel", "--queue", "mail", "--preview"])
+        .await;
+    assert_eq!(
+        preview,
+        json!({"action": "cancel", "preview": true, "matched": 3, "more": false})
+    );
+
+    let done = db
+        .json(&["jobs", "bulk", "cancel", "--queue", "mail", "--yes"])
+        .await;
+    assert_eq!(
+        done,
+        json!({"action": "cancel", "preview": false, "changed": 3, "skipped": 0, "not_found": 0})
+    );
+    assert_eq!(db.count("cancelled").await, 3);
+    assert_eq!(db.job_row(&other).await.state, "queued");
+
+    let line = db
+        .ok(&["jobs", "bulk", "delete", "--id", &mail[0], "--id", &other])
+        .await;
+    assert!(
+        line.contains("delete: 2 job(s) changed, 0 skipped"),
+        "{line}"
+    );
+    assert_eq!(db.count("cancelled").await, 2);
+
+    let bad = db
+        .usage_error(&["jobs", "bulk", "explode", "--queue", "mail"])
+        .await;
+    assert!(bad.contains("cancel, retry or delete"), "{bad}");
+    let bad = db
+        .usage_error(&["jobs", "bulk", "retry", "--meta", "[1]", "--yes"])
+        .await;
+    assert!(bad.contains("--meta"), "{bad}");
+    let bad = db
+        .usage_error(&["jobs", "bulk", "retry", "--id", &other, "--queue", "mail"])
+        .await;
+    assert!(bad.contains("--queue"), "{bad}");
+    let bad = db
+        .usage_error(&["jobs", "bulk", "retry", "--id", &other, "--id", &other])
+        .await;
+    assert!(bad.contains("--id") && bad.contains("twice"), "{bad}");
+    let bad = db
+        .usage_error(&["jobs", "bulk", "cancel", "--preview", "--yes"])
+        .await;
+    assert!(bad.contains("--yes") && bad.contains("--preview"), "{bad}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prune_deletes_old_finished_jobs_in_batches() {
     let Some(db) = TestDb::migrated("prune_deletes_old_finished_jobs_in_batches").await else {
@@ -2249,7 +2342,7 @@ async fn audit_list_shows_operator_commands_with_their_user() {
         "{table}"
     );
     let bad = db
-        .usage_error(&["audit", "list", "--action", "job.delete"])
+        .usage_error(&["audit", "list", "--action", "job.remove"])
         .await;
     assert!(bad.contains("--action"), "{bad}");
 }

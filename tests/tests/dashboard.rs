@@ -794,3 +794,176 @@ async fn jobs_filter_by_workflow_parent_tenant_and_meta_and_a_job_shows_its_work
     );
     assert!(!page.contains("<table id=\"children\">"), "{page}");
 }
+
+/// An operator deletes a job from its page (not a running one, and not as a producer); ticks
+/// jobs in the list and cancels them; and retries every job a filter matches after a
+/// confirmation page that says how many match. Each bulk action needs the CSRF token and is
+/// audited once with source `dashboard`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_deletes_a_job_and_acts_on_selected_or_matching_jobs() {
+    let server = Server::with_tokens().await;
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let mut new = job("bulk.job", json!({"n": n}));
+        new.queue = QueueName::parse("bulk").unwrap();
+        ids.push(server.enqueue(new).await.id.to_string());
+    }
+    let mut other = job("bulk.other", json!({}));
+    other.tenant = TenantId::parse("tenant-a").unwrap();
+    let other = server.enqueue(other).await;
+    let running = server.enqueue(job("bulk.running", json!({}))).await;
+    server
+        .store
+        .jobs_claim(ClaimJobs {
+            worker: WorkerId::parse("w").unwrap(),
+            queues: vec![QueueName::parse("default").unwrap()],
+            kinds: vec![drover_core::JobKind::parse("bulk.running").unwrap()],
+            limit: 1,
+            start: 1,
+            lease: Duration::from_secs(60),
+        })
+        .await
+        .unwrap();
+
+    // Delete from the job page: a producer has no button and is refused; a running job has
+    // none either; an operator deletes the job and lands on the list.
+    let producer = server.login(PRODUCER_A).await;
+    let own = server
+        .page(&format!("/jobs/{}", other.id), Some(&producer))
+        .await;
+    assert!(!own.contains("id=\"delete\""), "{own}");
+    let refused = server
+        .post(
+            &format!("/jobs/{}/delete", other.id),
+            Some(&producer),
+            &[("csrf", &csrf_of(&own))],
+        )
+        .await;
+    assert_eq!(refused.status(), 403);
+    let cookie = server.login(OPERATOR).await;
+    let page = server
+        .page(&format!("/jobs/{}", running.id), Some(&cookie))
+        .await;
+    assert!(!page.contains("id=\"delete\""), "{page}");
+    let csrf = csrf_of(&page);
+    let kept = server
+        .post(
+            &format!("/jobs/{}/delete", running.id),
+            Some(&cookie),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(kept.status(), 409);
+    assert!(kept.text().await.unwrap().contains("cancel it first"));
+    let page = server
+        .page(&format!("/jobs/{}", other.id), Some(&cookie))
+        .await;
+    assert!(page.contains("id=\"delete\""), "{page}");
+    let deleted = server
+        .post(
+            &format!("/jobs/{}/delete", other.id),
+            Some(&cookie),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(deleted.status(), 303);
+    assert_eq!(deleted.headers()["location"], "/jobs");
+    assert!(server.store.job_get(other.id).await.is_err(), "deleted");
+
+    // Tick two jobs in the list and cancel them.
+    let list = server.page("/jobs?queue=bulk", Some(&cookie)).await;
+    assert!(
+        list.contains("name=\"ids\"") && list.contains("id=\"cancel-selected\""),
+        "{list}"
+    );
+    assert!(list.contains("id=\"delete-matching\""), "{list}");
+    let selected = [
+        ("action", "cancel"),
+        ("ids", ids[0].as_str()),
+        ("ids", ids[1].as_str()),
+    ];
+    let forged = server.post("/jobs/bulk", Some(&cookie), &selected).await;
+    assert_eq!(forged.status(), 403, "no CSRF token, nothing done");
+    let csrf = csrf_of(&list);
+    let none_ticked = server
+        .post(
+            "/jobs/bulk",
+            Some(&cookie),
+            &[("csrf", csrf.as_str()), ("action", "cancel")],
+        )
+        .await;
+    assert_eq!(none_ticked.status(), 400);
+    assert!(none_ticked
+        .text()
+        .await
+        .unwrap()
+        .contains("tick at least one job"));
+    let mut form = vec![("csrf", csrf.as_str())];
+    form.extend(selected);
+    let done = server.post("/jobs/bulk", Some(&cookie), &form).await;
+    assert_eq!(done.status(), 200);
+    let done = done.text().await.unwrap();
+    assert!(
+        done.contains("cancel: 2 job(s) changed, 0 skipped"),
+        "{done}"
+    );
+    let state = |id: &str| {
+        let store = Arc::clone(&server.store);
+        let id = id.parse().unwrap();
+        async move { store.job_get(id).await.unwrap().state }
+    };
+    assert_eq!(state(&ids[0]).await, JobState::Cancelled);
+    assert_eq!(state(&ids[2]).await, JobState::Queued);
+
+    // Retry every cancelled job of the queue: the confirmation page counts them, then runs it.
+    let confirm = server
+        .get(
+            "/jobs/bulk?action=retry&queue=bulk&state=cancelled",
+            Some(&cookie),
+        )
+        .await;
+    assert_eq!(confirm.status(), 200);
+    let confirm = confirm.text().await.unwrap();
+    assert!(confirm.contains("2 job(s) match this filter"), "{confirm}");
+    assert_eq!(
+        state(&ids[0]).await,
+        JobState::Cancelled,
+        "a preview changes nothing"
+    );
+    let run = server
+        .post(
+            "/jobs/bulk",
+            Some(&cookie),
+            &[
+                ("csrf", &csrf_of(&confirm)),
+                ("action", "retry"),
+                ("scope", "filter"),
+                ("queue", "bulk"),
+                ("state", "cancelled"),
+            ],
+        )
+        .await;
+    assert_eq!(run.status(), 200);
+    let run = run.text().await.unwrap();
+    assert!(run.contains("retry: 2 job(s) changed"), "{run}");
+    for id in &ids {
+        assert_eq!(state(id).await, JobState::Queued);
+    }
+    let forbidden = server
+        .get("/jobs/bulk?action=delete", Some(&producer))
+        .await;
+    assert_eq!(forbidden.status(), 403, "a producer may not delete");
+
+    let records = server
+        .store
+        .audit_list(ListAudit::default())
+        .await
+        .unwrap()
+        .entries;
+    let actions: Vec<&str> = records.iter().map(|r| r.action.as_str()).collect();
+    assert_eq!(actions, ["jobs.retry", "jobs.cancel", "job.delete"]);
+    assert!(records.iter().all(|r| r.source == AuditSource::Dashboard));
+    assert_eq!(records[0].jobs, 2);
+    let audit = server.page("/audit", Some(&cookie)).await;
+    assert!(audit.contains("jobs.retry"), "{audit}");
+}

@@ -126,7 +126,8 @@ async fn log_in(browser: &fantoccini::Client, base: &str, token: &str) {
 
 /// Log in; the overview lists the queue; a job enqueued, started and finished while its page
 /// is open shows each change without a reload; a failed job with hostile args and error shows
-/// them as text; Retry queues it again and is audited from the dashboard; a form posted from
+/// them as text; Retry queues it again and is audited from the dashboard; a bulk cancel of a
+/// filter's jobs goes through its confirmation page and shows in the audit log; a form posted from
 /// another site does nothing; a producer of another tenant cannot open the job by its URL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_browser_logs_in_retries_a_job_and_is_kept_to_its_tenant() {
@@ -279,6 +280,28 @@ async fn a_browser_logs_in_retries_a_job_and_is_kept_to_its_tenant() {
                 .map(|action| (action, AuditSource::Dashboard)),
             "newest first"
         );
+
+        // Bulk cancel by filter: the list's link opens the confirmation page with the count,
+        // its button cancels every match, and the audit log page shows the one record.
+        let mut doomed = Vec::new();
+        for n in 0..2 {
+            let new = NewJob::new(drover_core::JobKind::parse("bulk.job").unwrap(), json!(n))
+                .with_queue(QueueName::parse("bulkq").unwrap());
+            doomed.push(store.job_enqueue(new).await.unwrap().job.id);
+        }
+        browser.goto(&format!("{base}/jobs?queue=bulkq")).await.unwrap();
+        browser.find(Locator::Id("cancel-matching")).await.unwrap().click().await.unwrap();
+        wait_for(&browser, "//p[@id='preview' and contains(text(), '2 job(s) match')]").await;
+        screenshot(&browser, "bulk-confirm").await;
+        browser.find(Locator::Id("confirm")).await.unwrap().click().await.unwrap();
+        wait_for(&browser, "//p[@id='outcome' and contains(text(), 'cancel: 2 job(s) changed')]")
+            .await;
+        for id in &doomed {
+            assert_eq!(store.job_get(*id).await.unwrap().state, JobState::Cancelled);
+        }
+        browser.goto(&format!("{base}/audit")).await.unwrap();
+        wait_for(&browser, "//table[@id='audit']//td[text()='jobs.cancel']").await;
+        screenshot(&browser, "audit-bulk").await;
 
         // A page of another origin (another port) posts a cancel form at the dashboard
         // without the session's CSRF token: nothing happens.

@@ -116,6 +116,8 @@ http_cases!(
         list_answers_summaries_unless_include_asks,
         get_cancel_and_retry,
         requeue_makes_a_waiting_job_ready_now,
+        delete_is_for_operators_and_refuses_jobs_still_needed,
+        bulk_actions_preview_then_act_within_the_tokens_tenant,
         queues_pause_resume_and_list,
         a_job_claimed_ahead_shows_as_waiting_for_a_slot,
         workers_are_listed,

@@ -2946,3 +2946,72 @@ async fn audit_record_failure_rolls_back_its_write() {
     assert_eq!(records.len(), 1, "{records:?}");
     assert_eq!(records[0].action, drover_core::AuditAction::JobCancel);
 }
+
+/// A bulk retry whose write PostgreSQL refuses (the retried job's unique key taken by an
+/// enqueue that commits while the retry waits on the unique index) skips that job alone: each
+/// job runs in its own savepoint, so the step goes on and retries the next job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bulk_retry_skips_a_job_whose_unique_key_is_taken_meanwhile() {
+    let Some(factory) =
+        PgFactory::for_test("bulk_retry_skips_a_job_whose_unique_key_is_taken_meanwhile")
+    else {
+        return;
+    };
+    let h = factory.open_pg(unbounded_options()).await;
+    let keyed = h
+        .store
+        .job_enqueue(new_job("work").with_unique_key("k"))
+        .await
+        .unwrap()
+        .job
+        .id;
+    let plain = h.store.job_enqueue(new_job("work")).await.unwrap().job.id;
+    for id in [keyed, plain] {
+        h.store.job_cancel(id).await.unwrap();
+    }
+
+    // An enqueue holding key "k", not yet committed: the retry's check does not see it, its
+    // write waits on the unique index, then fails when the enqueue commits.
+    let mut tx = h.store.pool().begin().await.unwrap();
+    h.store
+        .enqueue_in(&mut tx, vec![new_job("work").with_unique_key("k")])
+        .await
+        .unwrap();
+    let store = h.store.clone();
+    let retry = tokio::spawn(async move {
+        store
+            .operate(
+                drover_core::Operation::JobsBulk(drover_core::BulkJobs::ids(
+                    drover_core::BulkAction::Retry,
+                    vec![keyed, plain],
+                )),
+                drover_core::Actor::new("ops", drover_core::AuditSource::Cli),
+            )
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    tx.commit().await.unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(30), retry)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        answer,
+        drover_core::Operated::JobsBulk(drover_core::BulkOutcome {
+            changed: 1,
+            skipped: 1,
+            not_found: 0,
+            ..drover_core::BulkOutcome::default()
+        })
+    );
+    assert_eq!(
+        h.store.job_get(keyed).await.unwrap().state,
+        JobState::Cancelled
+    );
+    assert_eq!(
+        h.store.job_get(plain).await.unwrap().state,
+        JobState::Queued
+    );
+    factory.cleanup().await;
+}

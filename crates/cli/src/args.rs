@@ -10,8 +10,8 @@ use clap::{ArgGroup, ArgMatches, Args, Parser, Subcommand, ValueEnum};
 use drover_core::limits::MAX_RUNNING_MAX;
 use drover_core::store::LIST_LIMIT_MAX;
 use drover_core::{
-    AuditAction, AuditSource, JobDetails, JobId, JobKind, JobState, LimitKey, QueueName, Rate,
-    ScheduleName, SucceededJobs, TenantId, WorkflowId,
+    AuditAction, AuditSource, BulkAction, JobDetails, JobId, JobKind, JobState, LimitKey,
+    QueueName, Rate, ScheduleName, SucceededJobs, TenantId, WorkflowId,
 };
 use drover_runner::{PoolConfig, PREFETCH_MAX, PRUNE_LIMIT_MAX, SLOTS_MAX};
 
@@ -493,6 +493,66 @@ pub enum JobsCommand {
         #[arg(value_parser = job_id)]
         id: JobId,
     },
+    /// Delete a job that is not running or reconciling (cancel a running one first); a job
+    /// live jobs still need (a dependency of one, a parent with live children, a child of a
+    /// parent not finished) is refused.
+    #[command(after_help = "Example:\n  drover jobs delete 0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79")]
+    Delete {
+        /// Job id.
+        #[arg(value_parser = job_id)]
+        id: JobId,
+    },
+    /// Cancel, retry or delete many jobs: those given with --id (at most 1,000), or every job
+    /// the filters match (none: every job). Each job goes through its own command's rules; one
+    /// it does not apply to is skipped. A filter action needs --yes; without it the command
+    /// prints how many jobs match and changes nothing.
+    #[command(
+        after_help = "Examples:\n  drover jobs bulk retry --state failed --queue mail --preview\n  drover jobs bulk retry --state failed --queue mail --yes\n  drover jobs bulk cancel --id 0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79 --id 0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a7a"
+    )]
+    Bulk(BulkArgs),
+}
+
+/// What `drover jobs bulk` acts on.
+#[derive(Debug, Args)]
+pub struct BulkArgs {
+    /// cancel, retry or delete.
+    #[arg(value_parser = bulk_action)]
+    pub action: BulkAction,
+    /// A job to act on (repeatable, at most 1,000); instead of the filters.
+    #[arg(
+        long = "id",
+        value_name = "ID",
+        value_parser = job_id,
+        conflicts_with_all = ["queue", "state", "kind", "tenant", "meta", "workflow", "parent"]
+    )]
+    pub ids: Vec<JobId>,
+    /// Only this queue.
+    #[arg(long, value_parser = queue_name)]
+    pub queue: Option<QueueName>,
+    /// Only this state (waiting, queued, running, reconciling, succeeded, failed, cancelled).
+    #[arg(long, value_parser = job_state)]
+    pub state: Option<JobState>,
+    /// Only this kind.
+    #[arg(long, value_parser = job_kind)]
+    pub kind: Option<JobKind>,
+    /// Only this tenant.
+    #[arg(long, value_parser = tenant_id)]
+    pub tenant: Option<TenantId>,
+    /// Only jobs whose meta contains this JSON object.
+    #[arg(long, value_name = "JSON")]
+    pub meta: Option<String>,
+    /// Only jobs of this workflow.
+    #[arg(long, value_name = "ID", value_parser = workflow_id)]
+    pub workflow: Option<WorkflowId>,
+    /// Only children of this job.
+    #[arg(long, value_name = "ID", value_parser = job_id)]
+    pub parent: Option<JobId>,
+    /// Count the jobs the action would act on (at least, past 10,000) and change nothing.
+    #[arg(long)]
+    pub preview: bool,
+    /// Act on every job the filters match (a filter action without it only counts them).
+    #[arg(long, conflicts_with = "preview")]
+    pub yes: bool,
 }
 
 /// Filters of `drover jobs list`.
@@ -626,9 +686,9 @@ pub enum AuditCommand {
 /// Filters of `drover audit list`.
 #[derive(Debug, Args)]
 pub struct AuditListArgs {
-    /// Only this action (job.cancel, job.retry, job.requeue, queue.pause, queue.resume,
-    /// workflow.cancel, workflow.retry, limit.set, limit.clear, schedule.upsert,
-    /// schedule.remove, jobs.prune).
+    /// Only this action (job.cancel, job.retry, job.requeue, job.delete, queue.pause,
+    /// queue.resume, workflow.cancel, workflow.retry, limit.set, limit.clear, schedule.upsert,
+    /// schedule.remove, jobs.prune, jobs.cancel, jobs.retry, jobs.delete).
     #[arg(long, value_parser = audit_action)]
     pub action: Option<AuditAction>,
     /// Only from this source (dashboard, api, cli, library).
@@ -1013,6 +1073,11 @@ fn audit_action(value: &str) -> Result<AuditAction, String> {
 
 /// An audit source.
 fn audit_source(value: &str) -> Result<AuditSource, String> {
+    value.parse().map_err(rule)
+}
+
+/// A bulk action.
+fn bulk_action(value: &str) -> Result<BulkAction, String> {
     value.parse().map_err(rule)
 }
 

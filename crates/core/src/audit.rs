@@ -1,6 +1,6 @@
 //! The audit log of operator actions (docs/audit.md).
 //!
-//! Every operator write (pause, resume, cancel, retry, requeue, workflow cancel and retry,
+//! Every operator write (pause, resume, cancel, retry, requeue, delete, bulk actions, workflow cancel and retry,
 //! limit and schedule changes, prune) is an [`Operation`] run by
 //! [`JobStore::operate`](crate::JobStore::operate), which stores the action and its
 //! [`AuditEntry`] together: in one transaction (PostgreSQL) or one step under the store's lock
@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::bounds::{check_range, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, PRUNE_LIMIT_MAX};
+use crate::bulk::{BulkAction, BulkJobs, BulkOutcome};
 use crate::error::{Error, Result};
 use crate::job::{Job, JobId, WorkflowId};
 use crate::limits::LimitPolicy;
@@ -96,6 +97,9 @@ pub enum AuditAction {
     /// A queued job made ready now.
     #[serde(rename = "job.requeue")]
     JobRequeue,
+    /// A job deleted.
+    #[serde(rename = "job.delete")]
+    JobDelete,
     /// A queue paused.
     #[serde(rename = "queue.pause")]
     QueuePause,
@@ -123,14 +127,24 @@ pub enum AuditAction {
     /// Finished jobs past a retention deleted (one batch).
     #[serde(rename = "jobs.prune")]
     JobsPrune,
+    /// A bulk cancel: the jobs of a list of ids or of a filter.
+    #[serde(rename = "jobs.cancel")]
+    JobsCancel,
+    /// A bulk retry.
+    #[serde(rename = "jobs.retry")]
+    JobsRetry,
+    /// A bulk delete.
+    #[serde(rename = "jobs.delete")]
+    JobsDelete,
 }
 
 impl AuditAction {
     /// Every action, in order.
-    pub const ALL: [AuditAction; 12] = [
+    pub const ALL: [AuditAction; 16] = [
         AuditAction::JobCancel,
         AuditAction::JobRetry,
         AuditAction::JobRequeue,
+        AuditAction::JobDelete,
         AuditAction::QueuePause,
         AuditAction::QueueResume,
         AuditAction::WorkflowCancel,
@@ -140,6 +154,9 @@ impl AuditAction {
         AuditAction::ScheduleUpsert,
         AuditAction::ScheduleRemove,
         AuditAction::JobsPrune,
+        AuditAction::JobsCancel,
+        AuditAction::JobsRetry,
+        AuditAction::JobsDelete,
     ];
 
     /// The stored name: `noun.verb`, such as `job.cancel`.
@@ -148,6 +165,7 @@ impl AuditAction {
             AuditAction::JobCancel => "job.cancel",
             AuditAction::JobRetry => "job.retry",
             AuditAction::JobRequeue => "job.requeue",
+            AuditAction::JobDelete => "job.delete",
             AuditAction::QueuePause => "queue.pause",
             AuditAction::QueueResume => "queue.resume",
             AuditAction::WorkflowCancel => "workflow.cancel",
@@ -157,6 +175,9 @@ impl AuditAction {
             AuditAction::ScheduleUpsert => "schedule.upsert",
             AuditAction::ScheduleRemove => "schedule.remove",
             AuditAction::JobsPrune => "jobs.prune",
+            AuditAction::JobsCancel => "jobs.cancel",
+            AuditAction::JobsRetry => "jobs.retry",
+            AuditAction::JobsDelete => "jobs.delete",
         }
     }
 }
@@ -241,6 +262,8 @@ pub enum Operation {
     JobRetry(JobId),
     /// [`JobStore::job_requeue`](crate::JobStore::job_requeue).
     JobRequeue(JobId),
+    /// [`JobStore::job_delete`](crate::JobStore::job_delete).
+    JobDelete(JobId),
     /// [`JobStore::queue_pause`](crate::JobStore::queue_pause).
     QueuePause(QueueName),
     /// [`JobStore::queue_resume`](crate::JobStore::queue_resume).
@@ -259,6 +282,9 @@ pub enum Operation {
     ScheduleRemove(ScheduleName),
     /// [`JobStore::jobs_prune`](crate::JobStore::jobs_prune): one batch.
     JobsPrune(PruneJobs),
+    /// A bulk action ([`crate::bulk`]): the job operation of its action on every job of its
+    /// selection, in steps; one record.
+    JobsBulk(BulkJobs),
 }
 
 impl Operation {
@@ -273,6 +299,7 @@ impl Operation {
             Operation::JobCancel(id) => Operated::JobCancel(store.job_cancel(id).await?),
             Operation::JobRetry(id) => Operated::JobRetry(store.job_retry(id).await?),
             Operation::JobRequeue(id) => Operated::JobRequeue(store.job_requeue(id).await?),
+            Operation::JobDelete(id) => Operated::JobDelete(store.job_delete(id).await?),
             Operation::QueuePause(queue) => Operated::QueuePause(store.queue_pause(queue).await?),
             Operation::QueueResume(queue) => {
                 Operated::QueueResume(store.queue_resume(queue).await?)
@@ -296,7 +323,21 @@ impl Operation {
                 Operated::ScheduleRemove
             }
             Operation::JobsPrune(prune) => Operated::JobsPrune(store.jobs_prune(prune).await?),
+            Operation::JobsBulk(bulk) => Operated::JobsBulk(crate::bulk::run(store, &bulk).await?),
         })
+    }
+
+    /// The operation as `actor` may run it, checked: a bulk action limited to the actor's
+    /// tenant ([`BulkJobs::scoped`]); every other operation as it is (its own method checks
+    /// it). Both stores call it before anything else.
+    ///
+    /// # Errors
+    /// Those of [`BulkJobs::scoped`].
+    pub fn scoped(self, actor: &Actor) -> Result<Operation> {
+        match self {
+            Operation::JobsBulk(bulk) => Ok(Operation::JobsBulk(bulk.scoped(actor)?)),
+            other => Ok(other),
+        }
     }
 
     /// The action recorded for it.
@@ -305,6 +346,7 @@ impl Operation {
             Operation::JobCancel(_) => AuditAction::JobCancel,
             Operation::JobRetry(_) => AuditAction::JobRetry,
             Operation::JobRequeue(_) => AuditAction::JobRequeue,
+            Operation::JobDelete(_) => AuditAction::JobDelete,
             Operation::QueuePause(_) => AuditAction::QueuePause,
             Operation::QueueResume(_) => AuditAction::QueueResume,
             Operation::WorkflowCancel(_) => AuditAction::WorkflowCancel,
@@ -314,6 +356,11 @@ impl Operation {
             Operation::ScheduleUpsert(_) => AuditAction::ScheduleUpsert,
             Operation::ScheduleRemove(_) => AuditAction::ScheduleRemove,
             Operation::JobsPrune(_) => AuditAction::JobsPrune,
+            Operation::JobsBulk(bulk) => match bulk.action {
+                BulkAction::Cancel => AuditAction::JobsCancel,
+                BulkAction::Retry => AuditAction::JobsRetry,
+                BulkAction::Delete => AuditAction::JobsDelete,
+            },
         }
     }
 
@@ -321,7 +368,10 @@ impl Operation {
     /// args), a prune's retention and batch size.
     pub fn target(&self) -> Value {
         match self {
-            Operation::JobCancel(id) | Operation::JobRetry(id) | Operation::JobRequeue(id) => {
+            Operation::JobCancel(id)
+            | Operation::JobRetry(id)
+            | Operation::JobRequeue(id)
+            | Operation::JobDelete(id) => {
                 json!({ "job": id.to_string() })
             }
             Operation::QueuePause(queue) | Operation::QueueResume(queue) => {
@@ -351,6 +401,7 @@ impl Operation {
                 "older_than_ms": u64::try_from(prune.older_than.as_millis()).unwrap_or(u64::MAX),
                 "limit": prune.limit,
             }),
+            Operation::JobsBulk(bulk) => bulk.target(),
         }
     }
 }
@@ -364,6 +415,8 @@ pub enum Operated {
     JobRetry(Job),
     /// Answer of [`Operation::JobRequeue`].
     JobRequeue(RequeueOutcome),
+    /// Answer of [`Operation::JobDelete`]: the job as it was when deleted.
+    JobDelete(Job),
     /// Answer of [`Operation::QueuePause`].
     QueuePause(QueueChange),
     /// Answer of [`Operation::QueueResume`].
@@ -382,6 +435,8 @@ pub enum Operated {
     ScheduleRemove,
     /// Answer of [`Operation::JobsPrune`]: jobs deleted.
     JobsPrune(u64),
+    /// Answer of [`Operation::JobsBulk`].
+    JobsBulk(BulkOutcome),
 }
 
 impl Operated {
@@ -391,10 +446,11 @@ impl Operated {
     pub fn jobs(&self) -> u64 {
         match self {
             Operated::JobCancel(outcome) => 1 + outcome.cascaded,
-            Operated::JobRetry(_) => 1,
+            Operated::JobRetry(_) | Operated::JobDelete(_) => 1,
             Operated::JobRequeue(outcome) => u64::from(outcome.changed),
             Operated::WorkflowCancel(change) | Operated::WorkflowRetry(change) => change.jobs,
             Operated::JobsPrune(deleted) => *deleted,
+            Operated::JobsBulk(outcome) => outcome.jobs(),
             Operated::QueuePause(_)
             | Operated::QueueResume(_)
             | Operated::LimitSet(_)
@@ -408,7 +464,7 @@ impl Operated {
     fn job_tenant(&self) -> Option<&TenantId> {
         match self {
             Operated::JobCancel(outcome) => Some(&outcome.job.tenant),
-            Operated::JobRetry(job) => Some(&job.tenant),
+            Operated::JobRetry(job) | Operated::JobDelete(job) => Some(&job.tenant),
             Operated::JobRequeue(outcome) => Some(&outcome.job.tenant),
             _ => None,
         }
@@ -420,8 +476,10 @@ impl Operated {
 pub struct NewAuditEntry {
     /// Who ([`Actor::name`]).
     pub actor: String,
-    /// The actor's tenant, else the tenant of the job acted on; `None` for an actor of every
-    /// tenant acting on no one job (a queue, a workflow, a limit, a schedule, a prune).
+    /// The actor's tenant, else the tenant of the job acted on, else for a bulk action the
+    /// tenant its filter names or all its ids' jobs share ([`BulkJobs::record_tenant`]);
+    /// `None` for an actor of every tenant acting on no one tenant (a queue, a workflow, a
+    /// limit, a schedule, a prune, a bulk action across tenants).
     pub tenant: Option<TenantId>,
     /// What.
     pub action: AuditAction,
@@ -442,7 +500,11 @@ impl NewAuditEntry {
             tenant: actor
                 .tenant
                 .clone()
-                .or_else(|| operated.job_tenant().cloned()),
+                .or_else(|| operated.job_tenant().cloned())
+                .or_else(|| match operation {
+                    Operation::JobsBulk(bulk) => bulk.record_tenant(),
+                    _ => None,
+                }),
             action: operation.action(),
             target: operation.target(),
             jobs: operated.jobs(),
@@ -584,7 +646,7 @@ mod tests {
         for source in AuditSource::ALL {
             assert_eq!(source.as_str().parse::<AuditSource>().unwrap(), source);
         }
-        let err = "job.delete".parse::<AuditAction>().unwrap_err();
+        let err = "job.remove".parse::<AuditAction>().unwrap_err();
         assert!(
             matches!(&err, Error::InvalidInput { field, .. } if field == "action"),
             "{err}"

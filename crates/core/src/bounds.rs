@@ -24,6 +24,18 @@ pub const RETENTION_DEFAULT: Duration = Duration::from_secs(7 * 24 * 3600);
 pub const PRUNE_LIMIT_DEFAULT: u32 = 1_000;
 /// Largest `limit` accepted by `jobs_prune`.
 pub const PRUNE_LIMIT_MAX: u32 = 100_000;
+/// Most job ids one bulk action names (`BulkJobs`, selection by ids); more are selected with
+/// a filter.
+pub const BULK_IDS_MAX: usize = 1_000;
+/// Jobs a bulk action reads and changes per step (one transaction in PostgreSQL): a page of
+/// its filter, or a slice of its ids.
+pub const BULK_CHUNK: u32 = 500;
+/// Jobs a bulk retry reads and changes per step: fewer than [`BULK_CHUNK`], because with a
+/// global quota (`max_pending`) a retry step holds the global quota lock, which every enqueue
+/// of the cluster waits for, until it commits (docs/design.md section 7).
+pub const BULK_RETRY_CHUNK: u32 = 50;
+/// A bulk preview stops counting here and answers "at least" this many.
+pub const BULK_PREVIEW_MAX: u64 = 10_000;
 /// Store events buffered per subscriber before it lags (and then receives
 /// [`crate::StoreEvent::Resync`]).
 pub const EVENT_BUFFER: usize = 1024;

@@ -332,6 +332,8 @@ pub enum EventName {
     Retry,
     /// An operator makes a queued job ready now.
     Requeue,
+    /// An operator deletes a job that is not running or reconciling.
+    Delete,
     /// A waiting job's dependency ended.
     DependencyResolved,
     /// A parent's children were stored.
@@ -366,6 +368,7 @@ impl EventName {
             EventName::Cancel => "waiting, queued, running or reconciling jobs",
             EventName::Retry => "failed, cancelled or succeeded jobs",
             EventName::Requeue => "queued jobs",
+            EventName::Delete => "waiting, queued, succeeded, failed or cancelled jobs",
         }
     }
 
@@ -379,6 +382,9 @@ impl EventName {
                 "; to run a finished job again, retry it"
             }
             (EventName::Retry, JobState::Queued) => "; to run a queued job now, requeue it",
+            (EventName::Delete, JobState::Running | JobState::Reconciling) => {
+                "; cancel it first, then delete it once it ended"
+            }
             _ => "",
         }
     }
@@ -401,6 +407,7 @@ impl fmt::Display for EventName {
             EventName::Cancel => "cancel",
             EventName::Retry => "retry",
             EventName::Requeue => "requeue",
+            EventName::Delete => "delete",
             EventName::DependencyResolved => "resolve a dependency of",
             EventName::ChildrenAdded => "add children to",
             EventName::ChildFinished => "finish a child of",
@@ -454,6 +461,14 @@ mod tests {
         assert_eq!(
             refused.to_string(),
             "cannot cancel a job that is succeeded (allowed only for waiting, queued, running or reconciling jobs)"
+        );
+        let refused = Error::InvalidTransition {
+            from: JobState::Running,
+            event: EventName::Delete,
+        };
+        assert_eq!(
+            refused.to_string(),
+            "cannot delete a job that is running (allowed only for waiting, queued, succeeded, failed or cancelled jobs); cancel it first, then delete it once it ended"
         );
     }
 

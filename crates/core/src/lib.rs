@@ -8,7 +8,9 @@
 
 pub mod audit;
 pub mod bounds;
+pub mod bulk;
 pub mod clock;
+pub mod delete;
 pub mod error;
 pub mod job;
 pub mod json;
@@ -27,7 +29,9 @@ pub use audit::{
     Actor, AuditAction, AuditEntry, AuditPage, AuditSource, ListAudit, NewAuditEntry, Operated,
     Operation, PruneAudit, AUDIT_RETENTION_DEFAULT,
 };
+pub use bulk::{BulkAction, BulkJobs, BulkOutcome, Selection};
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use delete::{check_delete, DeleteLinks};
 pub use error::{BoxError, Entity, Error, EventName, Quota, Result};
 pub use job::{
     AttemptError, EnqueueStatus, Enqueued, Job, JobId, NewJob, RunAt, SizeLimits, WorkflowId,

@@ -775,6 +775,21 @@ pub trait JobStore: Send + Sync + 'static {
     /// `InvalidInput` naming `ids` for more than 1,000.
     async fn jobs_get(&self, ids: Vec<JobId>) -> Result<Vec<Job>>;
 
+    /// The tenants of the stored jobs among `ids` (at most 1,000), in no particular order;
+    /// ids of no stored job are left out. A store reads no large field for it (a bulk action's
+    /// scope and preview); by default it is read through [`JobStore::jobs_get`].
+    ///
+    /// # Errors
+    /// As [`JobStore::jobs_get`].
+    async fn jobs_tenants(&self, ids: Vec<JobId>) -> Result<Vec<(JobId, TenantId)>> {
+        Ok(self
+            .jobs_get(ids)
+            .await?
+            .into_iter()
+            .map(|job| (job.id, job.tenant))
+            .collect())
+    }
+
     /// Fetches a workflow with all its jobs (children included).
     ///
     /// # Errors
@@ -881,6 +896,18 @@ pub trait JobStore: Send + Sync + 'static {
     /// `NotFound`; `InvalidTransition` for a running, reconciling or finished job (a finished
     /// job runs again with [`JobStore::job_retry`]).
     async fn job_requeue(&self, id: JobId) -> Result<RequeueOutcome>;
+
+    /// Operator delete of a job that is not running or reconciling, decided by
+    /// [`crate::delete::check_delete`] on the job and its relations read under the same lock:
+    /// a job that retention would keep for live jobs (a job not terminal depends on it, it has
+    /// live children, its parent is not terminal or still counts it) is refused. The job goes
+    /// with its idempotency key, its dependency edges and its link to its parent, in one
+    /// atomic step; answers the job as it was.
+    ///
+    /// # Errors
+    /// `NotFound`; `InvalidTransition` for a running or reconciling job; `Conflict` for a job
+    /// the workflow rules keep, naming the job in the way.
+    async fn job_delete(&self, id: JobId) -> Result<Job>;
 
     /// Rescues up to `limit` running jobs whose lease expired: to queued, or failed when
     /// attempts are spent, or reconciling for reconciler kinds, or cancelled when a cancel was

@@ -222,6 +222,74 @@ impl crate::extract::RequestBody for BatchEnqueueRequest {
         r#"a JSON object {"jobs": [...]} whose jobs are objects like POST /v1/jobs takes"#;
 }
 
+/// A bulk action: `action` on the jobs `ids` or on every job `filter` matches (exactly one of
+/// the two); with `preview`, only how many jobs it would act on.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BulkRequest {
+    /// `cancel`, `retry` or `delete`.
+    pub action: String,
+    /// Job ids, 1 to 1,000, none repeated.
+    pub ids: Option<Vec<String>>,
+    /// The filters of `GET /v1/jobs` (every one optional; none matches every job of the
+    /// token's scope).
+    pub filter: Option<BulkFilter>,
+    /// Count the jobs, change nothing (default false).
+    #[serde(default)]
+    pub preview: bool,
+}
+
+impl crate::extract::RequestBody for BulkRequest {
+    const SHAPE: &'static str = r#"a JSON object {"action": "cancel", "ids": [...]} or {"action": "cancel", "filter": {...}}"#;
+}
+
+/// The filters of a bulk action, as `GET /v1/jobs` takes them; they combine with AND.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BulkFilter {
+    /// Only jobs in this state.
+    pub state: Option<String>,
+    /// Only this queue.
+    pub queue: Option<String>,
+    /// Only this kind.
+    pub kind: Option<String>,
+    /// Only this tenant (a token of one tenant may name its own only).
+    pub tenant: Option<String>,
+    /// Only jobs of this workflow (its id).
+    pub workflow: Option<String>,
+    /// Only children of this job (its id).
+    pub parent: Option<String>,
+    /// A JSON object the job's meta must contain.
+    #[schema(value_type = Option<Object>)]
+    pub meta: Option<Value>,
+}
+
+/// The answer to a bulk action: with `preview`, `matched` (and `more`); else `changed`,
+/// `skipped` and `not_found`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct BulkResponse {
+    /// The action.
+    pub action: String,
+    /// True for a preview: nothing changed.
+    pub preview: bool,
+    /// Preview: jobs the action would act on (at least this many when `more`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub matched: Option<u64>,
+    /// Preview: true when counting stopped at 10,000 with more to count.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub more: Option<bool>,
+    /// Jobs the action changed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changed: Option<u64>,
+    /// Jobs it does not apply to (their state, a live job that needs them, a quota, a unique
+    /// key), left as they were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<u64>,
+    /// Ids of no job of the token's tenant (or deleted meanwhile).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_found: Option<u64>,
+}
+
 /// Largest batch accepted by `POST /v1/jobs/batch`.
 pub const BATCH_MAX: usize = 10_000;
 
@@ -1208,9 +1276,9 @@ pub struct AuditEntryView {
     /// The actor's tenant, else the tenant of the job acted on; null for an action of an
     /// all-tenant actor on no one job.
     pub tenant: Option<String>,
-    /// `job.cancel`, `job.retry`, `job.requeue`, `queue.pause`, `queue.resume`,
+    /// `job.cancel`, `job.retry`, `job.requeue`, `job.delete`, `queue.pause`, `queue.resume`,
     /// `workflow.cancel`, `workflow.retry`, `limit.set`, `limit.clear`, `schedule.upsert`,
-    /// `schedule.remove` or `jobs.prune`.
+    /// `schedule.remove`, `jobs.prune`, `jobs.cancel`, `jobs.retry` or `jobs.delete`.
     pub action: String,
     /// What it acted on: ids, names, a policy, a schedule's timing, a prune's retention.
     #[schema(value_type = Object)]

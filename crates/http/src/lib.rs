@@ -207,7 +207,7 @@ impl Modify for BearerScheme {
 #[openapi(
     info(
         title = "Drover API",
-        description = "Durable background jobs: enqueue, inspect, cancel, retry and requeue jobs and workflows of jobs; pause queues; the audit log of operator actions; readiness and metrics. Each operation lists the statuses the API answers. Before any operation sees a request, the HTTP layer itself answers, with an empty body, 400 to a malformed request line or header, 414 to a URI over 65,534 bytes, and 431 to more than 100 headers or a request head over about 400 KiB."
+        description = "Durable background jobs: enqueue, inspect, cancel, retry, requeue and delete jobs, one or many, and workflows of jobs; pause queues; the audit log of operator actions; readiness and metrics. Each operation lists the statuses the API answers. Before any operation sees a request, the HTTP layer itself answers, with an empty body, 400 to a malformed request line or header, 414 to a URI over 65,534 bytes, and 431 to more than 100 headers or a request head over about 400 KiB."
     ),
     modifiers(&BearerScheme),
     tags(
@@ -225,7 +225,8 @@ fn api_router() -> OpenApiRouter<ApiState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(routes::jobs::enqueue_job, routes::jobs::list_jobs))
         .routes(routes!(routes::jobs::enqueue_batch))
-        .routes(routes!(routes::jobs::get_job))
+        .routes(routes!(routes::jobs::bulk_jobs))
+        .routes(routes!(routes::jobs::get_job, routes::jobs::delete_job))
         .routes(routes!(routes::jobs::cancel_job))
         .routes(routes!(routes::jobs::retry_job))
         .routes(routes!(routes::jobs::requeue_job))

@@ -1,5 +1,5 @@
 //! [`Client`]: the one operator façade. The HTTP API, the CLI and embedding applications
-//! enqueue (one job or a batch), list, get, cancel, retry and requeue jobs, pause and resume
+//! enqueue (one job or a batch), list, get, cancel, retry, requeue and delete jobs, pause and resume
 //! queues (with an answer that says what changed, [`QueueChange`]) and read the queue view
 //! ([`QueueOverview`]) through it, and declare cron schedules at start-up
 //! ([`Client::schedule_upsert`]). It reports [`Metrics::job_enqueued`] for every new job, once,
@@ -11,7 +11,7 @@
 //! serves one tenant (the HTTP API's tenant-scoped tokens) checks the answer's tenant, or
 //! names its tenant in [`ListWorkflows::tenant`], as it does for jobs.
 //!
-//! Every operator write (cancel, retry, requeue, pause, resume, workflow cancel and retry,
+//! Every operator write (cancel, retry, requeue, delete, bulk actions, pause, resume, workflow cancel and retry,
 //! limit and schedule changes, prune) goes to the store as an [`Operation`] by the client's
 //! [`Actor`] ([`Client::with_actor`]; an embedding application's default is
 //! [`Client::LIBRARY_ACTOR`] from source `library`), and the store records it in the audit log
@@ -24,6 +24,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use drover_core::bounds::{BULK_PREVIEW_MAX, LIST_LIMIT_MAX};
 use drover_core::{
     Actor, AuditPage, AuditSource, CancelOutcome, EnqueueStatus, Enqueued, Entity, Error, Job,
     JobId, JobKind, JobPage, JobState, JobStore, LimitKey, LimitPolicy, LimitStatus, ListAudit,
@@ -31,6 +32,7 @@ use drover_core::{
     QueueName, QueueSnapshot, RequeueOutcome, Schedule, ScheduleName, ScheduleUpsert, Snapshot,
     StoreConfig, VacuumStatus, WorkerInfo,
 };
+use drover_core::{BulkJobs, BulkOutcome, Selection};
 use drover_core::{
     EnqueuedWorkflow, ListWorkflows, NewWorkflow, Workflow, WorkflowChange, WorkflowId,
     WorkflowPage,
@@ -289,6 +291,90 @@ impl Client {
         }
     }
 
+    /// Deletes a job that is not running or reconciling (cancel a running one first); a job
+    /// that retention keeps for live jobs (a live dependent, live children, a parent not
+    /// finished) is refused ([`drover_core::check_delete`]). Answers the job as it was.
+    ///
+    /// # Errors
+    /// `NotFound`; `InvalidTransition` for a running or reconciling job; `Conflict` naming
+    /// the job in the way.
+    pub async fn delete(&self, id: JobId) -> Result<Job, Error> {
+        match self.operate(Operation::JobDelete(id)).await? {
+            Operated::JobDelete(job) => Ok(job),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Runs a bulk action ([`drover_core::bulk`]): cancel, retry or delete every job of a
+    /// list of ids or of a jobs-list filter, each by its own operation, in steps of
+    /// [`BulkAction::step`](drover_core::BulkAction::step) jobs; a job the action does not
+    /// apply to is skipped. An actor of one tenant acts on its tenant's jobs only. One audit
+    /// record (`jobs.cancel`, `jobs.retry`, `jobs.delete`) counts the jobs changed.
+    ///
+    /// # Errors
+    /// `InvalidInput` naming `ids` or `filter.<field>` ([`BulkJobs::scoped`]);
+    /// `Unavailable`, `Fatal`: the jobs changed before stay changed. On PostgreSQL the record
+    /// is written with each step, so it counts the steps committed; the memory store writes
+    /// the record only when the action ends, so a failed action leaves none there.
+    pub async fn bulk(&self, bulk: BulkJobs) -> Result<BulkOutcome, Error> {
+        match self.operate(Operation::JobsBulk(bulk)).await? {
+            Operated::JobsBulk(outcome) => Ok(outcome),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Counts the jobs a bulk action would act on, changing nothing: the ids of jobs in the
+    /// actor's scope, or the jobs the filter matches, counted up to
+    /// [`BULK_PREVIEW_MAX`](drover_core::bounds::BULK_PREVIEW_MAX) (then `more`), a bounded
+    /// page at a time.
+    ///
+    /// # Errors
+    /// As [`Client::bulk`].
+    pub async fn bulk_preview(&self, bulk: BulkJobs) -> Result<BulkPreview, Error> {
+        let bulk = bulk.scoped(&self.actor)?;
+        let mut matched = 0u64;
+        match &bulk.selection {
+            Selection::Ids(ids) => {
+                for chunk in ids.chunks(LIST_LIMIT_MAX as usize) {
+                    let found = self.store.jobs_tenants(chunk.to_vec()).await?;
+                    matched += found
+                        .iter()
+                        .filter(|(_, tenant)| bulk.in_scope_tenant(tenant))
+                        .count() as u64;
+                }
+                Ok(BulkPreview {
+                    matched,
+                    more: false,
+                })
+            }
+            Selection::Filter(_) => {
+                let mut before = None;
+                while let Some(query) = bulk.page(before) {
+                    let query = ListJobs {
+                        limit: LIST_LIMIT_MAX,
+                        ..query
+                    };
+                    let page = self.store.jobs_list(query).await?;
+                    matched += page.jobs.len() as u64;
+                    match page.next {
+                        Some(_) if matched >= BULK_PREVIEW_MAX => {
+                            return Ok(BulkPreview {
+                                matched,
+                                more: true,
+                            })
+                        }
+                        Some(next) => before = Some(next),
+                        None => break,
+                    }
+                }
+                Ok(BulkPreview {
+                    matched,
+                    more: false,
+                })
+            }
+        }
+    }
+
     /// Pauses `queue` cluster-wide (no worker claims from it; running jobs finish), creating
     /// its record if needed, so a queue may be paused before its first job. Pausing a paused
     /// queue changes nothing (it keeps the time it was first paused) and says so.
@@ -464,6 +550,16 @@ impl Client {
             }
         }
     }
+}
+
+/// How many jobs a bulk action would act on ([`Client::bulk_preview`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct BulkPreview {
+    /// Jobs matched (at least this many when `more`).
+    pub matched: u64,
+    /// True when counting stopped at
+    /// [`BULK_PREVIEW_MAX`](drover_core::bounds::BULK_PREVIEW_MAX) with more to count.
+    pub more: bool,
 }
 
 /// A store that answered an operation with another operation's answer (never the job in it:

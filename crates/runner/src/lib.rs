@@ -53,7 +53,7 @@ mod runtime;
 pub mod telemetry;
 mod worker;
 
-pub use client::{Client, QueueOverview, QueueSummary};
+pub use client::{BulkPreview, Client, QueueOverview, QueueSummary};
 pub use config::{
     default_worker_id, heartbeat_interval_max, PoolConfig, WorkerConfig, CANCEL_GRACE_DEFAULT,
     COMPLETER_BATCH_DEFAULT, COMPLETER_BATCH_MAX, DEAD_ROWS_WARNING_DEFAULT, DEAD_ROWS_WARNING_MIN,

@@ -690,6 +690,10 @@ impl JobStore for FaultyStore {
         .await
     }
 
+    async fn job_delete(&self, id: JobId) -> Result<Job> {
+        self.plain("job_delete", || self.inner.job_delete(id)).await
+    }
+
     async fn job_requeue(&self, id: JobId) -> Result<RequeueOutcome> {
         self.plain("job_requeue", || self.inner.job_requeue(id))
             .await

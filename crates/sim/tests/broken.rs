@@ -250,6 +250,10 @@ impl JobStore for Broken {
         self.inner.job_retry(id).await
     }
 
+    async fn job_delete(&self, id: JobId) -> Result<Job> {
+        self.inner.job_delete(id).await
+    }
+
     async fn job_requeue(&self, id: JobId) -> Result<RequeueOutcome> {
         self.inner.job_requeue(id).await
     }

@@ -354,6 +354,21 @@ impl JobStore for MemoryStore {
         Ok(answers)
     }
 
+    async fn jobs_tenants(&self, ids: Vec<JobId>) -> Result<Vec<(JobId, drover_core::TenantId)>> {
+        let max = drover_core::bounds::LIST_LIMIT_MAX as usize;
+        if ids.len() > max {
+            return Err(Error::invalid(
+                "ids",
+                format!("at most {max} ids, got {}", ids.len()),
+            ));
+        }
+        let inner = self.inner.lock();
+        Ok(ids
+            .iter()
+            .filter_map(|id| inner.jobs.get(id).map(|job| (*id, job.tenant.clone())))
+            .collect())
+    }
+
     async fn jobs_get(&self, ids: Vec<JobId>) -> Result<Vec<Job>> {
         let max = drover_core::bounds::LIST_LIMIT_MAX as usize;
         if ids.len() > max {
@@ -721,6 +736,18 @@ impl JobStore for MemoryStore {
             });
         }
         Ok(outcome)
+    }
+
+    async fn job_delete(&self, id: JobId) -> Result<Job> {
+        let mut inner = self.inner.lock();
+        let job = inner
+            .jobs
+            .get(&id)
+            .map(|job| Job::clone(job))
+            .ok_or_else(|| Error::job_not_found(id))?;
+        drover_core::check_delete(&job, inner.delete_links(&job))?;
+        inner.remove(id);
+        Ok(job)
     }
 
     async fn jobs_rescue_expired(&self, rescue: RescueExpired) -> Result<Vec<Rescued>> {
@@ -1104,6 +1131,18 @@ impl JobStore for MemoryStore {
 
     async fn operate(&self, operation: Operation, actor: Actor) -> Result<Operated> {
         actor.validate()?;
+        let operation = match operation.scoped(&actor)? {
+            // Recorded with the tenant its ids' jobs share, read before it acts.
+            Operation::JobsBulk(bulk) => {
+                let mut tenants = Vec::new();
+                if let drover_core::Selection::Ids(ids) = &bulk.selection {
+                    let found = self.jobs_tenants(ids.clone()).await?;
+                    tenants.extend(found.into_iter().map(|(_, tenant)| tenant));
+                }
+                Operation::JobsBulk(bulk.with_ids_tenant(&tenants))
+            }
+            other => other,
+        };
         let operated = operation.clone().run_unrecorded(self).await?;
         let entry = NewAuditEntry::new(&actor, &operation, &operated);
         let now = self.clock_now();

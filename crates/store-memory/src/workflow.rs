@@ -14,7 +14,8 @@ use chrono::{DateTime, Utc};
 use drover_core::job::CHILDREN_MAX;
 use drover_core::workflow::{plan_retry, propagate, settle_new, Dependency, Needs};
 use drover_core::{
-    Entity, Error, Event, Job, JobId, JobState, QueueName, Quotas, Result, TenantId, WorkflowId,
+    DeleteLinks, Entity, Error, Event, Job, JobId, JobState, QueueName, Quotas, Result, TenantId,
+    WorkflowId,
 };
 
 use crate::index::{FastMap, FastSet, Placement};
@@ -258,6 +259,24 @@ impl Inner {
                 .dependents
                 .get(&job.id)
                 .is_some_and(|dependents| dependents.iter().any(live))
+    }
+
+    /// What an operator delete of `job` must know of its relations
+    /// ([`drover_core::check_delete`]): its parent's state, when the parent is stored, and a
+    /// dependent not terminal of smallest id, if any (as job_delete_links.sql names it).
+    pub(crate) fn delete_links(&self, job: &Job) -> DeleteLinks {
+        let live = |id: &&JobId| self.jobs.get(*id).is_some_and(|j| !j.state.is_terminal());
+        DeleteLinks {
+            parent: job
+                .parent_id
+                .and_then(|parent| self.jobs.get(&parent))
+                .map(|parent| parent.state),
+            live_dependent: self
+                .wf
+                .dependents
+                .get(&job.id)
+                .and_then(|dependents| dependents.iter().filter(live).min().copied()),
+        }
     }
 
     /// True when a success under delete-on-success must keep its row: the job has dependents

@@ -38,6 +38,8 @@
 //! | workflow cancel, retry | BEGIN, workflow, lock its jobs, [edges, checks], write, propagation or edges, COMMIT |
 //! | rescue, cancel, reconcile, requeue | 4: BEGIN, lock, write, COMMIT (requeue of a ready job: no write); + propagation rounds when a job ended |
 //! | operator retry | 5-6: BEGIN, [tenant, quota locks], lock, checks, write, COMMIT |
+//! | operator delete | 5: BEGIN, lock, relations, delete, COMMIT |
+//! | bulk action (cancel, retry, delete) | per step of 500 jobs: BEGIN, read, each job's operation's own, record, COMMIT |
 //! | get, list, prune, queues, workers, limits, schedules, vacuum status | 1 (limits list 2) |
 //! | snapshot | 2 (counts, vacuum status) |
 //! | schedule upsert | 5: BEGIN, clock, lock, write, COMMIT (4 when unchanged: no write) |

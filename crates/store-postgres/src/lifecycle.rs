@@ -1,15 +1,16 @@
 //! Transitions outside the worker hot path, computed by core's `state::apply` itself inside a
 //! transaction (lock the rows, apply, write back with jobs_write.sql), so they cannot drift from
 //! the table of docs/design.md section 3: cancel, operator retry and requeue, rescue of expired
-//! leases and the reconciler's verdict. Plus the reconcile claim and prune, which are single statements.
+//! leases and the reconciler's verdict; the operator delete, decided by core's `check_delete`.
+//! Plus the reconcile claim and prune, which are single statements.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use drover_core::{
-    apply, CancelEffect, CancelOutcome, ClaimReconciling, Error, Event, FencingToken, Job, JobId,
-    JobKind, JobState, PruneJobs, Quota, RequeueOutcome, RescueExpired, Rescued, Resolution,
-    StoreConfig, Transition,
+    apply, check_delete, CancelEffect, CancelOutcome, ClaimReconciling, DeleteLinks, Error, Event,
+    FencingToken, Job, JobId, JobKind, JobState, PruneJobs, Quota, RequeueOutcome, RescueExpired,
+    Rescued, Resolution, StoreConfig, Transition,
 };
 use serde_json::Value;
 use sqlx::{Connection, PgConnection};
@@ -281,6 +282,39 @@ pub(crate) async fn requeue_in(
     }
     let job = write_job(conn, &job, false).await?;
     Ok(RequeueOutcome { job, changed: true })
+}
+
+/// Operator delete: lock the job, read its relations (job_delete_links.sql), let
+/// `check_delete` decide, delete it with its edges and parent link (job_delete.sql). Round
+/// trips: BEGIN, lock, links, delete, COMMIT.
+pub(crate) async fn delete(conn: &mut PgConnection, id: JobId) -> Result<Job, Error> {
+    retried!(conn, |tx| delete_in(&mut tx, id))
+}
+
+pub(crate) async fn delete_in(conn: &mut PgConnection, id: JobId) -> Result<Job, Error> {
+    let (job, _) = lock_job(conn, id).await?;
+    let (parent_state, live_dependent): (Option<String>, Option<Uuid>) =
+        sqlx::query_as(sql::JOB_DELETE_LINKS)
+            .bind(id.as_uuid())
+            .bind(job.parent_id.map(|p| p.as_uuid()))
+            .fetch_one(&mut *conn)
+            .await
+            .store_err()?;
+    let parent = parent_state
+        .map(|state| state.parse::<JobState>())
+        .transpose()
+        .map_err(|_| Error::fatal("stored job state is invalid"))?;
+    let links = DeleteLinks {
+        parent,
+        live_dependent: live_dependent.map(JobId),
+    };
+    check_delete(&job, links)?;
+    sqlx::query(sql::JOB_DELETE)
+        .bind(id.as_uuid())
+        .execute(&mut *conn)
+        .await
+        .store_err()?;
+    Ok(job)
 }
 
 /// Rescues up to `limit` expired leases, each exactly once however many rescuers race

@@ -70,8 +70,16 @@ statements! {
     RETRY_CHECK = "retry_check.sql";
     /// Prune terminal jobs.
     JOBS_PRUNE = "jobs_prune.sql";
+    /// The relations an operator delete checks.
+    JOB_DELETE_LINKS = "job_delete_links.sql";
+    /// Delete one job with its edges and parent link.
+    JOB_DELETE = "job_delete.sql";
     /// Record one operator write in its transaction.
     AUDIT_INSERT = "audit_insert.sql";
+    /// Count a later step of a bulk action in its record.
+    AUDIT_ADD_JOBS = "audit_add_jobs.sql";
+    /// The tenants of a bulk action's slice of ids.
+    JOBS_TENANTS = "jobs_tenants.sql";
     /// A page of audit records.
     AUDIT_LIST = "audit_list.sql";
     /// Prune audit records past their retention.

@@ -299,6 +299,15 @@ impl JobStore for PgStore {
         .await
     }
 
+    async fn jobs_tenants(
+        &self,
+        ids: Vec<JobId>,
+    ) -> Result<Vec<(JobId, drover_core::TenantId)>, Error> {
+        let mut conn = self.connections.acquire().await?;
+        let result = audit::jobs_tenants(&mut conn, &ids).await;
+        conn.done(result)
+    }
+
     async fn jobs_get(&self, ids: Vec<JobId>) -> Result<Vec<Job>, Error> {
         let mut conn = self.connections.acquire().await?;
         let result = workflow::jobs_get(&mut conn, ids).await;
@@ -380,6 +389,12 @@ impl JobStore for PgStore {
     async fn job_requeue(&self, id: JobId) -> Result<RequeueOutcome, Error> {
         let mut conn = self.connections.acquire().await?;
         let result = lifecycle::requeue(&mut conn, id).await;
+        conn.done(result)
+    }
+
+    async fn job_delete(&self, id: JobId) -> Result<Job, Error> {
+        let mut conn = self.connections.acquire().await?;
+        let result = lifecycle::delete(&mut conn, id).await;
         conn.done(result)
     }
 

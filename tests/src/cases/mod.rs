@@ -7,8 +7,10 @@
 //! a case runs.
 
 mod audit;
+mod bulk;
 mod cancel;
 mod claim;
+mod delete;
 mod enqueue;
 mod events;
 mod lease;
@@ -31,8 +33,10 @@ mod workers;
 mod workflows;
 
 pub use audit::*;
+pub use bulk::*;
 pub use cancel::*;
 pub use claim::*;
+pub use delete::*;
 pub use enqueue::*;
 pub use events::*;
 pub use lease::*;

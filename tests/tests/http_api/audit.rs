@@ -132,7 +132,7 @@ pub(crate) async fn the_audit_log_filters_pages_and_names_bad_parameters(env: &E
     assert!(seen.windows(2).all(|w| w[0] > w[1]), "{seen:?}");
 
     for (query, field) in [
-        ("action=job.delete", "action"),
+        ("action=job.remove", "action"),
         ("source=web", "source"),
         ("limit=0", "limit"),
         ("limit=1001", "limit"),

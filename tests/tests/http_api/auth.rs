@@ -208,7 +208,7 @@ pub(crate) async fn authentication_comes_before_request_validation(env: &Env) {
             checked += 1;
         }
     }
-    assert_eq!(checked, 18, "every operation that needs a token");
+    assert_eq!(checked, 20, "every operation that needs a token");
     let jobs = api.all_jobs().await;
     assert_eq!(jobs.len(), 1, "no refused request enqueued");
     assert_eq!(

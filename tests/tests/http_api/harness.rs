@@ -430,9 +430,8 @@ impl TestApi {
             .jobs
     }
 
-    /// Runs job `id` to an end through the store, as a worker would: claims it and records
-    /// `finish` (success, or a failure without retry).
-    pub async fn run_job(&self, id: &str, succeed: bool) {
+    /// Claims job `id` through the store, as a worker would; answers it running.
+    pub async fn claim(&self, id: &str) -> Job {
         let job = self.stored(id).await;
         let claimed = self
             .store
@@ -447,10 +446,16 @@ impl TestApi {
             .await
             .expect("claim")
             .jobs;
-        let claimed = claimed
+        claimed
             .into_iter()
             .find(|j| j.id == job.id)
-            .expect("the job is claimed");
+            .expect("the job is claimed")
+    }
+
+    /// Runs job `id` to an end through the store, as a worker would: claims it and records
+    /// `finish` (success, or a failure without retry).
+    pub async fn run_job(&self, id: &str, succeed: bool) {
+        let claimed = self.claim(id).await;
         let finish = if succeed {
             Finish::Succeeded {
                 result: Some(serde_json::json!({"done": true})),

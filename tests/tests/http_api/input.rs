@@ -389,7 +389,9 @@ pub(crate) async fn openapi_document_matches_the_routes(env: &Env) {
         ("POST", "/v1/jobs"),
         ("GET", "/v1/jobs"),
         ("POST", "/v1/jobs/batch"),
+        ("POST", "/v1/jobs/bulk"),
         ("GET", "/v1/jobs/{id}"),
+        ("DELETE", "/v1/jobs/{id}"),
         ("POST", "/v1/jobs/{id}/cancel"),
         ("POST", "/v1/jobs/{id}/retry"),
         ("POST", "/v1/jobs/{id}/requeue"),
@@ -415,6 +417,9 @@ pub(crate) async fn openapi_document_matches_the_routes(env: &Env) {
     let job = api
         .enqueue_ok(OPERATOR_ALL, &json!({"kind": "doc.probe"}))
         .await;
+    let doomed = api
+        .enqueue_ok(OPERATOR_ALL, &json!({"kind": "doc.probe"}))
+        .await;
     let workflow = api
         .post(
             Some(OPERATOR_ALL),
@@ -434,6 +439,8 @@ pub(crate) async fn openapi_document_matches_the_routes(env: &Env) {
             .collect();
         let id = if path.starts_with("/v1/workflows") {
             &workflow
+        } else if method == "DELETE" {
+            &doomed
         } else {
             &job
         };
@@ -441,6 +448,7 @@ pub(crate) async fn openapi_document_matches_the_routes(env: &Env) {
         let body = match path.as_str() {
             "/v1/jobs" => Some(json!({"kind": "doc.probe"})),
             "/v1/jobs/batch" => Some(json!({"jobs": [{"kind": "doc.probe"}]})),
+            "/v1/jobs/bulk" => Some(json!({"action": "cancel", "filter": {}, "preview": true})),
             "/v1/workflows" => Some(json!({"jobs": [{"name": "a", "kind": "doc.probe"}]})),
             _ => None,
         };
@@ -668,6 +676,7 @@ pub(crate) async fn query_parameters_are_refused_where_none_are_taken(env: &Env)
             let body = match path.as_str() {
                 "/v1/jobs" => Some(json!({"kind": "k"})),
                 "/v1/jobs/batch" => Some(json!({"jobs": [{"kind": "k"}]})),
+                "/v1/jobs/bulk" => Some(json!({"action": "cancel", "ids": [job]})),
                 "/v1/workflows" => Some(json!({"jobs": [{"name": "a", "kind": "k"}]})),
                 _ => None,
             };
@@ -703,8 +712,8 @@ pub(crate) async fn query_parameters_are_refused_where_none_are_taken(env: &Env)
         }
     }
     assert_eq!(
-        checked, 17,
-        "every route but GET /v1/jobs and GET /v1/workflows"
+        checked, 19,
+        "every route but GET /v1/jobs, GET /v1/workflows and GET /v1/audit"
     );
     let refused = api
         .post(
@@ -775,7 +784,7 @@ pub(crate) async fn bodies_are_refused_where_none_are_taken(env: &Env) {
             checked += 1;
         }
     }
-    assert_eq!(checked, 17, "every route but the three enqueues");
+    assert_eq!(checked, 18, "every route but the three enqueues");
     assert_eq!(api.stored(&job).await.state, drover_core::JobState::Queued);
     assert_eq!(api.all_jobs().await.len(), 1, "no refused request enqueued");
     let queues = api.get(Some(OPERATOR_ALL), "/v1/queues").await;
@@ -929,14 +938,26 @@ pub(crate) async fn documented_statuses_are_the_answered_ones(env: &Env) {
     let job = api
         .enqueue_ok(OPERATOR_ALL, &json!({"kind": "doc.probe"}))
         .await;
+    // The generic delete (200) takes a job of its own, so the probe job stays for the rest.
+    let doomed = api
+        .enqueue_ok(OPERATOR_ALL, &json!({"kind": "doc.probe"}))
+        .await;
     let body_of = |method: &str, path: &str| match (method, path) {
         ("post", "/v1/jobs") => Some(json!({"kind": "doc.probe"})),
         ("post", "/v1/jobs/batch") => Some(json!({"jobs": [{"kind": "doc.probe"}]})),
+        ("post", "/v1/jobs/bulk") => {
+            Some(json!({"action": "cancel", "filter": {"kind": "doc.none"}, "preview": true}))
+        }
         ("post", "/v1/workflows") => Some(json!({"jobs": [{"name": "a", "kind": "doc.probe"}]})),
         _ => None,
     };
     for (method, path) in &operations {
-        let concrete = path.replace("{id}", &job).replace("{name}", "default");
+        let id = if (method.as_str(), path.as_str()) == ("delete", "/v1/jobs/{id}") {
+            &doomed
+        } else {
+            &job
+        };
+        let concrete = path.replace("{id}", id).replace("{name}", "default");
         let http_method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
         for (token, query) in [
             (Some(OPERATOR_ALL), ""),
@@ -1011,6 +1032,47 @@ pub(crate) async fn documented_statuses_are_the_answered_ones(env: &Env) {
             .await;
         seen.note(post, path, &text); // 415
     }
+    // Bulk: a bad action (400), a producer's retry (403), too large (413), not JSON (415).
+    let bulk = "/v1/jobs/bulk";
+    seen.note(
+        post,
+        bulk,
+        &api.post(
+            Some(OPERATOR_ALL),
+            bulk,
+            &json!({"action": "explode", "filter": {}}),
+        )
+        .await,
+    );
+    seen.note(
+        post,
+        bulk,
+        &api.post(
+            Some(PRODUCER_A),
+            bulk,
+            &json!({"action": "retry", "filter": {}}),
+        )
+        .await,
+    );
+    seen.note(
+        post,
+        bulk,
+        &small
+            .post(
+                Some(OPERATOR_ALL),
+                bulk,
+                &json!({"action": "cancel", "ids": ["x".repeat(100)]}),
+            )
+            .await,
+    );
+    seen.note(
+        post,
+        bulk,
+        &api.send(reqwest::Method::POST, bulk, Some(OPERATOR_ALL), |r| {
+            r.header("Content-Type", "text/plain").body("{}")
+        })
+        .await,
+    );
     let get = "get";
     seen.note(
         get,
@@ -1026,6 +1088,7 @@ pub(crate) async fn documented_statuses_are_the_answered_ones(env: &Env) {
     let unknown = "0190f8a4-5c3e-7b8e-9a1d-3f2e4c5b6a79";
     for (method, path, suffix) in [
         (get, "/v1/jobs/{id}", ""),
+        ("delete", "/v1/jobs/{id}", ""),
         (post, "/v1/jobs/{id}/cancel", "/cancel"),
         (post, "/v1/jobs/{id}/retry", "/retry"),
         (post, "/v1/jobs/{id}/requeue", "/requeue"),
@@ -1043,6 +1106,23 @@ pub(crate) async fn documented_statuses_are_the_answered_ones(env: &Env) {
             seen.note(method, path, &answer); // 400, 404
         }
     }
+    // A delete of a job another job waits for (409).
+    api.enqueue_ok(
+        OPERATOR_ALL,
+        &json!({"kind": "doc.probe", "depends_on": [job]}),
+    )
+    .await;
+    seen.note(
+        "delete",
+        "/v1/jobs/{id}",
+        &api.send(
+            reqwest::Method::DELETE,
+            &format!("/v1/jobs/{job}"),
+            Some(OPERATOR_ALL),
+            |r| r,
+        )
+        .await,
+    );
     // The probe job: a retry while queued (409), a cancel, then a second cancel and a requeue
     // (409).
     let retry = format!("/v1/jobs/{job}/retry");

@@ -904,3 +904,201 @@ pub(crate) async fn job_ids_in_any_uuid_form_answer_with_the_canonical_form(env:
     answer.assert_error(404, "not_found", None);
     assert_eq!(answer.message(), format!("job {id} not found"));
 }
+
+/// `DELETE /v1/jobs/{id}` (operators, of the job's tenant or of every tenant): a producer gets
+/// 403 and another tenant 404, changing nothing; a job another job waits for answers 409
+/// naming it, a running one 409 saying to cancel it first; a queued job is deleted, answered
+/// as it was, and recorded in the audit log; then it answers 404.
+pub(crate) async fn delete_is_for_operators_and_refuses_jobs_still_needed(env: &Env) {
+    let api = env.api(unbounded()).await;
+    let id = api.enqueue_ok(PRODUCER_A, &json!({"kind": "import"})).await;
+    let path = format!("/v1/jobs/{id}");
+    let delete = |token: &'static str, path: String| {
+        let api = &api;
+        async move {
+            api.send(reqwest::Method::DELETE, &path, Some(token), |r| r)
+                .await
+        }
+    };
+    delete(PRODUCER_A, path.clone())
+        .await
+        .assert_error(403, "forbidden", None);
+    delete(OPERATOR_B, path.clone())
+        .await
+        .assert_error(404, "not_found", None);
+    let waits = api
+        .enqueue_ok(PRODUCER_A, &json!({"kind": "report", "depends_on": [id]}))
+        .await;
+    let kept = delete(OPERATOR_A, path.clone()).await;
+    kept.assert_error(409, "conflict", None);
+    assert_eq!(
+        kept.json["error"]["details"]["existing_job_id"],
+        waits.as_str()
+    );
+    assert!(
+        kept.message().contains("retention keeps it"),
+        "{}",
+        kept.text
+    );
+    assert_eq!(api.stored(&id).await.state, JobState::Queued);
+
+    let running = api.enqueue_ok(PRODUCER_A, &json!({"kind": "long"})).await;
+    api.claim(&running).await;
+    let refused = delete(OPERATOR_ALL, format!("/v1/jobs/{running}")).await;
+    refused.assert_error(409, "invalid_transition", None);
+    assert!(
+        refused.message().contains("cancel it first"),
+        "{}",
+        refused.text
+    );
+
+    let cancel = api
+        .post_empty(Some(PRODUCER_A), &format!("/v1/jobs/{waits}/cancel"))
+        .await;
+    assert_eq!(cancel.status, 200, "{}", cancel.text);
+    let deleted = delete(OPERATOR_A, path.clone()).await;
+    assert_eq!(deleted.status, 200, "{}", deleted.text);
+    assert_eq!(deleted.job_id(), id);
+    assert_eq!(deleted.job()["state"], "queued");
+    assert!(api.all_jobs().await.iter().all(|j| j.id.to_string() != id));
+    delete(OPERATOR_A, path.clone())
+        .await
+        .assert_error(404, "not_found", None);
+    let audit = api
+        .get(Some(OPERATOR_A), "/v1/audit?action=job.delete")
+        .await;
+    assert_eq!(audit.status, 200, "{}", audit.text);
+    let entries = audit.json["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "{}", audit.text);
+    assert_eq!(entries[0]["target"], json!({"job": id}));
+    assert_eq!(entries[0]["jobs"], 1);
+    assert_eq!(entries[0]["tenant"], TENANT_A);
+}
+
+/// `POST /v1/jobs/bulk`: a preview counts and changes nothing; a producer may cancel but not
+/// retry or delete; a token of one tenant acts on its own jobs only (another tenant's filter
+/// 403, another tenant's ids not found); bad input names the field and its rule; one audit
+/// record names the filter and counts the jobs changed.
+pub(crate) async fn bulk_actions_preview_then_act_within_the_tokens_tenant(env: &Env) {
+    let api = env.api(unbounded()).await;
+    let mut mine = Vec::new();
+    for n in 0..3 {
+        mine.push(
+            api.enqueue_ok(PRODUCER_A, &json!({"kind": "bulk.a", "args": n}))
+                .await,
+        );
+    }
+    let theirs = api.enqueue_ok(PRODUCER_B, &json!({"kind": "bulk.a"})).await;
+    let bulk = "/v1/jobs/bulk";
+    let preview = api
+        .post(
+            Some(PRODUCER_A),
+            bulk,
+            &json!({"action": "cancel", "filter": {"kind": "bulk.a"}, "preview": true}),
+        )
+        .await;
+    assert_eq!(preview.status, 200, "{}", preview.text);
+    assert_eq!(
+        preview.json,
+        json!({"action": "cancel", "preview": true, "matched": 3, "more": false})
+    );
+    assert!(api
+        .all_jobs()
+        .await
+        .iter()
+        .all(|j| j.state == JobState::Queued));
+
+    api.post(
+        Some(PRODUCER_A),
+        bulk,
+        &json!({"action": "delete", "filter": {"kind": "bulk.a"}}),
+    )
+    .await
+    .assert_error(403, "forbidden", None);
+    api.post(
+        Some(PRODUCER_A),
+        bulk,
+        &json!({"action": "cancel", "filter": {"tenant": TENANT_B}}),
+    )
+    .await
+    .assert_error(403, "forbidden", Some("filter.tenant"));
+    let too_many: Vec<String> = (0..1_001)
+        .map(|_| drover_core::JobId::new_v7().to_string())
+        .collect();
+    for (body, field) in [
+        (json!({"action": "explode", "ids": [theirs]}), "action"),
+        (json!({"action": "cancel"}), "ids"),
+        (
+            json!({"action": "cancel", "ids": [theirs], "filter": {}}),
+            "filter",
+        ),
+        (json!({"action": "cancel", "ids": too_many}), "ids"),
+        (json!({"action": "cancel", "ids": [theirs, theirs]}), "ids"),
+        (json!({"action": "cancel", "ids": ["nope"]}), "ids[0]"),
+        (
+            json!({"action": "cancel", "filter": {"state": "sleeping"}}),
+            "filter.state",
+        ),
+        (
+            json!({"action": "cancel", "filter": {"meta": [1]}}),
+            "filter.meta",
+        ),
+    ] {
+        let answer = api.post(Some(OPERATOR_ALL), bulk, &body).await;
+        answer.assert_error(400, "invalid_input", Some(field));
+    }
+    let unknown = api
+        .post(
+            Some(OPERATOR_ALL),
+            bulk,
+            &json!({"action": "cancel", "filter": {}, "dry_run": true}),
+        )
+        .await;
+    assert_eq!(unknown.status, 400, "{}", unknown.text);
+    assert!(unknown.text.contains("dry_run"), "{}", unknown.text);
+    assert!(
+        api.all_jobs()
+            .await
+            .iter()
+            .all(|j| j.state == JobState::Queued),
+        "refused requests change nothing"
+    );
+
+    let cancelled = api
+        .post(
+            Some(PRODUCER_A),
+            bulk,
+            &json!({"action": "cancel", "filter": {}}),
+        )
+        .await;
+    assert_eq!(cancelled.status, 200, "{}", cancelled.text);
+    assert_eq!(
+        cancelled.json,
+        json!({"action": "cancel", "preview": false, "changed": 3, "skipped": 0, "not_found": 0})
+    );
+    assert_eq!(api.stored(&theirs).await.state, JobState::Queued);
+    let deleted = api
+        .post(
+            Some(OPERATOR_A),
+            bulk,
+            &json!({"action": "delete", "ids": [mine[0], theirs]}),
+        )
+        .await;
+    assert_eq!(deleted.status, 200, "{}", deleted.text);
+    assert_eq!(
+        (&deleted.json["changed"], &deleted.json["not_found"]),
+        (&json!(1), &json!(1))
+    );
+    assert_eq!(api.all_jobs().await.len(), 3);
+    let audit = api
+        .get(Some(OPERATOR_A), "/v1/audit?action=jobs.cancel")
+        .await;
+    assert_eq!(audit.status, 200, "{}", audit.text);
+    let entries = audit.json["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "{}", audit.text);
+    assert_eq!(
+        entries[0]["target"],
+        json!({"filter": {"tenant": TENANT_A}})
+    );
+    assert_eq!(entries[0]["jobs"], 3);
+}

@@ -1,11 +1,11 @@
-//! `drover jobs list|get|cancel|retry|requeue`.
+//! `drover jobs list|get|cancel|retry|requeue|delete|bulk`.
 
-use crate::args::{JobsCommand, ListArgs};
+use crate::args::{BulkArgs, JobsCommand, ListArgs};
 use crate::context::{call, Ctx};
 use crate::output::{self, outln, print_json, table};
 use crate::usage::flag_error;
 use anyhow::Result;
-use drover_core::{CancelEffect, Job, JobDetails, JobId, JobPage, ListJobs};
+use drover_core::{BulkJobs, CancelEffect, Job, JobDetails, JobId, JobPage, ListJobs};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -48,6 +48,10 @@ pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
     // The flags are checked before connecting (clap checked the ids and names).
     let query = match &command {
         JobsCommand::List(args) => Some(list_query(args)?),
+        _ => None,
+    };
+    let bulk = match &command {
+        JobsCommand::Bulk(args) => Some(bulk_jobs(args)?),
         _ => None,
     };
     let client = ctx.client().await?;
@@ -113,6 +117,17 @@ pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
                 job.max_attempts
             )?;
         }
+        JobsCommand::Delete { id } => {
+            let job = call(ctx, client.delete(id)).await?;
+            if ctx.json {
+                return print_json(&JobJson::from(&job));
+            }
+            outln!("job {} deleted (it was {})", job.id, job.state)?;
+        }
+        JobsCommand::Bulk(args) => {
+            let bulk = bulk.ok_or_else(|| anyhow::anyhow!("bulk action not built"))?;
+            run_bulk(ctx, &client, args, bulk).await?;
+        }
         JobsCommand::Requeue { id } => {
             let outcome = call(ctx, client.requeue(id)).await?;
             if ctx.json {
@@ -135,6 +150,88 @@ pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+/// Turns `jobs bulk` flags into a bulk action (clap checked every flag but `--meta`).
+///
+/// # Errors
+/// A usage error naming the flag: `--meta` not a JSON object, more than 1,000 `--id`s, one
+/// given twice.
+fn bulk_jobs(args: &BulkArgs) -> Result<BulkJobs> {
+    let bulk = if args.ids.is_empty() {
+        let filter = ListJobs {
+            queue: args.queue.clone(),
+            state: args.state,
+            kind: args.kind.clone(),
+            tenant: args.tenant.clone(),
+            meta: args
+                .meta
+                .as_deref()
+                .map(|m| super::json_flag("meta", m))
+                .transpose()?,
+            workflow: args.workflow,
+            parent: args.parent,
+            ..ListJobs::default()
+        };
+        BulkJobs::filter(args.action, filter)
+    } else {
+        BulkJobs::ids(args.action, args.ids.clone())
+    };
+    bulk.validate()
+        .map_err(|e| flag_error(e, &[("ids", "--id"), ("filter.meta", "--meta")]))?;
+    Ok(bulk)
+}
+
+/// Runs `jobs bulk`: a preview with `--preview`, and for a filter without `--yes` (then it
+/// fails, saying how to act); else the action.
+async fn run_bulk(
+    ctx: &Ctx,
+    client: &drover_runner::Client,
+    args: BulkArgs,
+    bulk: BulkJobs,
+) -> Result<()> {
+    let action = args.action;
+    let confirmed = args.yes || !args.ids.is_empty();
+    if args.preview || !confirmed {
+        let preview = call(ctx, client.bulk_preview(bulk)).await?;
+        let at_least = if preview.more { "at least " } else { "" };
+        if ctx.json {
+            print_json(&serde_json::json!({
+                "action": action,
+                "preview": true,
+                "matched": preview.matched,
+                "more": preview.more,
+            }))?;
+        } else {
+            outln!(
+                "{at_least}{} job(s) match; {action} would act on each it applies to",
+                preview.matched
+            )?;
+        }
+        if args.preview {
+            return Ok(());
+        }
+        anyhow::bail!(
+            "nothing changed: a {action} of every job a filter matches needs --yes (or --preview to only count)"
+        );
+    }
+    let outcome = call(ctx, client.bulk(bulk)).await?;
+    if ctx.json {
+        return print_json(&serde_json::json!({
+            "action": action,
+            "preview": false,
+            "changed": outcome.changed,
+            "skipped": outcome.skipped,
+            "not_found": outcome.not_found,
+        }));
+    }
+    outln!(
+        "{action}: {} job(s) changed, {} skipped (the action does not apply to them), {} not found",
+        outcome.changed,
+        outcome.skipped,
+        outcome.not_found
+    )?;
     Ok(())
 }
 

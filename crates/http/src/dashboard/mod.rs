@@ -28,8 +28,8 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
 use drover_core::{
-    AuditSource, Error, JobDetails, JobId, JobKind, JobState, ListAudit, ListJobs, QueueName,
-    TenantId,
+    AuditSource, BulkAction, BulkJobs, Error, JobDetails, JobId, JobKind, JobState, ListAudit,
+    ListJobs, QueueName, TenantId,
 };
 use minijinja::{context, Environment, Value};
 use serde::Deserialize;
@@ -119,6 +119,7 @@ fn templates() -> Environment<'static> {
         ("audit.html", include_str!("templates/audit.html")),
         ("schedules.html", include_str!("templates/schedules.html")),
         ("limits.html", include_str!("templates/limits.html")),
+        ("bulk.html", include_str!("templates/bulk.html")),
     ] {
         env.add_template(name, source)
             .expect("the dashboard's templates parse");
@@ -127,7 +128,8 @@ fn templates() -> Environment<'static> {
 }
 
 /// The dashboard's routes, on the API's state: `/`, `/login`, `/logout`, `/jobs`,
-/// `/jobs/{id}`, `/jobs/{id}/cancel`, `/jobs/{id}/retry`, `/queues/{name}/pause`,
+/// `/jobs/{id}`, `/jobs/{id}/cancel`, `/jobs/{id}/retry`, `/jobs/{id}/delete`, `/jobs/bulk`
+/// (a filter action's confirmation, and every bulk action), `/queues/{name}/pause`,
 /// `/queues/{name}/resume`, `/workers`, `/schedules`, `/limits`, `/audit`,
 /// `/assets/dashboard.css` and `/assets/live.js`. Merge it with
 /// [`crate::router`] to serve both.
@@ -147,6 +149,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/jobs/{id}", get(job))
         .route("/jobs/{id}/cancel", post(cancel))
         .route("/jobs/{id}/retry", post(retry))
+        .route("/jobs/{id}/delete", post(delete))
+        .route("/jobs/bulk", get(bulk_confirm).post(bulk))
         .route("/queues/{name}/pause", post(pause_queue))
         .route("/queues/{name}/resume", post(resume_queue))
         .route("/workers", get(workers))
@@ -357,7 +361,7 @@ async fn login(State(d): State<Dashboard>, Form(form): Form<LoginForm>) -> Respo
     response
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 struct CsrfForm {
     #[serde(default)]
     csrf: String,
@@ -653,42 +657,13 @@ async fn jobs(
     let Some(viewer) = d.viewer(&headers) else {
         return to_login();
     };
-    let mut query = ListJobs {
-        limit: PAGE,
-        details: JobDetails::NONE,
-        ..ListJobs::default()
+    let mut query = match filter_query(&filter) {
+        Ok(query) => query,
+        Err(e) => return d.store_error(&viewer, e),
     };
+    query.limit = PAGE;
+    query.details = JobDetails::NONE;
     let parsed: Result<(), Error> = (|| {
-        if !filter.state.is_empty() {
-            query.state = Some(filter.state.parse()?);
-        }
-        if !filter.queue.is_empty() {
-            query.queue = Some(QueueName::parse(filter.queue.as_str())?);
-        }
-        if !filter.kind.is_empty() {
-            query.kind = Some(JobKind::parse(filter.kind.as_str())?);
-        }
-        if !filter.tenant.is_empty() {
-            query.tenant = Some(TenantId::parse(filter.tenant.as_str())?);
-        }
-        if !filter.workflow.is_empty() {
-            query.workflow = Some(filter.workflow.parse()?);
-        }
-        let job_id = |text: &str, field: &str| {
-            text.parse::<JobId>()
-                .map_err(|_| Error::invalid(field, "must be a job id (a UUID)"))
-        };
-        if !filter.parent.is_empty() {
-            query.parent = Some(job_id(&filter.parent, "parent")?);
-        }
-        if !filter.meta.is_empty() {
-            query.meta = Some(serde_json::from_str(&filter.meta).map_err(|_| {
-                Error::invalid(
-                    "meta",
-                    r#"must be a JSON object such as {"customer": "acme"}"#,
-                )
-            })?);
-        }
         if !filter.before.is_empty() {
             query.before = Some(job_id(&filter.before, "before")?);
         }
@@ -728,6 +703,7 @@ async fn jobs(
         }
     };
     let states: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
+    let filter_query = query_string(&url_pairs(&filter));
     d.render(
         "jobs.html",
         Some(&viewer),
@@ -746,8 +722,48 @@ async fn jobs(
                 meta => filter.meta,
             },
             every_tenant => viewer.principal.scope == TenantScope::All,
+            operator => viewer.principal.role == Role::Operator,
+            filter_query,
         },
     )
+}
+
+/// A job id of a form or query field, or `InvalidInput` naming `field`.
+fn job_id(text: &str, field: &str) -> Result<JobId, Error> {
+    text.parse::<JobId>()
+        .map_err(|_| Error::invalid(field, "must be a job id (a UUID)"))
+}
+
+/// The store filter of the jobs list's filter fields (empty ones unset), without its page.
+fn filter_query(filter: &JobFilter) -> Result<ListJobs, Error> {
+    let mut query = ListJobs::default();
+    if !filter.state.is_empty() {
+        query.state = Some(filter.state.parse()?);
+    }
+    if !filter.queue.is_empty() {
+        query.queue = Some(QueueName::parse(filter.queue.as_str())?);
+    }
+    if !filter.kind.is_empty() {
+        query.kind = Some(JobKind::parse(filter.kind.as_str())?);
+    }
+    if !filter.tenant.is_empty() {
+        query.tenant = Some(TenantId::parse(filter.tenant.as_str())?);
+    }
+    if !filter.workflow.is_empty() {
+        query.workflow = Some(filter.workflow.parse()?);
+    }
+    if !filter.parent.is_empty() {
+        query.parent = Some(job_id(&filter.parent, "parent")?);
+    }
+    if !filter.meta.is_empty() {
+        query.meta = Some(serde_json::from_str(&filter.meta).map_err(|_| {
+            Error::invalid(
+                "meta",
+                r#"must be a JSON object such as {"customer": "acme"}"#,
+            )
+        })?);
+    }
+    Ok(query)
 }
 
 /// `text` percent-encoded for a query string.
@@ -883,6 +899,8 @@ async fn job(State(d): State<Dashboard>, headers: HeaderMap, Path(id): Path<Stri
             children,
             can_cancel => !job.state.is_terminal(),
             can_retry => viewer.principal.role == Role::Operator && job.state.is_terminal(),
+            can_delete => viewer.principal.role == Role::Operator
+                && !matches!(job.state, JobState::Running | JobState::Reconciling),
         },
     )
 }
@@ -892,6 +910,7 @@ async fn job(State(d): State<Dashboard>, headers: HeaderMap, Path(id): Path<Stri
 enum Action {
     Cancel,
     Retry,
+    Delete,
 }
 
 async fn act(
@@ -908,11 +927,11 @@ async fn act(
         Ok(client) => client,
         Err(refused) => return *refused,
     };
-    if matches!(action, Action::Retry) && viewer.principal.role != Role::Operator {
+    if !matches!(action, Action::Cancel) && viewer.principal.role != Role::Operator {
         return d.error_page(
             Some(&viewer),
             StatusCode::FORBIDDEN,
-            "Retrying needs an operator token.",
+            "Retrying and deleting need an operator token.",
         );
     }
     let job = match visible_job(&d, &viewer, &id).await {
@@ -922,8 +941,10 @@ async fn act(
     let done = match action {
         Action::Cancel => client.cancel(job.id).await.map(drop),
         Action::Retry => client.retry(job.id).await.map(drop),
+        Action::Delete => client.delete(job.id).await.map(drop),
     };
     match done {
+        Ok(()) if matches!(action, Action::Delete) => Redirect::to("/jobs").into_response(),
         Ok(()) => Redirect::to(&format!("/jobs/{}", job.id)).into_response(),
         Err(e) => d.store_error(&viewer, e),
     }
@@ -945,4 +966,190 @@ async fn retry(
     Form(form): Form<CsrfForm>,
 ) -> Response {
     act(d, headers, id, form, Action::Retry).await
+}
+
+async fn delete(
+    State(d): State<Dashboard>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(form): Form<CsrfForm>,
+) -> Response {
+    act(d, headers, id, form, Action::Delete).await
+}
+
+/// The refusal page of a bulk `action` the viewer's role may not take (retry and delete need
+/// an operator), or none.
+fn bulk_refused(d: &Dashboard, viewer: &Viewer, action: BulkAction) -> Option<Response> {
+    (action != BulkAction::Cancel && viewer.principal.role != Role::Operator).then(|| {
+        d.error_page(
+            Some(viewer),
+            StatusCode::FORBIDDEN,
+            &format!("A bulk {action} needs an operator token."),
+        )
+    })
+}
+
+/// The query of the confirmation page of a bulk action on a filter: the action and the jobs
+/// list's filter fields.
+#[derive(Deserialize)]
+struct BulkQuery {
+    #[serde(default)]
+    action: String,
+    #[serde(flatten)]
+    filter: JobFilter,
+}
+
+/// `GET /jobs/bulk?action=...&<filter>`: how many jobs the action would reach (a bounded
+/// count, [`Client::bulk_preview`]), and the form that runs it. Changes nothing.
+async fn bulk_confirm(
+    State(d): State<Dashboard>,
+    headers: HeaderMap,
+    Query(query): Query<BulkQuery>,
+) -> Response {
+    let Some(viewer) = d.viewer(&headers) else {
+        return to_login();
+    };
+    let prepared = query
+        .action
+        .parse::<BulkAction>()
+        .and_then(|action| Ok((action, filter_query(&query.filter)?)));
+    let (action, filter) = match prepared {
+        Ok(prepared) => prepared,
+        Err(e) => return d.store_error(&viewer, e),
+    };
+    if let Some(refused) = bulk_refused(&d, &viewer, action) {
+        return refused;
+    }
+    let client = d
+        .api
+        .client()
+        .clone()
+        .with_actor(viewer.principal.actor(AuditSource::Dashboard));
+    let preview = match client.bulk_preview(BulkJobs::filter(action, filter)).await {
+        Ok(preview) => preview,
+        Err(e) => return d.store_error(&viewer, e),
+    };
+    let pairs = url_pairs(&query.filter);
+    let back = match query_string(&pairs) {
+        q if q.is_empty() => "/jobs".to_owned(),
+        q => format!("/jobs?{q}"),
+    };
+    let fields: Vec<Value> = pairs
+        .iter()
+        .map(|(name, value)| context! { name => *name, value => value })
+        .collect();
+    d.render(
+        "bulk.html",
+        Some(&viewer),
+        context! {
+            action => action.as_str(),
+            matched => preview.matched,
+            more => preview.more,
+            fields,
+            back,
+        },
+    )
+}
+
+/// The fields of a bulk action's form: the CSRF token, the action, and either the ids of the
+/// jobs ticked in the list (`ids`, repeated) or the filter (`scope=filter` and the filter's
+/// fields). Read by hand: a repeated field is not a serde sequence.
+#[derive(Default)]
+struct BulkForm {
+    csrf: CsrfForm,
+    action: String,
+    ids: Vec<String>,
+    by_filter: bool,
+    filter: JobFilter,
+}
+
+impl BulkForm {
+    fn parse(body: &[u8]) -> BulkForm {
+        let mut form = BulkForm::default();
+        for pair in body.split(|b| *b == b'&') {
+            let mut parts = pair.splitn(2, |b| *b == b'=');
+            let decode = |raw: Option<&[u8]>| {
+                let spaced: Vec<u8> = raw
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|b| if *b == b'+' { b' ' } else { *b })
+                    .collect();
+                percent_encoding::percent_decode(&spaced)
+                    .decode_utf8_lossy()
+                    .into_owned()
+            };
+            let (name, value) = (decode(parts.next()), decode(parts.next()));
+            match name.as_str() {
+                "csrf" => form.csrf.csrf = value,
+                "action" => form.action = value,
+                "ids" => form.ids.push(value),
+                "scope" => form.by_filter = value == "filter",
+                "state" => form.filter.state = value,
+                "queue" => form.filter.queue = value,
+                "kind" => form.filter.kind = value,
+                "tenant" => form.filter.tenant = value,
+                "workflow" => form.filter.workflow = value,
+                "parent" => form.filter.parent = value,
+                "meta" => form.filter.meta = value,
+                _ => {}
+            }
+        }
+        form
+    }
+}
+
+/// `POST /jobs/bulk`: runs a bulk action on the ticked jobs or on a filter (after its
+/// confirmation page) through the viewer's `Client`, and shows what it did.
+async fn bulk(State(d): State<Dashboard>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+    let Some(viewer) = d.viewer(&headers) else {
+        return to_login();
+    };
+    let form = BulkForm::parse(&body);
+    let client = match acting_client(&d, &viewer, &form.csrf) {
+        Ok(client) => client,
+        Err(refused) => return *refused,
+    };
+    let prepared = form.action.parse::<BulkAction>().and_then(|action| {
+        let bulk = if form.by_filter {
+            BulkJobs::filter(action, filter_query(&form.filter)?)
+        } else {
+            let ids = form
+                .ids
+                .iter()
+                .map(|id| job_id(id, "ids"))
+                .collect::<Result<Vec<_>, _>>()?;
+            if ids.is_empty() {
+                return Err(Error::invalid(
+                    "ids",
+                    "tick at least one job, or act on every job the filter matches",
+                ));
+            }
+            BulkJobs::ids(action, ids)
+        };
+        Ok((action, bulk))
+    });
+    let (action, bulk) = match prepared {
+        Ok(prepared) => prepared,
+        Err(e) => return d.store_error(&viewer, e),
+    };
+    if let Some(refused) = bulk_refused(&d, &viewer, action) {
+        return refused;
+    }
+    let outcome = match client.bulk(bulk).await {
+        Ok(outcome) => outcome,
+        Err(e) => return d.store_error(&viewer, e),
+    };
+    let back = match query_string(&url_pairs(&form.filter)) {
+        q if q.is_empty() => "/jobs".to_owned(),
+        q => format!("/jobs?{q}"),
+    };
+    d.render(
+        "bulk.html",
+        Some(&viewer),
+        context! {
+            action => action.as_str(),
+            outcome => Value::from_serialize(outcome),
+            back,
+        },
+    )
 }

@@ -1,18 +1,20 @@
-//! `/v1/jobs` routes: enqueue (single and batch), list, get, cancel, retry, requeue.
+//! `/v1/jobs` routes: enqueue (single and batch), list, get, delete, cancel, retry, requeue,
+//! and the bulk actions.
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use drover_core::{
-    EnqueueStatus, Job, JobDetails, JobId, JobKind, JobState, ListJobs, QueueName, TenantId,
-    TraceContext,
+    BulkAction, BulkJobs, EnqueueStatus, Job, JobDetails, JobId, JobKind, JobState, ListJobs,
+    QueueName, TenantId, TraceContext,
 };
 
 use crate::auth::{Principal, Role, TenantScope};
 use crate::dto::{
-    BatchEnqueueRequest, BatchEnqueueResponse, CancelResponse, EnqueueRequest, EnqueueResponse,
-    JobListItem, JobListResponse, JobResponse, RequeueResponse, BATCH_MAX,
+    BatchEnqueueRequest, BatchEnqueueResponse, BulkFilter, BulkRequest, BulkResponse,
+    CancelResponse, EnqueueRequest, EnqueueResponse, JobListItem, JobListResponse, JobResponse,
+    RequeueResponse, BATCH_MAX,
 };
 use crate::error::{ApiError, ErrorBody, QuotaRequest};
 use crate::extract::{JsonBody, PathParam, QueryParams};
@@ -360,6 +362,198 @@ pub async fn get_job(
     PathParam(id): PathParam,
 ) -> Result<Json<JobResponse>, ApiError> {
     let job = visible_job(&state, &principal, &id).await?;
+    Ok(Json(JobResponse { job: job.into() }))
+}
+
+/// Cancel, retry or delete many jobs, or count them first.
+///
+/// `action` (`cancel`, `retry` or `delete`) on the jobs `ids` (1 to 1,000) or on every job
+/// `filter` matches (the filters of `GET /v1/jobs`): exactly one of the two. Each job goes
+/// through its own operation, as `POST /v1/jobs/{id}/cancel`, `/retry` or `DELETE
+/// /v1/jobs/{id}` would, 500 jobs a step; a job the action does not apply to (a retry of a
+/// running job, a delete of a job a live job needs) is `skipped`, an id of no job of the
+/// token's tenant `not_found`. One audit record (`jobs.cancel`, `jobs.retry`, `jobs.delete`)
+/// names the ids or the filter and counts the jobs changed. With `preview`, nothing changes:
+/// the answer says how many jobs match (`matched`, counting stops at 10,000 with `more`).
+///
+/// Any token may preview and cancel; retry and delete need the operator role (403). A token
+/// of one tenant acts on its tenant's jobs only: a filter naming another tenant answers 403.
+#[utoipa::path(
+    post,
+    path = "/v1/jobs/bulk",
+    tag = "jobs",
+    request_body = BulkRequest,
+    responses(
+        (status = 200, description = "Done, or counted (preview)", body = BulkResponse),
+        (status = 400, description = "Invalid input (the field is named: action, ids, ids[i], filter.<field>), or a query parameter (this route takes none)", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Operator role required (retry, delete), or another tenant (field filter.tenant)", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 415, description = "Body not declared as UTF-8 JSON (Content-Type: application/json, charset utf-8 if any)", body = ErrorBody),
+        (status = 503, description = "Store unavailable (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn bulk_jobs(
+    State(state): State<ApiState>,
+    principal: Principal,
+    JsonBody(request): JsonBody<BulkRequest>,
+) -> Result<Json<BulkResponse>, ApiError> {
+    let store_err = |e| state.error(e);
+    let action: BulkAction = request.action.parse().map_err(store_err)?;
+    if !request.preview && action != BulkAction::Cancel && principal.role != Role::Operator {
+        return Err(ApiError::forbidden(format!(
+            "a bulk {action} needs the operator role"
+        )));
+    }
+    let bulk = match (request.ids, request.filter) {
+        (Some(ids), None) => {
+            let ids = ids
+                .iter()
+                .enumerate()
+                .map(|(i, id)| {
+                    id.parse::<JobId>().map_err(|_| {
+                        ApiError::invalid(format!("ids[{i}]"), "must be a job id (a UUID)")
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            BulkJobs::ids(action, ids)
+        }
+        (None, Some(filter)) => BulkJobs::filter(action, bulk_filter(&state, &principal, filter)?),
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid(
+                "filter",
+                "give ids or a filter, not both",
+            ))
+        }
+        (None, None) => {
+            return Err(ApiError::invalid(
+                "ids",
+                "give the jobs' ids, or a filter (\"filter\": {} for every job)",
+            ))
+        }
+    };
+    let client = state.client_for(&principal);
+    if request.preview {
+        let preview = client.bulk_preview(bulk).await.map_err(store_err)?;
+        return Ok(Json(BulkResponse {
+            action: action.to_string(),
+            preview: true,
+            matched: Some(preview.matched),
+            more: Some(preview.more),
+            changed: None,
+            skipped: None,
+            not_found: None,
+        }));
+    }
+    let outcome = client.bulk(bulk).await.map_err(store_err)?;
+    Ok(Json(BulkResponse {
+        action: action.to_string(),
+        preview: false,
+        matched: None,
+        more: None,
+        changed: Some(outcome.changed),
+        skipped: Some(outcome.skipped),
+        not_found: Some(outcome.not_found),
+    }))
+}
+
+/// The store filter of a bulk action's `filter`, each field checked as `GET /v1/jobs` checks
+/// its parameter (errors name `filter.<field>`); a token of one tenant gets its own tenant, and
+/// 403 for another.
+fn bulk_filter(
+    state: &ApiState,
+    principal: &Principal,
+    filter: BulkFilter,
+) -> Result<ListJobs, ApiError> {
+    let field = |e: drover_core::Error| state.error(e.in_field("filter"));
+    let mut query = ListJobs::default();
+    if let Some(q) = &filter.queue {
+        query.queue = Some(QueueName::parse(q).map_err(field)?);
+    }
+    if let Some(s) = &filter.state {
+        query.state = Some(s.parse::<JobState>().map_err(field)?);
+    }
+    if let Some(k) = &filter.kind {
+        query.kind = Some(JobKind::parse(k).map_err(field)?);
+    }
+    let requested = filter
+        .tenant
+        .as_deref()
+        .map(TenantId::parse)
+        .transpose()
+        .map_err(field)?;
+    query.tenant = match (&principal.scope, requested) {
+        (TenantScope::All, t) => t,
+        (TenantScope::One(own), None) => Some(own.clone()),
+        (TenantScope::One(own), Some(t)) if &t == own => Some(t),
+        (TenantScope::One(_), Some(_)) => {
+            return Err(ApiError::forbidden_field(
+                "filter.tenant",
+                "this token may only act on its own tenant's jobs",
+            ))
+        }
+    };
+    if let Some(w) = &filter.workflow {
+        query.workflow =
+            Some(w.parse::<drover_core::WorkflowId>().map_err(|_| {
+                ApiError::invalid("filter.workflow", "must be a workflow id (a UUID)")
+            })?);
+    }
+    if let Some(p) = &filter.parent {
+        query.parent = Some(
+            p.parse::<JobId>()
+                .map_err(|_| ApiError::invalid("filter.parent", "must be a job id (a UUID)"))?,
+        );
+    }
+    if let Some(meta) = filter.meta {
+        drover_core::json::check_meta_filter(&meta)
+            .map_err(|e| state.error(e.in_field("filter")))?;
+        query.meta = Some(meta);
+    }
+    Ok(query)
+}
+
+/// Delete a job.
+///
+/// A waiting, queued or finished job is deleted with its idempotency key and its dependency
+/// edges; the answer shows it as it was. 409 (`invalid_transition`) for a running or
+/// reconciling job: cancel it first. 409 (`conflict`, naming the job in the way as
+/// `details.existing_job_id`) for a job that retention keeps for live jobs: a job not finished
+/// depends on it, it has live children, or it is a child of a parent not finished (or a live
+/// child its parent still counts).
+///
+/// Operators only (403 for another role). Another tenant's job answers 404.
+#[utoipa::path(
+    delete,
+    path = "/v1/jobs/{id}",
+    tag = "jobs",
+    params(("id" = String, Path, description = "Job id: a UUID, hyphenated or not, any case, or as urn:uuid:... or {...}; answers show it hyphenated lowercase")),
+    responses(
+        (status = 200, description = "Deleted; the job as it was", body = JobResponse),
+        (status = 400, description = "Malformed id, a query parameter or a body (this route takes neither)", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Operator role required", body = ErrorBody),
+        (status = 404, description = "No such job for this tenant", body = ErrorBody),
+        (status = 409, description = "The job is running or reconciling (cancel it first), or live jobs still need it", body = ErrorBody),
+        (status = 503, description = "Store unavailable (unavailable, with Retry-After) or not migrated (fatal)", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn delete_job(
+    State(state): State<ApiState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+) -> Result<Json<JobResponse>, ApiError> {
+    if principal.role != Role::Operator {
+        return Err(ApiError::forbidden("delete needs the operator role"));
+    }
+    let job = visible_job(&state, &principal, &id).await?;
+    let job = state
+        .client_for(&principal)
+        .delete(job.id)
+        .await
+        .map_err(|e| state.error(e))?;
     Ok(Json(JobResponse { job: job.into() }))
 }
 

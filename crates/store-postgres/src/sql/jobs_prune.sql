@@ -2,8 +2,9 @@
 -- first; rows another pruner is deleting are skipped, so concurrent pruners share the work.
 -- Kept for now (docs/design.md section 10): a job that a job not yet terminal depends on (it
 -- may read its result), a parent with live children, and a child whose parent is not
--- terminal. The edges of the deleted jobs go with them, and so does a deleted child's link to
--- its parent (0009_job_children.sql).
+-- terminal. The edges of the deleted jobs go with them, and so do a deleted child's link to
+-- its parent and a deleted parent's links to its children (0009_job_children.sql), as an
+-- operator delete does (job_delete.sql).
 --
 -- $1 older_than_us bigint, $2 limit integer.
 WITH doomed AS (
@@ -41,6 +42,6 @@ edges AS (
 links AS (
     DELETE FROM drover.job_children l
     USING deleted d
-    WHERE l.parent_id = d.parent_id AND l.child_id = d.id
+    WHERE (l.parent_id = d.parent_id AND l.child_id = d.id) OR l.parent_id = d.id
 )
 SELECT count(*) AS pruned FROM deleted

@@ -3,7 +3,7 @@
 // the same id in a fresh copy of URL, when that differs. Nothing runs while the tab is hidden;
 // a visible tab refreshes at once. An element holding the keyboard focus or the reader's text
 // selection waits for the next refresh, so a button being pressed or text being copied is
-// never swapped away. A logged-out session (the answer is the login page) or a refused request
+// never swapped away; so does one with a ticked checkbox (jobs selected for a bulk action). A logged-out session (the answer is the login page) or a refused request
 // (4xx) stops the updates until the page is loaded again; a server error or no answer within
 // ten seconds is tried again at the next period.
 (function () {
@@ -19,6 +19,9 @@
 
   // Whether the reader is using `region`: focus or a text selection inside it.
   function inUse(region) {
+    if (region.querySelector("input[type=checkbox]:checked")) {
+      return true;
+    }
     var focused = document.activeElement;
     if (focused && focused !== document.body && region.contains(focused)) {
       return true;
