@@ -370,9 +370,10 @@ pub async fn get_job(
 /// `action` (`cancel`, `retry` or `delete`) on the jobs `ids` (1 to 1,000) or on every job
 /// `filter` matches (the filters of `GET /v1/jobs`): exactly one of the two. Each job goes
 /// through its own operation, as `POST /v1/jobs/{id}/cancel`, `/retry` or `DELETE
-/// /v1/jobs/{id}` would, 500 jobs a step; a job the action does not apply to (a retry of a
-/// running job, a delete of a job a live job needs) is `skipped`, an id of no job of the
-/// token's tenant `not_found`. One audit record (`jobs.cancel`, `jobs.retry`, `jobs.delete`)
+/// /v1/jobs/{id}` would, 500 jobs a step (50 for a retry, so that the global quota lock a
+/// retry step may hold never blocks enqueues for long); a job the action does not apply to
+/// (a retry of a running job, a delete of a job a live job needs) is `skipped`, an id of no
+/// job of the token's tenant `not_found`. One audit record (`jobs.cancel`, `jobs.retry`, `jobs.delete`)
 /// names the ids or the filter and counts the jobs changed. With `preview`, nothing changes:
 /// the answer says how many jobs match (`matched`, counting stops at 10,000 with `more`).
 ///
