@@ -16,6 +16,22 @@ pub const CLAIM_LIMIT_MAX: u32 = 10_000;
 pub const LIST_LIMIT_DEFAULT: u32 = 50;
 /// Largest page size of `jobs_list`.
 pub const LIST_LIMIT_MAX: u32 = 1_000;
+
+/// Checks a request for jobs by id (`jobs_get`, `jobs_tenants`) against
+/// [`LIST_LIMIT_MAX`], the one bound of both stores.
+///
+/// # Errors
+/// [`Error::InvalidInput`] naming `ids` for more than [`LIST_LIMIT_MAX`] ids.
+pub fn check_ids_len(len: usize) -> Result<(), Error> {
+    let max = LIST_LIMIT_MAX as usize;
+    if len > max {
+        return Err(Error::invalid(
+            "ids",
+            format!("at most {max} ids, got {len}"),
+        ));
+    }
+    Ok(())
+}
 /// Largest batch accepted by `jobs_enqueue`.
 pub const ENQUEUE_BATCH_MAX: usize = 100_000;
 /// Default retention of terminal jobs (docs/design.md section 3): 7 days.

@@ -355,13 +355,7 @@ impl JobStore for MemoryStore {
     }
 
     async fn jobs_tenants(&self, ids: Vec<JobId>) -> Result<Vec<(JobId, drover_core::TenantId)>> {
-        let max = drover_core::bounds::LIST_LIMIT_MAX as usize;
-        if ids.len() > max {
-            return Err(Error::invalid(
-                "ids",
-                format!("at most {max} ids, got {}", ids.len()),
-            ));
-        }
+        drover_core::bounds::check_ids_len(ids.len())?;
         let inner = self.inner.lock();
         Ok(ids
             .iter()
@@ -370,13 +364,7 @@ impl JobStore for MemoryStore {
     }
 
     async fn jobs_get(&self, ids: Vec<JobId>) -> Result<Vec<Job>> {
-        let max = drover_core::bounds::LIST_LIMIT_MAX as usize;
-        if ids.len() > max {
-            return Err(Error::invalid(
-                "ids",
-                format!("at most {max} ids, got {}", ids.len()),
-            ));
-        }
+        drover_core::bounds::check_ids_len(ids.len())?;
         let inner = self.inner.lock();
         Ok(ids
             .iter()

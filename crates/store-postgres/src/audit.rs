@@ -52,13 +52,7 @@ pub(crate) async fn jobs_tenants(
     conn: &mut PgConnection,
     ids: &[JobId],
 ) -> Result<Vec<(JobId, TenantId)>, Error> {
-    let max = drover_core::bounds::LIST_LIMIT_MAX as usize;
-    if ids.len() > max {
-        return Err(Error::invalid(
-            "ids",
-            format!("at most {max} ids, got {}", ids.len()),
-        ));
-    }
+    drover_core::bounds::check_ids_len(ids.len())?;
     let uuids: Vec<Uuid> = ids.iter().map(|id| id.as_uuid()).collect();
     let found: Vec<(Uuid, String)> = sqlx::query_as(sql::JOBS_TENANTS)
         .bind(&uuids)

@@ -40,9 +40,6 @@ use crate::records::{into_jobs, parse_state, JobRecord};
 use crate::sql;
 use crate::transaction::retried;
 
-/// Most ids `jobs_get` takes.
-const JOBS_GET_MAX: usize = 1_000;
-
 /// How the jobs of a batch are linked beyond their own `depends_on`.
 pub(crate) struct Links {
     /// The workflow every job joins.
@@ -571,12 +568,7 @@ async fn workflow_in(
 
 /// `JobStore::jobs_get`: one statement, answered in the order asked.
 pub(crate) async fn jobs_get(conn: &mut PgConnection, ids: Vec<JobId>) -> Result<Vec<Job>, Error> {
-    if ids.len() > JOBS_GET_MAX {
-        return Err(Error::invalid(
-            "ids",
-            format!("at most {JOBS_GET_MAX} ids, got {}", ids.len()),
-        ));
-    }
+    drover_core::bounds::check_ids_len(ids.len())?;
     if ids.is_empty() {
         return Ok(Vec::new());
     }
