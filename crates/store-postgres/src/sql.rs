@@ -69,11 +69,11 @@ statements! {
     /// Operator retry checks.
     RETRY_CHECK = "retry_check.sql";
     /// Prune terminal jobs.
-    JOBS_PRUNE = "jobs_prune.sql";
+    JOBS_PRUNE = "jobs_prune.sql" + "deleted_relations.sql";
     /// The relations an operator delete checks.
     JOB_DELETE_LINKS = "job_delete_links.sql";
     /// Delete one job with its edges and parent link.
-    JOB_DELETE = "job_delete.sql";
+    JOB_DELETE = "job_delete.sql" + "deleted_relations.sql";
     /// Record one operator write in its transaction.
     AUDIT_INSERT = "audit_insert.sql";
     /// Count a later step of a bulk action in its record.

@@ -6,6 +6,8 @@
 -- its parent and a deleted parent's links to its children (0009_job_children.sql), as an
 -- operator delete does (job_delete.sql).
 --
+-- The end of the statement is deleted_relations.sql, which sql.rs appends.
+--
 -- $1 older_than_us bigint, $2 limit integer.
 WITH doomed AS (
     SELECT j.id
@@ -34,14 +36,3 @@ deleted AS (
     WHERE j.id = d.id
     RETURNING j.id, j.parent_id
 ),
-edges AS (
-    DELETE FROM drover.job_dependencies e
-    USING deleted d
-    WHERE e.depends_on_id = d.id OR e.job_id = d.id
-),
-links AS (
-    DELETE FROM drover.job_children l
-    USING deleted d
-    WHERE (l.parent_id = d.parent_id AND l.child_id = d.id) OR l.parent_id = d.id
-)
-SELECT count(*) AS pruned FROM deleted
