@@ -649,7 +649,7 @@ async fn pages_update_live_from_their_own_url() {
 }
 
 /// The jobs list filters by tenant (a token of one tenant sees no other), workflow, parent
-/// and meta containment, and names a bad filter; a job's page shows its workflow's jobs with
+/// and meta and args containment, and names a bad filter; a job's page shows its workflow's jobs with
 /// what each waits for, its parent and its children, each a link.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_filter_by_workflow_parent_tenant_and_meta_and_a_job_shows_its_workflow() {
@@ -678,7 +678,7 @@ async fn jobs_filter_by_workflow_parent_tenant_and_meta_and_a_job_shows_its_work
             .id
     };
     let (extract, transform, load) = (id_of("extract"), id_of("transform"), id_of("load <b>"));
-    let mut other = job("report.build", json!({}));
+    let mut other = job("report.build", json!({"report": {"year": 2026}}));
     other.meta = json!({"customer": "acme", "region": "eu"});
     other.tenant = TenantId::parse("tenant-b").unwrap();
     let other = server.enqueue(other).await;
@@ -715,7 +715,11 @@ async fn jobs_filter_by_workflow_parent_tenant_and_meta_and_a_job_shows_its_work
         listed(&children, child) && !listed(&children, parent.id),
         "{children}"
     );
-    for query in ["tenant=tenant-b", "meta=%7B%22customer%22%3A%22acme%22%7D"] {
+    for query in [
+        "tenant=tenant-b",
+        "meta=%7B%22customer%22%3A%22acme%22%7D",
+        "args=%7B%22report%22%3A%7B%22year%22%3A2026%7D%7D",
+    ] {
         let page = server.page(&format!("/jobs?{query}"), Some(&cookie)).await;
         assert!(
             listed(&page, other.id) && !listed(&page, extract),
@@ -732,6 +736,8 @@ async fn jobs_filter_by_workflow_parent_tenant_and_meta_and_a_job_shows_its_work
     for (query, field) in [
         ("meta=%5B1%5D", "meta"),
         ("meta=nope", "meta"),
+        ("args=%5B1%5D", "args"),
+        ("args=nope", "args"),
         ("workflow=nope", "workflow"),
         ("parent=nope", "parent"),
         ("before=nope", "before"),

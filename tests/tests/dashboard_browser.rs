@@ -1,21 +1,24 @@
 //! The dashboard in a real browser: Debian's headless `chromium` driven by `chromedriver`
-//! over WebDriver (fantoccini), against the API and dashboard on the memory store. Without
-//! `chromedriver` on the PATH the test prints `SKIPPED ...` (which `.ci/run` refuses; it
-//! installs `chromium` and `chromium-driver`). A screenshot of every page visited is saved
-//! under `$CARGO_TARGET_TMPDIR/dashboard-screenshots/`.
+//! over WebDriver (fantoccini), against a `drover serve` process on PostgreSQL and a `drover
+//! dev` process (the memory store). Without `chromedriver` on the PATH the tests print
+//! `SKIPPED ...` (which `.ci/run` refuses; it installs `chromium` and `chromium-driver`). A
+//! screenshot of every page visited is saved under
+//! `$CARGO_TARGET_TMPDIR/dashboard-screenshots/`.
+
+mod cli_support;
 
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cli_support::TestDb;
 use drover_core::{
     AuditAction, AuditSource, ClaimJobs, Finish, JobState, JobStore, ListAudit, NewJob, QueueName,
-    Retry, StoreConfig, TenantId, WorkerId,
+    Retry, TenantId, WorkerId,
 };
-use drover_http::{ApiConfig, ApiState, ApiTokens, AuthMode};
-use drover_store_memory::MemoryStore;
-use drover_tests::process::wait_until;
+use drover_store_postgres::{PgOptions, PgStore};
+use drover_tests::process::{wait_until, Process};
 use fantoccini::{ClientBuilder, Locator};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -124,11 +127,45 @@ async fn log_in(browser: &fantoccini::Client, base: &str, token: &str) {
     assert_eq!(browser.current_url().await.unwrap().path(), "/");
 }
 
-/// Log in; the overview lists the queue; a job enqueued, started and finished while its page
-/// is open shows each change without a reload; a failed job with hostile args and error shows
-/// them as text; Retry queues it again and is audited from the dashboard; a bulk cancel of a
-/// filter's jobs goes through its confirmation page and shows in the audit log; a form posted from
-/// another site does nothing; a producer of another tenant cannot open the job by its URL.
+/// The tokens both processes are started with.
+fn tokens() -> String {
+    format!("{OPERATOR}:*:operator,{PRODUCER_A}:tenant-a:producer")
+}
+
+/// The dashboard's address from a `drover serve` or `drover dev --listen` process's line.
+async fn dashboard_of(process: &Process) -> String {
+    let line = process.wait_for_line("dashboard on http://", WAIT).await;
+    line.split("dashboard on ")
+        .nth(1)
+        .map(|rest| rest.trim().trim_end_matches('/').to_owned())
+        .unwrap_or_else(|| panic!("the dashboard's address in {line:?}"))
+}
+
+/// A Chromium session, headless.
+async fn browser_of(driver: &Driver) -> fantoccini::Client {
+    let capabilities: serde_json::Map<String, serde_json::Value> = serde_json::from_value(json!({
+        "browserName": "chrome",
+        "goog:chromeOptions": {
+            "binary": "/usr/bin/chromium",
+            "args": ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1280,900"],
+        },
+    }))
+    .unwrap();
+    ClientBuilder::rustls()
+        .expect("a TLS configuration")
+        .capabilities(capabilities)
+        .connect(&driver.url)
+        .await
+        .expect("a Chromium session")
+}
+
+/// Against `drover serve` on PostgreSQL (the test reads and writes the same database through
+/// a store of its own): log in; the overview lists the queue; a job enqueued, started and
+/// finished while its page is open shows each change without a reload; a failed job with
+/// hostile args and error shows them as text; Retry queues it again and is audited from the
+/// dashboard; a bulk cancel of a filter's jobs goes through its confirmation page and shows in
+/// the audit log; a form posted from another site does nothing; a producer of another tenant
+/// cannot open the job by its URL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_browser_logs_in_retries_a_job_and_is_kept_to_its_tenant() {
     let Some(driver) = Driver::start().await else {
@@ -137,23 +174,19 @@ async fn a_browser_logs_in_retries_a_job_and_is_kept_to_its_tenant() {
         );
         return;
     };
-    let store: Arc<dyn JobStore> = Arc::new(MemoryStore::new(StoreConfig::default()));
-    let tokens = ApiTokens::parse(&format!(
-        "{OPERATOR}:*:operator,{PRODUCER_A}:tenant-a:producer"
-    ))
-    .unwrap();
-    let state = ApiState::new(
-        Arc::clone(&store),
-        AuthMode::Tokens(tokens),
-        ApiConfig::default(),
-        None,
+    let Some(db) = TestDb::migrated("a_browser_logs_in_retries_a_job").await else {
+        return;
+    };
+    let mut command = db.command(&["serve", "--listen", "127.0.0.1:0"]);
+    command.env("DROVER_API_TOKENS", tokens());
+    let serve_process = Process::spawn(command, &["serve"]);
+    let base = dashboard_of(&serve_process).await;
+    let store: Arc<dyn JobStore> = Arc::new(
+        PgStore::connect(&db.url, PgOptions::default())
+            .await
+            .expect("a store on the test database"),
     );
     let stop = CancellationToken::new();
-    let base = serve(
-        drover_http::router(state.clone()).merge(drover_http::dashboard::router(state)),
-        &stop,
-    )
-    .await;
 
     // A failed job of tenant b with hostile text in its args and its error.
     let hostile = "<script>document.title='owned'</script>\"'<b>bold</b>";
@@ -189,20 +222,7 @@ async fn a_browser_logs_in_retries_a_job_and_is_kept_to_its_tenant() {
         .await
         .unwrap();
 
-    let capabilities: serde_json::Map<String, serde_json::Value> = serde_json::from_value(json!({
-        "browserName": "chrome",
-        "goog:chromeOptions": {
-            "binary": "/usr/bin/chromium",
-            "args": ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1280,900"],
-        },
-    }))
-    .unwrap();
-    let browser = ClientBuilder::rustls()
-        .expect("a TLS configuration")
-        .capabilities(capabilities)
-        .connect(&driver.url)
-        .await
-        .expect("a Chromium session");
+    let browser = browser_of(&driver).await;
     let outcome = async {
         screenshot_login(&browser, &base).await;
         log_in(&browser, &base, OPERATOR).await;
@@ -351,4 +371,123 @@ async fn a_browser_logs_in_retries_a_job_and_is_kept_to_its_tenant() {
 async fn screenshot_login(browser: &fantoccini::Client, base: &str) {
     browser.goto(&format!("{base}/login")).await.unwrap();
     screenshot(browser, "login").await;
+}
+
+/// Against `drover dev --listen` (the memory store, its built-in kinds run by its own worker),
+/// everything through the API and the browser: a job enqueued while the jobs list is open
+/// shows up, runs and succeeds without a reload; a job that fails with hostile text in its
+/// meta shows it as text; Retry from its page is audited as a dashboard action.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_watches_drover_dev_run_a_job_and_retries_a_failed_one() {
+    let Some(driver) = Driver::start().await else {
+        println!(
+            "SKIPPED a_browser_watches_drover_dev_run_a_job_and_retries_a_failed_one: no chromedriver (apt-get install chromium chromium-driver)"
+        );
+        return;
+    };
+    let mut command = tokio::process::Command::new(cli_support::drover_bin());
+    command
+        .args(["dev", "--listen", "127.0.0.1:0"])
+        .env("DROVER_API_TOKENS", tokens())
+        .env_remove("DROVER_DATABASE_URL")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let dev = Process::spawn(command, &["dev"]);
+    let base = dashboard_of(&dev).await;
+    let api = reqwest::Client::new();
+    let enqueue = |body: serde_json::Value| {
+        let (api, base) = (api.clone(), base.clone());
+        async move {
+            let answer = api
+                .post(format!("{base}/v1/jobs"))
+                .bearer_auth(OPERATOR)
+                .json(&body)
+                .send()
+                .await
+                .expect("the API answers");
+            assert_eq!(answer.status(), 202, "{body}");
+            let answer: serde_json::Value = answer.json().await.unwrap();
+            answer["job"]["id"].as_str().expect("an id").to_owned()
+        }
+    };
+
+    let browser = browser_of(&driver).await;
+    let outcome = async {
+        log_in(&browser, &base, OPERATOR).await;
+        browser.goto(&format!("{base}/jobs")).await.unwrap();
+        let slow = enqueue(json!({"kind": "sleep", "args": {"ms": 6000}})).await;
+        wait_for(
+            &browser,
+            &format!("//table[@id='jobs']//a[text()='{slow}']"),
+        )
+        .await;
+        browser.goto(&format!("{base}/jobs/{slow}")).await.unwrap();
+        wait_for(&browser, "//dd[@id='state' and text()='running']").await;
+        wait_for(&browser, "//dd[@id='state' and text()='succeeded']").await;
+        screenshot(&browser, "dev-job-succeeded").await;
+
+        let hostile = "<script>document.title='owned'</script>\"'<b>bold</b>";
+        let failing = enqueue(json!({
+            "kind": "fail",
+            "args": {"fail_times": 5},
+            "meta": {"note": hostile},
+            "max_attempts": 1,
+        }))
+        .await;
+        browser
+            .goto(&format!("{base}/jobs/{failing}"))
+            .await
+            .unwrap();
+        wait_for(&browser, "//dd[@id='state' and text()='failed']").await;
+        assert!(
+            !text_of(&browser, "#errors tbody").await.is_empty(),
+            "the failed attempt"
+        );
+        let meta = text_of(&browser, "#meta").await;
+        assert!(
+            meta.contains("<script>document.title='owned'</script>"),
+            "meta as text: {meta}"
+        );
+        assert!(browser
+            .find_all(Locator::Css("#meta b"))
+            .await
+            .unwrap()
+            .is_empty());
+        assert_ne!(browser.title().await.unwrap(), "owned", "no script ran");
+        browser.goto(&format!("{base}/")).await.unwrap();
+        assert!(text_of(&browser, "#queues").await.contains("default"));
+        screenshot(&browser, "dev-overview").await;
+        browser
+            .goto(&format!("{base}/jobs/{failing}"))
+            .await
+            .unwrap();
+        browser
+            .find(Locator::Css("#retry"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        // Retried, it runs again and fails its second attempt.
+        wait_for(&browser, "//table[@id='errors']/tbody/tr[2]").await;
+        let audit: serde_json::Value = api
+            .get(format!("{base}/v1/audit"))
+            .bearer_auth(OPERATOR)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let newest = &audit["entries"][0];
+        assert_eq!(
+            (newest["action"].as_str(), newest["source"].as_str()),
+            (Some("job.retry"), Some("dashboard")),
+            "{audit}"
+        );
+    }
+    .await;
+    browser.close().await.unwrap();
+    outcome
 }

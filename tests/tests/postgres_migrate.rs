@@ -674,3 +674,123 @@ async fn the_children_of_an_earlier_version_are_linked_by_the_migration() {
     store.close().await;
     pool.close().await;
 }
+
+/// The counts per queue and state as the store's snapshot gives them, and as `count(*)` does.
+async fn counts_both_ways(
+    store: &PgStore,
+    pool: &PgPool,
+) -> (Vec<(String, String, i64)>, Vec<(String, String, i64)>) {
+    let snapshot = store.queue_snapshot().await.unwrap();
+    let mut given = Vec::new();
+    for q in snapshot.queues {
+        for (state, n) in q.counts {
+            given.push((q.queue.to_string(), state.as_str().to_owned(), n as i64));
+        }
+    }
+    given.sort();
+    let counted: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT queue, state, count(*) FROM drover.jobs GROUP BY queue, state ORDER BY 1, 2",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    (given, counted)
+}
+
+/// Migration 10 maintains the job counts (docs/design.md, "Counts"): it counts the jobs an
+/// earlier version stored, jobs written while it runs are counted once, and a TRUNCATE of
+/// the jobs table empties the counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_job_counts_start_from_the_jobs_there_and_follow_writes_during_the_migration() {
+    let Some(db) = Database::create("the_job_counts_start_from_the_jobs_there").await else {
+        return;
+    };
+    let pool = db.pool(4).await;
+    let version = migrations()
+        .iter()
+        .find(|m| m.name == "job_counts")
+        .expect("the counts migration")
+        .version;
+    Migrator::new().up_to(version - 1).run(&pool).await.unwrap();
+    fill(&pool, 50_000, false).await;
+
+    // An earlier version's writer goes on while the migration runs: inserts into two queues
+    // and moves jobs between states.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (pool, stop) = (pool.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut rounds = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                sqlx::query(
+                    "INSERT INTO drover.jobs (id, kind, queue, tenant, args, run_at, state, \
+                                              max_attempts) \
+                     SELECT gen_random_uuid(), 'w', q, 'default', '{}', now(), 'queued', 3 \
+                     FROM unnest(ARRAY['during', 'default']) q",
+                )
+                .execute(&pool)
+                .await
+                .unwrap();
+                sqlx::query(
+                    "UPDATE drover.jobs SET state = 'cancelled', finished_at = now() \
+                     WHERE id IN (SELECT id FROM drover.jobs WHERE state = 'queued' \
+                                  ORDER BY id LIMIT 3)",
+                )
+                .execute(&pool)
+                .await
+                .unwrap();
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    Migrator::new().run(&pool).await.unwrap();
+    stop.store(true, Ordering::Relaxed);
+    let rounds = writer.await.unwrap();
+    assert!(rounds > 0, "the writer wrote");
+
+    let store = db.store().await;
+    store.check_ready().await.unwrap();
+    let (given, counted) = counts_both_ways(&store, &pool).await;
+    assert_eq!(given, counted);
+    assert!(given.iter().any(|(q, _, _)| q == "during"), "{given:?}");
+
+    // The count step again (a run cut short before it was recorded repeats it) with changes
+    // not yet folded: the changes the count includes are dropped, not counted twice.
+    sqlx::query("UPDATE drover.jobs SET queue = 'moved' WHERE queue = 'during'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let migration = migrations().iter().find(|m| m.version == version).unwrap();
+    let (locking, online) = migration.sql.split_once("-- drover:step online").unwrap();
+    let empty_totals = locking.rsplit_once("DELETE").unwrap().1;
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(&format!("DELETE{empty_totals}"))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query(online).execute(&mut *tx).await.unwrap();
+    tx.commit().await.unwrap();
+    let (given, counted) = counts_both_ways(&store, &pool).await;
+    assert_eq!(given, counted);
+    assert!(given.iter().any(|(q, _, _)| q == "moved"), "{given:?}");
+
+    sqlx::query("TRUNCATE drover.jobs")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let (given, counted) = counts_both_ways(&store, &pool).await;
+    assert_eq!((given.len(), counted.len()), (0, 0));
+    store
+        .job_enqueue(drover_core::NewJob::new(
+            drover_core::JobKind::parse("k").unwrap(),
+            serde_json::json!(1),
+        ))
+        .await
+        .unwrap();
+    let (given, counted) = counts_both_ways(&store, &pool).await;
+    assert_eq!(given, counted);
+    assert_eq!(given.len(), 1);
+    store.close().await;
+    pool.close().await;
+}

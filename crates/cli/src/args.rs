@@ -573,6 +573,10 @@ pub struct ListArgs {
     /// Only jobs whose meta contains this JSON object.
     #[arg(long, value_name = "JSON")]
     pub meta: Option<String>,
+    /// Only jobs whose args contain this JSON object (a page reads at most 10,000 jobs, so
+    /// it may show fewer than --limit; its next cursor searches on).
+    #[arg(long, value_name = "JSON")]
+    pub args: Option<String>,
     /// Only jobs of this workflow.
     #[arg(long, value_name = "ID", value_parser = workflow_id)]
     pub workflow: Option<WorkflowId>,

@@ -272,13 +272,25 @@ fn write_canonical(value: &Value, out: &mut String) {
 /// # Errors
 /// [`Error::InvalidInput`] with field `meta` otherwise.
 pub fn check_meta_filter(filter: &Value) -> Result<(), Error> {
+    check_object_filter("meta", filter)
+}
+
+/// Checks an args filter of a jobs list ([`crate::ListJobs::args`]): as a meta filter.
+///
+/// # Errors
+/// [`Error::InvalidInput`] naming `args`.
+pub fn check_args_filter(filter: &Value) -> Result<(), Error> {
+    check_object_filter("args", filter)
+}
+
+fn check_object_filter(field: &str, filter: &Value) -> Result<(), Error> {
     if !filter.is_object() {
         return Err(Error::invalid(
-            "meta",
-            "a meta filter must be a JSON object, e.g. {\"customer\": \"acme\"}",
+            field,
+            format!("a {field} filter must be a JSON object, e.g. {{\"customer\": \"acme\"}}"),
         ));
     }
-    check_value("meta", filter, 64 * 1024)
+    check_value(field, filter, 64 * 1024)
 }
 
 /// PostgreSQL `jsonb` containment (`container @> contained`) for the shapes Drover filters on:

@@ -20,6 +20,7 @@ pub mod names;
 pub mod queue;
 pub mod retry;
 pub mod schedule;
+pub mod search;
 pub mod state;
 pub mod store;
 pub mod trace;

@@ -55,6 +55,11 @@ pub struct QueueSnapshot {
     pub counts: BTreeMap<JobState, u64>,
     /// Queued jobs that are ready now (`run_at <= now`), whatever their kind.
     pub ready: u64,
+    /// `ready` is a lower bound, not the count: a store that bounds its reads counts ready
+    /// jobs only so far (PostgreSQL: more than 10,000 ready and more than 10,000 scheduled in
+    /// one priority of the queue; docs/design.md, "Counts").
+    #[serde(default)]
+    pub ready_at_least: bool,
     /// Jobs running with their handler started.
     pub running: u64,
     /// Jobs claimed ahead by a worker and waiting in its backlog for a slot: leased (state
@@ -75,6 +80,21 @@ impl QueueSnapshot {
     /// Jobs in `state`.
     pub fn count(&self, state: JobState) -> u64 {
         self.counts.get(&state).copied().unwrap_or(0)
+    }
+
+    /// The ready count as a person reads it: `10001+` when it is a lower bound.
+    pub fn ready_text(&self) -> String {
+        ready_text(self.ready, self.ready_at_least)
+    }
+}
+
+/// A ready count as a person reads it: the number, with `+` when it is a lower bound
+/// ([`QueueSnapshot::ready_at_least`]).
+pub fn ready_text(ready: u64, at_least: bool) -> String {
+    if at_least {
+        format!("{ready}+")
+    } else {
+        ready.to_string()
     }
 }
 

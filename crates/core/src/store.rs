@@ -567,6 +567,12 @@ pub struct ListJobs {
     pub tenant: Option<TenantId>,
     /// Only jobs whose meta contains this object (jsonb `@>` semantics).
     pub meta: Option<Value>,
+    /// Only jobs whose args contain this object (jsonb `@>` semantics). No index covers args:
+    /// one call reads at most [`crate::search::ARGS_SEARCH_WINDOW`] jobs of those the other
+    /// filters select, so a page may hold fewer jobs than asked, even none, with a `next`
+    /// that goes on searching ([`crate::search`]).
+    #[serde(default)]
+    pub args: Option<Value>,
     /// Only jobs of this workflow.
     #[serde(default)]
     pub workflow: Option<WorkflowId>,
@@ -587,11 +593,14 @@ impl ListJobs {
     /// Checks the filter.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] naming `meta` (not an object, NUL, too large) or `limit`
-    /// (above 1,000).
+    /// [`Error::InvalidInput`] naming `meta` or `args` (not an object, NUL, too large) or
+    /// `limit` (above 1,000).
     pub fn validate(&self) -> Result<()> {
         if let Some(meta) = &self.meta {
             crate::json::check_meta_filter(meta)?;
+        }
+        if let Some(args) = &self.args {
+            crate::json::check_args_filter(args)?;
         }
         // 0 asks for the default page size.
         if self.limit != 0 {

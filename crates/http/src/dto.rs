@@ -262,6 +262,9 @@ pub struct BulkFilter {
     /// A JSON object the job's meta must contain.
     #[schema(value_type = Option<Object>)]
     pub meta: Option<Value>,
+    /// A JSON object the job's args must contain.
+    #[schema(value_type = Option<Object>)]
+    pub args: Option<Value>,
 }
 
 /// The answer to a bulk action: with `preview`, `matched` (and `more`); else `changed`,
@@ -840,6 +843,9 @@ pub struct QueueView {
     pub counts: BTreeMap<String, u64>,
     /// Ready queued jobs.
     pub ready: u64,
+    /// `ready` is a lower bound: past 10,000 ready and 10,000 scheduled jobs in one priority,
+    /// PostgreSQL counts ready jobs only so far.
+    pub ready_at_least: bool,
     /// Running jobs whose handler started.
     pub running: u64,
     /// Jobs claimed ahead by a worker, waiting in its backlog for a slot (leased, so counted
@@ -861,6 +867,7 @@ impl From<&QueueSummary> for QueueView {
                 .map(|(state, count)| (state.as_str().to_owned(), *count))
                 .collect(),
             ready: queue.ready,
+            ready_at_least: queue.ready_at_least,
             running: queue.running,
             claimed: queue.claimed,
             lag_seconds: queue.lag_seconds(),

@@ -619,6 +619,9 @@ pub struct QueueSummary {
     pub counts: BTreeMap<JobState, u64>,
     /// Queued jobs that are ready now.
     pub ready: u64,
+    /// `ready` is a lower bound: the store counted ready jobs only so far
+    /// ([`QueueSnapshot::ready_at_least`]).
+    pub ready_at_least: bool,
     /// Running jobs whose handler started.
     pub running: u64,
     /// Jobs claimed ahead by a worker, waiting in its backlog for a slot (leased, so counted
@@ -643,6 +646,7 @@ impl QueueSummary {
                 paused_at,
                 counts: s.counts,
                 ready: s.ready,
+                ready_at_least: s.ready_at_least,
                 running: s.running,
                 claimed: s.claimed,
                 oldest_ready_age_ms: s.oldest_ready_age_ms,
@@ -653,6 +657,7 @@ impl QueueSummary {
                 paused_at,
                 counts: BTreeMap::new(),
                 ready: 0,
+                ready_at_least: false,
                 running: 0,
                 claimed: 0,
                 oldest_ready_age_ms: None,
@@ -668,6 +673,11 @@ impl QueueSummary {
     /// The lag (age of the oldest ready job) in seconds.
     pub fn lag_seconds(&self) -> Option<f64> {
         self.oldest_ready_age_ms.map(|ms| ms as f64 / 1000.0)
+    }
+
+    /// The ready count as a person reads it: `10001+` when it is a lower bound.
+    pub fn ready_text(&self) -> String {
+        drover_core::queue::ready_text(self.ready, self.ready_at_least)
     }
 }
 
@@ -765,6 +775,7 @@ mod tests {
             paused,
             counts: BTreeMap::from([(JobState::Running, 3)]),
             ready: 0,
+            ready_at_least: false,
             running: 2,
             claimed: 1,
             oldest_ready_age_ms: Some(1_500),

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use drover_core::bounds::EVENT_BUFFER;
+use drover_core::search::ArgsSearch;
 use drover_core::workflow::WorkflowSummary;
 use drover_core::FencingToken;
 use drover_core::{
@@ -446,6 +447,12 @@ impl JobStore for MemoryStore {
     }
 
     async fn jobs_list(&self, query: ListJobs) -> Result<JobPage> {
+        if let Some(mut search) = ArgsSearch::new(&query)? {
+            while let Some(read) = search.next_read() {
+                search.take(self.jobs_list(read).await?);
+            }
+            return Ok(search.finish());
+        }
         query.validate()?;
         let page = usize::try_from(query.page_size()).unwrap_or(usize::MAX);
         let inner = self.inner.lock();
@@ -933,6 +940,7 @@ impl JobStore for MemoryStore {
                     paused: inner.is_paused(name),
                     counts,
                     ready,
+                    ready_at_least: false,
                     running: slots[state_slot(JobState::Running)].saturating_sub(waiting),
                     claimed: waiting,
                     oldest_ready_age_ms: oldest

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use drover_core::error::Entity;
+use drover_core::search::ArgsSearch;
 use drover_core::{
     Error, Job, JobId, JobPage, JobState, LimitKey, LimitPolicy, LimitStatus, ListJobs,
     NewSchedule, QueueChange, QueueInfo, QueueName, QueueSnapshot, Schedule, ScheduleChange,
@@ -44,6 +45,17 @@ pub(crate) async fn job_get(conn: &mut PgConnection, id: JobId) -> Result<Job, E
 /// A page of jobs, newest first, carrying the large fields `query.details` names; fetches one
 /// row more than the page to find the cursor.
 pub(crate) async fn jobs_list(conn: &mut PgConnection, query: ListJobs) -> Result<JobPage, Error> {
+    if let Some(mut search) = ArgsSearch::new(&query)? {
+        while let Some(read) = search.next_read() {
+            search.take(jobs_page(conn, read).await?);
+        }
+        return Ok(search.finish());
+    }
+    jobs_page(conn, query).await
+}
+
+/// A page of jobs without an args filter ([`jobs_list`] searches args with these).
+async fn jobs_page(conn: &mut PgConnection, query: ListJobs) -> Result<JobPage, Error> {
     query.validate()?;
     let page = query.page_size();
     // The kind and tenant filters as jobs_done_facets_idx's elements (0003_fewer_index_writes.sql).
@@ -113,18 +125,19 @@ struct SnapshotRow {
     paused: bool,
     counts: Value,
     ready: i64,
+    ready_at_least: bool,
     claimed: i64,
     oldest_ready_age_ms: Option<i64>,
     taken_at: DateTime<Utc>,
 }
 
-/// Counts per queue and state at one instant (one statement; a second for the clock when no
-/// queue exists), and the vacuum status (one more).
+/// Counts per queue and state at one instant (one statement, in a transaction without JIT
+/// compilation; a second for the clock when no queue exists), and the vacuum status (one
+/// more).
 pub(crate) async fn snapshot(conn: &mut PgConnection) -> Result<Snapshot, Error> {
-    let rows = sqlx::query_as::<_, SnapshotRow>(sql::QUEUE_SNAPSHOT)
-        .fetch_all(&mut *conn)
-        .await
-        .store_err()?;
+    let mut tx = conn.begin().await.store_err()?;
+    let result = snapshot_rows(&mut tx).await;
+    let rows = settle(tx, result).await?;
     let taken_at = match rows.first() {
         Some(row) => row.taken_at,
         None => now(&mut *conn).await?,
@@ -148,6 +161,7 @@ pub(crate) async fn snapshot(conn: &mut PgConnection) -> Result<Snapshot, Error>
             paused: row.paused,
             counts,
             ready: u64::try_from(row.ready).unwrap_or(0),
+            ready_at_least: row.ready_at_least,
             running: leased - claimed,
             claimed,
             oldest_ready_age_ms: row
@@ -161,6 +175,18 @@ pub(crate) async fn snapshot(conn: &mut PgConnection) -> Result<Snapshot, Error>
         queues,
         vacuum: Some(vacuum),
     })
+}
+
+/// The rows of queue_snapshot.sql, planned without JIT.
+async fn snapshot_rows(conn: &mut PgConnection) -> Result<Vec<SnapshotRow>, Error> {
+    sqlx::query(sql::JIT_OFF)
+        .execute(&mut *conn)
+        .await
+        .store_err()?;
+    sqlx::query_as::<_, SnapshotRow>(sql::QUEUE_SNAPSHOT)
+        .fetch_all(&mut *conn)
+        .await
+        .store_err()
 }
 
 /// A row of vacuum_status.sql.
@@ -307,6 +333,12 @@ pub(crate) async fn worker_heartbeat(conn: &mut PgConnection, id: WorkerId) -> R
             id: id.to_string(),
         });
     }
+    // Every live worker folds the job counts' changes now and then, so they stay few while
+    // nobody reads the overview (docs/design.md, "Counts").
+    sqlx::query(sql::JOB_COUNTS_FOLD)
+        .execute(&mut *conn)
+        .await
+        .store_err()?;
     Ok(())
 }
 

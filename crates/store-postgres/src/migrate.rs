@@ -119,6 +119,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "job_children",
         sql: include_str!("../migrations/0009_job_children.sql"),
     },
+    Migration {
+        version: 10,
+        name: "job_counts",
+        sql: include_str!("../migrations/0010_job_counts.sql"),
+    },
 ];
 
 const BOOTSTRAP: &str = include_str!("sql/migrations_bootstrap.sql");

@@ -94,6 +94,10 @@ statements! {
     JOBS_LIST_MEMBERS = "jobs_list_members.sql";
     /// Queue snapshot.
     QUEUE_SNAPSHOT = "queue_snapshot.sql";
+    /// Fold the job counts' changes into their totals.
+    JOB_COUNTS_FOLD = "job_counts_fold.sql";
+    /// No JIT compilation in this transaction.
+    JIT_OFF = "jit_off.sql";
     /// What keeps vacuum from cleaning the jobs table.
     VACUUM_STATUS = "vacuum_status.sql";
     /// The database clock.

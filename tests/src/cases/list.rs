@@ -385,6 +385,13 @@ pub async fn list_rejects_bad_filter(f: &dyn StoreFactory) {
     expect_invalid(store.jobs_list(meta(json!([1]))).await, "meta");
     expect_invalid(store.jobs_list(meta(json!("acme"))).await, "meta");
     expect_invalid(store.jobs_list(meta(json!({"k": "\u{0}"}))).await, "meta");
+    let args = |a: Value| ListJobs {
+        args: Some(a),
+        ..ListJobs::default()
+    };
+    expect_invalid(store.jobs_list(args(json!([1]))).await, "args");
+    expect_invalid(store.jobs_list(args(json!(7))).await, "args");
+    expect_invalid(store.jobs_list(args(json!({"k": "\u{0}"}))).await, "args");
     expect_invalid(
         store
             .jobs_list(ListJobs {
@@ -472,4 +479,126 @@ pub async fn list_summaries_leave_out_args_result_errors_and_progress(f: &dyn St
     }
     let default = store.jobs_list(ListJobs::default()).await.unwrap();
     assert_eq!(default.jobs, whole, "whole jobs unless asked otherwise");
+}
+
+/// An args filter keeps the jobs whose args contain it, newest first, with the other filters
+/// and the details asked for; a page reads at most `ARGS_SEARCH_WINDOW` jobs, so a match
+/// older than that comes on a later page (after one without it), and following `next` finds
+/// every match exactly once.
+pub async fn list_searches_args_by_containment_in_bounded_pages(f: &dyn StoreFactory) {
+    let h = f.open(unbounded()).await;
+    let store = h.store();
+    let order = |n: u64, customer: &str| {
+        job(
+            "shop.order",
+            json!({"order": n, "customer": {"name": customer}, "lines": [n, 1]}),
+        )
+    };
+    let oldest = enqueue(&*store, order(1, "acme")).await;
+    let window = drover_core::search::ARGS_SEARCH_WINDOW as usize;
+    store
+        .jobs_enqueue((0..window).map(|n| job("other", json!({"n": n}))).collect())
+        .await
+        .unwrap();
+    let mut acme = vec![oldest.id];
+    for n in 2..6 {
+        let customer = if n % 2 == 0 { "acme" } else { "globex" };
+        let id = enqueue(&*store, order(n, customer)).await.id;
+        if customer == "acme" {
+            acme.push(id);
+        }
+    }
+    enqueue(&*store, job("shop.order", json!("acme"))).await;
+    acme.reverse();
+
+    let search = |limit: u32| ListJobs {
+        args: Some(json!({"customer": {"name": "acme"}})),
+        limit,
+        details: drover_core::JobDetails::NONE,
+        ..ListJobs::default()
+    };
+    let page = store.jobs_list(search(1)).await.unwrap();
+    let ids: Vec<JobId> = page.jobs.iter().map(|j| j.id).collect();
+    assert_eq!(ids, acme[..1], "newest first, a full page");
+    assert_eq!(
+        page.next,
+        Some(acme[0]),
+        "a full page goes on after its last job"
+    );
+    assert!(
+        page.jobs.iter().all(|j| j.args.is_null()),
+        "summaries, as asked"
+    );
+    // The next match is within the window; the oldest is past it.
+    let rest = store
+        .jobs_list(ListJobs {
+            before: page.next,
+            ..search(50)
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        rest.jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+        acme[1..2]
+    );
+    let last_read = rest.next.expect("the window ended before the table did");
+    assert!(
+        last_read < acme[1] && last_read > acme[2],
+        "the search goes on from the last job it read"
+    );
+    let all: Vec<JobId> = all_pages(&*store, search(50))
+        .await
+        .iter()
+        .map(|j| j.id)
+        .collect();
+    assert_eq!(all, acme, "every match once, in order");
+    let with_details = store
+        .jobs_list(ListJobs {
+            args: Some(json!({"lines": [3]})),
+            ..ListJobs::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(with_details.jobs.len(), 1);
+    assert_eq!(
+        with_details.jobs[0].args["order"],
+        json!(3),
+        "whole jobs by default"
+    );
+    let none = store
+        .jobs_list(ListJobs {
+            args: Some(json!({"customer": {"name": "acme"}})),
+            kind: Some(drover_core::JobKind::parse("other").unwrap()),
+            ..ListJobs::default()
+        })
+        .await
+        .unwrap();
+    assert!(none.jobs.is_empty(), "other filters still apply");
+
+    // A bulk action by an args filter acts on the matches only, past the window too.
+    let cancelled = match store
+        .operate(
+            drover_core::Operation::JobsBulk(drover_core::BulkJobs::filter(
+                drover_core::BulkAction::Cancel,
+                ListJobs {
+                    args: Some(json!({"customer": {"name": "acme"}})),
+                    ..ListJobs::default()
+                },
+            )),
+            drover_core::Actor::new("ops", drover_core::AuditSource::Cli),
+        )
+        .await
+        .unwrap()
+    {
+        drover_core::Operated::JobsBulk(outcome) => outcome,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(cancelled.changed, 3, "{cancelled:?}");
+    let states: Vec<JobState> = all_pages(&*store, ListJobs::default())
+        .await
+        .iter()
+        .filter(|j| j.state == JobState::Cancelled)
+        .map(|j| j.state)
+        .collect();
+    assert_eq!(states.len(), 3, "only the matches were cancelled");
 }

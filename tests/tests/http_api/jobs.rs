@@ -19,7 +19,8 @@ pub(crate) async fn list_filters_and_paginates(env: &Env) {
     let j1 = api
         .enqueue_ok(
             PRODUCER_A,
-            &json!({"kind": "a.one", "queue": "q1", "meta": {"customer": "acme", "tags": ["x", "y"]}}),
+            &json!({"kind": "a.one", "queue": "q1", "meta": {"customer": "acme", "tags": ["x", "y"]},
+                    "args": {"order": 7, "lines": ["a", "b"]}}),
         )
         .await;
     let j2 = api
@@ -31,7 +32,8 @@ pub(crate) async fn list_filters_and_paginates(env: &Env) {
     let j3 = api
         .enqueue_ok(
             PRODUCER_A,
-            &json!({"kind": "a.one", "queue": "q2", "meta": {"customer": "acme", "n": 1}}),
+            &json!({"kind": "a.one", "queue": "q2", "meta": {"customer": "acme", "n": 1},
+                    "args": {"order": 8}}),
         )
         .await;
     let j4 = api
@@ -99,6 +101,22 @@ pub(crate) async fn list_filters_and_paginates(env: &Env) {
         set(&[&j1])
     );
     assert_eq!(list(vec![("meta", "{}".into())]).await.len(), 7);
+    assert_eq!(
+        list(vec![("args", r#"{"order":7}"#.into())]).await,
+        set(&[&j1])
+    );
+    assert_eq!(
+        list(vec![("args", r#"{"lines":["b"]}"#.into())]).await,
+        set(&[&j1])
+    );
+    assert_eq!(
+        list(vec![
+            ("args", r#"{"order":8}"#.into()),
+            ("queue", "q1".into())
+        ])
+        .await,
+        set(&[])
+    );
 
     // Pages of two, newest first, until no cursor is given.
     let mut seen: Vec<String> = Vec::new();
@@ -137,6 +155,8 @@ pub(crate) async fn list_filters_and_paginates(env: &Env) {
         (vec![("meta", "[1]")], "meta"),
         (vec![("meta", "{not json")], "meta"),
         (vec![("meta", "{\"k\":\"\u{0}\"}")], "meta"),
+        (vec![("args", "[1]")], "args"),
+        (vec![("args", "{not json")], "args"),
         (vec![("queue", "no spaces")], "queue"),
         (vec![("kind", "")], "kind"),
         (vec![("colour", "red")], "colour"),

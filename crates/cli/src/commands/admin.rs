@@ -165,7 +165,7 @@ pub async fn queues(ctx: &Ctx, command: QueuesCommand) -> Result<()> {
                     r.name.to_string(),
                     if r.paused { "yes" } else { "no" }.to_owned(),
                     r.queued.to_string(),
-                    r.ready.to_string(),
+                    drover_core::queue::ready_text(r.ready, r.ready_at_least),
                     r.running.to_string(),
                     r.claimed.to_string(),
                     r.lag_seconds.map_or_else(
@@ -189,6 +189,7 @@ struct QueueRow<'a> {
     paused_at: Option<DateTime<Utc>>,
     queued: u64,
     ready: u64,
+    ready_at_least: bool,
     running: u64,
     claimed: u64,
     lag_seconds: Option<f64>,
@@ -202,6 +203,7 @@ impl<'a> From<&'a QueueSummary> for QueueRow<'a> {
             paused_at: queue.paused_at,
             queued: queue.count(JobState::Queued),
             ready: queue.ready,
+            ready_at_least: queue.ready_at_least,
             running: queue.running,
             claimed: queue.claimed,
             lag_seconds: queue.lag_seconds(),
@@ -468,7 +470,7 @@ pub async fn snapshot(ctx: &Ctx) -> Result<()> {
                 row.push(q.count(state).to_string());
             }
         }
-        row.push(q.ready.to_string());
+        row.push(q.ready_text());
         row.push(q.lag().map_or_else(|| "-".to_owned(), output::duration));
         t.add_row(row);
     }

@@ -235,10 +235,11 @@ async fn run_bulk(
     Ok(())
 }
 
-/// Turns `jobs list` flags into a store query (clap checked every flag but `--meta`).
+/// Turns `jobs list` flags into a store query (clap checked every flag but `--meta` and
+/// `--args`).
 ///
 /// # Errors
-/// A usage error when `--meta` is not a JSON object (named, the text not quoted).
+/// A usage error when `--meta` or `--args` is not a JSON object (named, the text not quoted).
 pub fn list_query(args: &ListArgs) -> Result<ListJobs> {
     let query = ListJobs {
         queue: args.queue.clone(),
@@ -250,6 +251,11 @@ pub fn list_query(args: &ListArgs) -> Result<ListJobs> {
             .as_deref()
             .map(|m| super::json_flag("meta", m))
             .transpose()?,
+        args: args
+            .args
+            .as_deref()
+            .map(|m| super::json_flag("args", m))
+            .transpose()?,
         workflow: args.workflow,
         parent: args.parent,
         before: args.before,
@@ -257,9 +263,12 @@ pub fn list_query(args: &ListArgs) -> Result<ListJobs> {
         // The table shows none of the large fields; `--json` those `--include` names.
         details: args.include.unwrap_or(JobDetails::NONE),
     };
-    query
-        .validate()
-        .map_err(|e| flag_error(e, &[("meta", "--meta"), ("limit", "--limit")]))?;
+    query.validate().map_err(|e| {
+        flag_error(
+            e,
+            &[("meta", "--meta"), ("args", "--args"), ("limit", "--limit")],
+        )
+    })?;
     Ok(query)
 }
 

@@ -442,7 +442,7 @@ async fn overview(State(d): State<Dashboard>, headers: HeaderMap) -> Response {
                 query => percent(q.name.as_str()),
                 paused => q.paused,
                 counts => counts,
-                ready => q.ready,
+                ready => q.ready_text(),
                 lag => q.lag_seconds().map_or_else(|| "-".to_owned(), |s| format!("{s:.1} s")),
             }
         })
@@ -645,6 +645,9 @@ struct JobFilter {
     /// A JSON object the jobs' meta must contain.
     #[serde(default)]
     meta: String,
+    /// A JSON object the jobs' args must contain.
+    #[serde(default)]
+    args: String,
     #[serde(default)]
     before: String,
 }
@@ -720,6 +723,7 @@ async fn jobs(
                 workflow => filter.workflow,
                 parent => filter.parent,
                 meta => filter.meta,
+                args => filter.args,
             },
             every_tenant => viewer.principal.scope == TenantScope::All,
             operator => viewer.principal.role == Role::Operator,
@@ -755,13 +759,18 @@ fn filter_query(filter: &JobFilter) -> Result<ListJobs, Error> {
     if !filter.parent.is_empty() {
         query.parent = Some(job_id(&filter.parent, "parent")?);
     }
-    if !filter.meta.is_empty() {
-        query.meta = Some(serde_json::from_str(&filter.meta).map_err(|_| {
-            Error::invalid(
-                "meta",
-                r#"must be a JSON object such as {"customer": "acme"}"#,
-            )
-        })?);
+    for (field, text, slot) in [
+        ("meta", &filter.meta, &mut query.meta),
+        ("args", &filter.args, &mut query.args),
+    ] {
+        if !text.is_empty() {
+            *slot = Some(serde_json::from_str(text).map_err(|_| {
+                Error::invalid(
+                    field,
+                    r#"must be a JSON object such as {"customer": "acme"}"#,
+                )
+            })?);
+        }
     }
     Ok(query)
 }
@@ -789,6 +798,7 @@ fn url_pairs(filter: &JobFilter) -> Vec<(&'static str, String)> {
         ("workflow", &filter.workflow),
         ("parent", &filter.parent),
         ("meta", &filter.meta),
+        ("args", &filter.args),
     ]
     .into_iter()
     .filter(|(_, v)| !v.is_empty())
@@ -1091,6 +1101,7 @@ impl BulkForm {
                 "workflow" => form.filter.workflow = value,
                 "parent" => form.filter.parent = value,
                 "meta" => form.filter.meta = value,
+                "args" => form.filter.args = value,
                 _ => {}
             }
         }

@@ -207,16 +207,19 @@ pub async fn enqueue_batch(
     Ok((status, Json(body)).into_response())
 }
 
-const LIST_PARAMS: [&str; 10] = [
-    "queue", "state", "kind", "tenant", "meta", "workflow", "parent", "limit", "cursor", "include",
+const LIST_PARAMS: [&str; 11] = [
+    "queue", "state", "kind", "tenant", "meta", "args", "workflow", "parent", "limit", "cursor",
+    "include",
 ];
 
 /// List jobs, newest first.
 ///
 /// Summaries: without `args`, `result`, `errors` and `progress` unless `include` names them
-/// (`GET /v1/jobs/{id}` shows the whole job). Filters combine with AND; `meta` is a JSON object
-/// matched by containment; `workflow` and `parent` select a workflow's jobs or a job's
-/// children; `cursor` is the previous page's `next_cursor`.
+/// (`GET /v1/jobs/{id}` shows the whole job). Filters combine with AND; `meta` and `args` are
+/// JSON objects matched by containment; `workflow` and `parent` select a workflow's jobs or a
+/// job's children; `cursor` is the previous page's `next_cursor`. An `args` search reads at
+/// most 10,000 of the jobs the other filters select per request, so a page may hold fewer
+/// jobs than `limit`, even none, with a `next_cursor` that searches on.
 ///
 /// Any token. A token of one tenant sees only its tenant's jobs; naming another `tenant`
 /// answers 403.
@@ -230,6 +233,7 @@ const LIST_PARAMS: [&str; 10] = [
         ("kind" = Option<String>, Query, description = "Only this kind"),
         ("tenant" = Option<String>, Query, description = "Only this tenant (all-tenant operators)"),
         ("meta" = Option<String>, Query, description = "JSON object the job's meta must contain"),
+        ("args" = Option<String>, Query, description = "JSON object the job's args must contain (reads at most 10,000 jobs per request)"),
         ("workflow" = Option<String>, Query, description = "Only jobs of this workflow (its id)"),
         ("parent" = Option<String>, Query, description = "Only children of this job (its id)"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Page size, an integer 1..=1000 (default 50)"),
@@ -288,21 +292,25 @@ pub async fn list_jobs(
             ))
         }
     };
-    if let Some(m) = params.get("meta") {
+    for field in ["meta", "args"] {
+        let Some(m) = params.get(field) else { continue };
         let value: serde_json::Value = serde_json::from_str(m).map_err(|e| {
             if let Some(fault) = crate::extract::string_fault(&e, m) {
-                return ApiError::invalid("meta", fault);
+                return ApiError::invalid(field, fault);
             }
             ApiError::invalid(
-                "meta",
+                field,
                 format!(
                     "is not valid JSON ({}); give a JSON object, e.g. {{\"customer\":\"acme\"}}",
                     crate::extract::serde_reason(&e)
                 ),
             )
         })?;
-        drover_core::json::check_integer_literals(m, "meta").map_err(|e| state.error(e))?;
-        query.meta = Some(value);
+        drover_core::json::check_integer_literals(m, field).map_err(|e| state.error(e))?;
+        match field {
+            "meta" => query.meta = Some(value),
+            _ => query.args = Some(value),
+        }
     }
     if let Some(w) = params.get("workflow") {
         query.workflow = Some(w.parse::<drover_core::WorkflowId>().map_err(store_err)?);
@@ -511,6 +519,11 @@ fn bulk_filter(
         drover_core::json::check_meta_filter(&meta)
             .map_err(|e| state.error(e.in_field("filter")))?;
         query.meta = Some(meta);
+    }
+    if let Some(args) = filter.args {
+        drover_core::json::check_args_filter(&args)
+            .map_err(|e| state.error(e.in_field("filter")))?;
+        query.args = Some(args);
     }
     Ok(query)
 }

@@ -1,38 +1,79 @@
 -- Counts per queue and state, running jobs waiting for a slot (claimed ahead: started_at
--- NULL), ready jobs (queued with run_at <= now) and how long the
--- longest-waiting ready job has been ready in milliseconds (since greatest(run_at,
--- created_at)), for every queue with jobs or a stored pause state, at one instant of the
--- database clock. Live jobs are counted through jobs_blocked_idx, jobs_waiting_idx and
--- jobs_running_lease_idx,
--- terminal ones with an index-only scan of jobs_done_queue_idx.
-WITH counts AS (
-    SELECT queue, state, count(*)::bigint AS n
-    FROM drover.jobs
-    WHERE state = 'waiting'
+-- NULL), ready jobs (queued with run_at <= now) and how long the longest-waiting ready job
+-- has been ready in milliseconds (since greatest(run_at, created_at)), for every queue with
+-- jobs or a stored pause state, at one instant of the database clock.
+--
+-- Every part is bounded, whatever the table's size (docs/design.md, "Counts"):
+-- - counts: the maintained totals plus their changes not yet folded (0010_job_counts.sql);
+--   the fold runs first, in this statement, and this statement's snapshot sees the tables
+--   as they were before it, so the sum is exact either way;
+-- - ready: per queue and priority (a loose scan of jobs_claim_idx), the ready jobs and the
+--   scheduled ones (run_at > now), each counted up to 10,001. A queue's ready count is exact
+--   when every priority has at most 10,000 ready jobs (their sum) or at most 10,000
+--   scheduled (queued minus scheduled); otherwise it is the lower bound the counted rows
+--   give, and ready_at_least says so;
+-- - lag: the oldest of the first 10,001 ready jobs of each priority, in claim order (exact
+--   unless a priority has more ready jobs than that and one of the later ones has a run_at
+--   before its created_at);
+-- - claimed ahead: running jobs only (jobs_running_lease_idx).
+WITH RECURSIVE fold AS (
+    SELECT drover.job_counts_fold() AS folded
+),
+counts AS (
+    SELECT queue, state, sum(n)::bigint AS n
+    FROM (SELECT queue, state, n FROM drover.job_counts
+          UNION ALL
+          SELECT queue, state, n FROM drover.job_count_changes) c
     GROUP BY queue, state
+    HAVING sum(n) <> 0
+),
+priorities (queue, priority) AS (
+    SELECT c.queue,
+           (SELECT j.priority FROM drover.jobs j
+            WHERE j.state = 'queued' AND j.queue = c.queue
+            ORDER BY j.priority LIMIT 1)
+    FROM counts c
+    WHERE c.state = 'queued'
     UNION ALL
-    SELECT queue, state, count(*)::bigint AS n
-    FROM drover.jobs
-    WHERE state IN ('queued', 'reconciling')
-    GROUP BY queue, state
-    UNION ALL
-    SELECT queue, state, count(*)::bigint AS n
-    FROM drover.jobs
-    WHERE state = 'running'
-    GROUP BY queue, state
-    UNION ALL
-    SELECT queue, state, count(*)::bigint AS n
-    FROM drover.jobs
-    WHERE state IN ('succeeded', 'failed', 'cancelled')
-    GROUP BY queue, state
+    SELECT p.queue,
+           (SELECT j.priority FROM drover.jobs j
+            WHERE j.state = 'queued' AND j.queue = p.queue AND j.priority > p.priority
+            ORDER BY j.priority LIMIT 1)
+    FROM priorities p
+    WHERE p.priority IS NOT NULL
+),
+by_priority AS (
+    SELECT p.queue, r.n AS ready, r.oldest, s.n AS scheduled
+    FROM priorities p
+    CROSS JOIN LATERAL (
+        SELECT count(*)::bigint AS n, min(greatest(f.run_at, f.created_at)) AS oldest
+        FROM (SELECT j.run_at, j.created_at FROM drover.jobs j
+              WHERE j.state = 'queued' AND j.queue = p.queue AND j.priority = p.priority
+                AND j.run_at <= now()
+              ORDER BY j.run_at, j.id
+              LIMIT 10001) f
+    ) r
+    CROSS JOIN LATERAL (
+        SELECT count(*)::bigint AS n
+        FROM (SELECT 1 FROM drover.jobs j
+              WHERE j.state = 'queued' AND j.queue = p.queue AND j.priority = p.priority
+                AND j.run_at > now()
+              LIMIT 10001) f
+    ) s
+    WHERE p.priority IS NOT NULL
 ),
 ready AS (
-    -- A job cannot have waited from before it existed: a run_at in the past counts from
-    -- created_at, so it does not inflate the lag.
-    SELECT queue, count(*)::bigint AS n, min(greatest(run_at, created_at)) AS oldest
-    FROM drover.jobs
-    WHERE state = 'queued' AND run_at <= now()
-    GROUP BY queue
+    SELECT b.queue,
+           CASE WHEN max(b.ready) <= 10000 THEN sum(b.ready)
+                WHEN max(b.scheduled) <= 10000
+                    THEN (SELECT c.n FROM counts c WHERE c.queue = b.queue AND c.state = 'queued')
+                         - sum(b.scheduled)
+                ELSE sum(b.ready)
+           END::bigint AS n,
+           max(b.ready) > 10000 AND max(b.scheduled) > 10000 AS at_least,
+           min(b.oldest) AS oldest
+    FROM by_priority b
+    GROUP BY b.queue
 ),
 waiting AS (
     SELECT queue, count(*)::bigint AS n
@@ -50,10 +91,12 @@ SELECT n.name AS queue,
        COALESCE((SELECT jsonb_object_agg(c.state, c.n) FROM counts c WHERE c.queue = n.name),
                 '{}'::jsonb) AS counts,
        COALESCE(r.n, 0)::bigint AS ready,
+       COALESCE(r.at_least, false) AS ready_at_least,
        COALESCE(w.n, 0)::bigint AS claimed,
        floor(EXTRACT(EPOCH FROM (now() - r.oldest)) * 1000)::bigint AS oldest_ready_age_ms,
        now() AS taken_at
 FROM names n
+CROSS JOIN fold
 LEFT JOIN drover.queues p ON p.name = n.name
 LEFT JOIN ready r ON r.queue = n.name
 LEFT JOIN waiting w ON w.queue = n.name
