@@ -1,30 +1,16 @@
--- Queues that have jobs or a stored pause state, by name. Queues of terminal jobs are found with
--- a loose index scan of jobs_done_queue_idx (one probe per distinct queue, not a table scan);
--- queues of live jobs (few) through jobs_blocked_idx, jobs_waiting_idx and
--- jobs_running_lease_idx.
-WITH RECURSIVE done_queues AS (
-    (SELECT j.queue
-     FROM drover.jobs j
-     WHERE j.state IN ('succeeded', 'failed', 'cancelled')
-     ORDER BY j.queue
-     LIMIT 1)
-    UNION ALL
-    SELECT (SELECT j.queue
-            FROM drover.jobs j
-            WHERE j.state IN ('succeeded', 'failed', 'cancelled') AND j.queue > d.queue
-            ORDER BY j.queue
-            LIMIT 1)
-    FROM done_queues d
-    WHERE d.queue IS NOT NULL
+-- Queues that have jobs or a stored pause state, by name. The queues with jobs are those with
+-- a count in the maintained job counts (0010_job_counts.sql): totals plus changes not yet
+-- folded, summed in this statement's snapshot, so it costs the same at any table size.
+WITH counted AS (
+    SELECT queue
+    FROM (SELECT queue, state, n FROM drover.job_counts
+          UNION ALL
+          SELECT queue, state, n FROM drover.job_count_changes) c
+    GROUP BY queue, state
+    HAVING sum(n) <> 0
 ),
 names AS (
-    SELECT queue AS name FROM done_queues WHERE queue IS NOT NULL
-    UNION
-    SELECT queue FROM drover.jobs WHERE state = 'waiting'
-    UNION
-    SELECT queue FROM drover.jobs WHERE state IN ('queued', 'reconciling')
-    UNION
-    SELECT queue FROM drover.jobs WHERE state = 'running'
+    SELECT queue AS name FROM counted
     UNION
     SELECT name FROM drover.queues
 )
