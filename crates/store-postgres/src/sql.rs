@@ -93,7 +93,7 @@ statements! {
     /// A page of the jobs of one workflow or the children of one job.
     JOBS_LIST_MEMBERS = "jobs_list_members.sql";
     /// Queue snapshot.
-    QUEUE_SNAPSHOT = "queue_snapshot.sql";
+    QUEUE_SNAPSHOT = "queue_snapshot.sql" + "job_counts_current.sql" + "queue_snapshot_end.sql";
     /// Fold the job counts' changes into their totals.
     JOB_COUNTS_FOLD = "job_counts_fold.sql";
     /// No JIT compilation in this transaction.
@@ -109,7 +109,7 @@ statements! {
     /// One queue's stored pause.
     QUEUE_GET = "queue_get.sql";
     /// List queues.
-    QUEUES_LIST = "queues_list.sql";
+    QUEUES_LIST = "queues_list.sql" + "job_counts_current.sql" + "queues_list_end.sql";
     /// Register a worker.
     WORKER_REGISTER = "worker_register.sql";
     /// Worker heartbeat.
