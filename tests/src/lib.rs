@@ -172,6 +172,9 @@ macro_rules! contract_suite {
             snapshot_counts_follow_every_change,
             snapshot_ready_beyond_the_count_bound,
             workers_register_heartbeat_list_deregister,
+            activity_adds_up_per_minute_and_queue,
+            activity_rejects_bad_entries_keeping_nothing,
+            activity_keeps_the_retention_only,
             workers_host_name_is_stored_sanitized,
             workers_prune_stale,
             workers_heartbeat_unknown_is_not_found,
@@ -268,6 +271,7 @@ macro_rules! runner_suite {
     (@list $then:ident ($($arguments:tt)*)) => {
         $crate::$then! {$($arguments)*;
             runner_jobs_run_and_succeed,
+            runner_ended_runs_reach_the_activity_with_the_heartbeat,
             runner_typed_args_run_and_bad_args_fail_without_retry,
             runner_only_registered_kinds_are_claimed,
             runner_jobs_held_by_a_rate_run_without_waiting_for_the_poll,

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use drover_core::{
-    AuditSource, ClaimJobs, Finish, JobState, JobStore, ListAudit, NewJob, QueueName, Retry,
-    StoreConfig, TenantId, WorkerId,
+    ActivityMinute, AuditSource, ClaimJobs, Finish, JobState, JobStore, ListAudit, NewJob,
+    QueueName, Retry, StoreConfig, TenantId, WorkerId,
 };
 use drover_http::auth::token_fingerprint;
 use drover_http::{ApiConfig, ApiState, ApiTokens, AuthMode};
@@ -373,6 +373,64 @@ async fn tenants_are_scoped_and_actions_need_the_csrf_token() {
 }
 
 /// Is `queue` paused in the store?
+/// The overview charts the workers' activity of the last hour: runs ended per minute by
+/// outcome, queue wait and run time; minutes older than the hour are left out, and a tenant's
+/// token sees no charts (the activity spans every tenant).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overview_charts_the_last_hour_of_activity() {
+    let server = Server::with_tokens().await;
+    let now = drover_core::activity::minute_of(server.store.now().await.unwrap());
+    let mut recent = ActivityMinute::new(now, QueueName::parse("mail").unwrap());
+    recent.succeeded = 40;
+    recent.failed = 2;
+    for _ in 0..42 {
+        recent.wait.record(Duration::from_millis(30));
+        recent.duration.record(Duration::from_millis(700));
+    }
+    let mut old = ActivityMinute::new(
+        now - chrono::TimeDelta::minutes(90),
+        QueueName::parse("mail").unwrap(),
+    );
+    old.succeeded = 1_000;
+    server
+        .store
+        .activity_record(vec![old, recent])
+        .await
+        .unwrap();
+
+    let cookie = server.login(OPERATOR).await;
+    let page = server.page("/", Some(&cookie)).await;
+    assert_only_the_live_script(&page);
+    assert!(
+        page.contains("<span id=\"runs-ended\">42</span> ended: 40 succeeded, 0 retried, 2 failed"),
+        "{page}"
+    );
+    assert!(
+        page.contains("median ≤ 50 ms, 95th percentile ≤ 50 ms"),
+        "the wait: {page}"
+    );
+    assert!(
+        page.contains("median ≤ 1 s, 95th percentile ≤ 1 s"),
+        "the run time: {page}"
+    );
+    assert!(
+        page.contains(&format!(
+            "<title>{}: 42 ended (40 succeeded",
+            now.format("%H:%M")
+        )),
+        "one bar for the minute: {page}"
+    );
+    assert_eq!(page.matches("<g class=\"bar\">").count(), 1, "{page}");
+    assert_eq!(page.matches("<g class=\"range\">").count(), 2, "{page}");
+    // The charts are part of the live region.
+    let live = page.split("id=\"overview-live\"").nth(1).unwrap();
+    assert!(live.contains("id=\"chart-runs\""));
+
+    let producer = server.login(PRODUCER_A).await;
+    let theirs = server.page("/", Some(&producer)).await;
+    assert!(!theirs.contains("chart-runs"), "{theirs}");
+}
+
 async fn paused(server: &Server, queue: &str) -> bool {
     server
         .store

@@ -6,6 +6,7 @@
 //! every store (transitions, validation, backoff, limit admission, cron ticks, JSON
 //! containment) lives here once. See ARCHITECTURE.md and docs/design.md.
 
+pub mod activity;
 pub mod audit;
 pub mod bounds;
 pub mod bulk;
@@ -26,6 +27,7 @@ pub mod store;
 pub mod trace;
 pub mod workflow;
 
+pub use activity::{ActivityMinute, Histogram, ListActivity, ACTIVITY_RETENTION};
 pub use audit::{
     Actor, AuditAction, AuditEntry, AuditPage, AuditSource, ListAudit, NewAuditEntry, Operated,
     Operation, PruneAudit, AUDIT_RETENTION_DEFAULT,

@@ -14,6 +14,7 @@ use futures_core::Stream;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::activity::{ActivityMinute, ListActivity};
 use crate::audit::{Actor, AuditPage, ListAudit, Operated, Operation, PruneAudit};
 use crate::bounds::check_range;
 use crate::error::{Error, Result};
@@ -983,6 +984,18 @@ pub trait JobStore: Send + Sync + 'static {
     /// # Errors
     /// `NotFound` when the worker is not registered (pruned as stale): re-register.
     async fn worker_heartbeat(&self, id: WorkerId) -> Result<()>;
+
+    /// Adds what a worker sends ([`crate::activity`]) to the activity stored for each of its
+    /// minutes and queues, and forgets minutes older than [`crate::ACTIVITY_RETENTION`] by
+    /// the store's clock (a minute sent that old is not kept).
+    ///
+    /// # Errors
+    /// `InvalidInput` naming `activity[i]` and the field ([`ActivityMinute::validate_all`]).
+    async fn activity_record(&self, activity: Vec<ActivityMinute>) -> Result<()>;
+
+    /// The activity of the minutes from `query.since` on, one entry per minute and queue that
+    /// has any, by minute and queue.
+    async fn activity_list(&self, query: ListActivity) -> Result<Vec<ActivityMinute>>;
 
     /// Removes a worker's registration. Idempotent.
     async fn worker_deregister(&self, id: WorkerId) -> Result<()>;

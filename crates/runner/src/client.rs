@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use drover_core::bounds::{BULK_PREVIEW_MAX, LIST_LIMIT_MAX};
+use drover_core::{ActivityMinute, ListActivity};
 use drover_core::{
     Actor, AuditPage, AuditSource, CancelOutcome, EnqueueStatus, Enqueued, Entity, Error, Job,
     JobId, JobKind, JobPage, JobState, JobStore, LimitKey, LimitPolicy, LimitStatus, ListAudit,
@@ -517,6 +518,21 @@ impl Client {
     /// `Unavailable`, `Fatal`.
     pub async fn snapshot(&self) -> Result<Snapshot, Error> {
         self.store.queue_snapshot().await
+    }
+
+    /// What the workers did per minute and queue, from the minute of `since` on
+    /// (docs/design.md, "Activity"): the runs that ended by outcome, their queue waits and run
+    /// times. Workers send it with their registration heartbeats, so the last heartbeat
+    /// interval may not be in yet.
+    ///
+    /// # Errors
+    /// `Unavailable`, `Fatal`.
+    pub async fn activity(&self, since: DateTime<Utc>) -> Result<Vec<ActivityMinute>, Error> {
+        self.store
+            .activity_list(ListActivity {
+                since: drover_core::activity::minute_of(since),
+            })
+            .await
     }
 
     /// Deletes one batch of finished jobs past `prune.older_than` (at most `prune.limit`),

@@ -190,7 +190,12 @@ fn handle_reply(rt: &Runtime, job: &Arc<JobShared>, reply: HeartbeatReply) {
 async fn beat_worker(rt: &Runtime) -> bool {
     let id = rt.config.worker_id.clone();
     match bounded(rt, rt.store.worker_heartbeat(id)).await {
-        Ok(()) => true,
+        Ok(()) => {
+            // Best effort: a send cut off by the bound loses that activity.
+            let limit = rt.config.heartbeat_interval;
+            let _ = tokio::time::timeout(limit, rt.activity.send(&*rt.store)).await;
+            true
+        }
         Err(Error::NotFound {
             entity: Entity::Worker,
             ..

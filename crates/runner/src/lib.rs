@@ -33,6 +33,7 @@
 //! }
 //! ```
 
+mod activity;
 mod args;
 mod backlog;
 mod client;

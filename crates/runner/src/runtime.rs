@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use drover_core::{Job, JobKind, JobState, JobStore, QueueName, WorkerId, WorkerRegistration};
 
+use crate::activity::ActivityTally;
 use crate::backlog::Backlogs;
 use crate::config::WorkerConfig;
 use crate::context::Links;
@@ -121,6 +122,8 @@ pub(crate) struct Runtime {
     pub(crate) fatal: FatalSlot,
     pub(crate) nudge: Arc<HeartbeatNudge>,
     pub(crate) counters: Counters,
+    /// The runs ended since the last registration heartbeat, per minute and queue.
+    pub(crate) activity: ActivityTally,
     /// The jobs claimed ahead, waiting for a slot (set when the claim loops are built).
     pub(crate) backlogs: Backlogs,
     /// The store's meta size bound, in bytes.
@@ -165,6 +168,7 @@ impl Runtime {
             fatal: FatalSlot::default(),
             nudge: Arc::new(HeartbeatNudge::new()),
             counters: Counters::default(),
+            activity: ActivityTally::default(),
             backlogs: Backlogs::default(),
             max_meta_bytes: sizes.max_meta_bytes,
             max_result_bytes: sizes.max_result_bytes,
@@ -220,6 +224,7 @@ impl Runtime {
             JobOutcome::LeaseLost => &self.counters.lease_lost,
         };
         bump(counter, 1);
+        self.activity.ended(job, outcome, duration);
         self.metrics
             .job_finished(&job.kind, &job.queue, outcome, duration);
     }

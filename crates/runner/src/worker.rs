@@ -233,6 +233,9 @@ impl Worker {
         join_all("maintenance", maintenance).await;
         stop_background.cancel();
         join_all("background", vec![heartbeat, events]).await;
+        // The last runs' activity, which no heartbeat will carry now.
+        let limit = rt.config.heartbeat_interval;
+        let _ = tokio::time::timeout(limit, rt.activity.send(&*rt.store)).await;
         deregister(&rt).await;
         tracing::info!(worker_id = %rt.config.worker_id, "worker stopped");
         match rt.fatal.take() {

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use drover_core::activity::{ActivityMinute, ListActivity};
 use drover_core::workflow::{
     EnqueueChildren, EnqueuedWorkflow, ListWorkflows, NewWorkflow, Workflow, WorkflowChange,
     WorkflowPage,
@@ -812,6 +813,16 @@ impl JobStore for FaultyStore {
 
     async fn worker_heartbeat(&self, id: WorkerId) -> Result<()> {
         self.plain("worker_heartbeat", || self.inner.worker_heartbeat(id))
+            .await
+    }
+
+    async fn activity_record(&self, activity: Vec<ActivityMinute>) -> Result<()> {
+        self.plain("activity_record", || self.inner.activity_record(activity))
+            .await
+    }
+
+    async fn activity_list(&self, query: ListActivity) -> Result<Vec<ActivityMinute>> {
+        self.plain("activity_list", || self.inner.activity_list(query))
             .await
     }
 

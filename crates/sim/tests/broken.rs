@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use drover_core::activity::{ActivityMinute, ListActivity};
 use drover_core::workflow::{
     EnqueueChildren, EnqueuedWorkflow, ListWorkflows, NewWorkflow, Workflow, WorkflowChange,
     WorkflowPage,
@@ -319,6 +320,14 @@ impl JobStore for Broken {
 
     async fn worker_heartbeat(&self, id: WorkerId) -> Result<()> {
         self.inner.worker_heartbeat(id).await
+    }
+
+    async fn activity_record(&self, activity: Vec<ActivityMinute>) -> Result<()> {
+        self.inner.activity_record(activity).await
+    }
+
+    async fn activity_list(&self, query: ListActivity) -> Result<Vec<ActivityMinute>> {
+        self.inner.activity_list(query).await
     }
 
     async fn worker_deregister(&self, id: WorkerId) -> Result<()> {

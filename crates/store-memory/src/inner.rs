@@ -16,7 +16,7 @@ use drover_core::{
     LimitPolicy, NewJob, QueueInfo, QueueName, Quota, Quotas, Schedule, ScheduleName, TenantId,
     Transition, WorkerId, WorkerInfo, WorkflowId,
 };
-use drover_core::{ClaimJobs, Claimed, Result};
+use drover_core::{ActivityMinute, ClaimJobs, Claimed, Result};
 use uuid::Uuid;
 
 use crate::index::{id_of, key_time, FastMap, Indexes, JobTable, Placement, ReadyKey};
@@ -104,6 +104,8 @@ pub(crate) struct Inner {
     pub idempotency: FastMap<TenantId, FastMap<String, IdempotencyEntry>>,
     pub queues: BTreeMap<QueueName, QueueInfo>,
     pub workers: BTreeMap<WorkerId, WorkerInfo>,
+    /// The workers' activity by minute and queue (`drover_core::activity`).
+    pub activity: BTreeMap<(DateTime<Utc>, QueueName), ActivityMinute>,
     pub limits: BTreeMap<LimitKey, StoredLimit>,
     pub schedules: BTreeMap<ScheduleName, Schedule>,
     /// Dependency edges, children and workflow records.

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use drover_core::activity::{self, ActivityMinute, ListActivity, ACTIVITY_RETENTION};
 use drover_core::bounds::EVENT_BUFFER;
 use drover_core::search::ArgsSearch;
 use drover_core::workflow::WorkflowSummary;
@@ -988,6 +989,36 @@ impl JobStore for MemoryStore {
                 id: id.to_string(),
             }),
         }
+    }
+
+    async fn activity_record(&self, activity: Vec<ActivityMinute>) -> Result<()> {
+        ActivityMinute::validate_all(&activity)?;
+        let mut inner = self.inner.lock();
+        let kept_from = clock::sub(self.clock_now(), ACTIVITY_RETENTION);
+        for minute in activity {
+            if minute.minute < activity::minute_of(kept_from) {
+                continue;
+            }
+            inner
+                .activity
+                .entry((minute.minute, minute.queue.clone()))
+                .and_modify(|stored| stored.add(&minute))
+                .or_insert(minute);
+        }
+        inner
+            .activity
+            .retain(|(minute, _), _| *minute >= activity::minute_of(kept_from));
+        Ok(())
+    }
+
+    async fn activity_list(&self, query: ListActivity) -> Result<Vec<ActivityMinute>> {
+        let inner = self.inner.lock();
+        Ok(inner
+            .activity
+            .iter()
+            .skip_while(|((minute, _), _)| *minute < query.since)
+            .map(|(_, minute)| minute.clone())
+            .collect())
     }
 
     async fn worker_deregister(&self, id: WorkerId) -> Result<()> {

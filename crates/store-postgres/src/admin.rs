@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use drover_core::activity::{ActivityMinute, Histogram, ListActivity, ACTIVITY_RETENTION};
 use drover_core::error::Entity;
 use drover_core::search::ArgsSearch;
 use drover_core::{
@@ -19,7 +20,9 @@ use sqlx::{Connection, PgConnection};
 
 use crate::claim::running_counts;
 use crate::error::SqlxResultExt;
-use crate::records::{into_jobs, micros, JobRecord, LimitRecord, ScheduleRecord, WorkerRecord};
+use crate::records::{
+    into_jobs, micros, ActivityRecord, JobRecord, LimitRecord, ScheduleRecord, WorkerRecord,
+};
 use crate::sql;
 use crate::transaction::settle;
 
@@ -340,6 +343,59 @@ pub(crate) async fn worker_heartbeat(conn: &mut PgConnection, id: WorkerId) -> R
         .await
         .store_err()?;
     Ok(())
+}
+
+/// Adds a worker's activity to the stored minutes (activity_record.sql).
+pub(crate) async fn activity_record(
+    conn: &mut PgConnection,
+    activity: Vec<ActivityMinute>,
+) -> Result<(), Error> {
+    fn counts(histogram: &Histogram) -> String {
+        let counts: Vec<String> = histogram.counts.iter().map(u64::to_string).collect();
+        format!("{{{}}}", counts.join(","))
+    }
+    fn signed(n: u64) -> i64 {
+        i64::try_from(n).unwrap_or(i64::MAX)
+    }
+    let column = |f: fn(&ActivityMinute) -> u64| -> Vec<i64> {
+        activity.iter().map(|m| signed(f(m))).collect()
+    };
+    let minutes: Vec<DateTime<Utc>> = activity.iter().map(|m| m.minute).collect();
+    let queues: Vec<&str> = activity.iter().map(|m| m.queue.as_str()).collect();
+    let waits: Vec<String> = activity.iter().map(|m| counts(&m.wait)).collect();
+    let durations: Vec<String> = activity.iter().map(|m| counts(&m.duration)).collect();
+    sqlx::query(sql::ACTIVITY_RECORD)
+        .bind(&minutes)
+        .bind(&queues)
+        .bind(column(|m| m.succeeded))
+        .bind(column(|m| m.retried))
+        .bind(column(|m| m.failed))
+        .bind(column(|m| m.cancelled))
+        .bind(column(|m| m.snoozed))
+        .bind(&waits)
+        .bind(column(|m| m.wait.sum_ms))
+        .bind(&durations)
+        .bind(column(|m| m.duration.sum_ms))
+        .bind(ACTIVITY_RETENTION.as_secs_f64())
+        .execute(&mut *conn)
+        .await
+        .store_err()?;
+    Ok(())
+}
+
+/// The activity of the minutes from `query.since` on (activity_list.sql).
+pub(crate) async fn activity_list(
+    conn: &mut PgConnection,
+    query: ListActivity,
+) -> Result<Vec<ActivityMinute>, Error> {
+    sqlx::query_as::<_, ActivityRecord>(sql::ACTIVITY_LIST)
+        .bind(query.since)
+        .fetch_all(&mut *conn)
+        .await
+        .store_err()?
+        .into_iter()
+        .map(ActivityRecord::into_minute)
+        .collect()
 }
 
 /// Removes a worker's registration (idempotent).

@@ -124,6 +124,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "job_counts",
         sql: include_str!("../migrations/0010_job_counts.sql"),
     },
+    Migration {
+        version: 11,
+        name: "activity",
+        sql: include_str!("../migrations/0011_activity.sql"),
+    },
 ];
 
 const BOOTSTRAP: &str = include_str!("sql/migrations_bootstrap.sql");

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use drover_core::activity::{ActivityMinute, Histogram};
 use drover_core::{
     AttemptError, Error, FencingToken, Job, JobId, JobKind, JobState, LimitKey, LimitPolicy,
     QueueName, Rate, Schedule, ScheduleName, TenantId, WorkerId, WorkerInfo, WorkflowId,
@@ -156,6 +157,52 @@ impl WorkerRecord {
                 .collect::<Result<_, _>>()?,
             started_at: self.started_at,
             last_heartbeat_at: self.last_heartbeat_at,
+        })
+    }
+}
+
+/// A row of `drover.activity`.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct ActivityRecord {
+    pub minute: DateTime<Utc>,
+    pub queue: String,
+    pub succeeded: i64,
+    pub retried: i64,
+    pub failed: i64,
+    pub cancelled: i64,
+    pub snoozed: i64,
+    pub wait_counts: Vec<i64>,
+    pub wait_sum_ms: i64,
+    pub duration_counts: Vec<i64>,
+    pub duration_sum_ms: i64,
+}
+
+impl ActivityRecord {
+    /// Converts the row into an [`ActivityMinute`].
+    pub fn into_minute(self) -> Result<ActivityMinute, Error> {
+        fn count(n: i64) -> Result<u64, Error> {
+            u64::try_from(n).map_err(|_| corrupt("activity count"))
+        }
+        fn histogram(counts: Vec<i64>, sum_ms: i64) -> Result<Histogram, Error> {
+            let histogram = Histogram {
+                counts: counts.into_iter().map(count).collect::<Result<_, _>>()?,
+                sum_ms: count(sum_ms)?,
+            };
+            histogram
+                .validate("histogram")
+                .map_err(|_| corrupt("activity histogram"))?;
+            Ok(histogram)
+        }
+        Ok(ActivityMinute {
+            minute: self.minute,
+            queue: QueueName::parse(self.queue).map_err(|_| corrupt("queue name"))?,
+            succeeded: count(self.succeeded)?,
+            retried: count(self.retried)?,
+            failed: count(self.failed)?,
+            cancelled: count(self.cancelled)?,
+            snoozed: count(self.snoozed)?,
+            wait: histogram(self.wait_counts, self.wait_sum_ms)?,
+            duration: histogram(self.duration_counts, self.duration_sum_ms)?,
         })
     }
 }

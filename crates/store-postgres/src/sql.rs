@@ -114,6 +114,10 @@ statements! {
     WORKER_REGISTER = "worker_register.sql";
     /// Worker heartbeat.
     WORKER_HEARTBEAT = "worker_heartbeat.sql";
+    /// Add a worker's activity.
+    ACTIVITY_RECORD = "activity_record.sql";
+    /// Read the activity from a minute on.
+    ACTIVITY_LIST = "activity_list.sql";
     /// Deregister a worker.
     WORKER_DEREGISTER = "worker_deregister.sql";
     /// List workers.

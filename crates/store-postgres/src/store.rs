@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use drover_core::activity::{ActivityMinute, ListActivity};
 use drover_core::workflow::{
     EnqueueChildren, EnqueuedWorkflow, ListWorkflows, NewWorkflow, Workflow, WorkflowChange,
     WorkflowPage,
@@ -466,6 +467,22 @@ impl JobStore for PgStore {
     async fn worker_heartbeat(&self, id: WorkerId) -> Result<(), Error> {
         let mut conn = self.connections.acquire().await?;
         let result = admin::worker_heartbeat(&mut conn, id).await;
+        conn.done(result)
+    }
+
+    async fn activity_record(&self, activity: Vec<ActivityMinute>) -> Result<(), Error> {
+        ActivityMinute::validate_all(&activity)?;
+        if activity.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.connections.acquire().await?;
+        let result = admin::activity_record(&mut conn, activity).await;
+        conn.done(result)
+    }
+
+    async fn activity_list(&self, query: ListActivity) -> Result<Vec<ActivityMinute>, Error> {
+        let mut conn = self.connections.acquire().await?;
+        let result = admin::activity_list(&mut conn, query).await;
         conn.done(result)
     }
 

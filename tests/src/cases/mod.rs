@@ -6,6 +6,7 @@
 //! the store's `now()` before and after a call), because PostgreSQL's clock keeps running while
 //! a case runs.
 
+mod activity;
 mod audit;
 mod bulk;
 mod cancel;
@@ -32,6 +33,7 @@ mod transitions;
 mod workers;
 mod workflows;
 
+pub use activity::*;
 pub use audit::*;
 pub use bulk::*;
 pub use cancel::*;

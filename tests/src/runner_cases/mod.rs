@@ -136,6 +136,34 @@ impl Rig {
         }
     }
 
+    /// Polls the activity of the minutes from `since` on until `done` holds for it; returns
+    /// it.
+    pub async fn wait_activity(
+        &self,
+        since: chrono::DateTime<chrono::Utc>,
+        what: &str,
+        done: impl Fn(&[drover_core::ActivityMinute]) -> bool,
+    ) -> Vec<drover_core::ActivityMinute> {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let activity = self
+                .h
+                .store()
+                .activity_list(drover_core::ListActivity { since })
+                .await
+                .expect("activity");
+            if done(&activity) {
+                return activity;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{}: timed out waiting for {what}; activity is {activity:#?}",
+                self.h.store_name()
+            );
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
     /// A worker on its own handle on the store (another process, for PostgreSQL).
     pub async fn worker(&self, registry: Registry, config: WorkerConfig) -> Worker {
         Worker::new(self.h.another_store().await, Arc::new(registry), config)

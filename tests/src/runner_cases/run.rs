@@ -309,3 +309,46 @@ pub async fn runner_an_event_does_not_leave_rate_held_jobs_to_the_poll(f: &dyn S
     let report = running.stop().await;
     assert_eq!(report.succeeded, 3);
 }
+
+/// The runs a worker ends reach the store's activity with its heartbeats: by outcome, with a
+/// queue wait for each start and a run time for each end (docs/design.md, "Activity").
+pub async fn runner_ended_runs_reach_the_activity_with_the_heartbeat(f: &dyn StoreFactory) {
+    let rig = Rig::open(f).await;
+    let since = rig.h.store().now().await.unwrap() - chrono::TimeDelta::minutes(5);
+    let mut registry = Registry::new();
+    registry.register_fn(
+        kind("ok"),
+        |_ctx| async move { Ok::<_, String>(json!(null)) },
+    );
+    registry.register_fn(
+        kind("flaky"),
+        |_ctx| async move { Outcome::retry("not yet") },
+    );
+    let running = rig.start(registry, config("w1")).await;
+    for _ in 0..3 {
+        rig.enqueue(NewJob::new(kind("ok"), json!({}))).await;
+    }
+    rig.enqueue(NewJob::new(kind("flaky"), json!({}))).await;
+
+    let total = |activity: &[drover_core::ActivityMinute]| {
+        let mut sum = drover_core::ActivityMinute::new(since, QueueName::default_queue());
+        activity.iter().for_each(|m| sum.add(m));
+        sum
+    };
+    let activity = rig
+        .wait_activity(since, "3 successes and a retry", |a| {
+            let sum = total(a);
+            sum.succeeded == 3 && sum.retried == 1
+        })
+        .await;
+    assert!(activity
+        .iter()
+        .all(|m| m.queue == QueueName::default_queue()));
+    let sum = total(&activity);
+    assert_eq!(
+        (sum.ended(), sum.wait.count(), sum.duration.count()),
+        (4, 4, 4),
+        "{activity:#?}"
+    );
+    running.stop().await;
+}

@@ -18,6 +18,8 @@
 //!   and again only after [`OVERVIEW_FRESH_FOR`] or [`OVERVIEW_REST_FACTOR`] times as long as
 //!   the last read took, whichever is longer.
 
+mod charts;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -28,8 +30,8 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
 use drover_core::{
-    AuditSource, BulkAction, BulkJobs, Error, JobDetails, JobId, JobKind, JobState, ListAudit,
-    ListJobs, QueueName, TenantId,
+    ActivityMinute, AuditSource, BulkAction, BulkJobs, Error, JobDetails, JobId, JobKind, JobState,
+    ListAudit, ListJobs, QueueName, TenantId,
 };
 use minijinja::{context, Environment, Value};
 use serde::Deserialize;
@@ -75,6 +77,15 @@ const SECURITY_HEADERS: [(&str, &str); 5] = [
     ("cache-control", "no-store"),
 ];
 
+/// What the overview page shows: the queues, and the workers' activity of the last hour.
+#[derive(Clone)]
+struct Overview {
+    queues: QueueOverview,
+    activity: Vec<ActivityMinute>,
+    /// When it was read (this process's clock): the charts' hour ends there.
+    read_at: chrono::DateTime<chrono::Utc>,
+}
+
 /// A logged-in browser.
 #[derive(Clone)]
 struct Session {
@@ -95,7 +106,7 @@ struct Dashboard {
     /// The last read of the queue overview and until when it serves ([`OVERVIEW_FRESH_FOR`],
     /// [`OVERVIEW_REST_FACTOR`]); held across the read, so requests arriving meanwhile wait for
     /// it instead of reading too.
-    overview: Arc<tokio::sync::Mutex<Option<(Instant, QueueOverview)>>>,
+    overview: Arc<tokio::sync::Mutex<Option<(Instant, Overview)>>>,
 }
 
 /// 244 random bits as hex: session ids and CSRF tokens.
@@ -252,7 +263,7 @@ impl Dashboard {
     /// The queue overview, read again once the last read has served its time
     /// ([`OVERVIEW_FRESH_FOR`], [`OVERVIEW_REST_FACTOR`]) or was forgotten after a queue
     /// action.
-    async fn queue_overview(&self) -> Result<QueueOverview, Error> {
+    async fn queue_overview(&self) -> Result<Overview, Error> {
         let mut last = self.overview.lock().await;
         if let Some((until, overview)) = last.as_ref() {
             if Instant::now() < *until {
@@ -260,7 +271,15 @@ impl Dashboard {
             }
         }
         let started = Instant::now();
-        let overview = self.api.client().queue_overview().await?;
+        let client = self.api.client();
+        let read_at = chrono::Utc::now();
+        let since = read_at - chrono::TimeDelta::minutes(charts::MINUTES);
+        let (queues, activity) = tokio::try_join!(client.queue_overview(), client.activity(since))?;
+        let overview = Overview {
+            queues,
+            activity,
+            read_at,
+        };
         let serves_for = OVERVIEW_FRESH_FOR.max(started.elapsed() * OVERVIEW_REST_FACTOR);
         *last = Some((Instant::now() + serves_for, overview.clone()));
         Ok(overview)
@@ -432,7 +451,9 @@ async fn overview(State(d): State<Dashboard>, headers: HeaderMap) -> Response {
         Ok(overview) => overview,
         Err(e) => return d.store_error(&viewer, e),
     };
+    let charts = charts::charts(&overview.activity, overview.read_at);
     let queues: Vec<Value> = overview
+        .queues
         .queues
         .iter()
         .map(|q| {
@@ -452,7 +473,7 @@ async fn overview(State(d): State<Dashboard>, headers: HeaderMap) -> Response {
     d.render(
         "overview.html",
         Some(&viewer),
-        context! { queues, states, can_pause },
+        context! { queues, states, can_pause, charts },
     )
 }
 
