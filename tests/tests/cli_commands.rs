@@ -1463,6 +1463,94 @@ async fn jobs_bulk_previews_then_acts_on_a_filter_or_ids() {
     assert!(bad.contains("--yes") && bad.contains("--preview"), "{bad}");
 }
 
+/// `drover jobs bulk --args`: the action touches only the jobs whose args contain the object
+/// (jsonb containment, as `jobs list --args`), alone or with the other filters; a value that is
+/// not JSON, or JSON but not an object, is a usage error naming `--args`, as for `jobs list`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_bulk_by_args_acts_only_on_matching_jobs() {
+    let Some(db) = TestDb::migrated("jobs_bulk_by_args_acts_only_on_matching_jobs").await else {
+        return;
+    };
+    let acme = [
+        db.enqueue("noop", r#"{"customer": "acme", "n": 1}"#, &[])
+            .await,
+        db.enqueue(
+            "noop",
+            r#"{"customer": "acme", "n": 2}"#,
+            &["--queue", "mail"],
+        )
+        .await,
+    ];
+    let others = [
+        db.enqueue("noop", r#"{"customer": "globex"}"#, &[]).await,
+        // Containment is from the top: an "acme" one level down does not match.
+        db.enqueue("noop", r#"{"order": {"customer": "acme"}}"#, &[])
+            .await,
+        db.enqueue("noop", "[1, 2]", &[]).await,
+    ];
+
+    let filter = ["--args", r#"{"customer": "acme"}"#];
+    let preview = db
+        .json(&[&["jobs", "bulk", "cancel", "--preview"][..], &filter].concat())
+        .await;
+    assert_eq!(
+        preview,
+        json!({"action": "cancel", "preview": true, "matched": 2, "more": false})
+    );
+    // With another filter both apply.
+    let preview = db
+        .json(
+            &[
+                &["jobs", "bulk", "cancel", "--preview", "--queue", "mail"][..],
+                &filter,
+            ]
+            .concat(),
+        )
+        .await;
+    assert_eq!(preview["matched"], 1, "{preview}");
+
+    let done = db
+        .json(&[&["jobs", "bulk", "cancel", "--yes"][..], &filter].concat())
+        .await;
+    assert_eq!(
+        done,
+        json!({"action": "cancel", "preview": false, "changed": 2, "skipped": 0, "not_found": 0})
+    );
+    for id in &acme {
+        assert_eq!(db.job_row(id).await.state, "cancelled", "{id}");
+    }
+    for id in &others {
+        assert_eq!(db.job_row(id).await.state, "queued", "{id}");
+    }
+
+    let bad = db
+        .usage_error(&["jobs", "bulk", "cancel", "--args", "{not json", "--yes"])
+        .await;
+    assert!(
+        bad.starts_with("drover: invalid --args: not valid JSON"),
+        "{bad}"
+    );
+    for not_an_object in ["[1]", r#""acme""#, "null"] {
+        let bad = db
+            .usage_error(&["jobs", "bulk", "cancel", "--args", not_an_object, "--yes"])
+            .await;
+        assert!(
+            bad.starts_with("drover: invalid --args: ") && bad.contains("must be a JSON object"),
+            "{not_an_object}: {bad}"
+        );
+        // The same words as `jobs list --args`.
+        let listed = db
+            .usage_error(&["jobs", "list", "--args", not_an_object])
+            .await;
+        assert_eq!(bad, listed);
+    }
+    let bad = db
+        .usage_error(&["jobs", "bulk", "cancel", "--id", &others[0], "--args", "{}"])
+        .await;
+    assert!(bad.contains("--args"), "{bad}");
+    assert_eq!(db.count("queued").await, 3);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prune_deletes_old_finished_jobs_in_batches() {
     let Some(db) = TestDb::migrated("prune_deletes_old_finished_jobs_in_batches").await else {

@@ -523,7 +523,7 @@ pub struct BulkArgs {
         long = "id",
         value_name = "ID",
         value_parser = job_id,
-        conflicts_with_all = ["queue", "state", "kind", "tenant", "meta", "workflow", "parent"]
+        conflicts_with_all = ["queue", "state", "kind", "tenant", "meta", "args", "workflow", "parent"]
     )]
     pub ids: Vec<JobId>,
     /// Only this queue.
@@ -541,6 +541,10 @@ pub struct BulkArgs {
     /// Only jobs whose meta contains this JSON object.
     #[arg(long, value_name = "JSON")]
     pub meta: Option<String>,
+    /// Only jobs whose args contain this JSON object (no index covers args: the action reads
+    /// every job the other filters select, 10,000 at a time).
+    #[arg(long, value_name = "JSON")]
+    pub args: Option<String>,
     /// Only jobs of this workflow.
     #[arg(long, value_name = "ID", value_parser = workflow_id)]
     pub workflow: Option<WorkflowId>,

@@ -153,11 +153,12 @@ pub async fn run(ctx: &Ctx, command: JobsCommand) -> Result<()> {
     Ok(())
 }
 
-/// Turns `jobs bulk` flags into a bulk action (clap checked every flag but `--meta`).
+/// Turns `jobs bulk` flags into a bulk action (clap checked every flag but `--meta` and
+/// `--args`).
 ///
 /// # Errors
-/// A usage error naming the flag: `--meta` not a JSON object, more than 1,000 `--id`s, one
-/// given twice.
+/// A usage error naming the flag: `--meta` or `--args` not a JSON object, more than 1,000
+/// `--id`s, one given twice.
 fn bulk_jobs(args: &BulkArgs) -> Result<BulkJobs> {
     let bulk = if args.ids.is_empty() {
         let filter = ListJobs {
@@ -170,6 +171,11 @@ fn bulk_jobs(args: &BulkArgs) -> Result<BulkJobs> {
                 .as_deref()
                 .map(|m| super::json_flag("meta", m))
                 .transpose()?,
+            args: args
+                .args
+                .as_deref()
+                .map(|m| super::json_flag("args", m))
+                .transpose()?,
             workflow: args.workflow,
             parent: args.parent,
             ..ListJobs::default()
@@ -178,8 +184,16 @@ fn bulk_jobs(args: &BulkArgs) -> Result<BulkJobs> {
     } else {
         BulkJobs::ids(args.action, args.ids.clone())
     };
-    bulk.validate()
-        .map_err(|e| flag_error(e, &[("ids", "--id"), ("filter.meta", "--meta")]))?;
+    bulk.validate().map_err(|e| {
+        flag_error(
+            e,
+            &[
+                ("ids", "--id"),
+                ("filter.meta", "--meta"),
+                ("filter.args", "--args"),
+            ],
+        )
+    })?;
     Ok(bulk)
 }
 
