@@ -8,8 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use drover_core::{
+<<<<<<< HEAD
     ActivityMinute, AuditSource, ClaimJobs, Finish, JobState, JobStore, ListAudit, NewJob,
     QueueName, Retry, StoreConfig, TenantId, WorkerId,
+=======
+    AuditSource, ClaimJobs, Finish, HeartbeatItem, HeartbeatJobs, JobState, JobStore, ListAudit,
+    NewJob, QueueName, Retry, StoreConfig, TenantId, WorkerId,
+>>>>>>> eabc595 (Show a job's progress steps as a timeline on the dashboard's job page)
 };
 use drover_http::auth::token_fingerprint;
 use drover_http::{ApiConfig, ApiState, ApiTokens, AuthMode};
@@ -253,6 +258,17 @@ async fn hostile_text_renders_as_text() {
         .await
         .unwrap()
         .jobs;
+    // A step named with markup, in the timeline and as the latest detail.
+    beat(
+        &server,
+        &claimed[0],
+        json!({
+            "step": hostile,
+            "detail": hostile,
+            "steps": [{"step": hostile, "at": "2026-12-01T10:00:00.000Z"}],
+        }),
+    )
+    .await;
     server
         .store
         .job_finish(
@@ -285,8 +301,183 @@ async fn hostile_text_renders_as_text() {
                 page.contains("id=\"retry\""),
                 "a failed job can be retried: {page}"
             );
+            assert!(
+                page.contains(
+                    "<span class=\"step text\">&lt;script&gt;alert(1)&lt;&#x2f;script&gt;"
+                ),
+                "the step's name as text: {page}"
+            );
         }
     }
+}
+
+/// Saves `progress` for `job` (claimed) as a worker's heartbeat does.
+async fn beat(server: &Server, job: &drover_core::Job, progress: serde_json::Value) {
+    server
+        .store
+        .jobs_heartbeat(HeartbeatJobs {
+            lease: Duration::from_secs(60),
+            jobs: vec![HeartbeatItem {
+                id: job.id,
+                token: job.fencing_token,
+                meta: None,
+                progress: Some(progress),
+                started: None,
+            }],
+        })
+        .await
+        .unwrap();
+}
+
+/// The text of the element of `id` (whose start tag ends in `>`) up to `end`.
+fn element<'a>(page: &'a str, id: &str, end: &str) -> &'a str {
+    let start = page
+        .find(&format!("id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no #{id}: {page}"));
+    let rest = &page[start..];
+    &rest[..rest
+        .find(end)
+        .unwrap_or_else(|| panic!("#{id} never ends: {page}"))]
+}
+
+/// The entries of the timeline `#timeline` as text: time, step and length, tags removed.
+fn timeline_entries(page: &str) -> Vec<String> {
+    element(page, "timeline", "</ol>")
+        .split("<li")
+        .skip(1)
+        .map(|entry| {
+            let mut text = String::new();
+            let mut in_tag = true; // the rest of the `<li ...>` tag
+            for c in entry.chars() {
+                match c {
+                    '<' => in_tag = true,
+                    '>' => in_tag = false,
+                    _ if !in_tag => text.push(c),
+                    _ => {}
+                }
+            }
+            text.trim().to_owned()
+        })
+        .collect()
+}
+
+/// A job whose progress has a step history (`JobContext::step`'s shape) shows it as a
+/// timeline in order: each step's time, name and length (until the next step; the last one
+/// ongoing while the job runs, until its finish once it finished), earlier dropped steps
+/// counted, then the latest detail; progress of any other shape shows as JSON, as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_page_shows_step_progress_as_a_timeline() {
+    let server = Server::with_tokens().await;
+    let kind = drover_core::JobKind::parse("report.build").unwrap();
+    for _ in 0..3 {
+        server.enqueue(job("report.build", json!({}))).await;
+    }
+    let claimed = server
+        .store
+        .jobs_claim(ClaimJobs {
+            worker: WorkerId::parse("w").unwrap(),
+            queues: vec![QueueName::default_queue()],
+            kinds: vec![kind],
+            limit: 3,
+            start: 3,
+            lease: Duration::from_secs(60),
+        })
+        .await
+        .unwrap()
+        .jobs;
+    let [stepped, finished, other] = &claimed[..] else {
+        panic!("three jobs claimed: {claimed:?}");
+    };
+    let steps = json!([
+        {"step": "fetch", "at": "2026-12-01T10:00:01.000Z"},
+        {"step": "parse", "at": "2026-12-01T10:00:02.500Z"},
+        {"step": "upload", "at": "2026-12-01T10:00:02.750Z"},
+    ]);
+    beat(
+        &server,
+        stepped,
+        json!({"step": "upload", "detail": {"done": 3, "of": 10}, "steps": steps, "steps_dropped": 7}),
+    )
+    .await;
+    // The last step two hours before the job finishes (by the store's clock: now).
+    let now = chrono::Utc::now();
+    let ago = |seconds: i64| {
+        (now - chrono::Duration::seconds(seconds))
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    };
+    beat(
+        &server,
+        finished,
+        json!({"step": "send", "detail": null, "steps": [
+            {"step": "render", "at": ago(7200 + 90)},
+            {"step": "send", "at": ago(7200)},
+        ]}),
+    )
+    .await;
+    server
+        .store
+        .job_finish(
+            finished.id,
+            finished.fencing_token,
+            Finish::Succeeded { result: None },
+        )
+        .await
+        .unwrap();
+    beat(
+        &server,
+        other,
+        json!({"step": "render", "detail": "page 1 of 2"}),
+    )
+    .await;
+    let cookie = server.login(OPERATOR).await;
+
+    let page = server
+        .page(&format!("/jobs/{}", stepped.id), Some(&cookie))
+        .await;
+    assert_eq!(
+        timeline_entries(&page),
+        [
+            "2026-12-01T10:00:01.000Z fetch 1.5 s",
+            "2026-12-01T10:00:02.500Z parse 250 ms",
+            "2026-12-01T10:00:02.750Z upload ongoing",
+        ],
+        "{page}"
+    );
+    assert!(
+        page.contains("start=\"8\""),
+        "numbered after the dropped: {page}"
+    );
+    assert!(
+        element(&page, "steps-dropped", "</p>").contains("7 earlier step(s) not kept"),
+        "{page}"
+    );
+    let detail = element(&page, "progress-detail", "</pre>");
+    assert!(
+        detail.contains("&quot;done&quot;: 3,"),
+        "pretty JSON: {detail}"
+    );
+    assert!(!page.contains("id=\"progress\""), "{page}");
+    assert_only_the_live_script(&page);
+
+    let page = server
+        .page(&format!("/jobs/{}", finished.id), Some(&cookie))
+        .await;
+    let entries = timeline_entries(&page);
+    assert_eq!(entries.len(), 2, "{page}");
+    assert!(entries[0].ends_with("render 1 min 30 s"), "{entries:?}");
+    assert!(entries[1].ends_with("send 2 h 0 min"), "{entries:?}");
+    assert!(!page.contains("id=\"steps-dropped\""), "{page}");
+
+    let page = server
+        .page(&format!("/jobs/{}", other.id), Some(&cookie))
+        .await;
+    assert!(!page.contains("id=\"timeline\""), "{page}");
+    let progress = element(&page, "progress", "</pre>");
+    assert!(
+        progress.contains("&quot;step&quot;: &quot;render&quot;")
+            && progress.contains("&quot;detail&quot;: &quot;page 1 of 2&quot;"),
+        "{progress}"
+    );
 }
 
 /// A producer of one tenant sees its jobs only (another tenant's job answers 404 by URL and

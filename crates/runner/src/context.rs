@@ -12,7 +12,7 @@ use drover_core::{
     ListJobs, NewJob, SizeLimits, TenantId,
 };
 use serde::de::DeserializeOwned;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
@@ -226,12 +226,19 @@ impl JobContext {
         self.shared.reason()
     }
 
-    /// Records progress `{"step": name, "detail": detail}` (best effort: a lost heartbeat
-    /// loses it, it never fails the job). Saved as the job's `progress` by the next heartbeat.
-    /// Never put secrets or args in it: operators see it.
+    /// Records progress `{"step": name, "detail": detail, "steps": [{"step", "at"}, ...]}`:
+    /// the latest step with its detail, and the names of this run's last
+    /// [`STEPS_MAX`](crate::progress::STEPS_MAX) steps with the worker's time of each (RFC 3339
+    /// UTC, milliseconds; older ones counted in `"steps_dropped"`), which the dashboard shows
+    /// as a timeline ([`crate::progress`]). Best effort: a lost heartbeat loses it, it never
+    /// fails the job. Saved as the job's `progress` by the next heartbeat. Never put secrets
+    /// or args in it: operators see it.
     pub fn step(&self, name: &str, detail: impl Into<Value>) {
-        self.shared
-            .set_progress(json!({"step": name, "detail": detail.into()}));
+        let detail = detail.into();
+        // The time is read under the progress lock, so the history's order is the times'.
+        self.shared.update_progress(|previous| {
+            crate::progress::after_step(previous, name, detail, chrono::Utc::now())
+        });
     }
 
     /// The latest progress recorded with [`JobContext::step`] during this run.
@@ -272,6 +279,7 @@ mod tests {
     use chrono::Utc;
     use drover_core::{JobId, JobKind, NewJob};
     use serde::Deserialize;
+    use serde_json::json;
 
     fn job(args: Value) -> Job {
         NewJob::new(JobKind::parse("email.send").unwrap(), args)
@@ -312,10 +320,10 @@ mod tests {
         let ctx = JobContext::detached(job(json!({})));
         assert!(ctx.progress().is_none());
         ctx.step("download", "3 of 10");
-        assert_eq!(
-            ctx.progress(),
-            Some(json!({"step": "download", "detail": "3 of 10"}))
-        );
+        let progress = ctx.progress().unwrap();
+        assert_eq!(progress["step"], "download");
+        assert_eq!(progress["detail"], "3 of 10");
+        assert_eq!(progress["steps"][0]["step"], "download");
         assert!(ctx.set_meta(json!([1])).is_err());
         ctx.set_meta(json!({"phase": "upload"})).unwrap();
         assert_eq!(ctx.meta(), json!({"phase": "upload"}));
@@ -323,6 +331,41 @@ mod tests {
         ctx.cancellation().cancel();
         assert!(ctx.is_cancelled());
         assert_eq!(ctx.cancel_reason(), None);
+    }
+
+    /// `step` keeps this run's last 50 steps, oldest first, each with its time; older ones
+    /// are counted as dropped, and only the latest step keeps its detail.
+    #[test]
+    fn steps_keep_a_bounded_history_with_the_latest_detail() {
+        let ctx = JobContext::detached(job(json!({})));
+        let before = Utc::now();
+        for i in 0..51 {
+            ctx.step(&format!("step {i}"), json!({"i": i}));
+        }
+        let after = Utc::now();
+        let progress = ctx.progress().unwrap();
+        assert_eq!(progress["step"], "step 50");
+        assert_eq!(progress["detail"], json!({"i": 50}));
+        assert_eq!(progress["steps_dropped"], 1);
+        let steps = progress["steps"].as_array().unwrap();
+        assert_eq!(steps.len(), 50);
+        assert!(
+            steps.iter().all(|s| s.get("detail").is_none()),
+            "{progress}"
+        );
+        let history = crate::progress::history(&progress).unwrap();
+        let names: Vec<&str> = history.steps.iter().map(|s| s.step.as_str()).collect();
+        let expected: Vec<String> = (1..51).map(|i| format!("step {i}")).collect();
+        assert_eq!(names, expected);
+        // Times are the worker's clock at millisecond precision, in order.
+        let floor = before - chrono::Duration::milliseconds(1);
+        assert!(history.steps.windows(2).all(|w| w[0].at <= w[1].at));
+        assert!(history.steps[0].at >= floor && history.steps[49].at <= after);
+        let at = steps[0]["at"].as_str().unwrap();
+        assert!(
+            at.ends_with('Z') && at.len() == "2026-12-01T10:00:00.000Z".len(),
+            "{at}"
+        );
     }
 
     /// With spans off, children share the parent's stored trace context; a child given its

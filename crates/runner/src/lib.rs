@@ -48,6 +48,7 @@ mod maintenance;
 mod metrics;
 mod outcome;
 mod producer;
+pub mod progress;
 mod registry;
 mod running;
 mod runtime;

@@ -273,11 +273,14 @@ impl JobShared {
         self.lease_lost.load(Ordering::Acquire)
     }
 
-    /// Records a progress value; the next heartbeat saves it.
-    pub(crate) fn set_progress(&self, progress: Value) {
+    /// Replaces the progress with `next` of this run's previous progress, under one lock so
+    /// that steps recorded at once by clones of a context each extend the other's; the next
+    /// heartbeat saves it.
+    pub(crate) fn update_progress(&self, next: impl FnOnce(Option<Value>) -> Value) {
         {
             let mut updates = self.updates.lock();
-            updates.progress = Some(progress);
+            let previous = updates.progress.take();
+            updates.progress = Some(next(previous));
             updates.progress_dirty = true;
         }
         self.has_updates.store(true, Ordering::Release);

@@ -114,17 +114,19 @@ pub async fn runner_progress_and_meta_are_saved_by_heartbeats(f: &dyn StoreFacto
             j.progress.is_some() && j.meta == json!({"phase": "render"})
         })
         .await;
-    assert_eq!(
-        job.progress,
-        Some(json!({"step": "render", "detail": "page 1 of 2"}))
-    );
+    let progress = job.progress.expect("progress");
+    assert_eq!(progress["step"], "render");
+    assert_eq!(progress["detail"], "page 1 of 2");
     assert_eq!(job.state, JobState::Running);
     release.notify_one();
     let job = rig.wait_state(id, JobState::Succeeded).await;
-    assert_eq!(
-        job.progress,
-        Some(json!({"step": "render", "detail": "page 2 of 2"}))
-    );
+    // The final progress: the latest detail and both steps of the run, in order.
+    let progress = job.progress.expect("progress");
+    assert_eq!(progress["detail"], "page 2 of 2");
+    let history = drover_runner::progress::history(&progress).expect("a step history");
+    let names: Vec<&str> = history.steps.iter().map(|s| s.step.as_str()).collect();
+    assert_eq!(names, ["render", "render"], "{progress}");
+    assert!(history.steps[0].at <= history.steps[1].at, "{progress}");
     assert_eq!(job.meta, json!({"phase": "done"}));
     running.stop().await;
 }

@@ -19,6 +19,7 @@
 //!   the last read took, whichever is longer.
 
 mod charts;
+mod timeline;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -925,6 +926,8 @@ async fn job(State(d): State<Dashboard>, headers: HeaderMap, Path(id): Path<Stri
             args => pretty(&job.args),
             meta => pretty(&job.meta),
             result => job.result.as_ref().map(pretty),
+            // Progress with a step history shows as a timeline, any other as it is.
+            timeline => timeline::timeline(&job),
             progress => job.progress.as_ref().map(pretty),
             workflow,
             children,
