@@ -8,13 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use drover_core::{
-<<<<<<< HEAD
-    ActivityMinute, AuditSource, ClaimJobs, Finish, JobState, JobStore, ListAudit, NewJob,
-    QueueName, Retry, StoreConfig, TenantId, WorkerId,
-=======
-    AuditSource, ClaimJobs, Finish, HeartbeatItem, HeartbeatJobs, JobState, JobStore, ListAudit,
-    NewJob, QueueName, Retry, StoreConfig, TenantId, WorkerId,
->>>>>>> eabc595 (Show a job's progress steps as a timeline on the dashboard's job page)
+    ActivityMinute, AuditSource, ClaimJobs, Finish, HeartbeatItem, HeartbeatJobs, JobState,
+    JobStore, ListAudit, NewJob, QueueName, Retry, StoreConfig, TenantId, WorkerId,
 };
 use drover_http::auth::token_fingerprint;
 use drover_http::{ApiConfig, ApiState, ApiTokens, AuthMode};

@@ -11,7 +11,8 @@
 //!
 //! - `steps` holds at most [`STEPS_MAX`] steps of this run, oldest first; older ones are
 //!   dropped and counted in `steps_dropped` (absent while none is).
-//! - Only the latest step keeps its detail, so the size stays bounded by the names.
+//! - Only the latest step keeps its detail, and the history keeps at most
+//!   [`STEP_NAME_MAX_BYTES`] of each name, so the history's size is bounded.
 //! - `at` is RFC 3339 in UTC with milliseconds, from the worker's clock.
 //!
 //! Progress written otherwise (older workers wrote `{"step", "detail"}` alone) has no
@@ -22,6 +23,10 @@ use serde_json::{json, Map, Value};
 
 /// Most steps a run's progress keeps.
 pub const STEPS_MAX: usize = 50;
+
+/// Most bytes of a step's name the history keeps (the latest step's `step` keeps it whole), so
+/// the history stays far below the store's size bound: 50 steps take at most about 12 KiB.
+pub const STEP_NAME_MAX_BYTES: usize = 200;
 
 /// One step of a run's history.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,7 +67,7 @@ pub(crate) fn after_step(
         .and_then(Value::as_u64)
         .unwrap_or(0);
     steps.push(json!({
-        "step": name,
+        "step": drover_core::job::stored_text(name, STEP_NAME_MAX_BYTES),
         "at": at.to_rfc3339_opts(SecondsFormat::Millis, true),
     }));
     if steps.len() > STEPS_MAX {
@@ -134,6 +139,24 @@ mod tests {
             history(&json!({"steps": [{"step": 1, "at": "2026-12-01T10:00:06Z"}]})),
             None
         );
+    }
+
+    #[test]
+    fn the_history_keeps_a_bounded_part_of_each_name() {
+        let long = "é".repeat(STEP_NAME_MAX_BYTES);
+        let progress = after_step(None, &long, json!(null), at(1, 0));
+        assert_eq!(progress["step"], json!(long), "the latest step is whole");
+        let kept = progress["steps"][0]["step"].as_str().unwrap();
+        assert!(
+            kept.len() <= STEP_NAME_MAX_BYTES && long.starts_with(kept),
+            "{kept}"
+        );
+        let mut progress = None;
+        for i in 0..STEPS_MAX as u32 {
+            progress = Some(after_step(progress, &long, json!(null), at(i % 60, 0)));
+        }
+        let size = serde_json::to_string(&progress).unwrap().len();
+        assert!(size < 16 * 1024, "{size} bytes");
     }
 
     #[test]

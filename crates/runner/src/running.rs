@@ -279,8 +279,16 @@ impl JobShared {
     pub(crate) fn update_progress(&self, next: impl FnOnce(Option<Value>) -> Value) {
         {
             let mut updates = self.updates.lock();
-            let previous = updates.progress.take();
-            updates.progress = Some(next(previous));
+            let progress = next(updates.progress.clone());
+            // A value the store would refuse would fail the whole heartbeat call, and with
+            // it the leases of every job in it: it is not recorded.
+            if let Err(error) =
+                drover_core::json::check_value("progress", &progress, self.max_meta_bytes)
+            {
+                tracing::warn!(job_id = %self.job.id, error = %error, "progress not recorded");
+                return;
+            }
+            updates.progress = Some(progress);
             updates.progress_dirty = true;
         }
         self.has_updates.store(true, Ordering::Release);
@@ -502,6 +510,35 @@ mod tests {
     /// Whether a nudge is waiting to be taken by the heartbeat loop, without waiting.
     fn notified_now(nudge: &HeartbeatNudge) -> bool {
         nudge.notified().now_or_never().is_some()
+    }
+
+    /// Progress the store would refuse (too large, or holding NUL) is not recorded, so the
+    /// heartbeat that carries the run's other updates, and the leases of every job in its
+    /// call, still go through; the progress recorded before stays.
+    #[test]
+    fn progress_the_store_would_refuse_is_not_recorded() {
+        let shared = JobShared::new(job(), CancellationToken::new(), None, 1024);
+        shared.update_progress(|_| serde_json::json!({"step": "small"}));
+        assert!(shared.heartbeat_item().progress.is_some());
+        shared.update_progress(|_| serde_json::json!({"detail": "x".repeat(2_000)}));
+        shared.update_progress(|_| serde_json::json!({"detail": "a\u{0}b"}));
+        shared.set_meta(serde_json::json!({"kept": true}));
+        let item = shared.heartbeat_item();
+        assert_eq!(item.progress, None, "nothing new to send");
+        assert_eq!(item.meta, Some(serde_json::json!({"kept": true})));
+        drover_core::HeartbeatJobs {
+            lease: std::time::Duration::from_secs(30),
+            jobs: vec![item],
+        }
+        .validate(&drover_core::SizeLimits {
+            max_meta_bytes: 1024,
+            ..drover_core::SizeLimits::default()
+        })
+        .expect("the store takes the heartbeat");
+        assert_eq!(
+            shared.progress(),
+            Some(serde_json::json!({"step": "small"}))
+        );
     }
 
     #[test]
