@@ -275,6 +275,9 @@ impl BulkJobs {
                 if let Some(meta) = &filter.meta {
                     fields.insert("meta".to_owned(), meta.clone());
                 }
+                if let Some(args) = &filter.args {
+                    fields.insert("args".to_owned(), args.clone());
+                }
                 json!({ "filter": fields })
             }
         }
@@ -506,6 +509,16 @@ mod tests {
         assert_eq!(
             scoped.target(),
             json!({"filter": {"state": "failed", "tenant": "acme"}})
+        );
+        let searched = ListJobs {
+            meta: Some(json!({"customer": "acme"})),
+            args: Some(json!({"order": 7})),
+            ..failed.clone()
+        };
+        assert_eq!(
+            BulkJobs::filter(BulkAction::Retry, searched).target(),
+            json!({"filter": {"state": "failed", "meta": {"customer": "acme"}, "args": {"order": 7}}}),
+            "the audit record names every filter, args too"
         );
         let other = ListJobs {
             tenant: Some(TenantId::parse("other").unwrap()),

@@ -287,7 +287,7 @@ fn check_object_filter(field: &str, filter: &Value) -> Result<(), Error> {
     if !filter.is_object() {
         return Err(Error::invalid(
             field,
-            format!("a {field} filter must be a JSON object, e.g. {{\"customer\": \"acme\"}}"),
+            format!("the {field} filter must be a JSON object, e.g. {{\"customer\": \"acme\"}}"),
         ));
     }
     check_value(field, filter, 64 * 1024)
