@@ -387,7 +387,8 @@ async fn a_browser_watches_drover_dev_run_a_job_and_retries_a_failed_one() {
     };
     let mut command = tokio::process::Command::new(cli_support::drover_bin());
     command
-        .args(["dev", "--listen", "127.0.0.1:0"])
+        // Heartbeats every second bring the worker's activity to the overview's charts soon.
+        .args(["dev", "--listen", "127.0.0.1:0", "--heartbeat", "1s"])
         .env("DROVER_API_TOKENS", tokens())
         .env_remove("DROVER_DATABASE_URL")
         .env_remove("RUST_LOG")
@@ -457,6 +458,16 @@ async fn a_browser_watches_drover_dev_run_a_job_and_retries_a_failed_one() {
         assert_ne!(browser.title().await.unwrap(), "owned", "no script ran");
         browser.goto(&format!("{base}/")).await.unwrap();
         assert!(text_of(&browser, "#queues").await.contains("default"));
+        // The two runs reach the charts with a heartbeat, and the page shows them without a
+        // reload: a bar in the runs chart, a range in each latency chart.
+        wait_for(&browser, "//span[@id='runs-ended' and number(text()) >= 2]").await;
+        for chart in ["chart-runs", "chart-wait", "chart-duration"] {
+            let drawn = browser
+                .find_all(Locator::Css(&format!("#{chart} svg g")))
+                .await
+                .unwrap();
+            assert!(!drawn.is_empty(), "{chart} draws the runs");
+        }
         screenshot(&browser, "dev-overview").await;
         browser
             .goto(&format!("{base}/jobs/{failing}"))

@@ -1,12 +1,14 @@
 //! The runs this worker ended, added up per minute and queue (docs/design.md, "Activity")
-//! until its next registration heartbeat sends them ([`JobStore::activity_record`]). A run
-//! costs a lock and a map update here; the store sees one write per heartbeat.
+//! until its next registration heartbeat sends them ([`JobStore::activity_record`]). The
+//! completer adds each written batch of outcomes under one lock; the store sees one write per
+//! heartbeat.
 //!
-//! Minutes are the store's clock: a job's wait counts in the minute of its claim, its end in
-//! the minute of its claim plus its run time. What a failed send could not deliver is kept
-//! for the next one, up to [`MOST_ENTRIES`] minutes and queues (the oldest go first).
+//! Minutes are the store's clock: a run's queue wait counts in the minute of its claim, its end
+//! and run time in the minute of its claim plus its run time. What a failed send could not
+//! deliver is kept for the next one, up to [`MOST_ENTRIES`] minutes and queues (the oldest go
+//! first).
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -21,73 +23,122 @@ const MOST_ENTRIES: usize = 10_000;
 /// The activity not yet sent.
 #[derive(Debug, Default)]
 pub(crate) struct ActivityTally {
-    minutes: Mutex<BTreeMap<(DateTime<Utc>, QueueName), ActivityMinute>>,
+    minutes: Mutex<Minutes>,
+}
+
+/// The minutes of each queue, oldest first: a run finds its queue without cloning the name
+/// and its minute among the last few.
+#[derive(Debug, Default)]
+struct Minutes {
+    by_queue: HashMap<QueueName, Vec<ActivityMinute>>,
+    len: usize,
+}
+
+/// Minutes since the Unix epoch: the key a run is added up under.
+fn minute_number(at: DateTime<Utc>) -> i64 {
+    at.timestamp().div_euclid(60)
+}
+
+impl Minutes {
+    fn entry(&mut self, at: DateTime<Utc>, queue: &QueueName) -> &mut ActivityMinute {
+        let minute = minute_number(at);
+        if !self.by_queue.contains_key(queue) {
+            self.by_queue.insert(queue.clone(), Vec::new());
+        }
+        let minutes = self.by_queue.get_mut(queue).expect("inserted above");
+        let index = match minutes
+            .iter()
+            .rposition(|m| minute_number(m.minute) <= minute)
+        {
+            Some(i) if minute_number(minutes[i].minute) == minute => i,
+            found => {
+                let at_index = found.map_or(0, |i| i + 1);
+                minutes.insert(at_index, ActivityMinute::new(at, queue.clone()));
+                self.len += 1;
+                at_index
+            }
+        };
+        &mut minutes[index]
+    }
+
+    /// Drops the oldest minutes past the bound.
+    fn bound(&mut self) {
+        while self.len > MOST_ENTRIES {
+            let oldest = self
+                .by_queue
+                .iter()
+                .filter_map(|(queue, minutes)| Some((minutes.first()?.minute, queue.clone())))
+                .min();
+            let Some((_, queue)) = oldest else { return };
+            if let Some(minutes) = self.by_queue.get_mut(&queue) {
+                minutes.remove(0);
+                self.len -= 1;
+            }
+        }
+    }
+}
+
+/// One run whose outcome the store recorded.
+pub(crate) struct EndedRun<'a> {
+    pub(crate) job: &'a Job,
+    pub(crate) outcome: JobOutcome,
+    /// The handler's run time.
+    pub(crate) duration: Duration,
 }
 
 impl ActivityTally {
-    /// Counts a job's wait in the queue, from runnable to its claim.
-    pub(crate) fn waited(&self, job: &Job, wait: Duration) {
-        if let Some(claimed) = job.attempted_at {
-            self.update(claimed, &job.queue, |minute| minute.wait.record(wait));
-        }
-    }
-
-    /// Counts a run's end and its handler's run time; outcomes that end no attempt (released,
-    /// waiting, lease lost) are not counted.
-    pub(crate) fn ended(&self, job: &Job, outcome: JobOutcome, duration: Duration) {
-        let Some(claimed) = job.attempted_at else {
-            return;
-        };
-        let ended = claimed + chrono::TimeDelta::from_std(duration).unwrap_or_default();
-        self.update(ended, &job.queue, |minute| {
-            let count = match outcome {
-                JobOutcome::Succeeded => &mut minute.succeeded,
-                JobOutcome::Retried => &mut minute.retried,
-                JobOutcome::Failed => &mut minute.failed,
-                JobOutcome::Cancelled => &mut minute.cancelled,
-                JobOutcome::Snoozed => &mut minute.snoozed,
-                JobOutcome::Released | JobOutcome::Waiting | JobOutcome::LeaseLost => return,
+    /// Adds up runs whose outcomes the store recorded: each one's outcome and run time, and
+    /// its queue wait (from runnable, its `run_at` or its enqueue when that came later, to
+    /// its claim). Outcomes that end no attempt (released, waiting) are not counted.
+    pub(crate) fn ended(&self, runs: &[EndedRun<'_>]) {
+        let mut minutes = self.minutes.lock().unwrap_or_else(PoisonError::into_inner);
+        for run in runs {
+            let Some(claimed) = run.job.attempted_at else {
+                continue;
             };
-            *count += 1;
-            minute.duration.record(duration);
-        });
-    }
-
-    fn update(
-        &self,
-        at: DateTime<Utc>,
-        queue: &QueueName,
-        change: impl FnOnce(&mut ActivityMinute),
-    ) {
-        let mut minutes = self.minutes.lock().unwrap_or_else(PoisonError::into_inner);
-        let key = (drover_core::activity::minute_of(at), queue.clone());
-        let minute = minutes
-            .entry(key)
-            .or_insert_with(|| ActivityMinute::new(at, queue.clone()));
-        change(minute);
-        if minutes.len() > MOST_ENTRIES {
-            minutes.pop_first();
+            let runnable = run.job.run_at.max(run.job.created_at);
+            let wait = (claimed - runnable).to_std().unwrap_or_default();
+            let ended = claimed + chrono::TimeDelta::from_std(run.duration).unwrap_or_default();
+            let count: fn(&mut ActivityMinute) -> &mut u64 = match run.outcome {
+                JobOutcome::Succeeded => |m| &mut m.succeeded,
+                JobOutcome::Retried => |m| &mut m.retried,
+                JobOutcome::Failed => |m| &mut m.failed,
+                JobOutcome::Cancelled => |m| &mut m.cancelled,
+                JobOutcome::Snoozed => |m| &mut m.snoozed,
+                JobOutcome::Released | JobOutcome::Waiting | JobOutcome::LeaseLost => continue,
+            };
+            let minute = minutes.entry(ended, &run.job.queue);
+            *count(minute) += 1;
+            minute.duration.record(run.duration);
+            if minute_number(claimed) == minute_number(ended) {
+                minute.wait.record(wait);
+            } else {
+                minutes.entry(claimed, &run.job.queue).wait.record(wait);
+            }
+        }
+        if minutes.len > MOST_ENTRIES {
+            minutes.bound();
         }
     }
 
-    /// Takes what was added up so far.
+    /// Takes what was added up so far, by minute and queue.
     fn take(&self) -> Vec<ActivityMinute> {
-        let mut minutes = self.minutes.lock().unwrap_or_else(PoisonError::into_inner);
-        std::mem::take(&mut *minutes).into_values().collect()
+        let taken = {
+            let mut minutes = self.minutes.lock().unwrap_or_else(PoisonError::into_inner);
+            std::mem::take(&mut *minutes)
+        };
+        let mut activity: Vec<ActivityMinute> = taken.by_queue.into_values().flatten().collect();
+        activity.sort_by(|a, b| (a.minute, &a.queue).cmp(&(b.minute, &b.queue)));
+        activity
     }
 
     /// Puts back what a send did not deliver, added to what came meanwhile.
     fn give_back(&self, activity: Vec<ActivityMinute>) {
         let mut minutes = self.minutes.lock().unwrap_or_else(PoisonError::into_inner);
         for entry in activity {
-            minutes
-                .entry((entry.minute, entry.queue.clone()))
-                .and_modify(|kept| kept.add(&entry))
-                .or_insert(entry);
+            minutes.entry(entry.minute, &entry.queue).add(&entry);
         }
-        while minutes.len() > MOST_ENTRIES {
-            minutes.pop_first();
-        }
+        minutes.bound();
     }
 
     /// Sends what was added up; on a failure keeps it for the next send.
@@ -111,7 +162,7 @@ impl ActivityTally {
 mod tests {
     use std::sync::Arc;
 
-    use chrono::TimeZone;
+    use chrono::{TimeZone, Timelike};
     use drover_core::{JobId, JobKind, ListActivity, ManualClock, NewJob, StoreConfig};
     use drover_store_memory::MemoryStore;
 
@@ -122,39 +173,45 @@ mod tests {
             .unwrap()
     }
 
-    /// A job of queue `queue` claimed at `claimed`.
+    /// A job of queue `queue` enqueued 3 ms before its claim at `claimed`.
     fn job(queue: &str, claimed: DateTime<Utc>) -> Job {
+        let enqueued = claimed - chrono::TimeDelta::milliseconds(3);
         let mut job = NewJob::new(JobKind::parse("k").unwrap(), serde_json::json!({}))
-            .into_job(JobId::new_v7(), claimed);
+            .into_job(JobId::new_v7(), enqueued);
         job.queue = QueueName::parse(queue).unwrap();
         job.attempted_at = Some(claimed);
         job
+    }
+
+    fn run(job: &Job, outcome: JobOutcome, duration: Duration) -> EndedRun<'_> {
+        EndedRun {
+            job,
+            outcome,
+            duration,
+        }
     }
 
     #[test]
     fn runs_count_in_the_minutes_of_their_claim_and_of_their_end() {
         let tally = ActivityTally::default();
         let mail = job("mail", at(0, 50));
-        tally.waited(&mail, Duration::from_millis(3));
-        // Claimed at 10:00:50, ran 20 s: ended in 10:01.
-        tally.ended(&mail, JobOutcome::Succeeded, Duration::from_secs(20));
-        tally.ended(&mail, JobOutcome::Failed, Duration::from_secs(1));
-        tally.ended(&mail, JobOutcome::LeaseLost, Duration::from_secs(1));
-        tally.ended(&mail, JobOutcome::Released, Duration::from_secs(1));
-        tally.ended(
-            &job("reports", at(0, 0)),
-            JobOutcome::Retried,
-            Duration::ZERO,
-        );
+        let reports = job("reports", at(0, 0));
         let mut unclaimed = job("mail", at(0, 0));
         unclaimed.attempted_at = None;
-        tally.waited(&unclaimed, Duration::from_secs(1));
+        tally.ended(&[
+            // Claimed at 10:00:50, ran 20 s: its end in 10:01, its wait in 10:00.
+            run(&mail, JobOutcome::Succeeded, Duration::from_secs(20)),
+            run(&mail, JobOutcome::Failed, Duration::from_secs(1)),
+            run(&mail, JobOutcome::LeaseLost, Duration::from_secs(1)),
+            run(&mail, JobOutcome::Released, Duration::from_secs(1)),
+            run(&reports, JobOutcome::Retried, Duration::ZERO),
+            run(&unclaimed, JobOutcome::Succeeded, Duration::ZERO),
+        ]);
 
         let sent = tally.take();
         let summary: Vec<(u32, &str, u64, u64, u64)> = sent
             .iter()
             .map(|m| {
-                use chrono::Timelike;
                 (
                     m.minute.minute(),
                     m.queue.as_str(),
@@ -167,14 +224,18 @@ mod tests {
         assert_eq!(
             summary,
             vec![
-                (0, "mail", 1, 1, 1),
-                (0, "reports", 1, 0, 1),
+                (0, "mail", 1, 2, 1),
+                (0, "reports", 1, 1, 1),
                 (1, "mail", 1, 0, 1)
             ]
         );
         assert_eq!(
             (sent[0].failed, sent[2].succeeded, sent[1].retried),
             (1, 1, 1)
+        );
+        assert_eq!(
+            sent[0].wait.sum_ms, 6,
+            "3 ms from the enqueue to the claim, twice"
         );
         assert!(tally.take().is_empty(), "taken once");
     }
@@ -183,9 +244,9 @@ mod tests {
     fn what_a_send_did_not_deliver_is_added_to_what_came_meanwhile() {
         let tally = ActivityTally::default();
         let mail = job("mail", at(0, 0));
-        tally.ended(&mail, JobOutcome::Succeeded, Duration::ZERO);
+        tally.ended(&[run(&mail, JobOutcome::Succeeded, Duration::ZERO)]);
         let undelivered = tally.take();
-        tally.ended(&mail, JobOutcome::Succeeded, Duration::ZERO);
+        tally.ended(&[run(&mail, JobOutcome::Succeeded, Duration::ZERO)]);
         tally.give_back(undelivered);
         let kept = tally.take();
         assert_eq!(kept.len(), 1);
@@ -198,11 +259,38 @@ mod tests {
         let start = at(0, 0);
         for i in 0..=MOST_ENTRIES as i64 {
             let claimed = start + chrono::TimeDelta::minutes(i);
-            tally.ended(&job("mail", claimed), JobOutcome::Succeeded, Duration::ZERO);
+            let queue = if i % 2 == 0 { "mail" } else { "reports" };
+            tally.ended(&[run(
+                &job(queue, claimed),
+                JobOutcome::Succeeded,
+                Duration::ZERO,
+            )]);
         }
         let kept = tally.take();
         assert_eq!(kept.len(), MOST_ENTRIES);
         assert_eq!(kept[0].minute, start + chrono::TimeDelta::minutes(1));
+        // A late run of an older minute goes in order.
+        tally.ended(&[run(
+            &job("mail", at(5, 0)),
+            JobOutcome::Failed,
+            Duration::ZERO,
+        )]);
+        tally.ended(&[run(
+            &job("mail", at(3, 0)),
+            JobOutcome::Failed,
+            Duration::ZERO,
+        )]);
+        tally.ended(&[run(
+            &job("mail", at(5, 1)),
+            JobOutcome::Failed,
+            Duration::ZERO,
+        )]);
+        let minutes: Vec<(u32, u64)> = tally
+            .take()
+            .iter()
+            .map(|m| (m.minute.minute(), m.failed))
+            .collect();
+        assert_eq!(minutes, vec![(3, 1), (5, 2)]);
     }
 
     #[tokio::test]
@@ -211,9 +299,9 @@ mod tests {
         let store = MemoryStore::with_clock(StoreConfig::default(), Arc::new(clock));
         let tally = ActivityTally::default();
         let mail = job("mail", at(0, 10));
-        tally.ended(&mail, JobOutcome::Succeeded, Duration::from_millis(40));
+        tally.ended(&[run(&mail, JobOutcome::Succeeded, Duration::from_millis(40))]);
         tally.send(&store).await;
-        tally.ended(&mail, JobOutcome::Succeeded, Duration::from_millis(40));
+        tally.ended(&[run(&mail, JobOutcome::Succeeded, Duration::from_millis(40))]);
         tally.send(&store).await;
         let stored = store
             .activity_list(ListActivity { since: at(0, 0) })

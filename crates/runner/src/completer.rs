@@ -14,6 +14,7 @@ use std::time::Duration;
 use drover_core::{Finish, FinishItem, FinishReply, HeartbeatJobs, JobId, JobState, Retry};
 use tokio::sync::mpsc::UnboundedReceiver;
 
+use crate::activity::EndedRun;
 use crate::health::{classify, ErrorClass, RetryDelay};
 use crate::metrics::JobOutcome;
 use crate::running::JobShared;
@@ -209,7 +210,8 @@ fn recorded(rt: &Runtime, batch: Vec<Completion>, replies: Vec<FinishReply>) {
     let mut ordered = ordered.into_iter();
     rt.running
         .remove_all(batch.iter().map(|completion| &completion.shared));
-    for completion in batch {
+    let mut ended = Vec::with_capacity(batch.len());
+    for completion in &batch {
         let reply = if in_order {
             ordered.next()
         } else {
@@ -221,6 +223,11 @@ fn recorded(rt: &Runtime, batch: Vec<Completion>, replies: Vec<FinishReply>) {
                 let outcome = outcome_of(&completion.finish, to);
                 rt.transition(job, JobState::Running, to);
                 rt.finished(job, outcome, completion.duration);
+                ended.push(EndedRun {
+                    job,
+                    outcome,
+                    duration: completion.duration,
+                });
             }
             Some(FinishReply::LeaseLost { .. }) => {
                 tracing::warn!(
@@ -236,6 +243,7 @@ fn recorded(rt: &Runtime, batch: Vec<Completion>, replies: Vec<FinishReply>) {
             }
         }
     }
+    rt.activity.ended(&ended);
 }
 
 /// The outcome label of a recorded write.

@@ -407,7 +407,6 @@ async fn run_one(
         let runnable = job.run_at.max(job.created_at);
         let wait = (claimed - runnable).to_std().unwrap_or_default();
         rt.metrics.job_queue_wait(&job.kind, &job.queue, wait);
-        rt.activity.waited(job, wait);
     }
     let config = rt.registry.config(&job.kind);
     let handler = match rt.registry.rollback(&job.kind) {

@@ -224,7 +224,6 @@ impl Runtime {
             JobOutcome::LeaseLost => &self.counters.lease_lost,
         };
         bump(counter, 1);
-        self.activity.ended(job, outcome, duration);
         self.metrics
             .job_finished(&job.kind, &job.queue, outcome, duration);
     }
