@@ -1047,6 +1047,73 @@ async fn fewer_index_writes_keep_kind_and_tenant_lists_indexed() {
     }
 }
 
+/// A list filtered by the queue of a backlog (all its jobs queued) reads the finished jobs
+/// through jobs_done_queue_idx, which finds none at once, not by walking every succeeded job
+/// of the other queues newest first: the (queue, state) statistics of migration 12 tell the
+/// planner the backlog owns no succeeded job (at 1,000,000 jobs it walked 514,000 of them
+/// without: BENCHMARKS.md, "Dashboard").
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_queue_filter_reads_finished_jobs_through_the_queue_index() {
+    let Some(factory) =
+        PgFactory::for_test("a_queue_filter_reads_finished_jobs_through_the_queue_index")
+    else {
+        return;
+    };
+    let h = factory.open_pg(unbounded_options()).await;
+    let pool = h.store.pool();
+    // 40,000 jobs in four queues, ids interleaved: 'backlog' all queued, the others finished.
+    sqlx::query(
+        "INSERT INTO drover.jobs (id, kind, queue, tenant, args, run_at, state, max_attempts, finished_at) \
+         SELECT gen_random_uuid(), 'k', (ARRAY['backlog', 'mail', 'media', 'reports'])[n % 4 + 1], \
+                'default', '{}', now(), CASE WHEN n % 4 = 0 THEN 'queued' ELSE 'succeeded' END, 1, \
+                CASE WHEN n % 4 = 0 THEN NULL ELSE now() END \
+         FROM generate_series(0, 39999) AS n",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    let plan = || async {
+        sqlx::query("ANALYZE drover.jobs")
+            .execute(pool)
+            .await
+            .unwrap();
+        let mut conn = pool.acquire().await.unwrap();
+        // The succeeded branch of jobs_list.sql, as it states a queue filter.
+        let plan: Vec<String> = sqlx::query_scalar(
+            "EXPLAIN SELECT j.* FROM drover.jobs j WHERE j.state = 'succeeded' \
+             AND ($1::text IS NULL OR j.queue = $1) ORDER BY j.id DESC LIMIT 51",
+        )
+        .bind("backlog")
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap();
+        plan.join("\n")
+    };
+    let with_statistics = plan().await;
+    assert!(
+        with_statistics.contains("jobs_done_queue_idx"),
+        "{with_statistics}"
+    );
+    // The statistics the planner read: the pairs there are, and none of the backlog and
+    // succeeded.
+    let pairs: Vec<Vec<String>> = sqlx::query_scalar(
+        "SELECT m.values FROM pg_statistic_ext s JOIN pg_statistic_ext_data d ON d.stxoid = s.oid, \
+         pg_mcv_list_items(d.stxdmcv) m WHERE s.stxname = 'jobs_queue_state_stats'",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert!(
+        pairs.contains(&vec!["backlog".to_owned(), "queued".to_owned()]),
+        "{pairs:?}"
+    );
+    assert!(
+        !pairs.contains(&vec!["backlog".to_owned(), "succeeded".to_owned()]),
+        "{pairs:?}"
+    );
+    assert_eq!(pairs.len(), 4, "{pairs:?}");
+}
+
 /// Migration 3 refuses to drop the old pending index when an index it would otherwise
 /// build is there but INVALID (a `CREATE INDEX CONCURRENTLY` that failed): the error names
 /// the index, nothing of the migration is kept, and once the index is dropped the migration

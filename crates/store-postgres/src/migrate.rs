@@ -129,6 +129,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "activity",
         sql: include_str!("../migrations/0011_activity.sql"),
     },
+    Migration {
+        version: 12,
+        name: "queue_state_statistics",
+        sql: include_str!("../migrations/0012_queue_state_statistics.sql"),
+    },
 ];
 
 const BOOTSTRAP: &str = include_str!("sql/migrations_bootstrap.sql");
