@@ -12,7 +12,9 @@
 -- (0003_fewer_index_writes.sql), so the planner can answer a rare value from that index (a
 -- bitmap, then sorted) and a common one by walking a state index newest first, choosing from
 -- the statistics jobs_facets_stats keeps on that expression. Branches whose state the filter
--- excludes are folded away when the statement is planned for the given values; the newest rows
+-- excludes are folded away when the statement is planned for the given values (a branch of
+-- two states says so with a test of $2 alone: PostgreSQL does not see `state IN (a, b) AND
+-- state = c` as false, and would scan for it); the newest rows
 -- of the branches are merged. A meta filter with keys is stated beside `meta <> '{}'` in the
 -- terminal branches (it implies it) so that the partial GIN index jobs_done_meta_set_idx
 -- (terminal jobs with meta, 0002_meta_index_nonempty.sql) applies.
@@ -53,6 +55,7 @@ FROM (
     (SELECT j.*
      FROM drover.jobs j
      WHERE j.state IN ('queued', 'reconciling')
+       AND ($2::text IS NULL OR $2 IN ('queued', 'reconciling'))
        AND ($2::text IS NULL OR j.state = $2)
        AND ($1::text IS NULL OR j.queue = $1)
        AND ($3::text IS NULL OR j.kind = $3)
