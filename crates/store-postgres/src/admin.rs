@@ -345,11 +345,20 @@ pub(crate) async fn worker_heartbeat(conn: &mut PgConnection, id: WorkerId) -> R
     Ok(())
 }
 
-/// Adds a worker's activity to the stored minutes (activity_record.sql).
+/// Adds a worker's activity to the stored minutes (activity_record.sql). Entries for the same
+/// minute and queue are summed first: one statement may update a row once.
 pub(crate) async fn activity_record(
     conn: &mut PgConnection,
     activity: Vec<ActivityMinute>,
 ) -> Result<(), Error> {
+    let mut summed: BTreeMap<(DateTime<Utc>, QueueName), ActivityMinute> = BTreeMap::new();
+    for entry in activity {
+        summed
+            .entry((entry.minute, entry.queue.clone()))
+            .and_modify(|kept| kept.add(&entry))
+            .or_insert(entry);
+    }
+    let activity: Vec<ActivityMinute> = summed.into_values().collect();
     fn counts(histogram: &Histogram) -> String {
         let counts: Vec<String> = histogram.counts.iter().map(u64::to_string).collect();
         format!("{{{}}}", counts.join(","))

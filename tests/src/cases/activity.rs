@@ -46,12 +46,16 @@ pub async fn activity_adds_up_per_minute_and_queue(f: &dyn StoreFactory) {
         ])
         .await
         .unwrap();
-    let mut failures = minute(now, "mail", 1, &[3]);
+    let mut failures = minute(now, "mail", 0, &[3]);
     failures.failed = 4;
     failures.retried = 2;
     failures.cancelled = 1;
     failures.snoozed = 7;
-    store.activity_record(vec![failures]).await.unwrap();
+    // The same minute and queue twice in one call adds up too.
+    store
+        .activity_record(vec![failures, minute(now, "mail", 1, &[])])
+        .await
+        .unwrap();
     store.activity_record(vec![]).await.unwrap();
 
     assert_eq!(
