@@ -73,6 +73,7 @@ fn base_store_with_events(
         .expect_worker_register()
         .returning(|registration| Ok(worker_info(registration)));
     store.expect_worker_deregister().returning(|_| Ok(()));
+    store.expect_activity_record().returning(|_| Ok(()));
     let events = Mutex::new(events);
     store.expect_subscribe().returning(move || {
         Ok(match events.lock().unwrap().take() {
