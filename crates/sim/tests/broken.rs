@@ -63,6 +63,8 @@ struct Broken {
     successes: AtomicU64,
     /// Jobs a broken prune deleted (hidden from every read).
     hidden: Mutex<BTreeSet<JobId>>,
+    /// When a claim last ignored a pause (the simulation's paused tokio clock).
+    last_ignored_pause: Mutex<Option<tokio::time::Instant>>,
 }
 
 impl Broken {
@@ -219,6 +221,22 @@ impl JobStore for Broken {
 
     async fn jobs_claim(&self, claim: ClaimJobs) -> Result<Claimed> {
         if self.breaks != Breaks::IgnoresPauses {
+            return self.inner.jobs_claim(claim).await;
+        }
+        // The resume below wakes the workers' claim loops, which claim again at once: at most
+        // one ignored pause per instant of the simulated clock, or a paused queue without
+        // claimable jobs would keep them claiming without time ever passing.
+        let again_this_instant = {
+            let now = tokio::time::Instant::now();
+            let mut last = self
+                .last_ignored_pause
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let again = *last == Some(now);
+            *last = Some(now);
+            again
+        };
+        if again_this_instant {
             return self.inner.jobs_claim(claim).await;
         }
         let paused: Vec<QueueName> = self
@@ -430,6 +448,7 @@ fn broken(breaks: Breaks) -> Options {
             breaks,
             successes: AtomicU64::new(0),
             hidden: Mutex::new(BTreeSet::new()),
+            last_ignored_pause: Mutex::new(None),
         }) as Arc<dyn JobStore>
     });
     Options {
