@@ -90,22 +90,32 @@ impl Rig {
         self.store.jobs_list(query).await.expect("list").jobs
     }
 
-    /// Polls the job until `done` holds (no event exists for "the store now shows X"); fails
-    /// after [`WAIT`] naming `what`.
-    pub async fn wait_job(&self, id: JobId, what: &str, done: impl Fn(&Job) -> bool) -> Job {
+    /// Reads with `read` until `done` holds for its answer (no event exists for "the store now
+    /// shows X"); fails after [`WAIT`] naming `what` and showing the last answer.
+    async fn poll<T: std::fmt::Debug, F: std::future::Future<Output = T>>(
+        &self,
+        what: &str,
+        mut read: impl FnMut() -> F,
+        done: impl Fn(&T) -> bool,
+    ) -> T {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
-            let job = self.job(id).await;
-            if done(&job) {
-                return job;
+            let answer = read().await;
+            if done(&answer) {
+                return answer;
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "{}: timed out waiting for {what}; job is {job:#?}",
+                "{}: timed out waiting for {what}; the store answers {answer:#?}",
                 self.h.store_name()
             );
             tokio::time::sleep(POLL).await;
         }
+    }
+
+    /// Polls the job until `done` holds; fails after [`WAIT`] naming `what`.
+    pub async fn wait_job(&self, id: JobId, what: &str, done: impl Fn(&Job) -> bool) -> Job {
+        self.poll(what, || self.job(id), done).await
     }
 
     /// Polls the job until it is in `state`.
@@ -121,19 +131,8 @@ impl Rig {
         what: &str,
         done: impl Fn(&[Job]) -> bool,
     ) -> Vec<Job> {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let jobs = self.list(query.clone()).await;
-            if done(&jobs) {
-                return jobs;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{}: timed out waiting for {what}; jobs are {jobs:#?}",
-                self.h.store_name()
-            );
-            tokio::time::sleep(POLL).await;
-        }
+        self.poll(what, || self.list(query.clone()), |jobs| done(jobs))
+            .await
     }
 
     /// Polls the activity of the minutes from `since` on until `done` holds for it; returns
@@ -144,24 +143,13 @@ impl Rig {
         what: &str,
         done: impl Fn(&[drover_core::ActivityMinute]) -> bool,
     ) -> Vec<drover_core::ActivityMinute> {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let activity = self
-                .h
-                .store()
+        let read = || async {
+            self.store
                 .activity_list(drover_core::ListActivity { since })
                 .await
-                .expect("activity");
-            if done(&activity) {
-                return activity;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{}: timed out waiting for {what}; activity is {activity:#?}",
-                self.h.store_name()
-            );
-            tokio::time::sleep(POLL).await;
-        }
+                .expect("activity")
+        };
+        self.poll(what, read, |activity| done(activity)).await
     }
 
     /// A worker on its own handle on the store (another process, for PostgreSQL).
