@@ -11,21 +11,25 @@ use tokio::sync::Barrier;
 
 use crate::options::{KIND, QUEUE};
 
-/// The benchmark job number `seq`.
+/// The benchmark job number `seq`; with `meta`, its meta is `{"customer": "c<seq mod 1,000>"}`.
 ///
 /// # Errors
 /// Never in practice: `KIND` and `QUEUE` are valid names.
-pub fn bench_job(seq: i64) -> Result<NewJob, Error> {
-    Ok(NewJob::new(JobKind::parse(KIND)?, json!({ "seq": seq }))
-        .with_queue(QueueName::parse(QUEUE)?))
+pub fn bench_job(seq: i64, meta: bool) -> Result<NewJob, Error> {
+    let mut job = NewJob::new(JobKind::parse(KIND)?, json!({ "seq": seq }))
+        .with_queue(QueueName::parse(QUEUE)?);
+    if meta {
+        job.meta = json!({ "customer": format!("c{}", seq.rem_euclid(1_000)) });
+    }
+    Ok(job)
 }
 
 /// `n` jobs numbered from 0, built before any timing starts.
 ///
 /// # Errors
 /// As [`bench_job`].
-pub fn bench_jobs(n: usize) -> Result<Vec<NewJob>, Error> {
-    (0..n).map(|seq| bench_job(seq as i64)).collect()
+pub fn bench_jobs(n: usize, meta: bool) -> Result<Vec<NewJob>, Error> {
+    (0..n).map(|seq| bench_job(seq as i64, meta)).collect()
 }
 
 /// Enqueues `n` jobs one per `job_enqueue` call from `producers` concurrent tasks (the first
@@ -38,8 +42,9 @@ pub async fn single(
     store: Arc<dyn JobStore>,
     n: usize,
     producers: usize,
+    meta: bool,
 ) -> Result<Duration, Error> {
-    concurrent_calls(n, producers, store).await
+    concurrent_calls(bench_jobs(n, meta)?, producers, store).await
 }
 
 /// One call of the one-job-per-call workload: what [`concurrent_calls`] measures. Each producer
@@ -62,12 +67,13 @@ impl EnqueueCall for Arc<dyn JobStore> {
 /// reading the clock after the release would miss the work producers did before it was
 /// scheduled again: with a fast store, whole producers' shares.)
 async fn concurrent_calls(
-    n: usize,
+    jobs: Vec<NewJob>,
     producers: usize,
     call: impl EnqueueCall,
 ) -> Result<Duration, Error> {
+    let n = jobs.len();
     let producers = producers.clamp(1, n.max(1));
-    let mut jobs = bench_jobs(n)?.into_iter();
+    let mut jobs = jobs.into_iter();
     let start = Arc::new(Barrier::new(producers));
     let mut tasks = Vec::with_capacity(producers);
     for p in 0..producers {
@@ -102,9 +108,14 @@ async fn concurrent_calls(
 ///
 /// # Errors
 /// The first enqueue error.
-pub async fn batches(store: &dyn JobStore, n: usize, batch: usize) -> Result<Duration, Error> {
+pub async fn batches(
+    store: &dyn JobStore,
+    n: usize,
+    batch: usize,
+    meta: bool,
+) -> Result<Duration, Error> {
     let batch = batch.max(1);
-    let mut jobs = bench_jobs(n)?.into_iter();
+    let mut jobs = bench_jobs(n, meta)?.into_iter();
     // Moved out chunk by chunk (splitting the front off the vector would copy the rest each
     // time: quadratic in `n`).
     let mut chunks = Vec::with_capacity(n.div_ceil(batch));
@@ -158,14 +169,14 @@ mod tests {
     #[tokio::test]
     async fn single_enqueues_every_job_once_across_producers() {
         let store = memory_store();
-        single(Arc::clone(&store), 101, 8).await.unwrap();
+        single(Arc::clone(&store), 101, 8, false).await.unwrap();
         assert_eq!(queued(store.as_ref()).await, (0..101).collect::<Vec<_>>());
     }
 
     #[tokio::test]
     async fn batches_enqueue_every_job_once_with_a_short_last_batch() {
         let store = memory_store();
-        batches(store.as_ref(), 2_500, 1_000).await.unwrap();
+        batches(store.as_ref(), 2_500, 1_000, false).await.unwrap();
         assert_eq!(queued(store.as_ref()).await, (0..2_500).collect::<Vec<_>>());
     }
 
@@ -190,7 +201,9 @@ mod tests {
         // all 40 calls run one after another, and the measurement must hold every one of
         // them (read by the releasing task, it held none of the first producer's).
         let per_call = Duration::from_millis(1);
-        let took = concurrent_calls(40, 2, Busy(per_call)).await.unwrap();
+        let took = concurrent_calls(bench_jobs(40, false).unwrap(), 2, Busy(per_call))
+            .await
+            .unwrap();
         assert!(
             took >= per_call * 40,
             "measured {took:?} for 40 calls of {per_call:?}"
@@ -199,9 +212,17 @@ mod tests {
 
     #[test]
     fn bench_jobs_go_to_the_bench_queue() {
-        let job = bench_job(7).unwrap();
+        let job = bench_job(7, false).unwrap();
         assert_eq!(job.queue.as_str(), QUEUE);
         assert_eq!(job.kind.as_str(), KIND);
         assert_eq!(job.args, json!({"seq": 7}));
+        assert_eq!(job.meta, json!({}));
+    }
+
+    #[test]
+    fn bench_jobs_with_meta_name_one_of_a_thousand_customers() {
+        let jobs = bench_jobs(1_002, true).unwrap();
+        assert_eq!(jobs[7].meta, json!({"customer": "c7"}));
+        assert_eq!(jobs[1_001].meta, json!({"customer": "c1"}));
     }
 }

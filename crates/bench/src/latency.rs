@@ -77,7 +77,7 @@ async fn produce(
     period: Duration,
 ) -> Result<Vec<f64>, Error> {
     for seq in 1..=WARMUP_JOBS {
-        producer.job_enqueue(bench_job(-seq)?).await?;
+        producer.job_enqueue(bench_job(-seq, false)?).await?;
         wait_for(rx, -seq).await?;
     }
     let mut sent = Vec::with_capacity(n);
@@ -87,7 +87,7 @@ async fn produce(
     for seq in 0..n {
         ticker.tick().await;
         sent.push(Instant::now());
-        producer.job_enqueue(bench_job(seq as i64)?).await?;
+        producer.job_enqueue(bench_job(seq as i64, false)?).await?;
     }
     let mut started: HashMap<i64, Instant> = HashMap::with_capacity(n);
     while started.len() < n {

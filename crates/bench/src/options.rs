@@ -195,6 +195,10 @@ pub struct RunArgs {
     /// default).
     #[arg(long)]
     pub delete_succeeded: bool,
+    /// Every enqueued job carries meta `{"customer": "c<seq mod 1,000>"}` (as a fifth of the
+    /// dashboard benchmark's jobs): the enqueue scenarios are then named `..._meta`.
+    #[arg(long)]
+    pub meta: bool,
     /// Where to write the JSON file (default bench/results/drover-bench-<UTC time>.json).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -247,6 +251,8 @@ pub struct Plan {
     pub quick: bool,
     /// What stores do with succeeded jobs (`--delete-succeeded`).
     pub succeeded_jobs: SucceededJobs,
+    /// Enqueued jobs carry meta (`--meta`).
+    pub meta: bool,
 }
 
 impl Plan {
@@ -296,6 +302,7 @@ impl Plan {
             chain: pick(args.chain, CHAIN_DEFAULT, CHAIN_QUICK),
             quick: args.quick,
             succeeded_jobs: SucceededJobs::delete_if(args.delete_succeeded),
+            meta: args.meta,
         };
         plan.check()?;
         Ok(plan)

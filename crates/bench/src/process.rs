@@ -481,7 +481,7 @@ mod tests {
     #[tokio::test]
     async fn in_process_workers_finish_every_job_on_the_memory_store() {
         let store = memory_store();
-        batches(store.as_ref(), 500, 100).await.unwrap();
+        batches(store.as_ref(), 500, 100, false).await.unwrap();
         let elapsed = in_process(Arc::clone(&store), 500, 2, 8, SucceededJobs::Keep)
             .await
             .unwrap();
@@ -492,7 +492,7 @@ mod tests {
     #[tokio::test]
     async fn in_process_workers_finish_every_job_on_a_store_that_deletes_them() {
         let store = crate::target::memory_store_with(SucceededJobs::Delete);
-        batches(store.as_ref(), 500, 100).await.unwrap();
+        batches(store.as_ref(), 500, 100, false).await.unwrap();
         in_process(Arc::clone(&store), 500, 2, 8, SucceededJobs::Delete)
             .await
             .unwrap();

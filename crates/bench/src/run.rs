@@ -192,7 +192,11 @@ fn describe(
         Workload::EnqueueSingle => {
             let mut m = Measurement::new(
                 store,
-                "enqueue_single",
+                if plan.meta {
+                    "enqueue_single_meta"
+                } else {
+                    "enqueue_single"
+                },
                 format!("1 job/call, {} producers", plan.producers),
             );
             m.producers = Some(plan.producers);
@@ -202,7 +206,11 @@ fn describe(
         Workload::EnqueueBatch => {
             let mut m = Measurement::new(
                 store,
-                "enqueue_batch",
+                if plan.meta {
+                    "enqueue_batch_meta"
+                } else {
+                    "enqueue_batch"
+                },
                 format!("{} jobs/call, 1 producer", thousands(plan.batch as f64)),
             );
             m.producers = Some(1);
@@ -329,13 +337,13 @@ async fn measure(
     match workload {
         Workload::EnqueueSingle => {
             let (handle, pool) = fresh(plan.producers + 2).await?;
-            let took = enqueue::single(handle, n, plan.producers).await;
+            let took = enqueue::single(handle, n, plan.producers, plan.meta).await;
             close(pool).await;
             record_enqueue(m, n, took?);
         }
         Workload::EnqueueBatch => {
             let (handle, pool) = fresh(2).await?;
-            let took = enqueue::batches(handle.as_ref(), n, plan.batch).await;
+            let took = enqueue::batches(handle.as_ref(), n, plan.batch, plan.meta).await;
             close(pool).await;
             record_enqueue(m, n, took?);
         }
@@ -346,7 +354,7 @@ async fn measure(
                 _ => fresh(w * (slots + EXTRA_CONNECTIONS)).await?,
             };
             // Prefill, untimed, in batches of 1,000 (or --batch).
-            enqueue::batches(handle.as_ref(), n, plan.batch).await?;
+            enqueue::batches(handle.as_ref(), n, plan.batch, false).await?;
             let processed = match (pg, plan.worker_mode) {
                 (Some(target), WorkerMode::Process) => {
                     process::processes(target, handle.as_ref(), n, w, slots).await

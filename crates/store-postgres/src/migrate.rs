@@ -134,6 +134,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "queue_state_statistics",
         sql: include_str!("../migrations/0012_queue_state_statistics.sql"),
     },
+    Migration {
+        version: 13,
+        name: "queued_meta_index",
+        sql: include_str!("../migrations/0013_queued_meta_index.sql"),
+    },
 ];
 
 const BOOTSTRAP: &str = include_str!("sql/migrations_bootstrap.sql");

@@ -16,8 +16,9 @@
 -- two states says so with a test of $2 alone: PostgreSQL does not see `state IN (a, b) AND
 -- state = c` as false, and would scan for it); the newest rows
 -- of the branches are merged. A meta filter with keys is stated beside `meta <> '{}'` in the
--- terminal branches (it implies it) so that the partial GIN index jobs_done_meta_set_idx
--- (terminal jobs with meta, 0002_meta_index_nonempty.sql) applies.
+-- queued and terminal branches (it implies it) so that the partial GIN indexes of jobs with
+-- meta apply: jobs_queued_meta_set_idx (0013_queued_meta_index.sql) and jobs_done_meta_set_idx
+-- (0002_meta_index_nonempty.sql).
 --
 -- The page's large fields (args, result, errors, progress) are sent only when asked for ($9 to
 -- $12): a summary leaves them empty, and PostgreSQL then never reads their out-of-line (TOAST)
@@ -60,7 +61,7 @@ FROM (
        AND ($1::text IS NULL OR j.queue = $1)
        AND ($3::text IS NULL OR j.kind = $3)
        AND ($4::text IS NULL OR j.tenant = $4)
-       AND ($5::jsonb IS NULL OR j.meta @> $5)
+       AND ($5::jsonb IS NULL OR $5 = '{}'::jsonb OR (j.meta @> $5 AND j.meta <> '{}'::jsonb))
        AND ($6::uuid IS NULL OR j.id < $6)
      ORDER BY j.id DESC
      LIMIT $7)
