@@ -860,7 +860,7 @@ async fn pages_update_live_from_their_own_url() {
         .enqueue(job("report.build", json!({})).with_queue(QueueName::parse("fresh").unwrap()))
         .await;
     let again = server.page("/", Some(&cookie)).await;
-    if read_at.elapsed() < drover_http::dashboard::OVERVIEW_FRESH_FOR {
+    if read_at.elapsed() < drover_http::dashboard::FRESH_FOR {
         assert!(
             !before.contains(">fresh</a>") && !again.contains(">fresh</a>"),
             "{again}"
@@ -890,6 +890,51 @@ async fn pages_update_live_from_their_own_url() {
     assert_eq!(done.status(), 303);
     let after = server.page("/", Some(&cookie)).await;
     assert!(after.contains("action=\"/queues/fresh/resume\""), "{after}");
+
+    // So does each jobs list: a job enqueued just after a read shows at a later read.
+    let fresh = QueueName::parse("fresh").unwrap();
+    let listed = server.page("/jobs?queue=fresh", Some(&cookie)).await;
+    let read_at = std::time::Instant::now();
+    let second = server
+        .enqueue(job("report.build", json!({})).with_queue(fresh))
+        .await;
+    let row = |page: &str, state: &str| {
+        page.contains(&format!(
+            "<a href=\"/jobs/{id}\">{id}</a></td><td class=\"text\">report.build</td><td>fresh</td><td>default</td><td>{state}</td>",
+            id = second.id
+        ))
+    };
+    let again = server.page("/jobs?queue=fresh", Some(&cookie)).await;
+    if read_at.elapsed() < drover_http::dashboard::FRESH_FOR {
+        assert!(!row(&listed, "queued") && !row(&again, "queued"), "{again}");
+    }
+    drover_tests::process::wait_until(
+        "the jobs list to show the new job",
+        Duration::from_secs(10),
+        || {
+            let server = &server;
+            let cookie = &cookie;
+            async move {
+                row(
+                    &server.page("/jobs?queue=fresh", Some(cookie)).await,
+                    "queued",
+                )
+                .then_some(())
+            }
+        },
+    )
+    .await;
+    // An action through the dashboard shows in the list at once.
+    let done = server
+        .post(
+            &format!("/jobs/{}/cancel", second.id),
+            Some(&cookie),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(done.status(), 303);
+    let after = server.page("/jobs?queue=fresh", Some(&cookie)).await;
+    assert!(row(&after, "cancelled"), "{after}");
 }
 
 /// The jobs list filters by tenant (a token of one tenant sees no other), workflow, parent

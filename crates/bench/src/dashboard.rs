@@ -5,8 +5,8 @@
 //! |---|---|
 //! | load | a fresh database, `--jobs` jobs enqueued in batches of 10,000: 8 kinds (one rare), 5 queues, 20 tenants, a fifth with meta `{"customer": ...}` |
 //! | settle | an in-process worker runs the queues `default`, `mail` and `media` (kind `export.csv` fails), 1,000 jobs of `webhooks` are cancelled, `reports` and the rest stay queued; then `VACUUM ANALYZE` |
-//! | pages | the API and the dashboard in this process, logged in as an operator of every tenant; each page fetched `--samples` times one after another, the overview every 2 s as an open dashboard does (most answers from the shared read); the overview's database read timed on its own through the `Client` |
-//! | dashboards open | no-op jobs processed by one worker of 32 slots, alone and with ten dashboards polling the overview and the jobs list every 2 s as `live.js` does; alternated, medians |
+//! | pages | the API and the dashboard in this process, logged in as an operator of every tenant; the overview fetched `--samples` times every 2 s as an open dashboard does; the other pages `--samples` times each, in rounds 1.2 s apart so that no answer comes from a shared read; the overview's database read timed on its own through the `Client` |
+//! | dashboards open | 150,000 no-op jobs processed by one worker process of 32 slots (this binary's `worker` mode, as `drover worker` runs beside `drover serve`), alone and with ten dashboards polling the overview and the jobs list every 2 s as `live.js` does; each after `VACUUM` and `CHECKPOINT`; the rate between a tenth and nine tenths recorded; alternated, medians |
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,8 +36,14 @@ const QUEUES: [&str; 5] = ["default", "mail", "media", "reports", "webhooks"];
 const PROCESSED: [&str; 3] = ["default", "mail", "media"];
 const TOKEN: &str = "bench-dashboard-operator-token";
 const BATCH: usize = 10_000;
+/// No-op jobs of each processing measurement.
+const PROCESSED_JOBS: usize = 150_000;
 /// How often each open dashboard refreshes (as `live.js`).
 const REFRESH: Duration = Duration::from_secs(2);
+/// Time between two fetches of a page being timed: longer than a shared read serves
+/// ([`drover_http::dashboard::FRESH_FOR`], or four times a read of up to 300 ms).
+const UNSHARED: Duration =
+    drover_http::dashboard::FRESH_FOR.saturating_add(Duration::from_millis(200));
 
 /// The times of one page.
 #[derive(Debug, Serialize)]
@@ -112,16 +118,20 @@ pub async fn run(args: DashboardArgs) -> Result<(), Error> {
     let mut alone_per_s = Vec::new();
     let mut with_dashboards_per_s = Vec::new();
     for round in 1..=args.rounds {
-        // Each round adds 50,000 jobs per measurement: alternate which goes first.
+        // Each round adds PROCESSED_JOBS jobs per measurement: alternate which goes first.
         let order = if round % 2 == 1 {
             [false, true]
         } else {
             [true, false]
         };
         for open in order {
-            // Each round starts from a vacuumed table (this server may run no autovacuum).
+            // Each measurement starts from a vacuumed table (this server may run no
+            // autovacuum) and a fresh checkpoint (one falling inside a measurement of a few
+            // seconds would cost it a third).
             sqlx_exec(&store, "VACUUM drover.jobs").await?;
-            let rate = process_rate(Arc::clone(&shared), &http, &base, &cookie, open).await?;
+            sqlx_exec(&store, "CHECKPOINT").await?;
+            let rate =
+                process_rate(&target, Arc::clone(&shared), &http, &base, &cookie, open).await?;
             eprintln!(
                 "[dashboard] round {round}: {} dashboards open: {rate:.0} jobs/s",
                 if open { 10 } else { 0 }
@@ -354,7 +364,7 @@ async fn time_pages(
         .map(|j| j.id.to_string())
         .unwrap_or_default();
     let meta = "%7B%22customer%22%3A%22c40%22%7D";
-    let mut paths: Vec<String> = vec!["/".into(), "/jobs".into()];
+    let mut paths: Vec<String> = vec!["/jobs".into()];
     for state in JobState::ALL {
         paths.push(format!("/jobs?state={}", state.as_str()));
     }
@@ -384,18 +394,32 @@ async fn time_pages(
         times,
         0,
     ));
-    for path in &paths {
-        let mut times = Vec::with_capacity(samples);
-        let mut bytes = 0;
-        for _ in 0..samples {
-            if path == "/" {
-                // As one open dashboard fetches it.
-                tokio::time::sleep(REFRESH).await;
-            }
+    // `/` as one open dashboard fetches it: every 2 s (most answers then find the shared
+    // overview outdated, and wait for a read).
+    let mut times = Vec::with_capacity(samples);
+    let mut bytes = 0;
+    for _ in 0..samples {
+        tokio::time::sleep(REFRESH).await;
+        let (took, size) = fetch(http, base, cookie, "/").await?;
+        times.push(took.as_secs_f64() * 1_000.0);
+        bytes = size;
+    }
+    out.push(summary("/".to_owned(), times, bytes));
+    // The other pages in rounds, each page once a round, the rounds [`UNSHARED`] apart: a
+    // page's shared read has expired when it is fetched again (as long as the read takes
+    // under a quarter of that), so every sample reads the database.
+    let mut times = vec![Vec::with_capacity(samples); paths.len()];
+    let mut sizes = vec![0; paths.len()];
+    for _ in 0..samples {
+        let round = Instant::now();
+        for (i, path) in paths.iter().enumerate() {
             let (took, size) = fetch(http, base, cookie, path).await?;
-            times.push(took.as_secs_f64() * 1_000.0);
-            bytes = size;
+            times[i].push(took.as_secs_f64() * 1_000.0);
+            sizes[i] = size;
         }
+        tokio::time::sleep(UNSHARED.saturating_sub(round.elapsed())).await;
+    }
+    for ((path, times), bytes) in paths.iter().zip(times).zip(sizes) {
         out.push(summary(path.clone(), times, bytes));
     }
     let mut times = Vec::new();
@@ -425,19 +449,20 @@ fn summary(page: String, mut times: Vec<f64>, bytes: usize) -> PageTimes {
     }
 }
 
-/// No-op jobs per second of one worker of 32 slots on queue `bench`, with ten dashboards
-/// refreshing meanwhile when `open`.
+/// No-op jobs per second of one worker process of 32 slots on queue `bench` (as `drover
+/// worker` beside `drover serve`), with ten dashboards refreshing meanwhile when `open`.
 async fn process_rate(
+    target: &PgTarget,
     store: Arc<dyn JobStore>,
     http: &reqwest::Client,
     base: &str,
     cookie: &str,
     open: bool,
 ) -> Result<f64, Error> {
-    const N: usize = 50_000;
+    const N: usize = PROCESSED_JOBS;
     let kind = JobKind::parse(crate::options::KIND)?;
     let queue = QueueName::parse(crate::options::QUEUE)?;
-    // The worker of `in_process` runs this queue's no-op kind.
+    // The worker process runs this queue's no-op kind.
     for start in (0..N).step_by(BATCH) {
         let batch = (start..N.min(start + BATCH))
             .map(|i| NewJob::new(kind.clone(), json!({ "i": i })).with_queue(queue.clone()))
@@ -467,18 +492,14 @@ async fn process_rate(
             }));
         }
     }
-    let took = crate::process::in_process(
-        Arc::clone(&store),
-        N,
-        1,
-        32,
-        drover_core::SucceededJobs::Keep,
-    )
-    .await;
+    let processed = crate::process::processes(target, store.as_ref(), N, 1, 32).await;
     stop.cancel();
     for poller in pollers {
         let _ = poller.await;
     }
-    let took = took?;
-    Ok(N as f64 / took.as_secs_f64())
+    let processed = processed?;
+    // The steady rate, without the process's start-up and the last jobs' drain.
+    Ok(processed
+        .middle_per_s(N)
+        .unwrap_or(N as f64 / processed.took.as_secs_f64()))
 }

@@ -14,11 +14,11 @@
 //!   script is `assets/live.js`, served from this origin (the Content-Security-Policy allows no
 //!   other and no inline script): it refreshes the page's `data-live` elements while the tab is
 //!   visible.
-//! - The queue overview, the one aggregate, is read once for every open dashboard together,
-//!   and again only after [`OVERVIEW_FRESH_FOR`] or [`OVERVIEW_REST_FACTOR`] times as long as
-//!   the last read took, whichever is longer.
+//! - The queue overview and each jobs list are read once for every open dashboard showing
+//!   them ([`shared`]); an action forgets the kept reads, so its result shows at once.
 
 mod charts;
+mod shared;
 mod timeline;
 
 use std::collections::HashMap;
@@ -31,8 +31,8 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
 use drover_core::{
-    ActivityMinute, AuditSource, BulkAction, BulkJobs, Error, JobDetails, JobId, JobKind, JobState,
-    ListAudit, ListJobs, QueueName, TenantId,
+    ActivityMinute, AuditSource, BulkAction, BulkJobs, Error, JobDetails, JobId, JobKind, JobPage,
+    JobState, ListAudit, ListJobs, QueueName, TenantId,
 };
 use minijinja::{context, Environment, Value};
 use serde::Deserialize;
@@ -41,6 +41,7 @@ use subtle::ConstantTimeEq;
 use crate::auth::{AuthMode, Principal, Role, TenantScope};
 use crate::ApiState;
 use drover_runner::{Client, QueueOverview};
+use shared::SharedReads;
 
 /// Name of the session cookie.
 pub const SESSION_COOKIE: &str = "drover_session";
@@ -55,15 +56,7 @@ const PAGE: u32 = 50;
 /// the jobs list filtered by workflow or parent).
 const RELATED_SHOWN: u32 = 100;
 
-/// How long one read of the queue overview serves every dashboard at least: pages that
-/// refresh every two seconds in any number of tabs cost the database one overview a second at
-/// most.
-pub const OVERVIEW_FRESH_FOR: Duration = Duration::from_secs(1);
-
-/// A read of the queue overview that took `d` serves for `d` times this factor when that is
-/// longer than [`OVERVIEW_FRESH_FOR`]: the dashboards keep the database busy with the overview
-/// a fifth of the time at most, however large the table (BENCHMARKS.md, "Dashboard").
-pub const OVERVIEW_REST_FACTOR: u32 = 4;
+pub use shared::{FRESH_FOR, REST_FACTOR};
 
 /// The security headers of every dashboard answer: scripts, styles, images, fetches and forms
 /// from this origin only (no inline script), never framed, never cached.
@@ -79,7 +72,6 @@ const SECURITY_HEADERS: [(&str, &str); 5] = [
 ];
 
 /// What the overview page shows: the queues, and the workers' activity of the last hour.
-#[derive(Clone)]
 struct Overview {
     queues: QueueOverview,
     activity: Vec<ActivityMinute>,
@@ -104,10 +96,10 @@ struct Dashboard {
     templates: Arc<Environment<'static>>,
     /// The CSRF token of every visitor under `--insecure-no-auth` (no sessions there).
     insecure_csrf: String,
-    /// The last read of the queue overview and until when it serves ([`OVERVIEW_FRESH_FOR`],
-    /// [`OVERVIEW_REST_FACTOR`]); held across the read, so requests arriving meanwhile wait for
-    /// it instead of reading too.
-    overview: Arc<tokio::sync::Mutex<Option<(Instant, Overview)>>>,
+    /// The queue overview, read for every open dashboard together (one key).
+    overview: Arc<SharedReads<Arc<Overview>>>,
+    /// The jobs lists, by their query (the viewer's tenant included).
+    lists: Arc<SharedReads<Arc<JobPage>>>,
 }
 
 /// 244 random bits as hex: session ids and CSRF tokens.
@@ -151,7 +143,8 @@ pub fn router(state: ApiState) -> Router {
         sessions: Arc::new(Mutex::new(HashMap::new())),
         templates: Arc::new(templates()),
         insecure_csrf: random_token(),
-        overview: Arc::new(tokio::sync::Mutex::new(None)),
+        overview: Arc::new(SharedReads::new()),
+        lists: Arc::new(SharedReads::new()),
     };
     Router::new()
         .route("/", get(overview))
@@ -261,29 +254,39 @@ impl Dashboard {
         }
     }
 
-    /// The queue overview, read again once the last read has served its time
-    /// ([`OVERVIEW_FRESH_FOR`], [`OVERVIEW_REST_FACTOR`]) or was forgotten after a queue
-    /// action.
-    async fn queue_overview(&self) -> Result<Overview, Error> {
-        let mut last = self.overview.lock().await;
-        if let Some((until, overview)) = last.as_ref() {
-            if Instant::now() < *until {
-                return Ok(overview.clone());
-            }
-        }
-        let started = Instant::now();
-        let client = self.api.client();
-        let read_at = chrono::Utc::now();
-        let since = read_at - chrono::TimeDelta::minutes(charts::MINUTES);
-        let (queues, activity) = tokio::try_join!(client.queue_overview(), client.activity(since))?;
-        let overview = Overview {
-            queues,
-            activity,
-            read_at,
-        };
-        let serves_for = OVERVIEW_FRESH_FOR.max(started.elapsed() * OVERVIEW_REST_FACTOR);
-        *last = Some((Instant::now() + serves_for, overview.clone()));
-        Ok(overview)
+    /// The queue overview and the last hour's activity, shared by every open dashboard.
+    async fn queue_overview(&self) -> Result<Arc<Overview>, Error> {
+        self.overview
+            .get("", || async {
+                let client = self.api.client();
+                let read_at = chrono::Utc::now();
+                let since = read_at - chrono::TimeDelta::minutes(charts::MINUTES);
+                let (queues, activity) =
+                    tokio::try_join!(client.queue_overview(), client.activity(since))?;
+                Ok(Arc::new(Overview {
+                    queues,
+                    activity,
+                    read_at,
+                }))
+            })
+            .await
+    }
+
+    /// A page of jobs, shared by every open dashboard asking for the same page.
+    async fn list(&self, query: ListJobs) -> Result<Arc<JobPage>, Error> {
+        let key = serde_json::to_string(&query)
+            .map_err(|e| Error::fatal(format!("a jobs list query as JSON: {e}")))?;
+        self.lists
+            .get(&key, || async {
+                self.api.client().list(query).await.map(Arc::new)
+            })
+            .await
+    }
+
+    /// Forgets the kept reads after an action, so the next page shows its result.
+    fn acted(&self) {
+        self.overview.forget();
+        self.lists.forget();
     }
 
     fn error_page(&self, viewer: Option<&Viewer>, status: StatusCode, message: &str) -> Response {
@@ -510,8 +513,7 @@ async fn queue_action(
     } else {
         client.queue_resume(queue).await
     };
-    // The next overview shows the change.
-    *d.overview.lock().await = None;
+    d.acted();
     match done {
         Ok(_) => Redirect::to("/").into_response(),
         Err(e) => d.store_error(&viewer, e),
@@ -707,7 +709,7 @@ async fn jobs(
         }
         query.tenant = Some(tenant.clone());
     }
-    let page = match d.api.client().list(query).await {
+    let page = match d.list(query).await {
         Ok(page) => page,
         Err(e) => return d.store_error(&viewer, e),
     };
@@ -977,6 +979,7 @@ async fn act(
         Action::Retry => client.retry(job.id).await.map(drop),
         Action::Delete => client.delete(job.id).await.map(drop),
     };
+    d.acted();
     match done {
         Ok(()) if matches!(action, Action::Delete) => Redirect::to("/jobs").into_response(),
         Ok(()) => Redirect::to(&format!("/jobs/{}", job.id)).into_response(),
@@ -1170,7 +1173,9 @@ async fn bulk(State(d): State<Dashboard>, headers: HeaderMap, body: axum::body::
     if let Some(refused) = bulk_refused(&d, &viewer, action) {
         return refused;
     }
-    let outcome = match client.bulk(bulk).await {
+    let outcome = client.bulk(bulk).await;
+    d.acted();
+    let outcome = match outcome {
         Ok(outcome) => outcome,
         Err(e) => return d.store_error(&viewer, e),
     };
