@@ -854,8 +854,9 @@ async fn pages_update_live_from_their_own_url() {
 
     // One read of the queue overview serves every request within a second: a queue created
     // just after a read shows up at a later read, not at once.
-    let before = server.page("/", Some(&cookie)).await;
+    // Taken before the read: the read serves at least until a second after this.
     let read_at = std::time::Instant::now();
+    let before = server.page("/", Some(&cookie)).await;
     server
         .enqueue(job("report.build", json!({})).with_queue(QueueName::parse("fresh").unwrap()))
         .await;
@@ -893,8 +894,8 @@ async fn pages_update_live_from_their_own_url() {
 
     // So does each jobs list: a job enqueued just after a read shows at a later read.
     let fresh = QueueName::parse("fresh").unwrap();
-    let listed = server.page("/jobs?queue=fresh", Some(&cookie)).await;
     let read_at = std::time::Instant::now();
+    let listed = server.page("/jobs?queue=fresh", Some(&cookie)).await;
     let second = server
         .enqueue(job("report.build", json!({})).with_queue(fresh))
         .await;

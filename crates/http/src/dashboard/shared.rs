@@ -9,7 +9,7 @@
 //! | a read serves for `max(FRESH_FOR, REST_FACTOR x its time)` | the dashboards keep the database busy a fifth of the time at most, however large the table |
 //! | a failed read is not kept | the next request tries again |
 //! | [`SharedReads::forget`] drops every kept read | a dashboard action shows its result on the next page |
-//! | at most [`KEYS`] keys are kept; expired ones make room | filters typed by hand cannot grow the memory |
+//! | a new key drops the expired reads; at most [`KEYS`] keys are kept | pages read once (a filter typed by hand, a later page) do not stay in memory |
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -81,24 +81,24 @@ impl<V: Clone> SharedReads<V> {
             .clear();
     }
 
-    /// The slot of `key`, made when missing; none when [`KEYS`] keys are kept and none of
-    /// them has expired (then the caller reads on its own).
+    /// The slot of `key`, made when missing (after dropping the expired ones, so only reads
+    /// that still serve are kept); none when [`KEYS`] keys still serve (then the caller reads
+    /// on its own).
     fn slot(&self, key: &str) -> Option<Slot<V>> {
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(slot) = slots.get(key) {
             return Some(Arc::clone(slot));
         }
-        if slots.len() >= KEYS {
-            let now = Instant::now();
-            // A slot being read (locked) stays; an expired or empty one goes.
-            slots.retain(|_, slot| {
-                slot.try_lock().map_or(true, |last| {
+        let now = Instant::now();
+        // A slot a request holds (reading it, or about to) stays; so does one that serves.
+        slots.retain(|_, slot| {
+            Arc::strong_count(slot) > 1
+                || slot.try_lock().map_or(true, |last| {
                     last.as_ref().is_some_and(|(until, _)| now < *until)
                 })
-            });
-            if slots.len() >= KEYS {
-                return None;
-            }
+        });
+        if slots.len() >= KEYS {
+            return None;
         }
         let slot: Slot<V> = Arc::new(tokio::sync::Mutex::new(None));
         slots.insert(key.to_owned(), Arc::clone(&slot));
@@ -172,6 +172,12 @@ mod tests {
             let (shared, reads) = (Arc::clone(&shared), Arc::clone(&reads));
             tokio::spawn(async move { shared.get("a", || counted(&reads, 8)).await })
         };
+        // On this one-thread runtime the second request runs until it waits for the slot.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!second.is_finished());
+        assert_eq!(reads.load(Ordering::SeqCst), 1);
         release.send(()).unwrap();
         assert_eq!(first.await.unwrap().unwrap(), 7);
         assert_eq!(second.await.unwrap().unwrap(), 7);
@@ -203,16 +209,29 @@ mod tests {
                 .await
                 .unwrap();
         }
-        // Full of fresh reads: a new key is read but not kept.
+        // Full of reads that serve: a new key is read but not kept.
         shared.get("new", || counted(&reads, 1)).await.unwrap();
         assert_eq!(shared.kept(), KEYS);
         shared.get("new", || counted(&reads, 1)).await.unwrap();
         assert_eq!(reads.load(Ordering::SeqCst), KEYS + 2);
-        // One expires: the next new key takes its room.
-        shared.slot("0").unwrap().lock().await.as_mut().unwrap().0 = Instant::now();
+        // Two expire: the next new key drops both and takes the room of one.
+        for key in ["0", "1"] {
+            shared.slot(key).unwrap().lock().await.as_mut().unwrap().0 = Instant::now();
+        }
         shared.get("new", || counted(&reads, 1)).await.unwrap();
-        assert_eq!(shared.kept(), KEYS);
+        assert_eq!(shared.kept(), KEYS - 1);
         shared.get("new", || counted(&reads, 1)).await.unwrap();
         assert_eq!(reads.load(Ordering::SeqCst), KEYS + 3);
+    }
+
+    #[tokio::test]
+    async fn a_new_key_drops_the_reads_that_expired() {
+        let shared = SharedReads::new();
+        let reads = AtomicUsize::new(0);
+        shared.get("a", || counted(&reads, 1)).await.unwrap();
+        shared.get("b", || counted(&reads, 2)).await.unwrap();
+        shared.slot("a").unwrap().lock().await.as_mut().unwrap().0 = Instant::now();
+        shared.get("c", || counted(&reads, 3)).await.unwrap();
+        assert_eq!(shared.kept(), 2, "b and c serve; a is gone");
     }
 }
