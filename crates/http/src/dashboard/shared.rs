@@ -1,4 +1,4 @@
-//! Reads shared by every open dashboard (docs/dashboard.md, "Cost on the database"): the
+//! Reads shared by every open dashboard (docs/dashboard.md, "Live updates"): the
 //! queue overview and each jobs list are read once for all the tabs showing them, and again
 //! only after [`FRESH_FOR`] or [`REST_FACTOR`] times as long as the last read took, whichever
 //! is longer.
