@@ -1115,6 +1115,32 @@ async fn a_queue_filter_reads_finished_jobs_through_the_queue_index() {
     assert_eq!(pairs.len(), 4, "{pairs:?}");
 }
 
+/// The plan of jobs_list.sql (its lines joined) for a page of 50 filtered by meta
+/// `{"customer": "c40"}` and by `state` when given, as the store plans it: for these values.
+async fn explain_meta_list(pool: &PgPool, state: Option<&str>) -> String {
+    let (_, list) = drover_store_postgres::statements::ALL
+        .iter()
+        .find(|(files, _)| *files == "jobs_list.sql")
+        .expect("the list statement");
+    let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN {list}"))
+        .bind(None::<String>)
+        .bind(state)
+        .bind(None::<String>)
+        .bind(None::<String>)
+        .bind(serde_json::json!({"customer": "c40"}))
+        .bind(None::<uuid::Uuid>)
+        .bind(51_i64)
+        .bind(Vec::<String>::new())
+        .bind(false)
+        .bind(false)
+        .bind(false)
+        .bind(false)
+        .fetch_all(pool)
+        .await
+        .unwrap();
+    plan.join("\n")
+}
+
 /// A meta filter without a state finds the queued jobs whose meta matches through
 /// jobs_queued_meta_set_idx (migration 13, ADR 0017), not by reading the backlog newest first
 /// (616 ms at 5,000,000 jobs without it: BENCHMARKS.md, "Dashboard"), and lists every match.
@@ -1142,30 +1168,8 @@ async fn a_meta_filter_reads_queued_jobs_through_their_meta_index() {
         .execute(pool)
         .await
         .unwrap();
-    let (_, list) = drover_store_postgres::statements::ALL
-        .iter()
-        .find(|(files, _)| *files == "jobs_list.sql")
-        .expect("the list statement");
-    let mut conn = pool.acquire().await.unwrap();
-    let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN {list}"))
-        .bind(None::<String>)
-        .bind(None::<String>)
-        .bind(None::<String>)
-        .bind(None::<String>)
-        .bind(serde_json::json!({"customer": "c40"}))
-        .bind(None::<uuid::Uuid>)
-        .bind(51_i64)
-        .bind(Vec::<String>::new())
-        .bind(false)
-        .bind(false)
-        .bind(false)
-        .bind(false)
-        .fetch_all(&mut *conn)
-        .await
-        .unwrap();
-    let plan = plan.join("\n");
+    let plan = explain_meta_list(pool, None).await;
     assert!(plan.contains("jobs_queued_meta_set_idx"), "{plan}");
-    drop(conn);
     let page = h
         .store
         .jobs_list(ListJobs {
@@ -1196,10 +1200,6 @@ async fn a_state_filter_reads_only_the_branch_of_its_state() {
     };
     let h = factory.open_pg(unbounded_options()).await;
     let pool = h.store.pool();
-    let (_, list) = drover_store_postgres::statements::ALL
-        .iter()
-        .find(|(files, _)| *files == "jobs_list.sql")
-        .expect("the list statement");
     for state in [
         "waiting",
         "queued",
@@ -1209,24 +1209,7 @@ async fn a_state_filter_reads_only_the_branch_of_its_state() {
         "failed",
         "cancelled",
     ] {
-        let mut conn = pool.acquire().await.unwrap();
-        let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN {list}"))
-            .bind(None::<String>)
-            .bind(state)
-            .bind(None::<String>)
-            .bind(None::<String>)
-            .bind(serde_json::json!({"customer": "c40"}))
-            .bind(None::<uuid::Uuid>)
-            .bind(51_i64)
-            .bind(Vec::<String>::new())
-            .bind(false)
-            .bind(false)
-            .bind(false)
-            .bind(false)
-            .fetch_all(&mut *conn)
-            .await
-            .unwrap();
-        let plan = plan.join("\n");
+        let plan = explain_meta_list(pool, Some(state)).await;
         assert_eq!(
             plan.matches("One-Time Filter: false").count(),
             5,
