@@ -44,6 +44,11 @@ use crate::options::{Cli, Command};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The OpenTelemetry export while it is on: the bench's workers report their metrics to it
+/// too, as `drover worker`'s do.
+pub(crate) static TELEMETRY: std::sync::OnceLock<drover_telemetry::Telemetry> =
+    std::sync::OnceLock::new();
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // With OTEL_EXPORTER_OTLP_ENDPOINT set, the in-process workers export their attempt spans
@@ -66,11 +71,10 @@ fn main() -> ExitCode {
                     tracing_subscriber::EnvFilter::new("warn,sqlx::query=error")
                 }),
             );
-        let traces = telemetry.as_ref().map(|telemetry| {
-            telemetry
-                .layer()
-                .with_filter(tracing_subscriber::filter::LevelFilter::INFO)
-        });
+        let traces = telemetry.as_ref().map(drover_telemetry::Telemetry::layer);
+        if let Some(telemetry) = &telemetry {
+            let _ = TELEMETRY.set(telemetry.clone());
+        }
         tracing_subscriber::registry()
             .with(logs)
             .with(traces)

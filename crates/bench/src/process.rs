@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use drover_core::{Error, JobKind, JobStore, QueueName, SucceededJobs};
 use drover_runner::{
-    CancellationToken, JobContext, JobOutcome, Metrics, Outcome, PoolConfig, Registry, Worker,
-    WorkerConfig,
+    CancellationToken, JobContext, JobOutcome, Metrics, MetricsFanOut, Outcome, PoolConfig,
+    Registry, Worker, WorkerConfig,
 };
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
@@ -95,7 +95,8 @@ pub fn noop_registry() -> Result<Registry, Error> {
 }
 
 /// A worker with one pool of `slots` slots on the `bench` queue, default settings otherwise
-/// (LISTEN/NOTIFY wake-ups, 1 s poll fallback, batched completer), reporting to `metrics`.
+/// (LISTEN/NOTIFY wake-ups, 1 s poll fallback, batched completer), reporting to `metrics`
+/// (and to the OpenTelemetry export while it is on).
 ///
 /// # Errors
 /// `InvalidInput` from the worker configuration.
@@ -110,6 +111,13 @@ pub fn bench_worker(
         vec![QueueName::parse(QUEUE)?],
         slots,
     )]);
+    let metrics: Arc<dyn Metrics> = match crate::TELEMETRY.get() {
+        Some(telemetry) => Arc::new(MetricsFanOut(vec![
+            metrics,
+            telemetry.metrics([JobKind::parse(KIND)?], [QueueName::parse(QUEUE)?]),
+        ])),
+        None => metrics,
+    };
     Ok(Worker::new(store, Arc::new(registry), config)?.metrics(metrics))
 }
 

@@ -195,7 +195,7 @@ pub fn one_line(e: &anyhow::Error) -> String {
 /// handler's, within spans of its own too) with its `process` span and that span's
 /// `trace_id`: in the text prefix, or in the `spans` list of a JSON line.
 fn init_tracing(filter: Option<&str>, json: bool, telemetry: Option<&drover_telemetry::Telemetry>) {
-    use tracing_subscriber::filter::{filter_fn, FilterExt, LevelFilter, Targets};
+    use tracing_subscriber::filter::{filter_fn, FilterExt, LevelFilter};
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::{EnvFilter, Layer, Registry};
@@ -241,11 +241,7 @@ fn init_tracing(filter: Option<&str>, json: bool, telemetry: Option<&drover_tele
             .with_filter(filter)
             .boxed()
     };
-    let traces = telemetry.map(|telemetry| {
-        telemetry
-            .layer()
-            .with_filter(Targets::new().with_default(LevelFilter::INFO))
-    });
+    let traces = telemetry.map(|telemetry| telemetry.layer());
     let _ = tracing_subscriber::registry()
         .with(logs)
         .with(traces)

@@ -112,7 +112,7 @@ impl JobContext {
                     // Children descend from this run's span when spans are on, else share
                     // the parent's stored context (docs/adr/0013-trace-context.md).
                     child.trace_context = telemetry::spans()
-                        .and_then(|_| telemetry::capture(&tracing::Span::current()))
+                        .and_then(|_| telemetry::capture_current())
                         .or_else(|| job.trace_context.clone());
                 }
                 child

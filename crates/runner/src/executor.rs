@@ -4,11 +4,12 @@
 //! inside a `tracing` span with the job id, kind, queue and attempt (never args). The span
 //! is at debug level (enable `drover_runner=debug` to see it around a handler's own log
 //! lines): building an enabled span costs about a microsecond a job, a noticeable share of a
-//! no-op job. With trace spans on (`telemetry::configure`) it is the attempt's
-//! `process <queue>` span instead, descending from the job's stored trace context. It runs the handler with a [`JobContext`], enforces the kind's timeout, catches
-//! panics, aborts a handler that ignores its cancellation for longer than the cancel grace,
-//! hands the outcome to the completer, then gives the slot to the next waiting job or back
-//! (docs/design.md sections 3, 6 and 9).
+//! no-op job. With trace spans on (`telemetry::configure`) the job runs instead under its
+//! attempt's OpenTelemetry `process <queue>` span, descending from the job's stored trace
+//! context, and in a `tracing` span that carries the trace id. It runs the handler with a
+//! [`JobContext`], enforces the kind's timeout, catches panics, aborts a handler that ignores
+//! its cancellation for longer than the cancel grace, hands the outcome to the completer,
+//! then gives the slot to the next waiting job or back (docs/design.md sections 3, 6 and 9).
 
 use std::any::Any;
 use std::panic::AssertUnwindSafe;
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use drover_core::{Finish, Job, JobState, Retry};
 use futures::FutureExt;
+use opentelemetry::context::FutureExt as _;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
@@ -357,19 +359,27 @@ async fn execute(
     stop_claims: Arc<CancellationToken>,
 ) {
     loop {
-        let span = match telemetry::spans() {
-            Some(later) => telemetry::attempt_span(&job.job, later),
-            None => tracing::debug_span!(
-                "job",
-                job_id = %job.job.id,
-                kind = %job.job.kind,
-                queue = %job.job.queue,
-                attempt = job.job.attempt,
-            ),
-        };
-        run_one(&rt, &job, slot.as_ref(), &completer)
-            .instrument(span)
-            .await;
+        match telemetry::Attempt::start(&job.job) {
+            Some(attempt) => {
+                run_one(&rt, &job, slot.as_ref(), &completer, Some(&attempt))
+                    .instrument(attempt.log_span())
+                    .with_context(attempt.context())
+                    .await;
+                attempt.end();
+            }
+            None => {
+                let span = tracing::debug_span!(
+                    "job",
+                    job_id = %job.job.id,
+                    kind = %job.job.kind,
+                    queue = %job.job.queue,
+                    attempt = job.job.attempt,
+                );
+                run_one(&rt, &job, slot.as_ref(), &completer, None)
+                    .instrument(span)
+                    .await;
+            }
+        }
         let (Some(backlog), Some(held)) = (backlog.as_ref(), slot.take()) else {
             return;
         };
@@ -393,6 +403,7 @@ async fn run_one(
     shared: &Arc<JobShared>,
     slot: Option<&SlotPermit>,
     completer: &UnboundedSender<Completion>,
+    attempt: Option<&telemetry::Attempt>,
 ) {
     let job = &shared.job;
     let started = Instant::now();
@@ -437,8 +448,8 @@ async fn run_one(
     } else {
         Some(decide(ran, shared, &config, rt))
     };
-    if telemetry::spans().is_some() {
-        record_on_span(job, finish.as_ref());
+    if let Some(attempt) = attempt {
+        record_on_span(attempt, job, finish.as_ref());
     }
     // Room for the outcome before it is handed over, this slot held meanwhile: the claims
     // slow down with the writes (Runtime::unwritten_room).
@@ -451,8 +462,7 @@ async fn run_one(
 
 /// Records the outcome the run asks for on its attempt span (whether a failure is retried
 /// is the store's decision; this is the runner's expectation from the attempts left).
-fn record_on_span(job: &Job, finish: Option<&Finish>) {
-    let span = tracing::Span::current();
+fn record_on_span(attempt: &telemetry::Attempt, job: &Job, finish: Option<&Finish>) {
     let (outcome, error) = match finish {
         None => (JobOutcome::LeaseLost, Some("lease lost while running")),
         Some(Finish::Succeeded { .. }) => (JobOutcome::Succeeded, None),
@@ -470,7 +480,7 @@ fn record_on_span(job: &Job, finish: Option<&Finish>) {
         Some(Finish::Cancelled { .. }) => (JobOutcome::Cancelled, None),
         Some(Finish::WaitForChildren) => (JobOutcome::Waiting, None),
     };
-    telemetry::record_outcome(&span, outcome, error);
+    attempt.record_outcome(outcome, error);
 }
 
 /// Hands a job's write to the completer; `None` when its lease was lost: nothing is written,

@@ -2,12 +2,14 @@
 //! the enqueue spans of [`crate::Client`], the W3C context stored with each job, and the
 //! attempt span each run executes in.
 //!
-//! Spans are `tracing` spans with OpenTelemetry's messaging attributes; a
-//! `tracing-opentelemetry` layer (`drover-telemetry` installs one) turns them into
-//! OpenTelemetry spans. They are off until [`configure`] turns them on: then the enqueue
-//! path creates a span per enqueue and the executor one per attempt; off, neither does any
-//! work beyond reading one atomic. The setting is process-wide, like the tracer provider
-//! the spans go to.
+//! Enqueue spans are `tracing` spans with OpenTelemetry's messaging attributes, which a
+//! `tracing-opentelemetry` layer (`drover-telemetry` installs one) turns into OpenTelemetry
+//! spans: they are children of the caller's span. An attempt's span is made with the
+//! configured tracer directly, and the attempt runs under its OpenTelemetry context, so that
+//! the handler's own spans and enqueues nest in it; a `tracing` span beside it carries the
+//! trace id to the log. Everything is off until [`configure`] turns it on; off, neither path
+//! does any work beyond reading one atomic. The setting is process-wide, like the tracer
+//! provider the spans go to.
 //!
 //! | span | name | kind | parent | links |
 //! |---|---|---|---|---|
@@ -17,9 +19,15 @@
 //! | an attempt | `process <queue>` | consumer | the stored context (first attempt; later ones per [`LaterAttempts`]) | the stored context (later attempts, by default) |
 
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::RwLock;
 
 use drover_core::{Job, NewJob, NewWorkflow, QueueName, TraceContext};
-use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
+use opentelemetry::global::BoxedTracer;
+use opentelemetry::trace::{
+    Link, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
+    Tracer as _,
+};
+use opentelemetry::KeyValue;
 use tracing::field::Empty;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -68,14 +76,20 @@ const PARENT: u8 = 2;
 
 static SPANS: AtomicU8 = AtomicU8::new(OFF);
 
-/// Turns the enqueue and attempt spans on (`Some`, with how later attempts relate to the
-/// enqueue) or off (`None`, the default) for the whole process.
-pub fn configure(spans: Option<LaterAttempts>) {
-    let value = match spans {
+/// The tracer of the attempt spans, while spans are on.
+static TRACER: RwLock<Option<(LaterAttempts, BoxedTracer)>> = RwLock::new(None);
+
+/// Turns the enqueue and attempt spans on (`Some`: how later attempts relate to the enqueue,
+/// and the tracer the attempt spans are made with) or off (`None`, the default) for the whole
+/// process. The enqueue spans are `tracing` spans: they reach OpenTelemetry through the
+/// subscriber's `tracing-opentelemetry` layer.
+pub fn configure(spans: Option<(LaterAttempts, BoxedTracer)>) {
+    let value = match &spans {
         None => OFF,
-        Some(LaterAttempts::Link) => LINK,
-        Some(LaterAttempts::Parent) => PARENT,
+        Some((LaterAttempts::Link, _)) => LINK,
+        Some((LaterAttempts::Parent, _)) => PARENT,
     };
+    *TRACER.write().unwrap_or_else(|e| e.into_inner()) = spans;
     SPANS.store(value, Ordering::Relaxed);
 }
 
@@ -129,6 +143,12 @@ pub fn capture(span: &Span) -> Option<TraceContext> {
         return None;
     }
     trace_context(span.context().span().span_context())
+}
+
+/// The trace context of the current OpenTelemetry context: inside an attempt, its span or
+/// the innermost span a handler entered.
+pub fn capture_current() -> Option<TraceContext> {
+    opentelemetry::Context::map_current(|cx| trace_context(cx.span().span_context()))
 }
 
 /// A producer span for `queue`, a child of `parent` when given (else of the current span).
@@ -238,63 +258,96 @@ pub(crate) fn publish_workflow(workflow: &mut NewWorkflow) -> Span {
 /// Most jobs a batch's `publish` span links (OpenTelemetry's default link limit).
 pub const BATCH_LINKS_MAX: usize = 128;
 
-/// The `tracing` target of the attempt spans (a log filter can name it).
+/// The `tracing` target of the attempt's log span (a log filter can name it; the
+/// OpenTelemetry layer of `drover-telemetry` leaves it out, as the attempt's OpenTelemetry
+/// span is made directly).
 pub const ATTEMPT_TARGET: &str = "drover::job";
 
-/// The span an attempt of `job` runs in, with spans on: `process <queue>`, a child of the
-/// stored context for the first attempt, and for later ones as `later` says.
-pub(crate) fn attempt_span(job: &Job, later: LaterAttempts) -> Span {
-    let span = tracing::info_span!(
-        target: ATTEMPT_TARGET,
-        "process",
-        otel.name = format!("process {}", job.queue),
-        otel.kind = "consumer",
-        otel.status_code = Empty,
-        otel.status_description = Empty,
-        messaging.system = "drover",
-        messaging.operation.type = "process",
-        messaging.operation.name = "process",
-        messaging.destination.name = job.queue.as_str(),
-        messaging.message.id = %job.id,
-        drover.job.kind = job.kind.as_str(),
-        drover.job.attempt = job.attempt,
-        drover.tenant = job.tenant.as_str(),
-        drover.job.outcome = Empty,
-        trace_id = Empty,
-    );
-    if let Some(stored) = job.trace_context.as_ref().and_then(span_context) {
-        if job.attempt <= 1 || later == LaterAttempts::Parent {
-            let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(stored));
-        } else {
-            let _ = span.set_parent(opentelemetry::Context::new());
-            span.add_link(stored);
-        }
-    } else {
-        // An attempt without a stored context starts its own trace, never one of whatever
-        // span happens to be current on the executor's task.
-        let _ = span.set_parent(opentelemetry::Context::new());
-    }
-    if let Some(context) = capture(&span) {
-        if let Some(trace_id) = context.trace_id() {
-            // Log lines of the handler carry the trace id through this field of their span.
-            span.record("trace_id", trace_id);
-        }
-    }
-    span
+/// One attempt's spans, with spans on: the OpenTelemetry `process <queue>` span, made with
+/// the configured tracer (no `tracing` span stands behind it: a job's life stays cheap,
+/// docs/adr/0013-trace-context.md), in the context the attempt runs under, and a `tracing`
+/// span named `process` that log lines inside the attempt show, with the trace id.
+pub(crate) struct Attempt {
+    context: opentelemetry::Context,
+    log: Span,
 }
 
-/// Records how an attempt ended on its span: the outcome, and an error status with the
-/// stored error message for a failure.
-pub(crate) fn record_outcome(span: &Span, outcome: JobOutcome, error: Option<&str>) {
-    span.record("drover.job.outcome", outcome.as_str());
-    match error {
-        Some(message) => {
-            span.record("otel.status_code", "ERROR");
-            span.record("otel.status_description", message);
+impl Attempt {
+    /// The spans of an attempt of `job`, or `None` with spans off: `process <queue>`, a child
+    /// of the stored context for the first attempt, and for later ones as configured.
+    pub(crate) fn start(job: &Job) -> Option<Attempt> {
+        // Off, one atomic read: the lock is not touched.
+        spans()?;
+        let tracing = TRACER.read().unwrap_or_else(|e| e.into_inner());
+        let (later, tracer) = tracing.as_ref()?;
+        let mut builder = tracer
+            .span_builder(format!("process {}", job.queue))
+            .with_kind(SpanKind::Consumer)
+            .with_attributes([
+                KeyValue::new("messaging.system", "drover"),
+                KeyValue::new("messaging.operation.type", "process"),
+                KeyValue::new("messaging.operation.name", "process"),
+                KeyValue::new("messaging.destination.name", job.queue.as_str().to_owned()),
+                KeyValue::new("messaging.message.id", job.id.to_string()),
+                KeyValue::new("drover.job.kind", job.kind.as_str().to_owned()),
+                KeyValue::new("drover.job.attempt", i64::from(job.attempt)),
+                KeyValue::new("drover.tenant", job.tenant.as_str().to_owned()),
+            ]);
+        // An attempt without a stored context starts its own trace, never one of whatever
+        // context happens to be current on the executor's task.
+        let mut parent = opentelemetry::Context::new();
+        if let Some(stored) = job.trace_context.as_ref().and_then(span_context) {
+            if job.attempt <= 1 || *later == LaterAttempts::Parent {
+                parent = parent.with_remote_span_context(stored);
+            } else {
+                builder = builder.with_links(vec![Link::with_context(stored)]);
+            }
         }
-        None => {
-            span.record("otel.status_code", "OK");
+        let context = parent.with_span(builder.start_with_context(tracer, &parent));
+        drop(tracing);
+        let log = tracing::info_span!(
+            target: ATTEMPT_TARGET,
+            "process",
+            messaging.message.id = %job.id,
+            drover.job.kind = job.kind.as_str(),
+            messaging.destination.name = job.queue.as_str(),
+            drover.job.attempt = job.attempt,
+            trace_id = Empty,
+        );
+        if !log.is_disabled() {
+            // Log lines of the handler carry the trace id through this field of their span.
+            let span_context = context.span().span_context().clone();
+            if span_context.is_valid() {
+                log.record("trace_id", tracing::field::display(span_context.trace_id()));
+            }
         }
+        Some(Attempt { context, log })
+    }
+
+    /// The OpenTelemetry context the attempt runs under: handler spans and enqueues nest in it.
+    pub(crate) fn context(&self) -> opentelemetry::Context {
+        self.context.clone()
+    }
+
+    /// The `tracing` span the attempt runs in (disabled when no layer wants it).
+    pub(crate) fn log_span(&self) -> Span {
+        self.log.clone()
+    }
+
+    /// Records how the attempt ended: the outcome, and an error status with the stored error
+    /// message for a failure.
+    pub(crate) fn record_outcome(&self, outcome: JobOutcome, error: Option<&str>) {
+        let span = self.context.span();
+        span.set_attribute(KeyValue::new("drover.job.outcome", outcome.as_str()));
+        span.set_status(match error {
+            Some(message) => Status::error(message.to_owned()),
+            None => Status::Ok,
+        });
+    }
+
+    /// Ends the attempt's span (it is exported from here on).
+    pub(crate) fn end(self) {
+        self.context.span().end();
     }
 }
 

@@ -10,7 +10,7 @@
 //! unreachable collector never slows a job; spans beyond its queue are dropped, and the first
 //! failed export is logged once as a warning.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,9 +18,10 @@ use std::time::Duration;
 use drover_core::{JobKind, JobState, QueueName};
 use drover_runner::telemetry::LaterAttempts;
 use drover_runner::{JobOutcome, Metrics};
+use opentelemetry::global::BoxedTracer;
 use opentelemetry::metrics::{Counter, Histogram, MeterProvider};
 use opentelemetry::trace::TracerProvider;
-use opentelemetry::KeyValue;
+use opentelemetry::{KeyValue, StringValue};
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::metrics::data::ResourceMetrics;
@@ -28,6 +29,10 @@ use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::metrics::{SdkMeterProvider, Temporality};
 use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
 use opentelemetry_sdk::Resource;
+use tracing::field::{Field, Visit};
+use tracing::{Level, Metadata};
+use tracing_subscriber::filter::{filter_fn, LevelFilter};
+use tracing_subscriber::layer::{self, Filter, Layer};
 use tracing_subscriber::registry::LookupSpan;
 
 /// The service name when `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES` name none.
@@ -91,25 +96,23 @@ impl Telemetry {
                 warned,
             })
             .build();
-        drover_runner::telemetry::configure(Some(later));
+        let tracer = BoxedTracer::new(Box::new(tracer_provider.tracer("drover")));
+        drover_runner::telemetry::configure(Some((later, tracer)));
         Ok(Telemetry {
             tracer_provider,
             meter_provider,
         })
     }
 
-    /// The `tracing` layer that turns spans into OpenTelemetry spans of this export.
-    pub fn layer<S>(
-        &self,
-    ) -> tracing_opentelemetry::OpenTelemetryLayer<S, opentelemetry_sdk::trace::Tracer>
+    /// The `tracing` layer that turns spans at info level and above into OpenTelemetry spans
+    /// of this export (events become events of their span). It filters for itself: add it
+    /// to a subscriber as it is. An event outside every span it records, inside an attempt
+    /// (whose span the runner makes directly), becomes an event of the attempt's span.
+    pub fn layer<S>(&self) -> impl Layer<S>
     where
         S: tracing::Subscriber + for<'span> LookupSpan<'span>,
     {
-        tracing_opentelemetry::layer()
-            .with_tracer(self.tracer_provider.tracer("drover"))
-            .with_location(false)
-            .with_threads(false)
-            .with_target(false)
+        exporting_layer(&self.tracer_provider)
     }
 
     /// The runner's metrics as OpenTelemetry instruments of this export; `kinds` and `queues`
@@ -137,6 +140,112 @@ impl Telemetry {
         let _ = self
             .meter_provider
             .shutdown_with_timeout(Duration::from_secs(5));
+    }
+}
+
+/// [`Telemetry::layer`] for `provider`.
+fn exporting_layer<S>(provider: &SdkTracerProvider) -> impl Layer<S>
+where
+    S: tracing::Subscriber + for<'span> LookupSpan<'span>,
+{
+    let spans = tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer("drover"))
+        .with_location(false)
+        .with_threads(false)
+        .with_target(false)
+        .with_filter(exported());
+    spans.and_then(ContextEvents.with_filter(exported()))
+}
+
+/// What the `tracing` layer exports: spans and events at info and above, except the
+/// runner's attempt log span (the attempt's OpenTelemetry span is made by the runner).
+fn exported<S>() -> impl Filter<S> + Send + Sync + 'static {
+    filter_fn(|meta: &Metadata<'_>| {
+        *meta.level() <= Level::INFO && meta.target() != drover_runner::telemetry::ATTEMPT_TARGET
+    })
+    .with_max_level_hint(LevelFilter::INFO)
+}
+
+/// Adds an event that no exported span holds to the active OpenTelemetry span, when that
+/// span records: an event a handler logs outside spans of its own becomes an event of its
+/// attempt's span, as `tracing-opentelemetry` does for events inside the spans it records
+/// (the same name, `level` and `target` attributes, and fields as attributes).
+struct ContextEvents;
+
+impl<S> Layer<S> for ContextEvents
+where
+    S: tracing::Subscriber + for<'span> LookupSpan<'span>,
+{
+    fn on_event(&self, event: &tracing::Event<'_>, ctx: layer::Context<'_, S>) {
+        if ctx.event_span(event).is_some() {
+            return;
+        }
+        opentelemetry::trace::get_active_span(|span| {
+            if !span.is_recording() {
+                return;
+            }
+            let meta = event.metadata();
+            let mut fields = EventFields {
+                name: None,
+                attributes: vec![
+                    KeyValue::new("level", meta.level().as_str()),
+                    KeyValue::new("target", meta.target().to_owned()),
+                ],
+            };
+            event.record(&mut fields);
+            let name = fields.name.unwrap_or_else(|| meta.name().to_owned());
+            span.add_event(name, fields.attributes);
+        });
+    }
+}
+
+/// An event's `message` (its name) and other fields (its attributes).
+struct EventFields {
+    name: Option<String>,
+    attributes: Vec<KeyValue>,
+}
+
+impl EventFields {
+    fn add(&mut self, field: &Field, value: opentelemetry::Value) {
+        self.attributes.push(KeyValue::new(field.name(), value));
+    }
+}
+
+impl Visit for EventFields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "message" {
+            self.name = Some(value.to_owned());
+        } else {
+            self.add(field, value.to_owned().into());
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        let text = format!("{value:?}");
+        if field.name() == "message" {
+            self.name = Some(text);
+        } else {
+            self.add(field, text.into());
+        }
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.add(field, value.into());
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        match i64::try_from(value) {
+            Ok(value) => self.add(field, value.into()),
+            Err(_) => self.add(field, value.to_string().into()),
+        }
+    }
+
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.add(field, value.into());
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.add(field, value.into());
     }
 }
 
@@ -218,8 +327,9 @@ impl<E: PushMetricExporter> PushMetricExporter for WarnOnce<E> {
 
 /// The runner's metrics as OpenTelemetry instruments (docs/opentelemetry.md, Metrics).
 struct OtelMetrics {
-    kinds: HashSet<String>,
-    queues: HashSet<String>,
+    /// Label values by kind and by queue, shared by every measurement (no copy per call).
+    kinds: HashMap<String, StringValue>,
+    queues: HashMap<String, StringValue>,
     enqueued: Counter<u64>,
     finished: Counter<u64>,
     rescued: Counter<u64>,
@@ -228,11 +338,20 @@ struct OtelMetrics {
 }
 
 impl OtelMetrics {
-    fn new(provider: &SdkMeterProvider, kinds: HashSet<String>, queues: HashSet<String>) -> Self {
+    fn new(provider: &SdkMeterProvider, kinds: Vec<String>, queues: Vec<String>) -> Self {
         let meter = provider.meter("drover");
+        let values = |names: Vec<String>| {
+            names
+                .into_iter()
+                .map(|name| {
+                    let value = StringValue::from(Arc::<str>::from(name.as_str()));
+                    (name, value)
+                })
+                .collect()
+        };
         OtelMetrics {
-            kinds,
-            queues,
+            kinds: values(kinds),
+            queues: values(queues),
             enqueued: meter
                 .u64_counter("drover.jobs.enqueued")
                 .with_description("Jobs enqueued by this process")
@@ -259,12 +378,11 @@ impl OtelMetrics {
     }
 
     fn labels(&self, kind: &JobKind, queue: &QueueName) -> [KeyValue; 3] {
-        let bounded = |set: &HashSet<String>, value: &str| {
-            if set.contains(value) {
-                value.to_owned()
-            } else {
-                OTHER.to_owned()
-            }
+        let bounded = |values: &HashMap<String, StringValue>, name: &str| {
+            values
+                .get(name)
+                .cloned()
+                .unwrap_or(StringValue::from(OTHER))
         };
         [
             KeyValue::new("messaging.system", "drover"),
@@ -315,6 +433,97 @@ impl Metrics for OtelMetrics {
                 kind,
                 KeyValue::new("drover.job.state", to.as_str()),
             ],
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use opentelemetry::trace::{TraceContextExt, Tracer as _};
+    use tracing_subscriber::layer::SubscriberExt;
+
+    use super::*;
+
+    /// Keeps what it is given.
+    #[derive(Debug, Clone, Default)]
+    struct Kept(Arc<Mutex<Vec<SpanData>>>);
+
+    impl SpanExporter for Kept {
+        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+            self.0.lock().unwrap().extend(batch);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn events_outside_exported_spans_join_the_active_span_and_the_attempt_log_span_stays_out() {
+        let kept = Kept::default();
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(kept.clone())
+            .build();
+        let subscriber = tracing_subscriber::registry().with(exporting_layer(&provider));
+        tracing::subscriber::with_default(subscriber, || {
+            let attempt = provider.tracer("test").start("attempt");
+            let context = opentelemetry::Context::new().with_span(attempt);
+            {
+                let _attached = context.clone().attach();
+                let log = tracing::info_span!(
+                    target: drover_runner::telemetry::ATTEMPT_TARGET,
+                    "process"
+                );
+                let _entered = log.enter();
+                tracing::info!(answer = 42, word = "yes", "outside spans of its own");
+                tracing::debug!("below info");
+                tracing::debug_span!("quiet step").in_scope(|| tracing::warn!("in a quiet span"));
+                tracing::info_span!("step").in_scope(|| tracing::info!("inside its own span"));
+            }
+            context.span().end();
+        });
+        let spans = kept.0.lock().unwrap().clone();
+        let names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
+        assert_eq!(names, ["step", "attempt"], "the log span is not exported");
+        let events = |span: &SpanData| -> Vec<String> {
+            span.events.iter().map(|e| e.name.to_string()).collect()
+        };
+        let (step, attempt) = (&spans[0], &spans[1]);
+        assert_eq!(
+            events(attempt),
+            ["outside spans of its own", "in a quiet span"],
+            "info and above, outside exported spans"
+        );
+        assert_eq!(events(step), ["inside its own span"], "not duplicated");
+        assert_eq!(step.parent_span_id, attempt.span_context.span_id());
+        let first = &attempt.events.first().unwrap().attributes;
+        for expected in [
+            KeyValue::new("level", "INFO"),
+            KeyValue::new("answer", 42_i64),
+            KeyValue::new("word", "yes"),
+        ] {
+            assert!(first.contains(&expected), "{expected:?} in {first:?}");
+        }
+    }
+
+    #[test]
+    fn metric_labels_name_only_the_given_kinds_and_queues() {
+        let provider = SdkMeterProvider::builder().build();
+        let metrics = OtelMetrics::new(&provider, vec!["email.send".into()], vec!["mail".into()]);
+        let labels = |kind: &str, queue: &str| {
+            metrics.labels(
+                &JobKind::parse(kind).unwrap(),
+                &QueueName::parse(queue).unwrap(),
+            )
+        };
+        let [_, queue, kind] = labels("email.send", "mail");
+        assert_eq!(
+            (queue.value.as_str(), kind.value.as_str()),
+            ("mail".into(), "email.send".into())
+        );
+        let [_, queue, kind] = labels("report.build", "reports");
+        assert_eq!(
+            (queue.value.as_str(), kind.value.as_str()),
+            (OTHER.into(), OTHER.into())
         );
     }
 }
