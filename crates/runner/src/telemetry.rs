@@ -89,8 +89,13 @@ pub fn configure(spans: Option<(LaterAttempts, BoxedTracer)>) {
         Some((LaterAttempts::Link, _)) => LINK,
         Some((LaterAttempts::Parent, _)) => PARENT,
     };
-    *TRACER.write().unwrap_or_else(|e| e.into_inner()) = spans;
+    let replaced = std::mem::replace(
+        &mut *TRACER.write().unwrap_or_else(|e| e.into_inner()),
+        spans,
+    );
     SPANS.store(value, Ordering::Relaxed);
+    // Dropped outside the lock: the last tracer of a provider shuts it down, flushing.
+    drop(replaced);
 }
 
 /// Whether the spans are on, and how later attempts relate to the enqueue.
@@ -264,9 +269,9 @@ pub const BATCH_LINKS_MAX: usize = 128;
 pub const ATTEMPT_TARGET: &str = "drover::job";
 
 /// One attempt's spans, with spans on: the OpenTelemetry `process <queue>` span, made with
-/// the configured tracer (no `tracing` span stands behind it: a job's life stays cheap,
-/// docs/adr/0013-trace-context.md), in the context the attempt runs under, and a `tracing`
-/// span named `process` that log lines inside the attempt show, with the trace id.
+/// the configured tracer rather than through a `tracing` span (docs/adr/0018-direct-attempt-spans.md),
+/// in the context the attempt runs under, and beside it a `tracing` span named `process`
+/// that log lines inside the attempt show, with the trace id.
 pub(crate) struct Attempt {
     context: opentelemetry::Context,
     log: Span,
@@ -305,15 +310,21 @@ impl Attempt {
         }
         let context = parent.with_span(builder.start_with_context(tracer, &parent));
         drop(tracing);
-        let log = tracing::info_span!(
-            target: ATTEMPT_TARGET,
-            "process",
-            messaging.message.id = %job.id,
-            drover.job.kind = job.kind.as_str(),
-            messaging.destination.name = job.queue.as_str(),
-            drover.job.attempt = job.attempt,
-            trace_id = Empty,
-        );
+        // Made while the attempt's context is current: a layer may keep it with the span
+        // (`drover-telemetry`'s attempt layer does, to make it current wherever the span is
+        // entered).
+        let log = {
+            let _current = context.clone().attach();
+            tracing::info_span!(
+                target: ATTEMPT_TARGET,
+                "process",
+                messaging.message.id = %job.id,
+                drover.job.kind = job.kind.as_str(),
+                messaging.destination.name = job.queue.as_str(),
+                drover.job.attempt = job.attempt,
+                trace_id = Empty,
+            )
+        };
         if !log.is_disabled() {
             // Log lines of the handler carry the trace id through this field of their span.
             let span_context = context.span().span_context().clone();

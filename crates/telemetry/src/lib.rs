@@ -20,7 +20,7 @@ use drover_runner::telemetry::LaterAttempts;
 use drover_runner::{JobOutcome, Metrics};
 use opentelemetry::global::BoxedTracer;
 use opentelemetry::metrics::{Counter, Histogram, MeterProvider};
-use opentelemetry::trace::TracerProvider;
+use opentelemetry::trace::{TraceContextExt, TracerProvider};
 use opentelemetry::{KeyValue, StringValue};
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::error::OTelSdkResult;
@@ -154,7 +154,7 @@ where
         .with_threads(false)
         .with_target(false)
         .with_filter(exported());
-    spans.and_then(ContextEvents.with_filter(exported()))
+    spans.and_then(attempt_layer())
 }
 
 /// What the `tracing` layer exports: spans and events at info and above, except the
@@ -166,36 +166,120 @@ fn exported<S>() -> impl Filter<S> + Send + Sync + 'static {
     .with_max_level_hint(LevelFilter::INFO)
 }
 
-/// Adds an event that no exported span holds to the active OpenTelemetry span, when that
-/// span records: an event a handler logs outside spans of its own becomes an event of its
-/// attempt's span, as `tracing-opentelemetry` does for events inside the spans it records
-/// (the same name, `level` and `target` attributes, and fields as attributes).
-struct ContextEvents;
-
-impl<S> Layer<S> for ContextEvents
+/// The layer that gives an attempt's `tracing` log span (target
+/// [`drover_runner::telemetry::ATTEMPT_TARGET`]) the attempt's OpenTelemetry context, for an
+/// application that installs its own `tracing-opentelemetry` layer ([`Telemetry::layer`]
+/// includes it):
+/// - entering the log span makes that context current, so work that runs in the span
+///   elsewhere (a task spawned with `.in_current_span()`) nests its spans and enqueues in the
+///   attempt, as the handler itself does;
+/// - an event in the attempt outside every exported span (at info and above) becomes an event
+///   of the attempt's span, as `tracing-opentelemetry` does for events inside its spans: the
+///   `message` its name, `level`, `target` and the other fields (but `log.*`) attributes.
+pub fn attempt_layer<S>() -> impl Layer<S>
 where
     S: tracing::Subscriber + for<'span> LookupSpan<'span>,
 {
-    fn on_event(&self, event: &tracing::Event<'_>, ctx: layer::Context<'_, S>) {
-        if ctx.event_span(event).is_some() {
+    AttemptLayer.with_filter(
+        // The spans it must tell apart from the log span are the exported ones (a debug span
+        // a handler enters holds no events of its own for the collector).
+        filter_fn(|meta: &Metadata<'_>| is_attempt(meta) || *meta.level() <= Level::INFO)
+            .with_max_level_hint(LevelFilter::INFO),
+    )
+}
+
+fn is_attempt(meta: &Metadata<'_>) -> bool {
+    meta.is_span() && meta.target() == drover_runner::telemetry::ATTEMPT_TARGET
+}
+
+struct AttemptLayer;
+
+/// An attempt's OpenTelemetry context, kept with its log span.
+struct AttemptContext(opentelemetry::Context);
+
+thread_local! {
+    /// The contexts made current by entering log spans on this thread, innermost last.
+    static ENTERED: std::cell::RefCell<Vec<(tracing::span::Id, opentelemetry::ContextGuard)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl<S> Layer<S> for AttemptLayer
+where
+    S: tracing::Subscriber + for<'span> LookupSpan<'span>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: layer::Context<'_, S>,
+    ) {
+        // The runner makes the log span while the attempt's context is current.
+        if !is_attempt(attrs.metadata()) {
             return;
         }
-        opentelemetry::trace::get_active_span(|span| {
-            if !span.is_recording() {
-                return;
-            }
-            let meta = event.metadata();
-            let mut fields = EventFields {
-                name: None,
-                attributes: vec![
-                    KeyValue::new("level", meta.level().as_str()),
-                    KeyValue::new("target", meta.target().to_owned()),
-                ],
-            };
-            event.record(&mut fields);
-            let name = fields.name.unwrap_or_else(|| meta.name().to_owned());
-            span.add_event(name, fields.attributes);
+        let current = opentelemetry::Context::current();
+        if !current.has_active_span() {
+            return;
+        }
+        if let Some(span) = ctx.span(id) {
+            span.extensions_mut().insert(AttemptContext(current));
+        }
+    }
+
+    fn on_enter(&self, id: &tracing::span::Id, ctx: layer::Context<'_, S>) {
+        let Some(span) = ctx.span(id) else {
+            return;
+        };
+        let context = span
+            .extensions()
+            .get::<AttemptContext>()
+            .map(|attempt| attempt.0.clone());
+        if let Some(context) = context {
+            let guard = context.attach();
+            ENTERED.with(|entered| entered.borrow_mut().push((id.clone(), guard)));
+        }
+    }
+
+    fn on_exit(&self, id: &tracing::span::Id, _ctx: layer::Context<'_, S>) {
+        let guard = ENTERED.with(|entered| {
+            let mut entered = entered.borrow_mut();
+            let at = entered.iter().rposition(|(entered, _)| entered == id)?;
+            Some(entered.remove(at))
         });
+        drop(guard);
+    }
+
+    fn on_event(&self, event: &tracing::Event<'_>, ctx: layer::Context<'_, S>) {
+        // The nearest span this layer sees is the attempt's log span only when no exported
+        // span holds the event.
+        let Some(span) = ctx.event_span(event) else {
+            return;
+        };
+        if !is_attempt(span.metadata()) {
+            return;
+        }
+        let Some(context) = span
+            .extensions()
+            .get::<AttemptContext>()
+            .map(|attempt| attempt.0.clone())
+        else {
+            return;
+        };
+        let attempt = context.span();
+        if !attempt.is_recording() {
+            return;
+        }
+        let meta = event.metadata();
+        let mut fields = EventFields {
+            name: None,
+            attributes: vec![
+                KeyValue::new("level", meta.level().as_str()),
+                KeyValue::new("target", meta.target().to_owned()),
+            ],
+        };
+        event.record(&mut fields);
+        let name = fields.name.unwrap_or_else(|| meta.name().to_owned());
+        attempt.add_event(name, fields.attributes);
     }
 }
 
@@ -207,7 +291,10 @@ struct EventFields {
 
 impl EventFields {
     fn add(&mut self, field: &Field, value: opentelemetry::Value) {
-        self.attributes.push(KeyValue::new(field.name(), value));
+        // `log.*` fields are where tracing-log puts a `log` record's own metadata.
+        if !field.name().starts_with("log.") {
+            self.attributes.push(KeyValue::new(field.name(), value));
+        }
     }
 }
 
@@ -441,7 +528,7 @@ impl Metrics for OtelMetrics {
 mod tests {
     use std::sync::Mutex;
 
-    use opentelemetry::trace::{TraceContextExt, Tracer as _};
+    use opentelemetry::trace::Tracer as _;
     use tracing_subscriber::layer::SubscriberExt;
 
     use super::*;
@@ -458,7 +545,7 @@ mod tests {
     }
 
     #[test]
-    fn events_outside_exported_spans_join_the_active_span_and_the_attempt_log_span_stays_out() {
+    fn an_attempts_log_span_carries_its_context_and_events_and_is_not_exported() {
         let kept = Kept::default();
         let provider = SdkTracerProvider::builder()
             .with_simple_exporter(kept.clone())
@@ -467,18 +554,21 @@ mod tests {
         tracing::subscriber::with_default(subscriber, || {
             let attempt = provider.tracer("test").start("attempt");
             let context = opentelemetry::Context::new().with_span(attempt);
-            {
-                let _attached = context.clone().attach();
-                let log = tracing::info_span!(
-                    target: drover_runner::telemetry::ATTEMPT_TARGET,
-                    "process"
-                );
-                let _entered = log.enter();
+            // As the runner makes it: while the attempt's context is current.
+            let log = {
+                let _current = context.clone().attach();
+                tracing::info_span!(target: drover_runner::telemetry::ATTEMPT_TARGET, "process")
+            };
+            // Entered with no context current, as a task spawned with `.in_current_span()`
+            // is: the attempt's context becomes current.
+            log.in_scope(|| {
                 tracing::info!(answer = 42, word = "yes", "outside spans of its own");
                 tracing::debug!("below info");
                 tracing::debug_span!("quiet step").in_scope(|| tracing::warn!("in a quiet span"));
                 tracing::info_span!("step").in_scope(|| tracing::info!("inside its own span"));
-            }
+            });
+            // Outside the attempt, no span is there to take an event.
+            tracing::info!("after the attempt");
             context.span().end();
         });
         let spans = kept.0.lock().unwrap().clone();
@@ -495,6 +585,10 @@ mod tests {
         );
         assert_eq!(events(step), ["inside its own span"], "not duplicated");
         assert_eq!(step.parent_span_id, attempt.span_context.span_id());
+        assert_eq!(
+            step.span_context.trace_id(),
+            attempt.span_context.trace_id()
+        );
         let first = &attempt.events.first().unwrap().attributes;
         for expected in [
             KeyValue::new("level", "INFO"),

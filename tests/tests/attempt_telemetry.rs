@@ -1,0 +1,152 @@
+//! Handler code inside an attempt's span, in one process (docs/opentelemetry.md, "Handlers'
+//! spans and logs"), set up as an application with its own tracer provider does: its own
+//! `tracing-opentelemetry` layer without the `drover::job` target, `drover_telemetry::
+//! attempt_layer`, and `telemetry::configure` with a tracer. A handler's log line, a task it
+//! spawns with `.in_current_span()`, and a child it enqueues inside a span of its own all
+//! land in its attempt's trace. A file of its own: the subscriber and `configure` are
+//! process-wide.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use drover_core::{JobKind, JobStore, NewJob, StoreConfig};
+use drover_runner::telemetry::{self, LaterAttempts, ATTEMPT_TARGET};
+use drover_runner::{Client, JobContext, Outcome, Registry, Worker, WorkerConfig};
+use drover_store_memory::MemoryStore;
+use opentelemetry::global::BoxedTracer;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::Layer;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Keeps what it is given.
+#[derive(Debug, Clone, Default)]
+struct Kept(Arc<Mutex<Vec<SpanData>>>);
+
+impl SpanExporter for Kept {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        self.0.lock().unwrap().extend(batch);
+        Ok(())
+    }
+}
+
+fn named<'a>(spans: &'a [SpanData], name: &str) -> &'a SpanData {
+    spans
+        .iter()
+        .find(|span| span.name == name)
+        .unwrap_or_else(|| panic!("no span {name} in {spans:?}"))
+}
+
+/// The parent: a log line, a spawned task's span, and a child enqueued inside its own span.
+async fn parent(ctx: JobContext) -> Outcome {
+    tracing::info!("parent says hello");
+    tokio::spawn(
+        async { tracing::info_span!("spawned step").in_scope(|| tracing::info!("spawned")) }
+            .in_current_span(),
+    )
+    .await
+    .unwrap();
+    let child = NewJob::new(JobKind::parse("child").unwrap(), json!({}));
+    async { ctx.enqueue_children(vec![child]).await.unwrap() }
+        .instrument(tracing::info_span!("own step"))
+        .await;
+    Outcome::success()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handlers_logs_spawned_tasks_and_children_stay_in_its_attempts_trace() {
+    let kept = Kept::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(kept.clone())
+        .build();
+    let exported = tracing_subscriber::filter::filter_fn(|meta| {
+        *meta.level() <= tracing::Level::INFO && meta.target() != ATTEMPT_TARGET
+    });
+    let subscriber = tracing_subscriber::registry()
+        .with(
+            tracing_opentelemetry::layer()
+                .with_tracer(provider.tracer("app"))
+                .with_filter(exported),
+        )
+        .with(drover_telemetry::attempt_layer());
+    tracing::subscriber::set_global_default(subscriber).unwrap();
+    let tracer = BoxedTracer::new(Box::new(provider.tracer("drover")));
+    telemetry::configure(Some((LaterAttempts::Link, tracer)));
+
+    let store: Arc<dyn JobStore> = Arc::new(MemoryStore::new(StoreConfig::default()));
+    let (child_ran, mut child_done) = tokio::sync::mpsc::unbounded_channel();
+    let mut registry = Registry::new();
+    registry.register_fn(JobKind::parse("parent").unwrap(), parent);
+    registry.register_fn(JobKind::parse("child").unwrap(), move |_ctx: JobContext| {
+        let child_ran = child_ran.clone();
+        async move {
+            let _ = child_ran.send(());
+            Outcome::success()
+        }
+    });
+    let worker = Worker::new(
+        Arc::clone(&store),
+        Arc::new(registry),
+        WorkerConfig::default(),
+    )
+    .unwrap();
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    Client::new(Arc::clone(&store))
+        .enqueue(NewJob::new(JobKind::parse("parent").unwrap(), json!({})))
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, child_done.recv())
+        .await
+        .expect("the child runs in time");
+    // A stop waits for the runs: every attempt span has ended.
+    shutdown.cancel();
+    running.await.unwrap().unwrap();
+    telemetry::configure(None);
+
+    let spans = kept.0.lock().unwrap().clone();
+    let attempts: Vec<&SpanData> = spans
+        .iter()
+        .filter(|span| span.name == "process default")
+        .collect();
+    assert_eq!(attempts.len(), 2, "the parent's and the child's: {spans:?}");
+    let own_step = named(&spans, "own step");
+    let spawned = named(&spans, "spawned step");
+    let parent_attempt = attempts
+        .iter()
+        .copied()
+        .find(|span| span.span_context.span_id() == own_step.parent_span_id)
+        .expect("the handler's own span is a child of its attempt");
+    assert_eq!(
+        spawned.parent_span_id,
+        parent_attempt.span_context.span_id(),
+        "a task spawned in the attempt's span nests in it"
+    );
+    let events: Vec<&str> = parent_attempt
+        .events
+        .iter()
+        .map(|event| event.name.as_ref())
+        .collect();
+    assert_eq!(events, ["parent says hello"]);
+    let child_attempt = attempts
+        .iter()
+        .find(|span| span.span_context.span_id() != parent_attempt.span_context.span_id())
+        .unwrap();
+    assert_eq!(
+        child_attempt.parent_span_id,
+        own_step.span_context.span_id(),
+        "the child descends from the span it was enqueued in"
+    );
+    for span in [own_step, spawned, *child_attempt] {
+        assert_eq!(
+            span.span_context.trace_id(),
+            parent_attempt.span_context.trace_id()
+        );
+    }
+}
