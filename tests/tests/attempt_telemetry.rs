@@ -6,7 +6,7 @@
 //! land in its attempt's trace. A file of its own: the subscriber and `configure` are
 //! process-wide.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use drover_core::{JobKind, JobStore, NewJob, StoreConfig};
@@ -15,8 +15,7 @@ use drover_runner::{Client, JobContext, Outcome, Registry, Worker, WorkerConfig}
 use drover_store_memory::MemoryStore;
 use opentelemetry::global::BoxedTracer;
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -24,17 +23,6 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::Layer;
 
 const WAIT: Duration = Duration::from_secs(20);
-
-/// Keeps what it is given.
-#[derive(Debug, Clone, Default)]
-struct Kept(Arc<Mutex<Vec<SpanData>>>);
-
-impl SpanExporter for Kept {
-    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        self.0.lock().unwrap().extend(batch);
-        Ok(())
-    }
-}
 
 fn named<'a>(spans: &'a [SpanData], name: &str) -> &'a SpanData {
     spans
@@ -61,7 +49,7 @@ async fn parent(ctx: JobContext) -> Outcome {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handlers_logs_spawned_tasks_and_children_stay_in_its_attempts_trace() {
-    let kept = Kept::default();
+    let kept = InMemorySpanExporter::default();
     let provider = SdkTracerProvider::builder()
         .with_simple_exporter(kept.clone())
         .build();
@@ -110,7 +98,7 @@ async fn a_handlers_logs_spawned_tasks_and_children_stay_in_its_attempts_trace()
     running.await.unwrap().unwrap();
     telemetry::configure(None);
 
-    let spans = kept.0.lock().unwrap().clone();
+    let spans = kept.get_finished_spans().unwrap();
     let attempts: Vec<&SpanData> = spans
         .iter()
         .filter(|span| span.name == "process default")

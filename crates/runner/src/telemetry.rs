@@ -76,22 +76,23 @@ const PARENT: u8 = 2;
 
 static SPANS: AtomicU8 = AtomicU8::new(OFF);
 
-/// The tracer of the attempt spans, while spans are on.
-static TRACER: RwLock<Option<(LaterAttempts, BoxedTracer)>> = RwLock::new(None);
+/// The tracer of the attempt spans, while spans are on (how later attempts relate is in
+/// `SPANS`).
+static TRACER: RwLock<Option<BoxedTracer>> = RwLock::new(None);
 
 /// Turns the enqueue and attempt spans on (`Some`: how later attempts relate to the enqueue,
 /// and the tracer the attempt spans are made with) or off (`None`, the default) for the whole
 /// process. The enqueue spans are `tracing` spans: they reach OpenTelemetry through the
 /// subscriber's `tracing-opentelemetry` layer.
 pub fn configure(spans: Option<(LaterAttempts, BoxedTracer)>) {
-    let value = match &spans {
-        None => OFF,
-        Some((LaterAttempts::Link, _)) => LINK,
-        Some((LaterAttempts::Parent, _)) => PARENT,
+    let (value, tracer) = match spans {
+        None => (OFF, None),
+        Some((LaterAttempts::Link, tracer)) => (LINK, Some(tracer)),
+        Some((LaterAttempts::Parent, tracer)) => (PARENT, Some(tracer)),
     };
     let replaced = std::mem::replace(
         &mut *TRACER.write().unwrap_or_else(|e| e.into_inner()),
-        spans,
+        tracer,
     );
     SPANS.store(value, Ordering::Relaxed);
     // Dropped outside the lock: the last tracer of a provider shuts it down, flushing.
@@ -282,9 +283,9 @@ impl Attempt {
     /// of the stored context for the first attempt, and for later ones as configured.
     pub(crate) fn start(job: &Job) -> Option<Attempt> {
         // Off, one atomic read: the lock is not touched.
-        spans()?;
+        let later = spans()?;
         let tracing = TRACER.read().unwrap_or_else(|e| e.into_inner());
-        let (later, tracer) = tracing.as_ref()?;
+        let tracer = tracing.as_ref()?;
         let mut builder = tracer
             .span_builder(format!("process {}", job.queue))
             .with_kind(SpanKind::Consumer)
@@ -302,7 +303,7 @@ impl Attempt {
         // context happens to be current on the executor's task.
         let mut parent = opentelemetry::Context::new();
         if let Some(stored) = job.trace_context.as_ref().and_then(span_context) {
-            if job.attempt <= 1 || *later == LaterAttempts::Parent {
+            if job.attempt <= 1 || later == LaterAttempts::Parent {
                 parent = parent.with_remote_span_context(stored);
             } else {
                 builder = builder.with_links(vec![Link::with_context(stored)]);

@@ -3,7 +3,7 @@
 //! enqueue. A file of its own: `telemetry::configure` is process-wide, and turned on it would
 //! change what other tests' jobs store.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use drover_core::{JobKind, JobState, JobStore, NewJob, StoreConfig, TraceContext};
@@ -13,25 +13,13 @@ use drover_store_memory::MemoryStore;
 use opentelemetry::global::BoxedTracer;
 use opentelemetry::trace::{SpanKind, Status, TracerProvider as _};
 use opentelemetry::{KeyValue, Value};
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(20);
 const ENQUEUE_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const ENQUEUE_SPAN: &str = "00f067aa0ba902b7";
-
-/// Keeps what it is given.
-#[derive(Debug, Clone, Default)]
-struct Kept(Arc<Mutex<Vec<SpanData>>>);
-
-impl SpanExporter for Kept {
-    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        self.0.lock().unwrap().extend(batch);
-        Ok(())
-    }
-}
 
 fn attribute(span: &SpanData, key: &str) -> Option<Value> {
     span.attributes
@@ -43,7 +31,7 @@ fn attribute(span: &SpanData, key: &str) -> Option<Value> {
 /// Runs a `flaky` job (fails its first attempt, succeeds its second) enqueued in the trace
 /// `ENQUEUE_TRACE` with spans on as `later` says; returns the two attempt spans, in order.
 async fn two_attempts(later: LaterAttempts) -> Vec<SpanData> {
-    let kept = Kept::default();
+    let kept = InMemorySpanExporter::default();
     let provider = SdkTracerProvider::builder()
         .with_simple_exporter(kept.clone())
         .build();
@@ -92,7 +80,7 @@ async fn two_attempts(later: LaterAttempts) -> Vec<SpanData> {
     running.await.unwrap().unwrap();
     assert_eq!(store.job_get(id).await.unwrap().state, JobState::Succeeded);
     telemetry::configure(None);
-    let spans = kept.0.lock().unwrap().clone();
+    let spans = kept.get_finished_spans().unwrap();
     assert_eq!(spans.len(), 2, "one span per attempt: {spans:?}");
     for (attempt, span) in (1_i64..).zip(&spans) {
         assert_eq!(span.name, "process default");

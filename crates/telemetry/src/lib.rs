@@ -526,27 +526,15 @@ impl Metrics for OtelMetrics {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
-
     use opentelemetry::trace::Tracer as _;
+    use opentelemetry_sdk::trace::InMemorySpanExporter;
     use tracing_subscriber::layer::SubscriberExt;
 
     use super::*;
 
-    /// Keeps what it is given.
-    #[derive(Debug, Clone, Default)]
-    struct Kept(Arc<Mutex<Vec<SpanData>>>);
-
-    impl SpanExporter for Kept {
-        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-            self.0.lock().unwrap().extend(batch);
-            Ok(())
-        }
-    }
-
     #[test]
     fn an_attempts_log_span_carries_its_context_and_events_and_is_not_exported() {
-        let kept = Kept::default();
+        let kept = InMemorySpanExporter::default();
         let provider = SdkTracerProvider::builder()
             .with_simple_exporter(kept.clone())
             .build();
@@ -571,7 +559,7 @@ mod tests {
             tracing::info!("after the attempt");
             context.span().end();
         });
-        let spans = kept.0.lock().unwrap().clone();
+        let spans = kept.get_finished_spans().unwrap();
         let names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
         assert_eq!(names, ["step", "attempt"], "the log span is not exported");
         let events = |span: &SpanData| -> Vec<String> {
