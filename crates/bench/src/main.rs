@@ -25,6 +25,7 @@ mod enqueue;
 mod latency;
 mod machine;
 mod options;
+mod otlp_sink;
 mod process;
 mod report;
 mod run;
@@ -94,6 +95,7 @@ fn main() -> ExitCode {
         Some(Command::Worker(args)) => runtime.block_on(child::run_worker(args)),
         Some(Command::Run(args)) => runtime.block_on(run::run(*args)),
         Some(Command::Dashboard(args)) => runtime.block_on(dashboard::run(args)),
+        Some(Command::OtlpSink(args)) => runtime.block_on(otlp_sink::run(args)),
         None => runtime.block_on(run::run(cli.run)),
     };
     if let Some(telemetry) = telemetry {

@@ -63,6 +63,18 @@ pub enum Command {
     /// The dashboard's page times on a large PostgreSQL table, and what ten open dashboards
     /// cost a worker (BENCHMARKS.md, "Dashboard")
     Dashboard(DashboardArgs),
+    /// The local OTLP/HTTP receiver of the OpenTelemetry export measurement (BENCHMARKS.md,
+    /// "OpenTelemetry export"): answers every export, and `GET /stats` with the spans that
+    /// arrived since the last call
+    OtlpSink(OtlpSinkArgs),
+}
+
+/// Options of `drover-bench otlp-sink`.
+#[derive(Debug, Clone, Args)]
+pub struct OtlpSinkArgs {
+    /// Address to listen on (OTLP/HTTP's usual port by default).
+    #[arg(long, default_value = "127.0.0.1:4318")]
+    pub listen: std::net::SocketAddr,
 }
 
 /// Options of `drover-bench dashboard`.

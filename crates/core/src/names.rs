@@ -231,6 +231,13 @@ macro_rules! name_type {
             }
         }
 
+        /// The name's shared text: a reference count, no copy.
+        impl From<&$name> for Arc<str> {
+            fn from(n: &$name) -> Arc<str> {
+                Arc::clone(&n.0)
+            }
+        }
+
         impl AsRef<str> for $name {
             fn as_ref(&self) -> &str {
                 &self.0

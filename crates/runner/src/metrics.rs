@@ -35,6 +35,18 @@ pub enum JobOutcome {
 }
 
 impl JobOutcome {
+    /// Every outcome, in declaration order.
+    pub const ALL: [JobOutcome; 8] = [
+        JobOutcome::Succeeded,
+        JobOutcome::Retried,
+        JobOutcome::Failed,
+        JobOutcome::Cancelled,
+        JobOutcome::Snoozed,
+        JobOutcome::Released,
+        JobOutcome::Waiting,
+        JobOutcome::LeaseLost,
+    ];
+
     /// A lowercase label: `succeeded`, `retried`, `failed`, `cancelled`, `snoozed`,
     /// `released`, `waiting`, `lease_lost`.
     pub fn as_str(self) -> &'static str {

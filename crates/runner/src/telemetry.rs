@@ -19,7 +19,7 @@
 //! | an attempt | `process <queue>` | consumer | the stored context (first attempt; later ones per [`LaterAttempts`]) | the stored context (later attempts, by default) |
 
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use drover_core::{Job, NewJob, NewWorkflow, QueueName, TraceContext};
 use opentelemetry::global::BoxedTracer;
@@ -27,7 +27,7 @@ use opentelemetry::trace::{
     Link, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
     Tracer as _,
 };
-use opentelemetry::KeyValue;
+use opentelemetry::{KeyValue, StringValue};
 use tracing::field::Empty;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -269,6 +269,25 @@ pub const BATCH_LINKS_MAX: usize = 128;
 /// span is made directly).
 pub const ATTEMPT_TARGET: &str = "drover::job";
 
+/// The attributes of an attempt's span, with room for the outcome [`Attempt::record_outcome`]
+/// adds (a full vector would be reallocated on the executor's thread). Names are shared with
+/// the job, not copied.
+fn attributes(job: &Job) -> Vec<KeyValue> {
+    let shared = |name: Arc<str>| StringValue::from(name);
+    let mut attributes = Vec::with_capacity(9);
+    attributes.extend([
+        KeyValue::new("messaging.system", "drover"),
+        KeyValue::new("messaging.operation.type", "process"),
+        KeyValue::new("messaging.operation.name", "process"),
+        KeyValue::new("messaging.destination.name", shared((&job.queue).into())),
+        KeyValue::new("messaging.message.id", job.id.to_string()),
+        KeyValue::new("drover.job.kind", shared((&job.kind).into())),
+        KeyValue::new("drover.job.attempt", i64::from(job.attempt)),
+        KeyValue::new("drover.tenant", shared((&job.tenant).into())),
+    ]);
+    attributes
+}
+
 /// One attempt's spans, with spans on: the OpenTelemetry `process <queue>` span, made with
 /// the configured tracer rather than through a `tracing` span (docs/adr/0018-direct-attempt-spans.md),
 /// in the context the attempt runs under, and beside it a `tracing` span named `process`
@@ -289,16 +308,7 @@ impl Attempt {
         let mut builder = tracer
             .span_builder(format!("process {}", job.queue))
             .with_kind(SpanKind::Consumer)
-            .with_attributes([
-                KeyValue::new("messaging.system", "drover"),
-                KeyValue::new("messaging.operation.type", "process"),
-                KeyValue::new("messaging.operation.name", "process"),
-                KeyValue::new("messaging.destination.name", job.queue.as_str().to_owned()),
-                KeyValue::new("messaging.message.id", job.id.to_string()),
-                KeyValue::new("drover.job.kind", job.kind.as_str().to_owned()),
-                KeyValue::new("drover.job.attempt", i64::from(job.attempt)),
-                KeyValue::new("drover.tenant", job.tenant.as_str().to_owned()),
-            ]);
+            .with_attributes(attributes(job));
         // An attempt without a stored context starts its own trace, never one of whatever
         // context happens to be current on the executor's task.
         let mut parent = opentelemetry::Context::new();
@@ -311,6 +321,15 @@ impl Attempt {
         }
         let context = parent.with_span(builder.start_with_context(tracer, &parent));
         drop(tracing);
+        // Log lines of the handler carry the trace id through a field of their span (none
+        // from a tracer that makes no valid spans).
+        let trace_id = {
+            let span = context.span();
+            let span_context = span.span_context();
+            span_context
+                .is_valid()
+                .then(|| tracing::field::display(span_context.trace_id()))
+        };
         // Made while the attempt's context is current: a layer may keep it with the span
         // (`drover-telemetry`'s attempt layer does, to make it current wherever the span is
         // entered).
@@ -323,16 +342,9 @@ impl Attempt {
                 drover.job.kind = job.kind.as_str(),
                 messaging.destination.name = job.queue.as_str(),
                 drover.job.attempt = job.attempt,
-                trace_id = Empty,
+                trace_id,
             )
         };
-        if !log.is_disabled() {
-            // Log lines of the handler carry the trace id through this field of their span.
-            let span_context = context.span().span_context().clone();
-            if span_context.is_valid() {
-                log.record("trace_id", tracing::field::display(span_context.trace_id()));
-            }
-        }
         Some(Attempt { context, log })
     }
 
@@ -346,15 +358,15 @@ impl Attempt {
         self.log.clone()
     }
 
-    /// Records how the attempt ended: the outcome, and an error status with the stored error
-    /// message for a failure.
+    /// Records how the attempt ended: the outcome, and for a failure an error status with
+    /// the stored error message (otherwise the status stays unset, as OpenTelemetry asks of
+    /// instrumentation).
     pub(crate) fn record_outcome(&self, outcome: JobOutcome, error: Option<&str>) {
         let span = self.context.span();
         span.set_attribute(KeyValue::new("drover.job.outcome", outcome.as_str()));
-        span.set_status(match error {
-            Some(message) => Status::error(message.to_owned()),
-            None => Status::Ok,
-        });
+        if let Some(message) = error {
+            span.set_status(Status::error(message.to_owned()));
+        }
     }
 
     /// Ends the attempt's span (it is exported from here on).

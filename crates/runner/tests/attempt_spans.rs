@@ -115,7 +115,11 @@ async fn two_attempts(later: LaterAttempts) -> Vec<SpanData> {
         attribute(&spans[1], "drover.job.outcome"),
         Some("succeeded".into())
     );
-    assert_eq!(spans[1].status, Status::Ok);
+    assert_eq!(
+        spans[1].status,
+        Status::Unset,
+        "a success leaves the status unset"
+    );
     spans
 }
 

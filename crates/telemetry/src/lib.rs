@@ -12,14 +12,14 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use drover_core::{JobKind, JobState, QueueName};
 use drover_runner::telemetry::LaterAttempts;
 use drover_runner::{JobOutcome, Metrics};
 use opentelemetry::global::BoxedTracer;
-use opentelemetry::metrics::{Counter, Histogram, MeterProvider};
+use opentelemetry::metrics::{BoundCounter, BoundHistogram, Counter, Histogram, MeterProvider};
 use opentelemetry::trace::{TraceContextExt, TracerProvider};
 use opentelemetry::{KeyValue, StringValue};
 use opentelemetry_otlp::WithExportConfig;
@@ -198,8 +198,9 @@ struct AttemptLayer;
 struct AttemptContext(opentelemetry::Context);
 
 thread_local! {
-    /// The contexts made current by entering log spans on this thread, innermost last.
-    static ENTERED: std::cell::RefCell<Vec<(tracing::span::Id, opentelemetry::ContextGuard)>> =
+    /// The log spans entered on this thread, innermost last, with the context each made
+    /// current (none when it was current already).
+    static ENTERED: std::cell::RefCell<Vec<(tracing::span::Id, Option<opentelemetry::ContextGuard>)>> =
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -234,10 +235,16 @@ where
             .extensions()
             .get::<AttemptContext>()
             .map(|attempt| attempt.0.clone());
-        if let Some(context) = context {
-            let guard = context.attach();
-            ENTERED.with(|entered| entered.borrow_mut().push((id.clone(), guard)));
-        }
+        let Some(context) = context else {
+            return;
+        };
+        // The runner polls an attempt under its context already; only elsewhere (a spawned
+        // task) is there anything to attach. Every enter is kept, to pair with its exit.
+        let attempt = context.span().span_context().span_id();
+        let current =
+            opentelemetry::Context::map_current(|current| current.span().span_context().span_id());
+        let guard = (current != attempt).then(|| context.attach());
+        ENTERED.with(|entered| entered.borrow_mut().push((id.clone(), guard)));
     }
 
     fn on_exit(&self, id: &tracing::span::Id, _ctx: layer::Context<'_, S>) {
@@ -413,10 +420,15 @@ impl<E: PushMetricExporter> PushMetricExporter for WarnOnce<E> {
 }
 
 /// The runner's metrics as OpenTelemetry instruments (docs/opentelemetry.md, Metrics).
+///
+/// Every measurement goes to an instrument bound to its label set (OpenTelemetry's bound
+/// instruments): a job's measurements neither build, hash nor look up labels. Each series
+/// is bound at its first measurement, so that only series that happened are exported.
 struct OtelMetrics {
-    /// Label values by kind and by queue, shared by every measurement (no copy per call).
-    kinds: HashMap<String, StringValue>,
-    queues: HashMap<String, StringValue>,
+    kinds: Names,
+    queues: Names,
+    /// By kind and queue (`kind * queues + queue`, [`OTHER`] last in each).
+    series: Vec<Series>,
     enqueued: Counter<u64>,
     finished: Counter<u64>,
     rescued: Counter<u64>,
@@ -424,21 +436,63 @@ struct OtelMetrics {
     queue_wait: Histogram<f64>,
 }
 
+/// The bound instruments of one kind and queue.
+#[derive(Default)]
+struct Series {
+    enqueued: OnceLock<BoundCounter<u64>>,
+    queue_wait: OnceLock<BoundHistogram<f64>>,
+    /// By outcome ([`JobOutcome::ALL`]'s order): the finished counter and the duration.
+    finished: [OnceLock<(BoundCounter<u64>, BoundHistogram<f64>)>; JobOutcome::ALL.len()],
+}
+
+/// The label values with series of their own, and where each one's series are.
+struct Names {
+    values: Vec<StringValue>,
+    positions: HashMap<String, usize>,
+}
+
+impl Names {
+    fn new(names: Vec<String>) -> Names {
+        let mut positions = HashMap::new();
+        let mut values = Vec::new();
+        for name in names {
+            if !positions.contains_key(&name) {
+                positions.insert(name.clone(), values.len());
+                values.push(StringValue::from(name));
+            }
+        }
+        values.push(StringValue::from(OTHER));
+        Names { values, positions }
+    }
+
+    /// Where `name`'s series are: its own, or [`OTHER`]'s.
+    fn position(&self, name: &str) -> usize {
+        // A short list is faster to scan than to hash into.
+        if self.positions.len() <= 8 {
+            return self.values[..self.positions.len()]
+                .iter()
+                .position(|value| value.as_str() == name)
+                .unwrap_or(self.positions.len());
+        }
+        self.positions
+            .get(name)
+            .copied()
+            .unwrap_or(self.positions.len())
+    }
+}
+
 impl OtelMetrics {
     fn new(provider: &SdkMeterProvider, kinds: Vec<String>, queues: Vec<String>) -> Self {
         let meter = provider.meter("drover");
-        let values = |names: Vec<String>| {
-            names
-                .into_iter()
-                .map(|name| {
-                    let value = StringValue::from(Arc::<str>::from(name.as_str()));
-                    (name, value)
-                })
-                .collect()
-        };
+        let kinds = Names::new(kinds);
+        let queues = Names::new(queues);
+        let series = (0..kinds.values.len() * queues.values.len())
+            .map(|_| Series::default())
+            .collect();
         OtelMetrics {
-            kinds: values(kinds),
-            queues: values(queues),
+            kinds,
+            queues,
+            series,
             enqueued: meter
                 .u64_counter("drover.jobs.enqueued")
                 .with_description("Jobs enqueued by this process")
@@ -464,32 +518,50 @@ impl OtelMetrics {
         }
     }
 
-    fn labels(&self, kind: &JobKind, queue: &QueueName) -> [KeyValue; 3] {
-        let bounded = |values: &HashMap<String, StringValue>, name: &str| {
-            values
-                .get(name)
-                .cloned()
-                .unwrap_or(StringValue::from(OTHER))
+    /// The series of `kind` and `queue`, and their labels (made only to bind an instrument).
+    fn series(
+        &self,
+        kind: &JobKind,
+        queue: &QueueName,
+    ) -> (&Series, impl Fn() -> [KeyValue; 3] + '_) {
+        let kind = self.kinds.position(kind.as_str());
+        let queue = self.queues.position(queue.as_str());
+        let labels = move || {
+            [
+                KeyValue::new("messaging.system", "drover"),
+                KeyValue::new(
+                    "messaging.destination.name",
+                    self.queues.values[queue].clone(),
+                ),
+                KeyValue::new("drover.job.kind", self.kinds.values[kind].clone()),
+            ]
         };
-        [
-            KeyValue::new("messaging.system", "drover"),
-            KeyValue::new(
-                "messaging.destination.name",
-                bounded(&self.queues, queue.as_str()),
-            ),
-            KeyValue::new("drover.job.kind", bounded(&self.kinds, kind.as_str())),
-        ]
+        (
+            &self.series[kind * self.queues.values.len() + queue],
+            labels,
+        )
+    }
+
+    fn labels(&self, kind: &JobKind, queue: &QueueName) -> [KeyValue; 3] {
+        self.series(kind, queue).1()
     }
 }
 
 impl Metrics for OtelMetrics {
     fn job_enqueued(&self, kind: &JobKind, queue: &QueueName) {
-        self.enqueued.add(1, &self.labels(kind, queue));
+        let (series, labels) = self.series(kind, queue);
+        series
+            .enqueued
+            .get_or_init(|| self.enqueued.bind(&labels()))
+            .add(1);
     }
 
     fn job_queue_wait(&self, kind: &JobKind, queue: &QueueName, wait: Duration) {
-        self.queue_wait
-            .record(wait.as_secs_f64(), &self.labels(kind, queue));
+        let (series, labels) = self.series(kind, queue);
+        series
+            .queue_wait
+            .get_or_init(|| self.queue_wait.bind(&labels()))
+            .record(wait.as_secs_f64());
     }
 
     fn job_finished(
@@ -499,15 +571,22 @@ impl Metrics for OtelMetrics {
         outcome: JobOutcome,
         duration: Duration,
     ) {
-        let [system, destination, kind] = self.labels(kind, queue);
-        let labels = [
-            system,
-            destination,
-            kind,
-            KeyValue::new("drover.job.outcome", outcome.as_str()),
-        ];
-        self.finished.add(1, &labels);
-        self.duration.record(duration.as_secs_f64(), &labels);
+        let (series, labels) = self.series(kind, queue);
+        let Some(at) = JobOutcome::ALL.iter().position(|o| *o == outcome) else {
+            return;
+        };
+        let (finished, duration_of) = series.finished[at].get_or_init(|| {
+            let [system, destination, kind] = labels();
+            let labels = [
+                system,
+                destination,
+                kind,
+                KeyValue::new("drover.job.outcome", outcome.as_str()),
+            ];
+            (self.finished.bind(&labels), self.duration.bind(&labels))
+        });
+        finished.add(1);
+        duration_of.record(duration.as_secs_f64());
     }
 
     fn job_rescued(&self, kind: &JobKind, queue: &QueueName, to: JobState) {
@@ -585,6 +664,102 @@ mod tests {
         ] {
             assert!(first.contains(&expected), "{expected:?} in {first:?}");
         }
+    }
+
+    #[test]
+    fn measurements_reach_their_series_and_only_measured_series_are_exported() {
+        use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+        use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader};
+
+        let exported = InMemoryMetricExporter::default();
+        let provider = SdkMeterProvider::builder()
+            .with_reader(PeriodicReader::builder(exported.clone()).build())
+            .build();
+        let metrics = OtelMetrics::new(&provider, vec!["email.send".into()], vec!["mail".into()]);
+        let kind = JobKind::parse("email.send").unwrap();
+        let mail = QueueName::parse("mail").unwrap();
+        let other_kind = JobKind::parse("report.build").unwrap();
+        let second = Duration::from_secs(1);
+        metrics.job_enqueued(&kind, &mail);
+        metrics.job_enqueued(&kind, &mail);
+        metrics.job_queue_wait(&kind, &mail, second);
+        metrics.job_finished(&kind, &mail, JobOutcome::Succeeded, second);
+        metrics.job_finished(&kind, &mail, JobOutcome::Succeeded, 3 * second);
+        metrics.job_finished(&kind, &mail, JobOutcome::Retried, second);
+        metrics.job_finished(&other_kind, &mail, JobOutcome::Failed, second);
+        provider.force_flush().unwrap();
+
+        // (metric, kind, outcome) -> (count or sum of a counter, count of a histogram, sum)
+        let mut seen = std::collections::BTreeMap::new();
+        for resource in exported.get_finished_metrics().unwrap() {
+            for metric in resource.scope_metrics().flat_map(|scope| scope.metrics()) {
+                let key = |attributes: Vec<&KeyValue>| {
+                    let get = |name: &str| {
+                        attributes
+                            .iter()
+                            .find(|kv| kv.key.as_str() == name)
+                            .map(|kv| kv.value.as_str().into_owned())
+                            .unwrap_or_default()
+                    };
+                    assert_eq!(get("messaging.destination.name"), "mail");
+                    (
+                        metric.name().to_owned(),
+                        get("drover.job.kind"),
+                        get("drover.job.outcome"),
+                    )
+                };
+                match metric.data() {
+                    AggregatedMetrics::U64(MetricData::Sum(sum)) => {
+                        for point in sum.data_points() {
+                            seen.insert(key(point.attributes().collect()), (point.value(), 0.0));
+                        }
+                    }
+                    AggregatedMetrics::F64(MetricData::Histogram(histogram)) => {
+                        for point in histogram.data_points() {
+                            seen.insert(
+                                key(point.attributes().collect()),
+                                (point.count(), point.sum()),
+                            );
+                        }
+                    }
+                    other => panic!("unexpected data {other:?}"),
+                }
+            }
+        }
+        let series = |metric: &str, kind: &str, outcome: &str| {
+            seen.get(&(metric.to_owned(), kind.to_owned(), outcome.to_owned()))
+                .copied()
+        };
+        assert_eq!(
+            series("drover.jobs.enqueued", "email.send", ""),
+            Some((2, 0.0))
+        );
+        assert_eq!(
+            series("drover.job.queue_wait", "email.send", ""),
+            Some((1, 1.0))
+        );
+        assert_eq!(
+            series("drover.jobs.finished", "email.send", "succeeded"),
+            Some((2, 0.0))
+        );
+        assert_eq!(
+            series("messaging.process.duration", "email.send", "succeeded"),
+            Some((2, 4.0))
+        );
+        assert_eq!(
+            series("drover.jobs.finished", "email.send", "retried"),
+            Some((1, 0.0))
+        );
+        assert_eq!(
+            series("drover.jobs.finished", OTHER, "failed"),
+            Some((1, 0.0))
+        );
+        assert_eq!(
+            seen.len(),
+            8,
+            "no series for what was not measured: {:?}",
+            seen.keys().collect::<Vec<_>>()
+        );
     }
 
     #[test]
