@@ -35,7 +35,8 @@ pub enum JobOutcome {
 }
 
 impl JobOutcome {
-    /// Every outcome, in declaration order.
+    /// Every outcome, in declaration order (a new outcome goes here and in
+    /// [`JobOutcome::index`], whose match the compiler checks).
     pub const ALL: [JobOutcome; 8] = [
         JobOutcome::Succeeded,
         JobOutcome::Retried,
@@ -46,6 +47,20 @@ impl JobOutcome {
         JobOutcome::Waiting,
         JobOutcome::LeaseLost,
     ];
+
+    /// The outcome's position in [`JobOutcome::ALL`].
+    pub fn index(self) -> usize {
+        match self {
+            JobOutcome::Succeeded => 0,
+            JobOutcome::Retried => 1,
+            JobOutcome::Failed => 2,
+            JobOutcome::Cancelled => 3,
+            JobOutcome::Snoozed => 4,
+            JobOutcome::Released => 5,
+            JobOutcome::Waiting => 6,
+            JobOutcome::LeaseLost => 7,
+        }
+    }
 
     /// A lowercase label: `succeeded`, `retried`, `failed`, `cancelled`, `snoozed`,
     /// `released`, `waiting`, `lease_lost`.
@@ -197,5 +212,21 @@ impl Metrics for MetricsFanOut {
 
     fn rollback(&self, kind: &JobKind) {
         self.0.iter().for_each(|m| m.rollback(kind));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_outcome_sits_at_its_index_once() {
+        for (at, outcome) in JobOutcome::ALL.iter().enumerate() {
+            assert_eq!(outcome.index(), at, "{outcome}");
+        }
+        let mut labels: Vec<&str> = JobOutcome::ALL.iter().map(|o| o.as_str()).collect();
+        labels.sort_unstable();
+        labels.dedup();
+        assert_eq!(labels.len(), JobOutcome::ALL.len());
     }
 }

@@ -441,7 +441,7 @@ struct OtelMetrics {
 struct Series {
     enqueued: OnceLock<BoundCounter<u64>>,
     queue_wait: OnceLock<BoundHistogram<f64>>,
-    /// By outcome ([`JobOutcome::ALL`]'s order): the finished counter and the duration.
+    /// By outcome ([`JobOutcome::index`]): the finished counter and the duration.
     finished: [OnceLock<(BoundCounter<u64>, BoundHistogram<f64>)>; JobOutcome::ALL.len()],
 }
 
@@ -572,17 +572,24 @@ impl Metrics for OtelMetrics {
         duration: Duration,
     ) {
         let (series, labels) = self.series(kind, queue);
-        let Some(at) = JobOutcome::ALL.iter().position(|o| *o == outcome) else {
-            return;
-        };
-        let (finished, duration_of) = series.finished[at].get_or_init(|| {
+        let labels = || {
             let [system, destination, kind] = labels();
-            let labels = [
+            [
                 system,
                 destination,
                 kind,
                 KeyValue::new("drover.job.outcome", outcome.as_str()),
-            ];
+            ]
+        };
+        let Some(slot) = series.finished.get(outcome.index()) else {
+            // An outcome newer than this table: measured without a bound series.
+            let labels = labels();
+            self.finished.add(1, &labels);
+            self.duration.record(duration.as_secs_f64(), &labels);
+            return;
+        };
+        let (finished, duration_of) = slot.get_or_init(|| {
+            let labels = labels();
             (self.finished.bind(&labels), self.duration.bind(&labels))
         });
         finished.add(1);
@@ -760,6 +767,26 @@ mod tests {
             "no series for what was not measured: {:?}",
             seen.keys().collect::<Vec<_>>()
         );
+    }
+
+    #[test]
+    fn names_find_their_series_in_short_and_long_lists() {
+        for count in [1, 8, 9, 40] {
+            let mut names: Vec<String> = (0..count).map(|i| format!("kind{i}")).collect();
+            names.push("kind0".into()); // a repeat has no series of its own
+            let names = Names::new(names);
+            assert_eq!(
+                names.values.len(),
+                count + 1,
+                "each name once, then (other)"
+            );
+            for i in 0..count {
+                let at = names.position(&format!("kind{i}"));
+                assert_eq!(names.values[at].as_str(), format!("kind{i}"));
+            }
+            assert_eq!(names.position("unknown"), count, "(other) is last");
+            assert_eq!(names.values[count].as_str(), OTHER);
+        }
     }
 
     #[test]
