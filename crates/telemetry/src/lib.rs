@@ -231,19 +231,20 @@ where
         let Some(span) = ctx.span(id) else {
             return;
         };
-        let context = span
-            .extensions()
-            .get::<AttemptContext>()
-            .map(|attempt| attempt.0.clone());
-        let Some(context) = context else {
-            return;
+        let guard = {
+            let extensions = span.extensions();
+            let Some(AttemptContext(context)) = extensions.get::<AttemptContext>() else {
+                return;
+            };
+            // The runner polls an attempt under its context already; only elsewhere (a
+            // spawned task) is there anything to attach, and only then a copy to make.
+            let attempt = context.span().span_context().span_id();
+            let current = opentelemetry::Context::map_current(|current| {
+                current.span().span_context().span_id()
+            });
+            (current != attempt).then(|| context.clone().attach())
         };
-        // The runner polls an attempt under its context already; only elsewhere (a spawned
-        // task) is there anything to attach. Every enter is kept, to pair with its exit.
-        let attempt = context.span().span_context().span_id();
-        let current =
-            opentelemetry::Context::map_current(|current| current.span().span_context().span_id());
-        let guard = (current != attempt).then(|| context.attach());
+        // Every enter is kept, to pair with its exit.
         ENTERED.with(|entered| entered.borrow_mut().push((id.clone(), guard)));
     }
 
@@ -421,9 +422,11 @@ impl<E: PushMetricExporter> PushMetricExporter for WarnOnce<E> {
 
 /// The runner's metrics as OpenTelemetry instruments (docs/opentelemetry.md, Metrics).
 ///
-/// Every measurement goes to an instrument bound to its label set (OpenTelemetry's bound
-/// instruments): a job's measurements neither build, hash nor look up labels. Each series
-/// is bound at its first measurement, so that only series that happened are exported.
+/// A job's measurements go to instruments bound to their label sets (OpenTelemetry's bound
+/// instruments, ADR 0019): they build no labels and the SDK looks none up; the kind and
+/// queue are found by position (a scan of up to eight names, a hash lookup beyond). Each
+/// series is bound at its first measurement, so that only series that happened are
+/// exported. Rescues, rare, are measured unbound.
 struct OtelMetrics {
     kinds: Names,
     queues: Names,
