@@ -1,10 +1,11 @@
 //! Handler code inside an attempt's span, in one process (docs/opentelemetry.md, "Handlers'
 //! spans and logs"), set up as an application with its own tracer provider does: its own
 //! `tracing-opentelemetry` layer without the `drover::job` target, `drover_telemetry::
-//! attempt_layer`, and `telemetry::configure` with a tracer. A handler's log line, a task it
-//! spawns with `.in_current_span()`, and a child it enqueues inside a span of its own all
-//! land in its attempt's trace. A file of its own: the subscriber and `configure` are
-//! process-wide.
+//! attempt_layer` and `attempt_context_layer`, and `telemetry::configure` with a tracer. A
+//! handler's log line, a task it spawns with `.in_current_span()`, and a child it enqueues
+//! inside a span of its own all land in its attempt's trace. A file of its own: the
+//! subscriber and `configure` are process-wide (attempt_telemetry_lean.rs is the setup
+//! without the context layer).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,7 +63,8 @@ async fn a_handlers_logs_spawned_tasks_and_children_stay_in_its_attempts_trace()
                 .with_tracer(provider.tracer("app"))
                 .with_filter(exported),
         )
-        .with(drover_telemetry::attempt_layer());
+        .with(drover_telemetry::attempt_layer())
+        .with(drover_telemetry::attempt_context_layer());
     tracing::subscriber::set_global_default(subscriber).unwrap();
     let tracer = BoxedTracer::new(Box::new(provider.tracer("drover")));
     telemetry::configure(Some((LaterAttempts::Link, tracer)));

@@ -81,10 +81,14 @@ fn main() -> ExitCode {
             .with(traces)
             .init();
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // The OTLP sink answers on one thread: it shares the machine with the run it receives
+    // from, and a second worker would only be woken to look for work.
+    let mut builder = if matches!(cli.command, Some(Command::OtlpSink(_))) {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("drover-bench: cannot start the tokio runtime: {error}");

@@ -193,7 +193,8 @@ pub fn one_line(e: &anyhow::Error) -> String {
 /// `telemetry`, spans and events at info and above also go to its OpenTelemetry layer,
 /// whatever the log filter, and the log shows every line logged inside an attempt (a
 /// handler's, within spans of its own too) with its `process` span and that span's
-/// `trace_id`: in the text prefix, or in the `spans` list of a JSON line.
+/// `trace_id`: in the text prefix, or in the `spans` list of a JSON line; a task a handler
+/// spawns with `.in_current_span()` runs in the attempt's trace.
 fn init_tracing(filter: Option<&str>, json: bool, telemetry: Option<&drover_telemetry::Telemetry>) {
     use tracing_subscriber::filter::{filter_fn, FilterExt, LevelFilter};
     use tracing_subscriber::layer::SubscriberExt;
@@ -241,7 +242,13 @@ fn init_tracing(filter: Option<&str>, json: bool, telemetry: Option<&drover_tele
             .with_filter(filter)
             .boxed()
     };
-    let traces = telemetry.map(|telemetry| telemetry.layer());
+    // The log records the attempt spans anyway: keeping the attempt's context with them
+    // costs little more, and a task a handler spawns with `.in_current_span()` nests.
+    let traces = telemetry.map(|telemetry| {
+        telemetry
+            .layer()
+            .and_then(drover_telemetry::attempt_context_layer())
+    });
     let _ = tracing_subscriber::registry()
         .with(logs)
         .with(traces)

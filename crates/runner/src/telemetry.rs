@@ -6,8 +6,8 @@
 //! `tracing-opentelemetry` layer (`drover-telemetry` installs one) turns into OpenTelemetry
 //! spans: they are children of the caller's span. An attempt's span is made with the
 //! configured tracer directly, and the attempt runs under its OpenTelemetry context, so that
-//! the handler's own spans and enqueues nest in it; a `tracing` span beside it carries the
-//! trace id to the log. Everything is off until [`configure`] turns it on; off, neither path
+//! the handler's own spans and enqueues nest in it; a `tracing` span beside it, where a
+//! layer records it, carries the trace id to the log. Everything is off until [`configure`] turns it on; off, neither path
 //! does any work beyond reading one atomic. The setting is process-wide, like the tracer
 //! provider the spans go to.
 //!
@@ -266,7 +266,7 @@ pub const BATCH_LINKS_MAX: usize = 128;
 
 /// The `tracing` target of the attempt's log span (a log filter can name it; the
 /// OpenTelemetry layer of `drover-telemetry` leaves it out, as the attempt's OpenTelemetry
-/// span is made directly).
+/// span is made directly). The span is made only where a layer records it.
 pub const ATTEMPT_TARGET: &str = "drover::job";
 
 /// The attributes of an attempt's span, with room for the outcome [`Attempt::record_outcome`]
@@ -290,8 +290,8 @@ fn attributes(job: &Job) -> Vec<KeyValue> {
 
 /// One attempt's spans, with spans on: the OpenTelemetry `process <queue>` span, made with
 /// the configured tracer rather than through a `tracing` span (docs/adr/0018-direct-attempt-spans.md),
-/// in the context the attempt runs under, and beside it a `tracing` span named `process`
-/// that log lines inside the attempt show, with the trace id.
+/// in the context the attempt runs under, and beside it, where a layer records it, a
+/// `tracing` span named `process` that log lines inside the attempt show, with the trace id.
 pub(crate) struct Attempt {
     context: opentelemetry::Context,
     log: Span,
@@ -330,10 +330,11 @@ impl Attempt {
                 .is_valid()
                 .then(|| tracing::field::display(span_context.trace_id()))
         };
-        // Made while the attempt's context is current: a layer may keep it with the span
-        // (`drover-telemetry`'s attempt layer does, to make it current wherever the span is
-        // entered).
-        let log = {
+        // Only where a layer records it (a log that shows it, `drover-telemetry`'s attempt
+        // context layer): otherwise an attempt costs no `tracing` span
+        // (docs/adr/0020-attempt-log-span-on-demand.md). Made while the attempt's context is
+        // current, so that a layer may keep that context with the span.
+        let log = if tracing::span_enabled!(target: ATTEMPT_TARGET, tracing::Level::INFO) {
             let _current = context.clone().attach();
             tracing::info_span!(
                 target: ATTEMPT_TARGET,
@@ -344,6 +345,8 @@ impl Attempt {
                 drover.job.attempt = job.attempt,
                 trace_id,
             )
+        } else {
+            Span::none()
         };
         Some(Attempt { context, log })
     }
@@ -353,7 +356,7 @@ impl Attempt {
         self.context.clone()
     }
 
-    /// The `tracing` span the attempt runs in (disabled when no layer wants it).
+    /// The `tracing` span the attempt runs in (disabled when no layer records it).
     pub(crate) fn log_span(&self) -> Span {
         self.log.clone()
     }

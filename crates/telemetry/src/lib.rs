@@ -107,7 +107,9 @@ impl Telemetry {
     /// The `tracing` layer that turns spans at info level and above into OpenTelemetry spans
     /// of this export (events become events of their span). It filters for itself: add it
     /// to a subscriber as it is. An event outside every span it records, inside an attempt
-    /// (whose span the runner makes directly), becomes an event of the attempt's span.
+    /// (whose span the runner makes directly), becomes an event of the attempt's span
+    /// ([`attempt_layer`]). A task spawned with `.in_current_span()` inside an attempt nests
+    /// in it only with [`attempt_context_layer`] in the subscriber too.
     pub fn layer<S>(&self) -> impl Layer<S>
     where
         S: tracing::Subscriber + for<'span> LookupSpan<'span>,
@@ -166,25 +168,39 @@ fn exported<S>() -> impl Filter<S> + Send + Sync + 'static {
     .with_max_level_hint(LevelFilter::INFO)
 }
 
-/// The layer that gives an attempt's `tracing` log span (target
-/// [`drover_runner::telemetry::ATTEMPT_TARGET`]) the attempt's OpenTelemetry context, for an
-/// application that installs its own `tracing-opentelemetry` layer ([`Telemetry::layer`]
-/// includes it):
-/// - entering the log span makes that context current, so work that runs in the span
-///   elsewhere (a task spawned with `.in_current_span()`) nests its spans and enqueues in the
-///   attempt, as the handler itself does;
-/// - an event in the attempt outside every exported span (at info and above) becomes an event
-///   of the attempt's span, as `tracing-opentelemetry` does for events inside its spans: the
-///   `message` its name, `level`, `target` and the other fields (but `log.*`) attributes.
+/// The layer that makes an event inside an attempt an event of the attempt's OpenTelemetry
+/// span, for an application that installs its own `tracing-opentelemetry` layer
+/// ([`Telemetry::layer`] includes it): an event at info and above outside every exported
+/// span becomes an event of the current OpenTelemetry span (inside an attempt, the
+/// attempt's), as `tracing-opentelemetry` does for events inside its spans: the `message` its
+/// name, `level`, `target` and the other fields (but `log.*`) attributes.
+///
+/// It does not keep the attempt's `tracing` log span (target
+/// [`drover_runner::telemetry::ATTEMPT_TARGET`]) alive: that span exists only where a layer
+/// records it (a log showing it, [`attempt_context_layer`]), so an attempt costs no `tracing`
+/// span of its own otherwise (docs/adr/0020-attempt-log-span-on-demand.md).
 pub fn attempt_layer<S>() -> impl Layer<S>
 where
     S: tracing::Subscriber + for<'span> LookupSpan<'span>,
 {
-    AttemptLayer.with_filter(
-        // The spans it must tell apart from the log span are the exported ones (a debug span
-        // a handler enters holds no events of its own for the collector).
-        filter_fn(|meta: &Metadata<'_>| is_attempt(meta) || *meta.level() <= Level::INFO)
-            .with_max_level_hint(LevelFilter::INFO),
+    // The spans it sees are the exported ones: an event inside one is that span's (a debug
+    // span a handler enters holds no events of its own for the collector).
+    AttemptEvents.with_filter(exported())
+}
+
+/// The layer that keeps an attempt's `tracing` log span (target
+/// [`drover_runner::telemetry::ATTEMPT_TARGET`]) and makes the attempt's OpenTelemetry
+/// context current wherever that span is entered, so that work run in the span elsewhere (a
+/// task spawned with `.in_current_span()`) nests its spans, events and enqueues in the
+/// attempt, as the handler itself does. It costs each attempt a `tracing` span; without it, a
+/// task carries the attempt's context with
+/// `opentelemetry::context::FutureExt::with_current_context` (docs/opentelemetry.md).
+pub fn attempt_context_layer<S>() -> impl Layer<S>
+where
+    S: tracing::Subscriber + for<'span> LookupSpan<'span>,
+{
+    AttemptContextLayer.with_filter(
+        filter_fn(|meta: &Metadata<'_>| is_attempt(meta)).with_max_level_hint(LevelFilter::INFO),
     )
 }
 
@@ -192,7 +208,39 @@ fn is_attempt(meta: &Metadata<'_>) -> bool {
     meta.is_span() && meta.target() == drover_runner::telemetry::ATTEMPT_TARGET
 }
 
-struct AttemptLayer;
+struct AttemptEvents;
+
+impl<S> Layer<S> for AttemptEvents
+where
+    S: tracing::Subscriber + for<'span> LookupSpan<'span>,
+{
+    fn on_event(&self, event: &tracing::Event<'_>, ctx: layer::Context<'_, S>) {
+        // An event inside an exported span is that span's (the tracing-opentelemetry layer
+        // adds it there).
+        if ctx.event_span(event).is_some() {
+            return;
+        }
+        let meta = event.metadata();
+        opentelemetry::Context::map_current(|current| {
+            let span = current.span();
+            if !span.is_recording() {
+                return;
+            }
+            let mut fields = EventFields {
+                name: None,
+                attributes: vec![
+                    KeyValue::new("level", meta.level().as_str()),
+                    KeyValue::new("target", meta.target().to_owned()),
+                ],
+            };
+            event.record(&mut fields);
+            let name = fields.name.unwrap_or_else(|| meta.name().to_owned());
+            span.add_event(name, fields.attributes);
+        });
+    }
+}
+
+struct AttemptContextLayer;
 
 /// An attempt's OpenTelemetry context, kept with its log span.
 struct AttemptContext(opentelemetry::Context);
@@ -204,20 +252,17 @@ thread_local! {
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
-impl<S> Layer<S> for AttemptLayer
+impl<S> Layer<S> for AttemptContextLayer
 where
     S: tracing::Subscriber + for<'span> LookupSpan<'span>,
 {
     fn on_new_span(
         &self,
-        attrs: &tracing::span::Attributes<'_>,
+        _attrs: &tracing::span::Attributes<'_>,
         id: &tracing::span::Id,
         ctx: layer::Context<'_, S>,
     ) {
         // The runner makes the log span while the attempt's context is current.
-        if !is_attempt(attrs.metadata()) {
-            return;
-        }
         let current = opentelemetry::Context::current();
         if !current.has_active_span() {
             return;
@@ -255,39 +300,6 @@ where
             Some(entered.remove(at))
         });
         drop(guard);
-    }
-
-    fn on_event(&self, event: &tracing::Event<'_>, ctx: layer::Context<'_, S>) {
-        // The nearest span this layer sees is the attempt's log span only when no exported
-        // span holds the event.
-        let Some(span) = ctx.event_span(event) else {
-            return;
-        };
-        if !is_attempt(span.metadata()) {
-            return;
-        }
-        let Some(context) = span
-            .extensions()
-            .get::<AttemptContext>()
-            .map(|attempt| attempt.0.clone())
-        else {
-            return;
-        };
-        let attempt = context.span();
-        if !attempt.is_recording() {
-            return;
-        }
-        let meta = event.metadata();
-        let mut fields = EventFields {
-            name: None,
-            attributes: vec![
-                KeyValue::new("level", meta.level().as_str()),
-                KeyValue::new("target", meta.target().to_owned()),
-            ],
-        };
-        event.record(&mut fields);
-        let name = fields.name.unwrap_or_else(|| meta.name().to_owned());
-        attempt.add_event(name, fields.attributes);
     }
 }
 
@@ -627,7 +639,9 @@ mod tests {
         let provider = SdkTracerProvider::builder()
             .with_simple_exporter(kept.clone())
             .build();
-        let subscriber = tracing_subscriber::registry().with(exporting_layer(&provider));
+        let subscriber = tracing_subscriber::registry()
+            .with(exporting_layer(&provider))
+            .with(attempt_context_layer());
         tracing::subscriber::with_default(subscriber, || {
             let attempt = provider.tracer("test").start("attempt");
             let context = opentelemetry::Context::new().with_span(attempt);
@@ -674,6 +688,43 @@ mod tests {
         ] {
             assert!(first.contains(&expected), "{expected:?} in {first:?}");
         }
+    }
+
+    #[test]
+    fn without_the_context_layer_no_log_span_is_made_and_events_go_to_the_current_span() {
+        let kept = InMemorySpanExporter::default();
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(kept.clone())
+            .build();
+        let subscriber = tracing_subscriber::registry().with(exporting_layer(&provider));
+        tracing::subscriber::with_default(subscriber, || {
+            assert!(
+                !tracing::span_enabled!(
+                    target: drover_runner::telemetry::ATTEMPT_TARGET,
+                    Level::INFO
+                ),
+                "the exporting layer alone does not keep the attempt's log span"
+            );
+            let attempt = provider.tracer("test").start("attempt");
+            let context = opentelemetry::Context::new().with_span(attempt);
+            {
+                // As the runner polls an attempt: under its context.
+                let _current = context.clone().attach();
+                tracing::info!("under the attempt");
+                tracing::info_span!("step").in_scope(|| tracing::info!("inside its own span"));
+            }
+            tracing::info!("after the attempt");
+            context.span().end();
+        });
+        let spans = kept.get_finished_spans().unwrap();
+        let names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
+        assert_eq!(names, ["step", "attempt"]);
+        let events = |span: &SpanData| -> Vec<String> {
+            span.events.iter().map(|e| e.name.to_string()).collect()
+        };
+        assert_eq!(events(&spans[1]), ["under the attempt"]);
+        assert_eq!(events(&spans[0]), ["inside its own span"], "not duplicated");
+        assert_eq!(spans[0].parent_span_id, spans[1].span_context.span_id());
     }
 
     #[test]
