@@ -220,23 +220,24 @@ where
         if ctx.event_span(event).is_some() {
             return;
         }
+        // A copy, not a borrow of the current one: recording the fields runs their `Debug`
+        // code, which may itself log or attach a context.
+        let current = opentelemetry::Context::current();
+        let span = current.span();
+        if !span.is_recording() {
+            return;
+        }
         let meta = event.metadata();
-        opentelemetry::Context::map_current(|current| {
-            let span = current.span();
-            if !span.is_recording() {
-                return;
-            }
-            let mut fields = EventFields {
-                name: None,
-                attributes: vec![
-                    KeyValue::new("level", meta.level().as_str()),
-                    KeyValue::new("target", meta.target().to_owned()),
-                ],
-            };
-            event.record(&mut fields);
-            let name = fields.name.unwrap_or_else(|| meta.name().to_owned());
-            span.add_event(name, fields.attributes);
-        });
+        let mut fields = EventFields {
+            name: None,
+            attributes: vec![
+                KeyValue::new("level", meta.level().as_str()),
+                KeyValue::new("target", meta.target().to_owned()),
+            ],
+        };
+        event.record(&mut fields);
+        let name = fields.name.unwrap_or_else(|| meta.name().to_owned());
+        span.add_event(name, fields.attributes);
     }
 }
 
