@@ -1,17 +1,17 @@
 //! Handler code inside an attempt's span, in one process (docs/opentelemetry.md, "Handlers'
 //! spans and logs"), set up as an application with its own tracer provider does: its own
-//! `tracing-opentelemetry` layer without the `drover::job` target, `drover_telemetry::
-//! attempt_layer` and `attempt_context_layer`, and `telemetry::configure` with a tracer. A
-//! handler's log line, a task it spawns with `.in_current_span()`, and a child it enqueues
-//! inside a span of its own all land in its attempt's trace. A file of its own: the
-//! subscriber and `configure` are process-wide (attempt_telemetry_lean.rs is the setup
-//! without the context layer).
+//! `tracing-opentelemetry` layer filtered with `drover_telemetry::export_filter`,
+//! `drover_telemetry::attempt_layer` and `attempt_context_layer`, and `telemetry::configure`
+//! with a tracer. A handler's log line, a task it spawns with `.in_current_span()`, and a
+//! child it enqueues inside a span of its own all land in its attempt's trace. A file of its
+//! own: the subscriber and `configure` are process-wide (attempt_telemetry_lean.rs is the
+//! setup without the context layer).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use drover_core::{JobKind, JobStore, NewJob, StoreConfig};
-use drover_runner::telemetry::{self, LaterAttempts, ATTEMPT_TARGET};
+use drover_runner::telemetry::{self, LaterAttempts};
 use drover_runner::{Client, JobContext, Outcome, Registry, Worker, WorkerConfig};
 use drover_store_memory::MemoryStore;
 use opentelemetry::global::BoxedTracer;
@@ -54,14 +54,13 @@ async fn a_handlers_logs_spawned_tasks_and_children_stay_in_its_attempts_trace()
     let provider = SdkTracerProvider::builder()
         .with_simple_exporter(kept.clone())
         .build();
-    let exported = tracing_subscriber::filter::filter_fn(|meta| {
-        *meta.level() <= tracing::Level::INFO && meta.target() != ATTEMPT_TARGET
-    });
+    // The application's layer exports what drover-telemetry's would: spans and events at
+    // info and above, without the attempt's log span.
     let subscriber = tracing_subscriber::registry()
         .with(
             tracing_opentelemetry::layer()
                 .with_tracer(provider.tracer("app"))
-                .with_filter(exported),
+                .with_filter(drover_telemetry::export_filter()),
         )
         .with(drover_telemetry::attempt_layer())
         .with(drover_telemetry::attempt_context_layer());

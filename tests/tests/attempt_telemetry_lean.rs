@@ -1,6 +1,6 @@
 //! An attempt without its `tracing` log span (docs/opentelemetry.md, "Handlers' spans and
-//! logs"): the application's subscriber has its `tracing-opentelemetry` layer and
-//! `drover_telemetry::attempt_layer`, but neither a log that records the `drover::job` target
+//! logs"): the application's subscriber has its `tracing-opentelemetry` layer (filtered with
+//! `drover_telemetry::export_filter`) and `drover_telemetry::attempt_layer`, but neither a log that records the `drover::job` target
 //! nor `attempt_context_layer`. The runner then makes no `tracing` span for the attempt, yet a
 //! handler's log line is an event of its attempt's span, a task it spawns with
 //! `.with_current_context()` nests in it, and one spawned with only `.in_current_span()`
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use drover_core::{JobKind, JobStore, NewJob, StoreConfig};
-use drover_runner::telemetry::{self, LaterAttempts, ATTEMPT_TARGET};
+use drover_runner::telemetry::{self, LaterAttempts};
 use drover_runner::{Client, JobContext, Outcome, Registry, Worker, WorkerConfig};
 use drover_store_memory::MemoryStore;
 use opentelemetry::context::FutureExt as _;
@@ -60,14 +60,13 @@ async fn without_a_layer_that_records_it_an_attempt_has_no_log_span_and_still_ne
     let provider = SdkTracerProvider::builder()
         .with_simple_exporter(kept.clone())
         .build();
-    let exported = tracing_subscriber::filter::filter_fn(|meta| {
-        *meta.level() <= tracing::Level::INFO && meta.target() != ATTEMPT_TARGET
-    });
+    // The application's layer exports what drover-telemetry's would: spans and events at
+    // info and above, without the attempt's log span.
     let subscriber = tracing_subscriber::registry()
         .with(
             tracing_opentelemetry::layer()
                 .with_tracer(provider.tracer("app"))
-                .with_filter(exported),
+                .with_filter(drover_telemetry::export_filter()),
         )
         .with(drover_telemetry::attempt_layer());
     tracing::subscriber::set_global_default(subscriber).unwrap();

@@ -40,20 +40,32 @@ struct ScopeSpans {
     spans: Vec<Bytes>,
 }
 
+/// A span that is not OTLP protobuf.
+struct Malformed;
+
+impl From<prost::DecodeError> for Malformed {
+    fn from(_: prost::DecodeError) -> Self {
+        Malformed
+    }
+}
+
 /// The name of an encoded OTLP `Span` (field 5): the walk skips the ids before it and stops
-/// there, leaving the attributes and the rest unread. `None` for a malformed span or one
-/// without a name.
-fn span_name(mut span: &[u8]) -> Option<&[u8]> {
+/// there, leaving the attributes and the rest unread. `Ok(None)` for a span without a name
+/// (an empty one is not encoded), `Err` for a malformed span.
+fn span_name(mut span: &[u8]) -> Result<Option<&[u8]>, Malformed> {
     use prost::encoding::{decode_key, decode_varint, skip_field, DecodeContext, WireType};
     while !span.is_empty() {
-        let (tag, wire_type) = decode_key(&mut span).ok()?;
+        let (tag, wire_type) = decode_key(&mut span)?;
         if tag == 5 && wire_type == WireType::LengthDelimited {
-            let len = usize::try_from(decode_varint(&mut span).ok()?).ok()?;
-            return span.get(..len);
+            let len = usize::try_from(decode_varint(&mut span)?).unwrap_or(usize::MAX);
+            return match span.get(..len) {
+                Some(name) => Ok(Some(name)),
+                None => Err(Malformed),
+            };
         }
-        skip_field(wire_type, tag, &mut span, DecodeContext::default()).ok()?;
+        skip_field(wire_type, tag, &mut span, DecodeContext::default())?;
     }
-    None
+    Ok(None)
 }
 
 /// What arrived since the last `GET /stats`.
@@ -64,7 +76,7 @@ struct Stats {
     /// Spans per name (`process <queue>` for attempts).
     by_name: BTreeMap<String, usize>,
     metric_exports: u64,
-    /// Trace bodies that were not OTLP protobuf (or were compressed).
+    /// Trace bodies that were not OTLP protobuf (or were compressed), and malformed spans.
     malformed: usize,
 }
 
@@ -81,10 +93,15 @@ impl Stats {
             .flat_map(|resource| resource.scope_spans)
             .flat_map(|scope| scope.spans);
         for span in spans {
+            let name = match span_name(&span) {
+                Ok(Some(name)) => std::str::from_utf8(name).unwrap_or("(not UTF-8)"),
+                Ok(None) => "(no name)",
+                Err(_) => {
+                    self.malformed += 1;
+                    continue;
+                }
+            };
             self.spans += 1;
-            let name =
-                span_name(&span).map_or(Some("(no name)"), |name| std::str::from_utf8(name).ok());
-            let name = name.unwrap_or("(not UTF-8)");
             match self.by_name.get_mut(name) {
                 Some(count) => *count += 1,
                 None => {
@@ -187,7 +204,22 @@ mod tests {
         stats.add_traces(body(&["process default", "process default"]));
         stats.add_traces(body(&["process mail", ""]));
         stats.add_traces(Bytes::from_static(b"\xff\xff not protobuf"));
-        assert_eq!(stats.trace_exports, 3);
+        // A well-formed request whose one span is cut short inside its name.
+        let span = proto::Span {
+            name: "process cut".into(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let cut = ScopeSpans {
+            spans: vec![Bytes::copy_from_slice(&span[..span.len() - 3])],
+        };
+        let cut = TraceExport {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![cut],
+            }],
+        };
+        stats.add_traces(Bytes::from(cut.encode_to_vec()));
+        assert_eq!(stats.trace_exports, 4);
         assert_eq!(stats.spans, 4);
         assert_eq!(stats.by_name["process default"], 2);
         assert_eq!(stats.by_name["process mail"], 1);
@@ -195,6 +227,9 @@ mod tests {
             stats.by_name["(no name)"], 1,
             "an empty name is not encoded"
         );
-        assert_eq!(stats.malformed, 1);
+        assert_eq!(
+            stats.malformed, 2,
+            "the body that is not protobuf, the cut span"
+        );
     }
 }

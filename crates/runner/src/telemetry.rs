@@ -330,11 +330,11 @@ impl Attempt {
                 .is_valid()
                 .then(|| tracing::field::display(span_context.trace_id()))
         };
-        // Only where a layer records it (a log that shows it, `drover-telemetry`'s attempt
-        // context layer): otherwise an attempt costs no `tracing` span
-        // (docs/adr/0020-attempt-log-span-on-demand.md). Made while the attempt's context is
-        // current, so that a layer may keep that context with the span.
-        let log = if tracing::span_enabled!(target: ATTEMPT_TARGET, tracing::Level::INFO) {
+        // Made while the attempt's context is current, so that a layer may keep that context
+        // with the span (`drover-telemetry`'s attempt context layer does). It exists only
+        // where a layer records it (a log that shows it, that context layer): otherwise the
+        // macro returns a disabled span at once (docs/adr/0020-attempt-log-span-on-demand.md).
+        let log = {
             let _current = context.clone().attach();
             tracing::info_span!(
                 target: ATTEMPT_TARGET,
@@ -345,8 +345,6 @@ impl Attempt {
                 drover.job.attempt = job.attempt,
                 trace_id,
             )
-        } else {
-            Span::none()
         };
         Some(Attempt { context, log })
     }
