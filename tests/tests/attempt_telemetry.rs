@@ -7,30 +7,14 @@
 //! own: the subscriber and `configure` are process-wide (attempt_telemetry_lean.rs is the
 //! setup without the context layer).
 
-use std::sync::Arc;
-use std::time::Duration;
+mod attempt_telemetry_support;
 
-use drover_core::{JobKind, JobStore, NewJob, StoreConfig};
-use drover_runner::telemetry::{self, LaterAttempts};
-use drover_runner::{Client, JobContext, Outcome, Registry, Worker, WorkerConfig};
-use drover_store_memory::MemoryStore;
-use opentelemetry::global::BoxedTracer;
-use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use attempt_telemetry_support::{install, named, run_until};
+use drover_core::{JobKind, NewJob};
+use drover_runner::{JobContext, Outcome, Registry};
+use opentelemetry_sdk::trace::SpanData;
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
-use tracing_subscriber::layer::SubscriberExt;
-use tracing_subscriber::Layer;
-
-const WAIT: Duration = Duration::from_secs(20);
-
-fn named<'a>(spans: &'a [SpanData], name: &str) -> &'a SpanData {
-    spans
-        .iter()
-        .find(|span| span.name == name)
-        .unwrap_or_else(|| panic!("no span {name} in {spans:?}"))
-}
 
 /// The parent: a log line, a spawned task's span, and a child enqueued inside its own span.
 async fn parent(ctx: JobContext) -> Outcome {
@@ -50,25 +34,7 @@ async fn parent(ctx: JobContext) -> Outcome {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handlers_logs_spawned_tasks_and_children_stay_in_its_attempts_trace() {
-    let kept = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(kept.clone())
-        .build();
-    // The application's layer exports what drover-telemetry's would: spans and events at
-    // info and above, without the attempt's log span.
-    let subscriber = tracing_subscriber::registry()
-        .with(
-            tracing_opentelemetry::layer()
-                .with_tracer(provider.tracer("app"))
-                .with_filter(drover_telemetry::export_filter()),
-        )
-        .with(drover_telemetry::attempt_layer())
-        .with(drover_telemetry::attempt_context_layer());
-    tracing::subscriber::set_global_default(subscriber).unwrap();
-    let tracer = BoxedTracer::new(Box::new(provider.tracer("drover")));
-    telemetry::configure(Some((LaterAttempts::Link, tracer)));
-
-    let store: Arc<dyn JobStore> = Arc::new(MemoryStore::new(StoreConfig::default()));
+    let kept = install(true);
     let (child_ran, mut child_done) = tokio::sync::mpsc::unbounded_channel();
     let mut registry = Registry::new();
     registry.register_fn(JobKind::parse("parent").unwrap(), parent);
@@ -79,25 +45,7 @@ async fn a_handlers_logs_spawned_tasks_and_children_stay_in_its_attempts_trace()
             Outcome::success()
         }
     });
-    let worker = Worker::new(
-        Arc::clone(&store),
-        Arc::new(registry),
-        WorkerConfig::default(),
-    )
-    .unwrap();
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn(worker.run(shutdown.clone()));
-    Client::new(Arc::clone(&store))
-        .enqueue(NewJob::new(JobKind::parse("parent").unwrap(), json!({})))
-        .await
-        .unwrap();
-    tokio::time::timeout(WAIT, child_done.recv())
-        .await
-        .expect("the child runs in time");
-    // A stop waits for the runs: every attempt span has ended.
-    shutdown.cancel();
-    running.await.unwrap().unwrap();
-    telemetry::configure(None);
+    run_until(registry, "parent", "the child runs", child_done.recv()).await;
 
     let spans = kept.get_finished_spans().unwrap();
     let attempts: Vec<&SpanData> = spans

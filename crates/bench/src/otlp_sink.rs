@@ -1,8 +1,9 @@
 //! `drover-bench otlp-sink`: the local OTLP/HTTP receiver of the OpenTelemetry export
 //! measurement (BENCHMARKS.md, "OpenTelemetry export"). It answers every export at once and
 //! counts its spans by name, reading only their names (a walk of each span's fields that stops
-//! at the name, read in place), so receiving costs the machine little and keeps nothing; `GET /stats` answers
-//! with what arrived since the last call, so a run can show that no attempt span was dropped.
+//! at the name, read in place), so receiving costs the machine little and keeps nothing;
+//! `GET /stats` answers with what arrived since the last call, so a run can show that no
+//! attempt span was dropped.
 //! Only OTLP/HTTP protobuf without compression is counted (anything else is `malformed`).
 
 use std::collections::BTreeMap;

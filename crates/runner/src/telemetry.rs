@@ -7,9 +7,9 @@
 //! spans: they are children of the caller's span. An attempt's span is made with the
 //! configured tracer directly, and the attempt runs under its OpenTelemetry context, so that
 //! the handler's own spans and enqueues nest in it; a `tracing` span beside it, where a
-//! layer records it, carries the trace id to the log. Everything is off until [`configure`] turns it on; off, neither path
-//! does any work beyond reading one atomic. The setting is process-wide, like the tracer
-//! provider the spans go to.
+//! layer records it, carries the trace id to the log. Everything is off until [`configure`]
+//! turns it on; off, neither path does any work beyond reading one atomic. The setting is
+//! process-wide, like the tracer provider the spans go to.
 //!
 //! | span | name | kind | parent | links |
 //! |---|---|---|---|---|

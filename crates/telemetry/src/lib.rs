@@ -638,12 +638,22 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn an_attempts_log_span_carries_its_context_and_events_and_is_not_exported() {
+    /// A tracer provider whose spans the returned exporter keeps as each ends.
+    fn kept_spans() -> (InMemorySpanExporter, SdkTracerProvider) {
         let kept = InMemorySpanExporter::default();
         let provider = SdkTracerProvider::builder()
             .with_simple_exporter(kept.clone())
             .build();
+        (kept, provider)
+    }
+
+    fn event_names(span: &SpanData) -> Vec<String> {
+        span.events.iter().map(|e| e.name.to_string()).collect()
+    }
+
+    #[test]
+    fn an_attempts_log_span_carries_its_context_and_events_and_is_not_exported() {
+        let (kept, provider) = kept_spans();
         let subscriber = tracing_subscriber::registry()
             .with(exporting_layer(&provider))
             .with(attempt_context_layer());
@@ -670,16 +680,13 @@ mod tests {
         let spans = kept.get_finished_spans().unwrap();
         let names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
         assert_eq!(names, ["step", "attempt"], "the log span is not exported");
-        let events = |span: &SpanData| -> Vec<String> {
-            span.events.iter().map(|e| e.name.to_string()).collect()
-        };
         let (step, attempt) = (&spans[0], &spans[1]);
         assert_eq!(
-            events(attempt),
+            event_names(attempt),
             ["outside spans of its own", "in a quiet span"],
             "info and above, outside exported spans"
         );
-        assert_eq!(events(step), ["inside its own span"], "not duplicated");
+        assert_eq!(event_names(step), ["inside its own span"], "not duplicated");
         assert_eq!(step.parent_span_id, attempt.span_context.span_id());
         assert_eq!(
             step.span_context.trace_id(),
@@ -697,10 +704,7 @@ mod tests {
 
     #[test]
     fn without_the_context_layer_events_go_to_the_current_span() {
-        let kept = InMemorySpanExporter::default();
-        let provider = SdkTracerProvider::builder()
-            .with_simple_exporter(kept.clone())
-            .build();
+        let (kept, provider) = kept_spans();
         // That no log span is made is `tests/tests/attempt_telemetry_lean.rs`'s to show: a
         // callsite's interest is shared by the subscribers of every test running here.
         let subscriber = tracing_subscriber::registry().with(exporting_layer(&provider));
@@ -720,11 +724,12 @@ mod tests {
         let spans = kept.get_finished_spans().unwrap();
         let names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
         assert_eq!(names, ["step", "attempt"]);
-        let events = |span: &SpanData| -> Vec<String> {
-            span.events.iter().map(|e| e.name.to_string()).collect()
-        };
-        assert_eq!(events(&spans[1]), ["under the attempt"]);
-        assert_eq!(events(&spans[0]), ["inside its own span"], "not duplicated");
+        assert_eq!(event_names(&spans[1]), ["under the attempt"]);
+        assert_eq!(
+            event_names(&spans[0]),
+            ["inside its own span"],
+            "not duplicated"
+        );
         assert_eq!(spans[0].parent_span_id, spans[1].span_context.span_id());
     }
 
