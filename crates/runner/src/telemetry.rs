@@ -21,11 +21,10 @@
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, RwLock};
 
-use drover_core::{Job, NewJob, NewWorkflow, QueueName, TraceContext};
-use opentelemetry::global::BoxedTracer;
+use drover_core::{Job, JobId, NewJob, NewWorkflow, QueueName, TraceContext};
 use opentelemetry::trace::{
-    Link, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
-    Tracer as _,
+    Link, SpanBuilder, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId,
+    TraceState, Tracer,
 };
 use opentelemetry::{KeyValue, StringValue};
 use tracing::field::Empty;
@@ -78,13 +77,39 @@ static SPANS: AtomicU8 = AtomicU8::new(OFF);
 
 /// The tracer of the attempt spans, while spans are on (how later attempts relate is in
 /// `SPANS`).
-static TRACER: RwLock<Option<BoxedTracer>> = RwLock::new(None);
+static TRACER: RwLock<Option<Box<dyn AttemptTracer>>> = RwLock::new(None);
+
+/// What makes the attempt spans: any OpenTelemetry tracer, kept with its own span type (an
+/// `opentelemetry::global::BoxedTracer` works too, but boxes each span once more).
+pub trait AttemptTracer: Send + Sync {
+    /// Starts the span `builder` describes as a child of `parent`, and returns `parent`
+    /// with that span current.
+    fn start(
+        &self,
+        builder: SpanBuilder,
+        parent: &opentelemetry::Context,
+    ) -> opentelemetry::Context;
+}
+
+impl<T> AttemptTracer for T
+where
+    T: Tracer + Send + Sync,
+    T::Span: Send + Sync + 'static,
+{
+    fn start(
+        &self,
+        builder: SpanBuilder,
+        parent: &opentelemetry::Context,
+    ) -> opentelemetry::Context {
+        parent.with_span(builder.start_with_context(self, parent))
+    }
+}
 
 /// Turns the enqueue and attempt spans on (`Some`: how later attempts relate to the enqueue,
 /// and the tracer the attempt spans are made with) or off (`None`, the default) for the whole
 /// process. The enqueue spans are `tracing` spans: they reach OpenTelemetry through the
 /// subscriber's `tracing-opentelemetry` layer.
-pub fn configure(spans: Option<(LaterAttempts, BoxedTracer)>) {
+pub fn configure(spans: Option<(LaterAttempts, Box<dyn AttemptTracer>)>) {
     let (value, tracer) = match spans {
         None => (OFF, None),
         Some((LaterAttempts::Link, tracer)) => (LINK, Some(tracer)),
@@ -280,12 +305,18 @@ fn attributes(job: &Job) -> Vec<KeyValue> {
         KeyValue::new("messaging.operation.type", "process"),
         KeyValue::new("messaging.operation.name", "process"),
         KeyValue::new("messaging.destination.name", shared((&job.queue).into())),
-        KeyValue::new("messaging.message.id", job.id.to_string()),
+        KeyValue::new("messaging.message.id", id_text(job.id)),
         KeyValue::new("drover.job.kind", shared((&job.kind).into())),
         KeyValue::new("drover.job.attempt", i64::from(job.attempt)),
         KeyValue::new("drover.tenant", shared((&job.tenant).into())),
     ]);
     attributes
+}
+
+/// A job id as text: its `Display` form, without the formatting machinery.
+fn id_text(id: JobId) -> String {
+    let mut buffer = [0; 36];
+    id.0.hyphenated().encode_lower(&mut buffer).to_owned()
 }
 
 /// One attempt's spans, with spans on: the OpenTelemetry `process <queue>` span, made with
@@ -305,8 +336,11 @@ impl Attempt {
         let later = spans()?;
         let tracing = TRACER.read().unwrap_or_else(|e| e.into_inner());
         let tracer = tracing.as_ref()?;
-        let mut builder = tracer
-            .span_builder(format!("process {}", job.queue))
+        let queue = job.queue.as_str();
+        let mut name = String::with_capacity("process ".len() + queue.len());
+        name.push_str("process ");
+        name.push_str(queue);
+        let mut builder = SpanBuilder::from_name(name)
             .with_kind(SpanKind::Consumer)
             .with_attributes(attributes(job));
         // An attempt without a stored context starts its own trace, never one of whatever
@@ -319,7 +353,7 @@ impl Attempt {
                 builder = builder.with_links(vec![Link::with_context(stored)]);
             }
         }
-        let context = parent.with_span(builder.start_with_context(tracer, &parent));
+        let context = tracer.start(builder, &parent);
         drop(tracing);
         // Log lines of the handler carry the trace id through a field of their span (none
         // from a tracer that makes no valid spans).
@@ -396,6 +430,16 @@ mod tests {
         let span = tracing::info_span!("outside");
         assert_eq!(capture(&span), None);
         assert_eq!(trace_context(&SpanContext::empty_context()), None);
+    }
+
+    #[test]
+    fn a_job_id_as_text_is_its_display_form() {
+        for _ in 0..3 {
+            let id = JobId::new_v7();
+            assert_eq!(id_text(id), id.to_string());
+        }
+        let parsed: JobId = "0190a4c7-5f3e-7d2a-9b1c-0123456789ab".parse().unwrap();
+        assert_eq!(id_text(parsed), "0190a4c7-5f3e-7d2a-9b1c-0123456789ab");
     }
 
     #[test]

@@ -10,7 +10,6 @@ use drover_core::{JobKind, JobState, JobStore, NewJob, StoreConfig, TraceContext
 use drover_runner::telemetry::{self, LaterAttempts};
 use drover_runner::{Client, JobContext, Outcome, Registry, Worker, WorkerConfig};
 use drover_store_memory::MemoryStore;
-use opentelemetry::global::BoxedTracer;
 use opentelemetry::trace::{SpanKind, Status, TracerProvider as _};
 use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
@@ -35,7 +34,7 @@ async fn two_attempts(later: LaterAttempts) -> Vec<SpanData> {
     let provider = SdkTracerProvider::builder()
         .with_simple_exporter(kept.clone())
         .build();
-    let tracer = BoxedTracer::new(Box::new(provider.tracer("test")));
+    let tracer = Box::new(provider.tracer("test"));
     telemetry::configure(Some((later, tracer)));
 
     let store: Arc<dyn JobStore> = Arc::new(MemoryStore::new(StoreConfig::default()));

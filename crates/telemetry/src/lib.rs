@@ -18,7 +18,6 @@ use std::time::Duration;
 use drover_core::{JobKind, JobState, QueueName};
 use drover_runner::telemetry::LaterAttempts;
 use drover_runner::{JobOutcome, Metrics};
-use opentelemetry::global::BoxedTracer;
 use opentelemetry::metrics::{BoundCounter, BoundHistogram, Counter, Histogram, MeterProvider};
 use opentelemetry::trace::{TraceContextExt, TracerProvider};
 use opentelemetry::{KeyValue, StringValue};
@@ -96,7 +95,7 @@ impl Telemetry {
                 warned,
             })
             .build();
-        let tracer = BoxedTracer::new(Box::new(tracer_provider.tracer("drover")));
+        let tracer = Box::new(tracer_provider.tracer("drover"));
         drover_runner::telemetry::configure(Some((later, tracer)));
         Ok(Telemetry {
             tracer_provider,

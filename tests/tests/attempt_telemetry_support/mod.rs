@@ -10,7 +10,6 @@ use drover_core::{JobKind, JobStore, NewJob, StoreConfig};
 use drover_runner::telemetry::{self, LaterAttempts};
 use drover_runner::{Client, Registry, Worker, WorkerConfig};
 use drover_store_memory::MemoryStore;
-use opentelemetry::global::BoxedTracer;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use serde_json::json;
@@ -48,7 +47,7 @@ pub fn install(context_layer: bool) -> InMemorySpanExporter {
         tracing::subscriber::set_global_default(subscriber)
     }
     .unwrap();
-    let tracer = BoxedTracer::new(Box::new(provider.tracer("drover")));
+    let tracer = Box::new(provider.tracer("drover"));
     telemetry::configure(Some((LaterAttempts::Link, tracer)));
     kept
 }
