@@ -79,12 +79,13 @@ static SPANS: AtomicU8 = AtomicU8::new(OFF);
 /// `SPANS`).
 static TRACER: RwLock<Option<Box<dyn AttemptTracer>>> = RwLock::new(None);
 
-/// What makes the attempt spans: any OpenTelemetry tracer, kept with its own span type (an
+/// What makes the attempt spans: any OpenTelemetry tracer that is `Send + Sync` and whose
+/// spans are `Send + Sync + 'static`, kept with its own span type (an
 /// `opentelemetry::global::BoxedTracer` works too, but boxes each span once more).
 pub trait AttemptTracer: Send + Sync {
     /// Starts the span `builder` describes as a child of `parent`, and returns `parent`
     /// with that span current.
-    fn start(
+    fn start_attempt(
         &self,
         builder: SpanBuilder,
         parent: &opentelemetry::Context,
@@ -96,7 +97,7 @@ where
     T: Tracer + Send + Sync,
     T::Span: Send + Sync + 'static,
 {
-    fn start(
+    fn start_attempt(
         &self,
         builder: SpanBuilder,
         parent: &opentelemetry::Context,
@@ -316,7 +317,7 @@ fn attributes(job: &Job) -> Vec<KeyValue> {
 /// A job id as text: its `Display` form, without the formatting machinery.
 fn id_text(id: JobId) -> String {
     let mut buffer = [0; 36];
-    id.0.hyphenated().encode_lower(&mut buffer).to_owned()
+    id.0.hyphenated().encode_lower(&mut buffer).to_string()
 }
 
 /// One attempt's spans, with spans on: the OpenTelemetry `process <queue>` span, made with
@@ -353,7 +354,7 @@ impl Attempt {
                 builder = builder.with_links(vec![Link::with_context(stored)]);
             }
         }
-        let context = tracer.start(builder, &parent);
+        let context = tracer.start_attempt(builder, &parent);
         drop(tracing);
         // Log lines of the handler carry the trace id through a field of their span (none
         // from a tracer that makes no valid spans).
